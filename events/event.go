@@ -1,0 +1,130 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+)
+
+// Field names of the event document. Producers write the first group; the
+// worker manages the second.
+const (
+	FieldID            = "_id"
+	FieldType          = "type"
+	FieldAggregateType = "aggregateType"
+	FieldAggregateID   = "aggregateId"
+	FieldPayload       = "payload"
+	FieldHeaders       = "headers"
+	FieldStatus        = "status"
+	FieldCreatedAt     = "createdAt"
+
+	FieldWorkerID     = "workerId"
+	FieldProcessingAt = "processingAt"
+	FieldClaimToken   = "claimToken"
+	FieldAttempts     = "attempts"
+	FieldPublishedAt  = "publishedAt"
+	FieldLastError    = "lastError"
+	FieldRetryAt      = "retryAt"
+	FieldFailedAt     = "failedAt"
+)
+
+// Event is the stored outbox document, as the worker and its tools read it.
+type Event struct {
+	ID            any       `bson:"_id"` // bson.ObjectID or string
+	Type          string    `bson:"type"`
+	AggregateType string    `bson:"aggregateType,omitempty"`
+	AggregateID   string    `bson:"aggregateId,omitempty"`
+	Payload       bson.Raw  `bson:"payload"`
+	Headers       bson.Raw  `bson:"headers,omitempty"`
+	Status        Status    `bson:"status"`
+	CreatedAt     time.Time `bson:"createdAt"`
+
+	WorkerID     string    `bson:"workerId,omitempty"`
+	ProcessingAt time.Time `bson:"processingAt,omitempty"`
+	ClaimToken   string    `bson:"claimToken,omitempty"`
+	Attempts     int       `bson:"attempts,omitempty"`
+	PublishedAt  time.Time `bson:"publishedAt,omitempty"`
+	LastError    string    `bson:"lastError,omitempty"`
+	RetryAt      time.Time `bson:"retryAt,omitempty"`
+	FailedAt     time.Time `bson:"failedAt,omitempty"`
+}
+
+// Draft is an event a producer wants to publish.
+type Draft struct {
+	// ID is the event's _id: a bson.ObjectID or a string. Defaults to a new
+	// ObjectID. Consumers see it as the message_id, so a stable business
+	// key here makes their deduplication simple.
+	ID any
+	// Type is the event type, e.g. "order.created". It is the routing key.
+	Type string
+	// AggregateType and AggregateID name the entity the event is about.
+	// Optional; sent as the x-aggregate-type and x-aggregate-id headers.
+	AggregateType string
+	AggregateID   string
+	// Payload is the message body: anything that marshals to a BSON
+	// document (a struct, a map, bson.D). Required.
+	Payload any
+	// Headers are extra message headers. Optional.
+	Headers map[string]any
+}
+
+// ErrInvalidDraft is wrapped by every error Draft.Document returns.
+var ErrInvalidDraft = errors.New("invalid event draft")
+
+// Document returns the NEW event document for d, created at now.
+func (d Draft) Document(now time.Time) (bson.D, error) {
+	if d.Type == "" {
+		return nil, fmt.Errorf("%w: type is empty", ErrInvalidDraft)
+	}
+	if d.Payload == nil {
+		return nil, fmt.Errorf("%w: payload is missing", ErrInvalidDraft)
+	}
+	payload, err := bson.Marshal(d.Payload)
+	if err != nil {
+		return nil, fmt.Errorf("%w: payload must marshal to a document: %v", ErrInvalidDraft, err)
+	}
+	id := d.ID
+	switch id.(type) {
+	case nil:
+		id = bson.NewObjectID()
+	case bson.ObjectID, string:
+	default:
+		return nil, fmt.Errorf("%w: id must be a bson.ObjectID or a string, got %T", ErrInvalidDraft, d.ID)
+	}
+	doc := bson.D{
+		{Key: FieldID, Value: id},
+		{Key: FieldType, Value: d.Type},
+		{Key: FieldPayload, Value: bson.Raw(payload)},
+		{Key: FieldStatus, Value: StatusNew},
+		{Key: FieldCreatedAt, Value: now.UTC()},
+	}
+	if d.AggregateType != "" {
+		doc = append(doc, bson.E{Key: FieldAggregateType, Value: d.AggregateType})
+	}
+	if d.AggregateID != "" {
+		doc = append(doc, bson.E{Key: FieldAggregateID, Value: d.AggregateID})
+	}
+	if len(d.Headers) > 0 {
+		doc = append(doc, bson.E{Key: FieldHeaders, Value: d.Headers})
+	}
+	return doc, nil
+}
+
+// Insert writes d to the outbox collection as a NEW event and returns its
+// _id. Call it with the context of your own transaction (the one
+// session.WithTransaction hands its callback) so the event commits or rolls
+// back with your business data: that is the whole point of an outbox.
+func Insert(ctx context.Context, coll *mongo.Collection, d Draft) (any, error) {
+	doc, err := d.Document(time.Now())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := coll.InsertOne(ctx, doc); err != nil {
+		return nil, fmt.Errorf("insert event %q: %w", d.Type, err)
+	}
+	return doc[0].Value, nil
+}
