@@ -1,0 +1,318 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/url"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+const (
+	// ExchangeDefault is the exchange events are published to by default.
+	ExchangeDefault = "events"
+	// WindowDefault is how many confirms may be outstanding at once.
+	WindowDefault = 1000
+	// ReconnectMinDefault is the first wait before reconnecting.
+	ReconnectMinDefault = 500 * time.Millisecond
+	// ReconnectMaxDefault caps the wait between reconnects.
+	ReconnectMaxDefault = 30 * time.Second
+)
+
+// Config configures a Publisher.
+type Config struct {
+	// URL is the AMQP URL, credentials included. It is never logged as is.
+	URL string
+	// Exchange is the topic exchange to publish to; the publisher declares
+	// it (durable) on every connect. Defaults to ExchangeDefault.
+	Exchange string
+	// Window is how many confirms may be outstanding at once.
+	// Defaults to WindowDefault.
+	Window int
+	// ReconnectMin and ReconnectMax bound the exponential backoff between
+	// reconnects. Default to ReconnectMinDefault and ReconnectMaxDefault.
+	ReconnectMin time.Duration
+	ReconnectMax time.Duration
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// OnConnected, if set, is told every time the connection comes up (true)
+	// or goes down (false). The worker feeds its metrics from it.
+	OnConnected func(bool)
+}
+
+func (c *Config) setDefaults() {
+	if c.Exchange == "" {
+		c.Exchange = ExchangeDefault
+	}
+	if c.Window <= 0 {
+		c.Window = WindowDefault
+	}
+	if c.ReconnectMin <= 0 {
+		c.ReconnectMin = ReconnectMinDefault
+	}
+	if c.ReconnectMax <= 0 {
+		c.ReconnectMax = ReconnectMaxDefault
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.OnConnected == nil {
+		c.OnConnected = func(bool) {}
+	}
+}
+
+// Validate reports the first bad field.
+func (c Config) Validate() error {
+	u, err := url.Parse(c.URL)
+	if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Host == "" {
+		return fmt.Errorf("broker URL %q: want amqp://user:pass@host:port/vhost", Redact(c.URL))
+	}
+	if c.Window < 0 {
+		return fmt.Errorf("broker window %d: must be positive", c.Window)
+	}
+	return nil
+}
+
+// Redact hides the password in an AMQP or MongoDB URL.
+func Redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "<unparsable URL>"
+	}
+	return u.Redacted()
+}
+
+// session is one live connection and its confirming channel.
+type session struct {
+	conn    *amqp.Connection
+	ch      *amqp.Channel
+	returns chan amqp.Return
+	closed  chan struct{} // closed when conn or channel goes away
+}
+
+// Publisher publishes messages with confirms over one connection that it
+// keeps alive.
+type Publisher struct {
+	cfg    Config
+	logger *slog.Logger
+
+	mu      sync.Mutex // guards sess and blocked
+	sess    *session
+	blocked bool
+	// publishing serializes Publish calls: one window in flight per channel
+	// keeps confirms and returns easy to match to their messages.
+	publishing sync.Mutex
+
+	stopOnce sync.Once
+	cancel   context.CancelFunc
+	done     chan struct{}
+}
+
+// New returns a Publisher; Start connects it.
+func New(cfg Config) (*Publisher, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Publisher{cfg: cfg, logger: cfg.Logger, done: make(chan struct{})}, nil
+}
+
+// Start connects once and returns, keeping the connection alive in the
+// background until Stop. If the first connect fails it returns nil anyway
+// and keeps trying: the worker runs, reports not-ready, and starts
+// publishing when the broker comes.
+func (p *Publisher) Start(ctx context.Context) error {
+	ctx, p.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	first := make(chan struct{})
+	go p.run(ctx, first)
+	select {
+	case <-first:
+	case <-ctx.Done():
+	}
+	return nil
+}
+
+// Stop closes the connection. It is idempotent and safe before Start.
+func (p *Publisher) Stop(ctx context.Context) error {
+	p.stopOnce.Do(func() {
+		if p.cancel == nil {
+			close(p.done)
+			return
+		}
+		p.cancel()
+	})
+	select {
+	case <-p.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Ready returns nil when messages can be published, or why not.
+func (p *Publisher) Ready() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.sess == nil:
+		return fmt.Errorf("%w: not connected", ErrUnavailable)
+	case p.blocked:
+		return fmt.Errorf("%w: blocked by a broker alarm", ErrUnavailable)
+	}
+	return nil
+}
+
+// run connects, waits for the connection to drop, and connects again with
+// exponential backoff and jitter, until ctx ends.
+func (p *Publisher) run(ctx context.Context, first chan struct{}) {
+	defer close(p.done)
+	wait := p.cfg.ReconnectMin
+	for attempt := 0; ; attempt++ {
+		s, err := p.connect(ctx)
+		if attempt == 0 {
+			close(first)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			p.logger.Warn("broker connect failed; retrying", "error", err, "retry_in", wait.String(), "url", Redact(p.cfg.URL))
+			if !sleep(ctx, jitter(wait)) {
+				return
+			}
+			wait = min(2*wait, p.cfg.ReconnectMax)
+			continue
+		}
+		wait = p.cfg.ReconnectMin
+		p.setSession(s)
+		p.logger.Info("broker connected", "exchange", p.cfg.Exchange, "url", Redact(p.cfg.URL))
+		select {
+		case <-ctx.Done():
+			p.setSession(nil)
+			_ = s.conn.Close()
+			return
+		case <-s.closed:
+			p.setSession(nil)
+			_ = s.conn.Close()
+			p.logger.Warn("broker connection lost; reconnecting")
+		}
+	}
+}
+
+func (p *Publisher) setSession(s *session) {
+	p.mu.Lock()
+	p.sess = s
+	p.blocked = false
+	p.mu.Unlock()
+	p.cfg.OnConnected(s != nil)
+}
+
+func (p *Publisher) setBlocked(b amqp.Blocking) {
+	p.mu.Lock()
+	p.blocked = b.Active
+	p.mu.Unlock()
+	if b.Active {
+		p.logger.Warn("broker blocked publishing (memory or disk alarm); claiming paused", "reason", b.Reason)
+	} else {
+		p.logger.Info("broker unblocked publishing; claiming resumes")
+	}
+}
+
+// connect dials, opens a confirming channel and declares the exchange.
+func (p *Publisher) connect(ctx context.Context) (*session, error) {
+	dialer := amqp.Config{
+		Heartbeat: 10 * time.Second,
+		Locale:    "en_US",
+		Properties: amqp.Table{
+			"connection_name": "outbox-worker",
+		},
+	}
+	conn, err := amqp.DialConfig(p.cfg.URL, dialer)
+	if err != nil {
+		return nil, fmt.Errorf("dial: %w", err)
+	}
+	s, err := p.open(conn)
+	if err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	go p.watch(ctx, s)
+	return s, nil
+}
+
+func (p *Publisher) open(conn *amqp.Connection) (*session, error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("open channel: %w", err)
+	}
+	if err := ch.ExchangeDeclare(p.cfg.Exchange, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
+		return nil, fmt.Errorf("declare exchange %q: %w", p.cfg.Exchange, err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		return nil, fmt.Errorf("enable publisher confirms: %w", err)
+	}
+	s := &session{
+		conn: conn,
+		ch:   ch,
+		// Buffered for a whole window: the library hands a return over
+		// before it resolves that message's confirm, so once a window's
+		// confirms are in, its returns are already in this buffer.
+		returns: ch.NotifyReturn(make(chan amqp.Return, p.cfg.Window)),
+		closed:  make(chan struct{}),
+	}
+	return s, nil
+}
+
+// watch closes s.closed when the connection or the channel goes away, and
+// tracks connection.blocked alarms meanwhile.
+func (p *Publisher) watch(ctx context.Context, s *session) {
+	connClosed := s.conn.NotifyClose(make(chan *amqp.Error, 1))
+	chClosed := s.ch.NotifyClose(make(chan *amqp.Error, 1))
+	blocked := s.conn.NotifyBlocked(make(chan amqp.Blocking, 4))
+	defer close(s.closed)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case err := <-connClosed:
+			p.logClose("connection", err)
+			return
+		case err := <-chClosed:
+			p.logClose("channel", err)
+			return
+		case b, ok := <-blocked:
+			if !ok {
+				return
+			}
+			p.setBlocked(b)
+		}
+	}
+}
+
+func (p *Publisher) logClose(what string, err *amqp.Error) {
+	if err == nil {
+		return
+	}
+	p.logger.Warn("broker "+what+" closed", "error", err.Error(), "code", err.Code, "recoverable", err.Recover)
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// jitter spreads reconnects of many replicas over [d/2, d).
+func jitter(d time.Duration) time.Duration {
+	return d/2 + rand.N(d/2+1)
+}
+
