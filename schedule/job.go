@@ -1,0 +1,186 @@
+// Package schedule runs a job on a cron schedule from one goroutine: ticks
+// never overlap, a run that reports more work runs again at once (drain),
+// Trigger runs it early, and Stop finishes the run in flight before it
+// cancels it.
+package schedule
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/robfig/cron/v3"
+)
+
+// Func is one run of a job. It returns more when work is left that should
+// not wait for the next tick, such as a full batch.
+type Func func(ctx context.Context) (more bool, err error)
+
+// errorLogEvery bounds how often one job logs the same failure.
+const errorLogEvery = 30 * time.Second
+
+// Parse checks a schedule: five cron fields or a descriptor such as
+// "@every 1s" or "@hourly".
+func Parse(spec string) (cron.Schedule, error) {
+	s, err := cron.ParseStandard(spec)
+	if err != nil {
+		return nil, fmt.Errorf("schedule %q: %w", spec, err)
+	}
+	return s, nil
+}
+
+// Job runs a Func on a schedule.
+type Job struct {
+	name     string
+	schedule cron.Schedule
+	run      Func
+	logger   *slog.Logger
+
+	wake     chan struct{}
+	stopping chan struct{}
+	done     chan struct{}
+	cancel   context.CancelFunc
+	cron     *cron.Cron
+
+	startOnce, stopOnce sync.Once
+	lastRun             atomic.Int64 // unix nanoseconds of the last finished run
+	lastErr             errorLog
+}
+
+// New returns a Job that calls run on the schedule spec.
+func New(name, spec string, run Func, logger *slog.Logger) (*Job, error) {
+	s, err := Parse(spec)
+	if err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &Job{
+		name:     name,
+		schedule: s,
+		run:      run,
+		logger:   logger.With("job", name),
+		wake:     make(chan struct{}, 1),
+		stopping: make(chan struct{}),
+		done:     make(chan struct{}),
+	}, nil
+}
+
+// Start starts the schedule and returns. Runs get a context that outlives
+// ctx's cancellation; Stop ends them.
+func (j *Job) Start(ctx context.Context) error {
+	j.startOnce.Do(func() {
+		var runCtx context.Context
+		runCtx, j.cancel = context.WithCancel(context.WithoutCancel(ctx))
+		j.cron = cron.New(cron.WithLocation(time.UTC))
+		j.cron.Schedule(j.schedule, cron.FuncJob(j.Trigger))
+		j.cron.Start()
+		go j.loop(runCtx)
+	})
+	return nil
+}
+
+// Trigger asks for a run as soon as the current one, if any, is over.
+// Triggers while a run is pending collapse into one.
+func (j *Job) Trigger() {
+	select {
+	case j.wake <- struct{}{}:
+	default:
+	}
+}
+
+// LastRun is when the last run finished; zero before the first.
+func (j *Job) LastRun() time.Time {
+	n := j.lastRun.Load()
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+// Stop stops the schedule, lets the run in flight finish, and returns. If
+// ctx ends first it cancels the run, waits for it to return, and returns
+// ctx.Err(). Stop is idempotent and safe before Start.
+func (j *Job) Stop(ctx context.Context) error {
+	j.stopOnce.Do(func() {
+		close(j.stopping)
+		j.startOnce.Do(func() { close(j.done) }) // never started: nothing to wait for
+		if j.cron != nil {
+			j.cron.Stop()
+		}
+	})
+	select {
+	case <-j.done:
+		return nil
+	case <-ctx.Done():
+	}
+	if j.cancel != nil {
+		j.cancel()
+	}
+	<-j.done
+	return ctx.Err()
+}
+
+func (j *Job) loop(ctx context.Context) {
+	defer close(j.done)
+	defer j.cancel()
+	for {
+		select {
+		case <-j.stopping:
+			return
+		case <-j.wake:
+		}
+		for j.runOnce(ctx) {
+			select {
+			case <-j.stopping:
+				return
+			default:
+			}
+		}
+	}
+}
+
+// runOnce calls run, logs its error, and survives its panic: a bug in one
+// run must not take the worker down; what it had claimed is recovered.
+func (j *Job) runOnce(ctx context.Context) (more bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			j.logger.Error("job panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			more = false
+		}
+		j.lastRun.Store(time.Now().UnixNano())
+	}()
+	more, err := j.run(ctx)
+	if err != nil && !errors.Is(err, context.Canceled) {
+		j.lastErr.log(j.logger, err)
+		return false
+	}
+	return more
+}
+
+// errorLog logs a repeated error at most once per errorLogEvery, with the
+// number of times it was suppressed in between.
+type errorLog struct {
+	mu         sync.Mutex
+	last       string
+	lastLogged time.Time
+	suppressed int
+}
+
+func (l *errorLog) log(logger *slog.Logger, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	msg := err.Error()
+	if msg == l.last && time.Since(l.lastLogged) < errorLogEvery {
+		l.suppressed++
+		return
+	}
+	logger.Error("job run failed", "error", err, "suppressed", l.suppressed)
+	l.last, l.lastLogged, l.suppressed = msg, time.Now(), 0
+}
