@@ -1,0 +1,322 @@
+package claim
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/metrics"
+	"github.com/outboxrelay/outbox/schedule"
+)
+
+// Store is the outbox as the claimer needs it.
+type Store interface {
+	Claim(ctx context.Context, lease events.Lease, limit int) ([]events.Claimed, error)
+	MarkPublished(ctx context.Context, lease events.Lease, ids []any, at time.Time) (int, error)
+	Release(ctx context.Context, lease events.Lease, r events.Release) (int, error)
+}
+
+// Publisher is the broker as the claimer needs it.
+type Publisher interface {
+	// Ready returns nil when a publish can succeed, or why not.
+	Ready() error
+	// Publish returns one error per message, nil for a confirmed one.
+	Publish(ctx context.Context, msgs []events.Message) []error
+}
+
+const (
+	// ScheduleDefault is how often a worker claims.
+	ScheduleDefault = "@every 1s"
+	// BatchSizeDefault is how many events one claim takes at most.
+	BatchSizeDefault = 500
+	// MaxAttemptsDefault is how many claims an event gets before FAILED.
+	MaxAttemptsDefault = 10
+	// MaxBodyBytesDefault bounds a message body (RabbitMQ 4's default
+	// max_message_size is 16 MiB).
+	MaxBodyBytesDefault = 16 << 20
+	// PublishTimeoutDefault bounds the wait for one batch's confirms.
+	PublishTimeoutDefault = 30 * time.Second
+	// settleTimeout bounds the writes that record a batch's outcome, which
+	// run even while the worker shuts down.
+	settleTimeout = 5 * time.Second
+)
+
+// Config configures a Claimer.
+type Config struct {
+	// WorkerID names this worker on every claim. Required.
+	WorkerID string
+	// Schedule is the cron schedule of claims. Defaults to ScheduleDefault.
+	Schedule string
+	// BatchSize is the most events one claim takes. Defaults to BatchSizeDefault.
+	BatchSize int
+	// MaxAttempts is how many claims an event gets before it becomes
+	// FAILED. Defaults to MaxAttemptsDefault.
+	MaxAttempts int
+	// MaxBodyBytes bounds a message body; a larger event is FAILED.
+	// Defaults to MaxBodyBytesDefault.
+	MaxBodyBytes int
+	// PublishTimeout bounds the wait for a batch's confirms; events still
+	// unconfirmed then go back to NEW. Defaults to PublishTimeoutDefault.
+	PublishTimeout time.Duration
+	// RetryMin and RetryMax bound the backoff between retries of a failed
+	// publish. Default to RetryMinDefault and RetryMaxDefault.
+	RetryMin, RetryMax time.Duration
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Metrics defaults to an unregistered set.
+	Metrics *metrics.Metrics
+}
+
+func (c *Config) setDefaults() {
+	if c.Schedule == "" {
+		c.Schedule = ScheduleDefault
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = BatchSizeDefault
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = MaxAttemptsDefault
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = MaxBodyBytesDefault
+	}
+	if c.PublishTimeout == 0 {
+		c.PublishTimeout = PublishTimeoutDefault
+	}
+	if c.RetryMin == 0 {
+		c.RetryMin = RetryMinDefault
+	}
+	if c.RetryMax == 0 {
+		c.RetryMax = RetryMaxDefault
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics = metrics.New(nil)
+	}
+}
+
+// Validate reports the first bad field, naming it and its value.
+func (c Config) Validate() error {
+	switch {
+	case c.WorkerID == "":
+		return errors.New("worker id is empty")
+	case c.BatchSize < 1 || c.BatchSize > 10000:
+		return fmt.Errorf("batch size %d: want 1 to 10000", c.BatchSize)
+	case c.MaxAttempts < 1:
+		return fmt.Errorf("max attempts %d: want at least 1", c.MaxAttempts)
+	case c.MaxBodyBytes < 1:
+		return fmt.Errorf("max body bytes %d: want at least 1", c.MaxBodyBytes)
+	case c.PublishTimeout <= 0:
+		return fmt.Errorf("publish timeout %s: want more than 0", c.PublishTimeout)
+	case c.RetryMin <= 0 || c.RetryMax < c.RetryMin:
+		return fmt.Errorf("retry backoff %s..%s: want 0 < min <= max", c.RetryMin, c.RetryMax)
+	}
+	if _, err := schedule.Parse(c.Schedule); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Claimer claims, publishes and marks batches of events on a schedule.
+type Claimer struct {
+	cfg     Config
+	store   Store
+	pub     Publisher
+	logger  *slog.Logger
+	metrics *metrics.Metrics
+	policy  policy
+	job     *schedule.Job
+	now     func() time.Time
+	paused  pauseLog
+}
+
+// New returns a Claimer; Start runs it.
+func New(store Store, pub Publisher, cfg Config) (*Claimer, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("claim config: %w", err)
+	}
+	c := &Claimer{
+		cfg:     cfg,
+		store:   store,
+		pub:     pub,
+		logger:  cfg.Logger,
+		metrics: cfg.Metrics,
+		policy: policy{
+			maxAttempts: cfg.MaxAttempts,
+			retryMin:    cfg.RetryMin,
+			retryMax:    cfg.RetryMax,
+			jitter:      randomJitter,
+		},
+		now: time.Now,
+	}
+	var err error
+	c.job, err = schedule.New("claim", cfg.Schedule, c.runOnce, cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Start starts claiming on the schedule and returns.
+func (c *Claimer) Start(ctx context.Context) error { return c.job.Start(ctx) }
+
+// Trigger runs a claim as soon as the one in flight, if any, is over.
+func (c *Claimer) Trigger() { c.job.Trigger() }
+
+// LastRun is when the last claim finished; zero before the first.
+func (c *Claimer) LastRun() time.Time { return c.job.LastRun() }
+
+// Stop stops claiming and lets the batch in flight finish: its confirms are
+// awaited and its outcomes written. Near ctx's deadline, confirms still
+// missing are given up and those events released to NEW, keeping a few
+// seconds back for that write. Idempotent; safe before Start.
+func (c *Claimer) Stop(ctx context.Context) error {
+	drain := ctx
+	if deadline, ok := ctx.Deadline(); ok {
+		reserve := min(settleTimeout, time.Until(deadline)/3)
+		var cancel context.CancelFunc
+		drain, cancel = context.WithDeadline(ctx, deadline.Add(-reserve))
+		defer cancel()
+	}
+	if err := c.job.Stop(drain); err != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return nil
+}
+
+// runOnce claims one batch and carries it through. It reports more when the
+// batch was full, so the schedule drains a backlog without waiting a tick.
+func (c *Claimer) runOnce(ctx context.Context) (more bool, err error) {
+	if err := c.pub.Ready(); err != nil {
+		c.paused.log(c.logger, err)
+		return false, nil
+	}
+	c.paused.resume(c.logger)
+	lease := events.Lease{
+		WorkerID: c.cfg.WorkerID,
+		Token:    newToken(),
+		At:       c.now().UTC().Truncate(time.Millisecond),
+	}
+	claimed, err := c.store.Claim(ctx, lease, c.cfg.BatchSize)
+	if err != nil {
+		c.metrics.JobErrors.WithLabelValues("claim").Inc()
+		return false, fmt.Errorf("claim batch: %w", err)
+	}
+	if len(claimed) == 0 {
+		return false, nil
+	}
+	c.metrics.Claimed.Add(float64(len(claimed)))
+	c.metrics.ClaimBatchSize.Observe(float64(len(claimed)))
+	if err := c.relay(ctx, lease, claimed); err != nil {
+		c.metrics.JobErrors.WithLabelValues("claim").Inc()
+		return false, err
+	}
+	return len(claimed) == c.cfg.BatchSize, nil
+}
+
+// relay publishes a claimed batch and writes every outcome.
+func (c *Claimer) relay(ctx context.Context, lease events.Lease, claimed []events.Claimed) error {
+	outcomes := make([]outcome, len(claimed))
+	msgs := make([]events.Message, 0, len(claimed))
+	sent := make([]int, 0, len(claimed)) // outcomes index of each message
+	for i, cl := range claimed {
+		outcomes[i] = outcome{id: cl.ID, attempts: cl.Attempts}
+		m, err := events.NewMessage(cl.Doc, c.cfg.MaxBodyBytes)
+		if err != nil {
+			outcomes[i].err = err
+			continue
+		}
+		msgs = append(msgs, m)
+		sent = append(sent, i)
+	}
+
+	pubCtx, cancel := context.WithTimeout(ctx, c.cfg.PublishTimeout)
+	errs := c.pub.Publish(pubCtx, msgs)
+	cancel()
+	confirmedAt := c.now()
+	for j, err := range errs {
+		outcomes[sent[j]].err = err
+		if err == nil {
+			c.metrics.PublishLatency.Observe(confirmedAt.Sub(msgs[j].Timestamp).Seconds())
+		}
+	}
+	// The outcome is written even when shutdown has cancelled ctx: a
+	// confirmed event left PROCESSING would be published again.
+	settleCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	return c.settle(settleCtx, lease, outcomes, confirmedAt.UTC())
+}
+
+func (c *Claimer) settle(ctx context.Context, lease events.Lease, outcomes []outcome, now time.Time) error {
+	published, releases := c.policy.plan(outcomes, now)
+	var errs []error
+	if len(published) > 0 {
+		n, err := c.store.MarkPublished(ctx, lease, published, now.Truncate(time.Millisecond))
+		if err != nil {
+			errs = append(errs, err)
+		}
+		c.metrics.Published.Add(float64(n))
+		c.noteLost(len(published), n, err, "mark published")
+	}
+	for _, r := range releases {
+		n, err := c.store.Release(ctx, lease, r.Release)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if r.Status == events.StatusFailed {
+			c.metrics.Failed.WithLabelValues(r.reason).Add(float64(n))
+			c.logger.Warn("events failed", "count", n, "reason", r.reason, "last_error", r.LastError)
+		} else {
+			c.metrics.Released.WithLabelValues(r.reason).Add(float64(n))
+			c.logger.Info("events released to NEW", "count", n, "reason", r.reason,
+				"refund", r.Refund, "retry_at", r.RetryAt, "last_error", r.LastError)
+		}
+		c.noteLost(len(r.IDs), n, err, "release")
+	}
+	return errors.Join(errs...)
+}
+
+// noteLost counts events whose fenced write matched nothing: recovery had
+// reset them and another worker may hold them now. For a confirmed event
+// that is the one way a duplicate delivery arises; it is expected only when
+// a publish took longer than the stale threshold.
+func (c *Claimer) noteLost(want, got int, err error, what string) {
+	if err != nil || got >= want {
+		return
+	}
+	c.metrics.LostClaims.Add(float64(want - got))
+	c.logger.Warn("claims lost before "+what+"; another worker may deliver these events again",
+		"lost", want-got, "of", want)
+}
+
+func newToken() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// pauseLog logs once when claiming pauses and once when it resumes, rather
+// than on every tick of an outage.
+type pauseLog struct{ paused bool }
+
+func (p *pauseLog) log(logger *slog.Logger, why error) {
+	if !p.paused {
+		logger.Warn("claiming paused", "error", why)
+		p.paused = true
+	}
+}
+
+func (p *pauseLog) resume(logger *slog.Logger) {
+	if p.paused {
+		logger.Info("claiming resumed")
+		p.paused = false
+	}
+}

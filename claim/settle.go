@@ -1,0 +1,101 @@
+package claim
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/outboxrelay/outbox/broker"
+	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/metrics"
+)
+
+// outcome is what became of one claimed event's publish.
+type outcome struct {
+	id       any
+	attempts int
+	err      error // nil: confirmed
+}
+
+// release is one write that moves events out of PROCESSING, with the
+// metrics reason it counts under.
+type release struct {
+	events.Release
+	reason string
+}
+
+// policy decides what a failed publish means for its event.
+type policy struct {
+	maxAttempts        int
+	retryMin, retryMax time.Duration
+	jitter             func(time.Duration) time.Duration
+}
+
+// plan splits outcomes into the ids to mark PUBLISHED and the releases for
+// the rest, grouped so that each group is one write:
+//   - a poison event (events.InvalidError) fails at once;
+//   - a broker outage or a missing confirm puts the event back to NEW at
+//     once and refunds the attempt: it was not the event's fault;
+//   - a nack or a return retries later with backoff, until maxAttempts
+//     claims have been used; then the event fails.
+func (p policy) plan(outcomes []outcome, now time.Time) (published []any, releases []release) {
+	groups := map[string]*release{}
+	var order []string
+	add := func(key string, r release, id any) {
+		g, ok := groups[key]
+		if !ok {
+			g = &r
+			groups[key] = g
+			order = append(order, key)
+		}
+		g.IDs = append(g.IDs, id)
+	}
+	// Events with the same attempt count share one retry time, so a batch
+	// that failed together costs one write per attempt count.
+	retryAts := map[int]time.Time{}
+	retryAt := func(attempts int) time.Time {
+		t, ok := retryAts[attempts]
+		if !ok {
+			t = now.Add(retryDelay(attempts, p.retryMin, p.retryMax, p.jitter)).Truncate(time.Millisecond)
+			retryAts[attempts] = t
+		}
+		return t
+	}
+	for _, o := range outcomes {
+		if o.err == nil {
+			published = append(published, o.id)
+			continue
+		}
+		r := p.decide(o, retryAt)
+		key := fmt.Sprintf("%s|%s|%t|%d|%s", r.Status, r.reason, r.Refund, r.RetryAt.UnixNano(), r.LastError)
+		add(key, r, o.id)
+	}
+	for _, k := range order {
+		releases = append(releases, *groups[k])
+	}
+	return published, releases
+}
+
+func (p policy) decide(o outcome, retryAt func(attempts int) time.Time) release {
+	var invalid *events.InvalidError
+	switch {
+	case errors.As(o.err, &invalid):
+		return release{events.Release{Status: events.StatusFailed, LastError: o.err.Error()}, metrics.ReasonInvalid}
+	case errors.Is(o.err, broker.ErrUnavailable):
+		return release{events.Release{Status: events.StatusNew, LastError: o.err.Error(), Refund: true}, metrics.ReasonBrokerUnavailable}
+	case errors.Is(o.err, broker.ErrUnconfirmed):
+		return release{events.Release{Status: events.StatusNew, LastError: o.err.Error(), Refund: true}, metrics.ReasonUnconfirmed}
+	}
+	if o.attempts >= p.maxAttempts {
+		msg := fmt.Sprintf("gave up after %d attempts: %v", o.attempts, o.err)
+		return release{events.Release{Status: events.StatusFailed, LastError: msg}, metrics.ReasonMaxAttempts}
+	}
+	reason := metrics.ReasonError
+	switch {
+	case errors.Is(o.err, broker.ErrNacked):
+		reason = metrics.ReasonNacked
+	case errors.Is(o.err, broker.ErrReturned):
+		reason = metrics.ReasonReturned
+	}
+	return release{events.Release{Status: events.StatusNew, LastError: o.err.Error(), RetryAt: retryAt(o.attempts)}, reason}
+}
