@@ -1,0 +1,123 @@
+// Package recovery resets events stuck in PROCESSING, because the worker
+// that claimed them crashed, hung or lost its database, back to NEW so that
+// another worker publishes them. Every replica runs it; each reset is one
+// guarded write, so running it twice at once is harmless.
+package recovery
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/outboxrelay/outbox/metrics"
+	"github.com/outboxrelay/outbox/schedule"
+)
+
+// Store is the outbox as recovery needs it.
+type Store interface {
+	// RecoverStale resets events PROCESSING since before staleBefore to
+	// NEW, or to FAILED once they have used maxAttempts claims.
+	RecoverStale(ctx context.Context, staleBefore, now time.Time, maxAttempts int) (reset, failed int, err error)
+}
+
+const (
+	// ScheduleDefault is how often recovery runs: every two minutes.
+	ScheduleDefault = "*/2 * * * *"
+	// StaleAfterDefault is how long a claim may stay PROCESSING.
+	StaleAfterDefault = 60 * time.Second
+)
+
+// Config configures a Recoverer.
+type Config struct {
+	// Schedule is the cron schedule of recovery runs. Defaults to ScheduleDefault.
+	Schedule string
+	// StaleAfter is how long an event may stay PROCESSING before it is
+	// taken back. Keep it well above the claimer's publish timeout, or a
+	// slow batch is taken back while its worker still publishes it.
+	// Defaults to StaleAfterDefault.
+	StaleAfter time.Duration
+	// MaxAttempts: a stale event that has used this many claims becomes
+	// FAILED instead of NEW. Zero means no limit.
+	MaxAttempts int
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Metrics defaults to an unregistered set.
+	Metrics *metrics.Metrics
+}
+
+// Validate reports the first bad field.
+func (c Config) Validate() error {
+	if c.StaleAfter <= 0 {
+		return fmt.Errorf("stale after %s: want more than 0", c.StaleAfter)
+	}
+	if c.MaxAttempts < 0 {
+		return fmt.Errorf("max attempts %d: want 0 or more", c.MaxAttempts)
+	}
+	_, err := schedule.Parse(c.Schedule)
+	return err
+}
+
+// Recoverer runs stale-claim recovery on a schedule.
+type Recoverer struct {
+	cfg   Config
+	store Store
+	job   *schedule.Job
+	now   func() time.Time
+}
+
+// New returns a Recoverer; Start runs it.
+func New(store Store, cfg Config) (*Recoverer, error) {
+	if cfg.Schedule == "" {
+		cfg.Schedule = ScheduleDefault
+	}
+	if cfg.StaleAfter == 0 {
+		cfg.StaleAfter = StaleAfterDefault
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.New(nil)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("recovery config: %w", err)
+	}
+	r := &Recoverer{cfg: cfg, store: store, now: time.Now}
+	var err error
+	if r.job, err = schedule.New("recovery", cfg.Schedule, r.runOnce, cfg.Logger); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Start starts the schedule and returns.
+func (r *Recoverer) Start(ctx context.Context) error { return r.job.Start(ctx) }
+
+// Stop lets a run in flight finish. Idempotent; safe before Start.
+func (r *Recoverer) Stop(ctx context.Context) error { return r.job.Stop(ctx) }
+
+// LastRun is when the last run finished; zero before the first.
+func (r *Recoverer) LastRun() time.Time { return r.job.LastRun() }
+
+// Trigger runs recovery as soon as possible.
+func (r *Recoverer) Trigger() { r.job.Trigger() }
+
+func (r *Recoverer) runOnce(ctx context.Context) (bool, error) {
+	now := r.now().UTC()
+	reset, failed, err := r.store.RecoverStale(ctx, now.Add(-r.cfg.StaleAfter), now, r.cfg.MaxAttempts)
+	r.cfg.Metrics.Recovered.Add(float64(reset))
+	r.cfg.Metrics.Failed.WithLabelValues(metrics.ReasonStaleMaxAttempts).Add(float64(failed))
+	if err != nil {
+		r.cfg.Metrics.JobErrors.WithLabelValues("recovery").Inc()
+		return false, fmt.Errorf("recover stale events: %w", err)
+	}
+	level := slog.LevelDebug
+	if reset > 0 || failed > 0 {
+		level = slog.LevelWarn // stale claims mean a worker died or hung: worth a look
+	}
+	r.cfg.Logger.Log(ctx, level, "recovered stale events",
+		"reset", reset, "failed", failed, "stale_after", r.cfg.StaleAfter.String())
+	return false, nil
+}
+
