@@ -1,0 +1,195 @@
+package ops
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/outboxrelay/outbox/events"
+)
+
+// Pinger checks that the database answers.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// Readier says whether the broker can take a publish.
+type Readier interface {
+	Ready() error
+}
+
+// Job is a background job the status page reports on.
+type Job interface {
+	LastRun() time.Time
+}
+
+// ServerConfig wires the endpoints to the worker's parts.
+type ServerConfig struct {
+	// Addr is the listen address, e.g. ":8080".
+	Addr     string
+	WorkerID string
+	// Store answers /readyz's ping and /status's counts.
+	Store      ServerStore
+	Broker     Readier
+	StaleAfter time.Duration
+	// Claimer runs a claim at once on POST /trigger.
+	Claimer interface {
+		Job
+		Trigger()
+	}
+	Recovery Job
+	Gatherer prometheus.Gatherer
+	Logger   *slog.Logger
+}
+
+// Server serves the operations endpoints.
+type Server struct {
+	cfg      ServerConfig
+	srv      *http.Server
+	ln       net.Listener
+	stopOnce sync.Once
+	done     chan struct{}
+}
+
+// ServerStore is what the server needs of the store.
+type ServerStore interface {
+	Pinger
+	StatsSource
+}
+
+// NewServer returns a Server; Start serves it.
+func NewServer(cfg ServerConfig) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{cfg: cfg, done: make(chan struct{})}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.HandleFunc("GET /status", s.status)
+	mux.HandleFunc("POST /trigger", s.trigger)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	return s
+}
+
+// Start listens, so that a taken port fails the start, and serves in the
+// background.
+func (s *Server) Start(context.Context) error {
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on OUTBOX_HTTP_ADDR %s: %w", s.cfg.Addr, err)
+	}
+	s.ln = ln
+	go func() {
+		defer close(s.done)
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.cfg.Logger.Error("http server stopped", "error", err)
+		}
+	}()
+	return nil
+}
+
+// Addr is the address the server listens on, once started.
+func (s *Server) Addr() string {
+	if s.ln == nil {
+		return ""
+	}
+	return s.ln.Addr().String()
+}
+
+// Stop shuts the server down gracefully. Idempotent; safe before Start.
+func (s *Server) Stop(ctx context.Context) error {
+	if s.ln == nil {
+		return nil
+	}
+	var err error
+	s.stopOnce.Do(func() { err = s.srv.Shutdown(ctx) })
+	return err
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "workerId": s.cfg.WorkerID})
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if reason := s.notReady(r.Context()); reason != "" {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "reason": reason})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ready": true})
+}
+
+func (s *Server) notReady(ctx context.Context) string {
+	st := s.cfg.Store
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := st.Ping(ctx); err != nil {
+		return "mongodb: " + err.Error()
+	}
+	if err := s.cfg.Broker.Ready(); err != nil {
+		return "rabbitmq: " + err.Error()
+	}
+	return ""
+}
+
+// statusBody is the JSON of GET /status.
+type statusBody struct {
+	WorkerID            string           `json:"workerId"`
+	Counts              map[string]int64 `json:"counts"`
+	OldestNewAgeSeconds float64          `json:"oldestNewAgeSeconds"`
+	StaleProcessing     int64            `json:"staleProcessing"`
+	LastClaimAt         *time.Time       `json:"lastClaimAt"`
+	LastRecoveryAt      *time.Time       `json:"lastRecoveryAt"`
+}
+
+func (s *Server) status(w http.ResponseWriter, r *http.Request) {
+	st := s.cfg.Store
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	now := time.Now().UTC()
+	stats, err := st.Stats(ctx, now.Add(-s.cfg.StaleAfter))
+	if err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": err.Error()})
+		return
+	}
+	body := statusBody{
+		WorkerID:            s.cfg.WorkerID,
+		Counts:              make(map[string]int64, len(stats.Counts)),
+		OldestNewAgeSeconds: stats.OldestNewAge(now).Seconds(),
+		StaleProcessing:     stats.Stale,
+		LastClaimAt:         timeOrNil(s.cfg.Claimer.LastRun()),
+		LastRecoveryAt:      timeOrNil(s.cfg.Recovery.LastRun()),
+	}
+	for _, status := range events.Statuses {
+		body.Counts[string(status)] = stats.Counts[status]
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+func (s *Server) trigger(w http.ResponseWriter, _ *http.Request) {
+	s.cfg.Claimer.Trigger()
+	writeJSON(w, http.StatusAccepted, map[string]any{"triggered": true})
+}
+
+func timeOrNil(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
