@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	driver "go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/outboxrelay/outbox/broker"
+	"github.com/outboxrelay/outbox/claim"
+	"github.com/outboxrelay/outbox/metrics"
+	"github.com/outboxrelay/outbox/mongo"
+	"github.com/outboxrelay/outbox/ops"
+	"github.com/outboxrelay/outbox/recovery"
+	"github.com/outboxrelay/outbox/retention"
+)
+
+// service is anything the worker starts and stops.
+type service interface {
+	Start(ctx context.Context) error
+	Stop(ctx context.Context) error
+}
+
+// runCommand is `worker run`: the relay.
+func runCommand(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	cfg, _, err := loadConfig("run", args, getenv, false, nil)
+	if err != nil {
+		return err
+	}
+	logger := newLogger(cfg, stderr)
+	w, err := newWorker(cfg, logger)
+	if err != nil {
+		return err
+	}
+	return w.run(ctx)
+}
+
+// worker is the wired relay.
+type worker struct {
+	cfg       Config
+	logger    *slog.Logger
+	client    *driver.Client
+	store     *mongo.Store
+	publisher *broker.Publisher
+	claimer   *claim.Claimer
+	jobs      []service // recovery, retention, sampler
+	http      *ops.Server
+}
+
+func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := metrics.New(reg)
+
+	client, err := driver.Connect(options.Client().ApplyURI(cfg.MongoURI).SetAppName("outbox-worker"))
+	if err != nil {
+		return nil, fmt.Errorf("%w: invalid OUTBOX_MONGO_URI %q: %v", ErrUsage, broker.Redact(cfg.MongoURI), err)
+	}
+	w := &worker{cfg: cfg, logger: logger, client: client}
+	w.store = mongo.New(client, mongo.Config{Database: cfg.MongoDatabase, Collection: cfg.MongoCollection, Logger: logger})
+	w.publisher, err = broker.New(broker.Config{
+		URL:      cfg.AMQPURL,
+		Exchange: cfg.AMQPExchange,
+		Window:   max(broker.WindowDefault, cfg.BatchSize),
+		Logger:   logger,
+		OnConnected: func(up bool) {
+			m.BrokerConnected.Set(map[bool]float64{true: 1}[up])
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	w.claimer, err = claim.New(w.store, w.publisher, claim.Config{
+		WorkerID:       cfg.WorkerID,
+		Schedule:       cfg.ClaimSchedule,
+		BatchSize:      cfg.BatchSize,
+		MaxAttempts:    cfg.MaxAttempts,
+		MaxBodyBytes:   cfg.MaxMessageBytes,
+		PublishTimeout: cfg.PublishTimeout,
+		RetryMin:       cfg.RetryMin,
+		RetryMax:       cfg.RetryMax,
+		Logger:         logger,
+		Metrics:        m,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	recoverer, err := recovery.New(w.store, recovery.Config{
+		Schedule: cfg.RecoverySchedule, StaleAfter: cfg.StaleAfter, MaxAttempts: cfg.MaxAttempts,
+		Logger: logger, Metrics: m,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	cleaner, err := retention.New(w.store, retention.Config{Retention: cfg.Retention, Logger: logger, Metrics: m})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	sampler, err := ops.NewSampler(w.store, cfg.StaleAfter, "", m, logger)
+	if err != nil {
+		return nil, err
+	}
+	w.jobs = []service{recoverer, cleaner, sampler}
+	w.http = ops.NewServer(ops.ServerConfig{
+		Addr: cfg.HTTPAddr, WorkerID: cfg.WorkerID, Store: w.store, Broker: w.publisher,
+		StaleAfter: cfg.StaleAfter, Claimer: w.claimer, Recovery: recoverer, Gatherer: reg, Logger: logger,
+	})
+	return w, nil
+}
+
+// run starts the worker, waits for ctx to end (a signal), and stops it.
+func (w *worker) run(ctx context.Context) error {
+	w.logger.Info("worker starting",
+		"mongo_uri", broker.Redact(w.cfg.MongoURI), "amqp_url", broker.Redact(w.cfg.AMQPURL),
+		"exchange", w.cfg.AMQPExchange, "batch_size", w.cfg.BatchSize, "claim_schedule", w.cfg.ClaimSchedule)
+	// Health first, so that an orchestrator sees a live, not-ready worker
+	// while the database or the broker is still out of reach.
+	if err := w.http.Start(ctx); err != nil {
+		return err
+	}
+	if err := w.publisher.Start(ctx); err != nil {
+		return err
+	}
+	if err := w.prepareStore(ctx); err != nil {
+		return w.stop(err)
+	}
+	for _, s := range append([]service{w.claimer}, w.jobs...) {
+		if err := s.Start(ctx); err != nil {
+			return w.stop(err)
+		}
+	}
+	w.logger.Info("worker running", "http_addr", w.http.Addr())
+	<-ctx.Done()
+	w.logger.Info("worker stopping", "timeout", w.cfg.ShutdownTimeout.String())
+	return w.stop(nil)
+}
+
+// prepareStore waits for the database with backoff: a worker started
+// before its database comes up rather than crash-looping.
+func (w *worker) prepareStore(ctx context.Context) error {
+	wait := 500 * time.Millisecond
+	for {
+		attemptCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := w.store.Prepare(attemptCtx)
+		cancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		w.logger.Warn("mongodb not ready; retrying", "error", err, "retry_in", wait.String())
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 30*time.Second)
+	}
+	if w.store.SupportsTransactions() {
+		w.logger.Info("mongodb supports transactions: PUBLISHED writes run in a transaction")
+	} else {
+		w.logger.Warn("mongodb does not support transactions (standalone server or FerretDB): PUBLISHED writes use the fenced single write")
+	}
+	return nil
+}
+
+// stop shuts the worker down within the shutdown timeout. The order
+// matters: first stop claiming and let the batch in flight finish (its
+// confirms awaited, its outcomes written, what is unconfirmed released to
+// NEW); then stop recovery, retention and the sampler; then close the broker
+// connection, which nothing uses any more; then the HTTP server, so that
+// health answers until the end; last the database client.
+func (w *worker) stop(cause error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.ShutdownTimeout)
+	defer cancel()
+	errs := []error{cause}
+	if errors.Is(cause, context.Canceled) {
+		errs = nil // a signal during start-up is a clean stop
+	}
+	steps := append([]service{w.claimer}, w.jobs...)
+	steps = append(steps, w.publisher, w.http)
+	for _, s := range steps {
+		if err := s.Stop(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := w.client.Disconnect(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	err := errors.Join(errs...)
+	if err != nil {
+		w.logger.Error("worker stopped with errors", "error", err)
+		return err
+	}
+	w.logger.Info("worker stopped")
+	return nil
+}
