@@ -37,6 +37,7 @@ type Metrics struct {
 	StaleProcessing prometheus.Gauge
 	BrokerConnected prometheus.Gauge
 	JobErrors       *prometheus.CounterVec
+	DBCommands      *prometheus.CounterVec
 }
 
 // New creates the collectors and registers them with reg. A nil reg leaves
@@ -101,11 +102,15 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: namespace, Name: "job_errors_total",
 			Help: "Runs of a background job (claim, recovery, retention, sampler) that failed.",
 		}, []string{"job"}),
+		DBCommands: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "db_commands_total",
+			Help: "Database commands this worker sent, by command name (find, update, delete, commitTransaction, ...).",
+		}, []string{"command"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Claimed, m.Published, m.Failed, m.Released, m.Recovered, m.Deleted,
 			m.LostClaims, m.PublishLatency, m.ClaimBatchSize, m.Events, m.OldestNewAge,
-			m.StaleProcessing, m.BrokerConnected, m.JobErrors)
+			m.StaleProcessing, m.BrokerConnected, m.JobErrors, m.DBCommands)
 	}
 	return m
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sync"
 	"time"
 
@@ -49,6 +50,8 @@ type ServerConfig struct {
 	Recovery Job
 	Gatherer prometheus.Gatherer
 	Logger   *slog.Logger
+	// Pprof serves net/http/pprof under /debug/pprof/ when set.
+	Pprof bool
 }
 
 // Server serves the operations endpoints.
@@ -78,6 +81,12 @@ func NewServer(cfg ServerConfig) *Server {
 	mux.HandleFunc("GET /status", s.status)
 	mux.HandleFunc("POST /trigger", s.trigger)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+	if cfg.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	return s
 }

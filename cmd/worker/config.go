@@ -45,6 +45,7 @@ type Config struct {
 	WorkerID         string
 	LogLevel         slog.Level
 	LogFormat        string
+	Pprof            bool
 }
 
 // setting binds one Config field to its flag and environment variable.
@@ -99,6 +100,8 @@ func settings() []setting {
 			usage: "debug, info, warn or error", parse: func(c *Config, v string) error { return c.LogLevel.UnmarshalText([]byte(v)) }},
 		{env: "OUTBOX_LOG_FORMAT", flag: "log-format", def: "json", storeOnly: true,
 			usage: "json or text", parse: func(c *Config, v string) error { return oneOf(&c.LogFormat, v, "json", "text") }},
+		{env: "OUTBOX_PPROF", flag: "pprof", def: "false",
+			usage: "serve /debug/pprof/ on the HTTP address (for profiling; keep the address private)", parse: func(c *Config, v string) error { return parseBool(&c.Pprof, v) }},
 	}
 }
 
@@ -184,6 +187,15 @@ func oneOf(dst *string, v string, allowed ...string) error {
 		}
 	}
 	return fmt.Errorf("want one of %s", strings.Join(allowed, ", "))
+}
+
+func parseBool(dst *bool, v string) error {
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return errors.New("want true or false")
+	}
+	*dst = b
+	return nil
 }
 
 func parseInt(dst *int, v string, lo, hi int) error {

@@ -59,7 +59,10 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg)
 
-	client, err := driver.Connect(options.Client().ApplyURI(cfg.MongoURI).SetAppName("outbox-worker"))
+	client, err := driver.Connect(options.Client().
+		ApplyURI(cfg.MongoURI).
+		SetAppName("outbox-worker").
+		SetMonitor(m.CommandMonitor()))
 	if err != nil {
 		return nil, fmt.Errorf("%w: invalid OUTBOX_MONGO_URI %q: %v", ErrUsage, broker.Redact(cfg.MongoURI), err)
 	}
@@ -111,6 +114,7 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	w.http = ops.NewServer(ops.ServerConfig{
 		Addr: cfg.HTTPAddr, WorkerID: cfg.WorkerID, Store: w.store, Broker: w.publisher,
 		StaleAfter: cfg.StaleAfter, Claimer: w.claimer, Recovery: recoverer, Gatherer: reg, Logger: logger,
+		Pprof: cfg.Pprof,
 	})
 	return w, nil
 }
