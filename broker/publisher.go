@@ -225,6 +225,9 @@ func (p *Publisher) setBlocked(b amqp.Blocking) {
 // connect dials, opens a confirming channel and declares the exchange.
 func (p *Publisher) connect(ctx context.Context) (*session, error) {
 	dialer := amqp.Config{
+		// Well below the worker's shutdown timeout, so a stop never waits
+		// on a dial to a broker that does not answer.
+		Dial:      amqp.DefaultDial(5 * time.Second),
 		Heartbeat: 10 * time.Second,
 		Locale:    "en_US",
 		Properties: amqp.Table{

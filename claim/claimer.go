@@ -259,15 +259,19 @@ func (c *Claimer) settle(ctx context.Context, lease events.Lease, outcomes []out
 	published, releases := c.policy.plan(outcomes, now)
 	var errs []error
 	if len(published) > 0 {
-		n, err := c.store.MarkPublished(ctx, lease, published, now.Truncate(time.Millisecond))
+		n, exact, err := retryWrite(ctx, func(ctx context.Context) (int, error) {
+			return c.store.MarkPublished(ctx, lease, published, now.Truncate(time.Millisecond))
+		})
 		if err != nil {
 			errs = append(errs, err)
 		}
 		c.metrics.Published.Add(float64(n))
-		c.noteLost(len(published), n, err, "mark published")
+		c.noteLost(len(published), n, exact, "mark published")
 	}
 	for _, r := range releases {
-		n, err := c.store.Release(ctx, lease, r.Release)
+		n, exact, err := retryWrite(ctx, func(ctx context.Context) (int, error) {
+			return c.store.Release(ctx, lease, r.Release)
+		})
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -279,17 +283,39 @@ func (c *Claimer) settle(ctx context.Context, lease events.Lease, outcomes []out
 			c.logger.Info("events released to NEW", "count", n, "reason", r.reason,
 				"refund", r.Refund, "retry_at", r.RetryAt, "last_error", r.LastError)
 		}
-		c.noteLost(len(r.IDs), n, err, "release")
+		c.noteLost(len(r.IDs), n, exact, "release")
 	}
 	return errors.Join(errs...)
+}
+
+// retryWrite runs a fenced outcome write until it succeeds or ctx ends. A
+// database blip must not leave a confirmed event PROCESSING, to be
+// published again after recovery. The writes are idempotent (fenced on
+// status PROCESSING), so a retry after a write that did land changes
+// nothing; its count is then not the whole count, which exact reports.
+func retryWrite(ctx context.Context, write func(context.Context) (int, error)) (n int, exact bool, err error) {
+	wait := 100 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		n, err = write(ctx)
+		if err == nil {
+			return n, attempt == 0, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, false, err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
 }
 
 // noteLost counts events whose fenced write matched nothing: recovery had
 // reset them and another worker may hold them now. For a confirmed event
 // that is the one way a duplicate delivery arises; it is expected only when
-// a publish took longer than the stale threshold.
-func (c *Claimer) noteLost(want, got int, err error, what string) {
-	if err != nil || got >= want {
+// a publish took longer than the stale threshold. After a retried write the
+// count is not exact, and nothing is concluded.
+func (c *Claimer) noteLost(want, got int, exact bool, what string) {
+	if !exact || got >= want {
 		return
 	}
 	c.metrics.LostClaims.Add(float64(want - got))
