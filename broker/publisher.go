@@ -318,4 +318,3 @@ func sleep(ctx context.Context, d time.Duration) bool {
 func jitter(d time.Duration) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
-
