@@ -1,0 +1,206 @@
+package claim
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/outboxrelay/outbox/broker"
+	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/metrics"
+)
+
+// planNow has sub-millisecond digits: retry times are stored as BSON dates
+// and must come out of plan truncated to milliseconds.
+var planNow = time.Date(2025, 6, 7, 8, 9, 10, 123456789, time.UTC)
+
+func at(d time.Duration) time.Time { return planNow.Add(d).Truncate(time.Millisecond) }
+
+func TestPlan(t *testing.T) {
+	t.Parallel()
+	poison := &events.InvalidError{Field: "type", Reason: "is missing"}
+	wrappedPoison := fmt.Errorf("build message: %w", &events.InvalidError{Field: "payload", Reason: "must be a document, got string"})
+	unavailable := fmt.Errorf("%w: not connected", broker.ErrUnavailable)
+	unconfirmed := fmt.Errorf("%w: context deadline exceeded", broker.ErrUnconfirmed)
+	returned := fmt.Errorf("%w: 312 NO_ROUTE (routing key %q)", broker.ErrReturned, "order.created")
+	other := errors.New("something else")
+
+	tests := []struct {
+		name          string
+		outcomes      []outcome
+		wantPublished []any
+		wantReleases  []release
+	}{
+		{
+			name:          "confirmed events are published",
+			outcomes:      []outcome{{id: "a", attempts: 1}, {id: "b", attempts: 4}},
+			wantPublished: []any{"a", "b"},
+		},
+		{
+			name:     "poison fails at once on its first attempt",
+			outcomes: []outcome{{id: "a", attempts: 1, err: poison}},
+			wantReleases: []release{{events.Release{
+				IDs: []any{"a"}, Status: events.StatusFailed, LastError: poison.Error(),
+			}, metrics.ReasonInvalid}},
+		},
+		{
+			name:     "poison past max attempts still fails as invalid",
+			outcomes: []outcome{{id: "a", attempts: 9, err: poison}},
+			wantReleases: []release{{events.Release{
+				IDs: []any{"a"}, Status: events.StatusFailed, LastError: poison.Error(),
+			}, metrics.ReasonInvalid}},
+		},
+		{
+			name:     "wrapped poison is poison",
+			outcomes: []outcome{{id: "a", attempts: 1, err: wrappedPoison}},
+			wantReleases: []release{{events.Release{
+				IDs: []any{"a"}, Status: events.StatusFailed, LastError: wrappedPoison.Error(),
+			}, metrics.ReasonInvalid}},
+		},
+		{
+			name:     "broker unavailable refunds without a retry time",
+			outcomes: []outcome{{id: "a", attempts: 1, err: unavailable}, {id: "b", attempts: 2, err: unavailable}},
+			wantReleases: []release{{events.Release{
+				IDs: []any{"a", "b"}, Status: events.StatusNew, LastError: unavailable.Error(), Refund: true,
+			}, metrics.ReasonBrokerUnavailable}},
+		},
+		{
+			name:     "broker unavailable on the last attempt is not the event's fault",
+			outcomes: []outcome{{id: "a", attempts: 3, err: unavailable}},
+			wantReleases: []release{{events.Release{
+				IDs: []any{"a"}, Status: events.StatusNew, LastError: unavailable.Error(), Refund: true,
+			}, metrics.ReasonBrokerUnavailable}},
+		},
+		{
+			name:     "unconfirmed refunds without a retry time",
+			outcomes: []outcome{{id: "a", attempts: 3, err: unconfirmed}},
+			wantReleases: []release{{events.Release{
+				IDs: []any{"a"}, Status: events.StatusNew, LastError: unconfirmed.Error(), Refund: true,
+			}, metrics.ReasonUnconfirmed}},
+		},
+		{
+			name:     "nack retries after the first backoff",
+			outcomes: []outcome{{id: "a", attempts: 1, err: broker.ErrNacked}},
+			wantReleases: []release{{events.Release{
+				IDs: []any{"a"}, Status: events.StatusNew, LastError: broker.ErrNacked.Error(), RetryAt: at(time.Second),
+			}, metrics.ReasonNacked}},
+		},
+		{
+			name:     "return retries with backoff doubled per attempt",
+			outcomes: []outcome{{id: "a", attempts: 2, err: returned}},
+			wantReleases: []release{{events.Release{
+				IDs: []any{"a"}, Status: events.StatusNew, LastError: returned.Error(), RetryAt: at(2 * time.Second),
+			}, metrics.ReasonReturned}},
+		},
+		{
+			name:     "any other error retries as error",
+			outcomes: []outcome{{id: "a", attempts: 1, err: other}},
+			wantReleases: []release{{events.Release{
+				IDs: []any{"a"}, Status: events.StatusNew, LastError: other.Error(), RetryAt: at(time.Second),
+			}, metrics.ReasonError}},
+		},
+		{
+			name: "same attempt count shares one release",
+			outcomes: []outcome{
+				{id: "a", attempts: 1, err: broker.ErrNacked},
+				{id: "b", attempts: 2, err: broker.ErrNacked},
+				{id: "c", attempts: 1, err: broker.ErrNacked},
+				{id: "d", attempts: 2, err: broker.ErrNacked},
+			},
+			wantReleases: []release{
+				{events.Release{IDs: []any{"a", "c"}, Status: events.StatusNew, LastError: broker.ErrNacked.Error(), RetryAt: at(time.Second)}, metrics.ReasonNacked},
+				{events.Release{IDs: []any{"b", "d"}, Status: events.StatusNew, LastError: broker.ErrNacked.Error(), RetryAt: at(2 * time.Second)}, metrics.ReasonNacked},
+			},
+		},
+		{
+			name:     "max attempts fails with the last error kept",
+			outcomes: []outcome{{id: "a", attempts: 3, err: broker.ErrNacked}},
+			wantReleases: []release{{events.Release{
+				IDs: []any{"a"}, Status: events.StatusFailed, LastError: "gave up after 3 attempts: " + broker.ErrNacked.Error(),
+			}, metrics.ReasonMaxAttempts}},
+		},
+		{
+			name:     "past max attempts fails too",
+			outcomes: []outcome{{id: "a", attempts: 5, err: returned}},
+			wantReleases: []release{{events.Release{
+				IDs: []any{"a"}, Status: events.StatusFailed, LastError: "gave up after 5 attempts: " + returned.Error(),
+			}, metrics.ReasonMaxAttempts}},
+		},
+		{
+			name: "a mixed batch: one write per kind of outcome, in order of first appearance",
+			outcomes: []outcome{
+				{id: "ok1", attempts: 1},
+				{id: "poison", attempts: 1, err: poison},
+				{id: "nack1", attempts: 1, err: broker.ErrNacked},
+				{id: "down", attempts: 2, err: unavailable},
+				{id: "ok2", attempts: 2},
+				{id: "spent", attempts: 3, err: broker.ErrNacked},
+				{id: "nack2", attempts: 1, err: broker.ErrNacked},
+			},
+			wantPublished: []any{"ok1", "ok2"},
+			wantReleases: []release{
+				{events.Release{IDs: []any{"poison"}, Status: events.StatusFailed, LastError: poison.Error()}, metrics.ReasonInvalid},
+				{events.Release{IDs: []any{"nack1", "nack2"}, Status: events.StatusNew, LastError: broker.ErrNacked.Error(), RetryAt: at(time.Second)}, metrics.ReasonNacked},
+				{events.Release{IDs: []any{"down"}, Status: events.StatusNew, LastError: unavailable.Error(), Refund: true}, metrics.ReasonBrokerUnavailable},
+				{events.Release{IDs: []any{"spent"}, Status: events.StatusFailed, LastError: "gave up after 3 attempts: " + broker.ErrNacked.Error()}, metrics.ReasonMaxAttempts},
+			},
+		},
+		{
+			name: "nothing to do",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := policy{maxAttempts: 3, retryMin: time.Second, retryMax: time.Minute, jitter: noJitter}
+			published, releases := p.plan(tt.outcomes, planNow)
+			if diff := cmp.Diff(tt.wantPublished, published, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("published (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.wantReleases, releases, cmp.AllowUnexported(release{}), cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("releases (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestPlanJitterOncePerAttemptCount checks that a batch that failed together
+// draws one retry time per attempt count, so random jitter cannot split one
+// attempt count into as many writes as it has events.
+func TestPlanJitterOncePerAttemptCount(t *testing.T) {
+	t.Parallel()
+	calls := 0
+	jitter := func(time.Duration) time.Duration {
+		calls++
+		return time.Duration(calls) * time.Millisecond // a different draw every call
+	}
+	p := policy{maxAttempts: 10, retryMin: time.Second, retryMax: time.Minute, jitter: jitter}
+	var outcomes []outcome
+	for i := range 100 {
+		outcomes = append(outcomes, outcome{id: i, attempts: 1 + i%2, err: broker.ErrNacked})
+	}
+	_, releases := p.plan(outcomes, planNow)
+
+	type group struct {
+		Events  int
+		RetryAt time.Time
+	}
+	var got []group
+	for _, r := range releases {
+		got = append(got, group{len(r.IDs), r.RetryAt})
+	}
+	want := []group{
+		{50, at(time.Second - time.Millisecond)},     // attempts 1: first draw
+		{50, at(2*time.Second - 2*time.Millisecond)}, // attempts 2: second draw
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("release groups (-want +got):\n%s", diff)
+	}
+	if calls != 2 {
+		t.Errorf("jitter drawn %d times for two attempt counts, want 2", calls)
+	}
+}
