@@ -75,10 +75,15 @@ type Draft struct {
 // ErrInvalidDraft is wrapped by every error Draft.Document returns.
 var ErrInvalidDraft = errors.New("invalid event draft")
 
-// Document returns the NEW event document for d, created at now.
+// Document returns the NEW event document for d, created at now. It
+// refuses a draft the worker could only mark FAILED, such as a header AMQP
+// cannot carry; only the body size is left for the worker to check.
 func (d Draft) Document(now time.Time) (bson.D, error) {
 	if d.Type == "" {
 		return nil, fmt.Errorf("%w: type is empty", ErrInvalidDraft)
+	}
+	if len(d.Type) > maxShortString {
+		return nil, fmt.Errorf("%w: type is %d bytes; a routing key holds at most %d", ErrInvalidDraft, len(d.Type), maxShortString)
 	}
 	if d.Payload == nil {
 		return nil, fmt.Errorf("%w: payload is missing", ErrInvalidDraft)
@@ -88,10 +93,14 @@ func (d Draft) Document(now time.Time) (bson.D, error) {
 		return nil, fmt.Errorf("%w: payload must marshal to a document: %v", ErrInvalidDraft, err)
 	}
 	id := d.ID
-	switch id.(type) {
+	switch v := id.(type) {
 	case nil:
 		id = bson.NewObjectID()
-	case bson.ObjectID, string:
+	case string:
+		if v == "" {
+			return nil, fmt.Errorf("%w: id is an empty string", ErrInvalidDraft)
+		}
+	case bson.ObjectID:
 	default:
 		return nil, fmt.Errorf("%w: id must be a bson.ObjectID or a string, got %T", ErrInvalidDraft, d.ID)
 	}
@@ -109,7 +118,18 @@ func (d Draft) Document(now time.Time) (bson.D, error) {
 		doc = append(doc, bson.E{Key: FieldAggregateID, Value: d.AggregateID})
 	}
 	if len(d.Headers) > 0 {
-		doc = append(doc, bson.E{Key: FieldHeaders, Value: d.Headers})
+		headers, err := bson.Marshal(d.Headers)
+		if err != nil {
+			return nil, fmt.Errorf("%w: headers must marshal to a document: %v", ErrInvalidDraft, err)
+		}
+		if _, err := headerTable(FieldHeaders, headers, 0); err != nil {
+			var ie *InvalidError
+			if errors.As(err, &ie) {
+				return nil, fmt.Errorf("%w: %s %s", ErrInvalidDraft, ie.Field, ie.Reason)
+			}
+			return nil, fmt.Errorf("%w: %v", ErrInvalidDraft, err)
+		}
+		doc = append(doc, bson.E{Key: FieldHeaders, Value: bson.Raw(headers)})
 	}
 	return doc, nil
 }

@@ -42,7 +42,11 @@ type Message struct {
 // InvalidError says why a stored document cannot become a message. Such an
 // event is poison: retrying cannot help, so it goes to FAILED at once.
 type InvalidError struct {
-	Field  string
+	// Field is what is at fault: a top-level field ("payload"), a path
+	// into the headers ("headers.tenant", "headers.tags[1]"), or
+	// FieldDocument when the bytes are not a BSON document.
+	Field string
+	// Reason completes the sentence "field <Field> ...".
 	Reason string
 }
 

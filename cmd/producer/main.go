@@ -1,0 +1,252 @@
+// Command producer is a demo producer for `make dev` and docker-compose. At
+// a steady rate it writes an order to the orders collection and an
+// order.created event to the outbox with events.Insert, both in one
+// transaction when the deployment has transactions (a replica set or
+// mongos). Without them (a standalone server, FerretDB) it writes both
+// without one and says so once. It stops on SIGINT or SIGTERM after
+// finishing the order in flight.
+//
+// Every flag may also be set by its environment variable; a flag wins.
+//
+//	--mongo-uri   OUTBOX_MONGO_URI         default mongodb://localhost:27017
+//	--database    OUTBOX_MONGO_DATABASE    default outbox
+//	--collection  OUTBOX_MONGO_COLLECTION  default events
+//	--rate        PRODUCER_RATE            orders per second, default 20
+//	--count       PRODUCER_COUNT           orders to write, 0 (default) = until stopped
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/outboxrelay/outbox/events"
+)
+
+const (
+	ordersCollection = "orders"
+	// writeTimeout bounds one order and its event, including the commit.
+	writeTimeout = 10 * time.Second
+	// errorLogEvery rate-limits the log of failed writes.
+	errorLogEvery = 10 * time.Second
+)
+
+type config struct {
+	MongoURI   string
+	Database   string
+	Collection string
+	Rate       float64
+	Count      int
+}
+
+func main() {
+	logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	cfg, err := parseConfig(os.Args[1:], os.Getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		logger.Error("invalid configuration", "error", err)
+		os.Exit(2)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg, logger); err != nil {
+		logger.Error("producer failed", "error", err)
+		os.Exit(1)
+	}
+}
+
+// parseConfig reads flags, then the environment for each flag not given.
+func parseConfig(args []string, getenv func(string) string) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("producer", flag.ContinueOnError)
+	fs.StringVar(&c.MongoURI, "mongo-uri", "mongodb://localhost:27017", "MongoDB URI (env OUTBOX_MONGO_URI)")
+	fs.StringVar(&c.Database, "database", "outbox", "database of orders and the outbox (env OUTBOX_MONGO_DATABASE)")
+	fs.StringVar(&c.Collection, "collection", "events", "outbox collection (env OUTBOX_MONGO_COLLECTION)")
+	fs.Float64Var(&c.Rate, "rate", 20, "orders per second (env PRODUCER_RATE)")
+	fs.IntVar(&c.Count, "count", 0, "orders to write; 0 means until stopped (env PRODUCER_COUNT)")
+	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	if fs.NArg() > 0 {
+		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	for _, b := range []struct{ flag, env string }{
+		{"mongo-uri", "OUTBOX_MONGO_URI"},
+		{"database", "OUTBOX_MONGO_DATABASE"},
+		{"collection", "OUTBOX_MONGO_COLLECTION"},
+		{"rate", "PRODUCER_RATE"},
+		{"count", "PRODUCER_COUNT"},
+	} {
+		v := strings.TrimSpace(getenv(b.env))
+		if given[b.flag] || v == "" {
+			continue
+		}
+		if err := fs.Set(b.flag, v); err != nil {
+			return config{}, fmt.Errorf("%s %q: %w", b.env, redact(v), err)
+		}
+	}
+	switch {
+	case c.Database == "":
+		return config{}, errors.New("database (OUTBOX_MONGO_DATABASE) is empty")
+	case c.Collection == "":
+		return config{}, errors.New("collection (OUTBOX_MONGO_COLLECTION) is empty")
+	case !(c.Rate > 0 && c.Rate <= 100_000):
+		return config{}, fmt.Errorf("rate (PRODUCER_RATE) %v: want more than 0 and at most 100000", c.Rate)
+	case c.Count < 0:
+		return config{}, fmt.Errorf("count (PRODUCER_COUNT) %d: want 0 or more", c.Count)
+	}
+	return c, nil
+}
+
+func run(ctx context.Context, cfg config, logger *slog.Logger) error {
+	client, err := mongo.Connect(options.Client().ApplyURI(cfg.MongoURI))
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", redact(cfg.MongoURI), err)
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = client.Disconnect(dctx)
+	}()
+
+	txn, err := supportsTransactions(ctx, client)
+	if err != nil {
+		return fmt.Errorf("hello to %s: %w", redact(cfg.MongoURI), err)
+	}
+	logger.Info("producer started", "mongo_uri", redact(cfg.MongoURI), "database", cfg.Database,
+		"collection", cfg.Collection, "rate", cfg.Rate, "count", cfg.Count, "transactions", txn)
+	if !txn {
+		logger.Warn("deployment has no transactions (not a replica set or mongos): " +
+			"writing each order and its event without one, so a crash between them leaves an order without its event")
+	}
+
+	p := producer{
+		client:       client,
+		orders:       client.Database(cfg.Database).Collection(ordersCollection),
+		outbox:       client.Database(cfg.Database).Collection(cfg.Collection),
+		transactions: txn,
+	}
+	ticker := time.NewTicker(time.Duration(float64(time.Second) / cfg.Rate))
+	defer ticker.Stop()
+
+	var written, failed int
+	var lastErrLog time.Time
+	for {
+		if err := p.writeOrder(ctx); err != nil {
+			failed++
+			if time.Since(lastErrLog) >= errorLogEvery {
+				logger.Error("write order", "error", err, "failed_total", failed)
+				lastErrLog = time.Now()
+			}
+		} else {
+			written++
+		}
+		if cfg.Count > 0 && written == cfg.Count {
+			logger.Info("producer done", "written", written, "failed", failed)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			logger.Info("producer stopped", "written", written, "failed", failed)
+			return nil
+		case <-ticker.C:
+		}
+	}
+}
+
+// supportsTransactions asks the server whether it is a replica set member
+// or a mongos, the deployments that run multi-document transactions.
+func supportsTransactions(ctx context.Context, client *mongo.Client) (bool, error) {
+	var hello struct {
+		SetName string `bson:"setName"`
+		Msg     string `bson:"msg"`
+	}
+	err := client.Database("admin").RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&hello)
+	if err != nil {
+		return false, err
+	}
+	return hello.SetName != "" || hello.Msg == "isdbgrid", nil
+}
+
+type producer struct {
+	client       *mongo.Client
+	orders       *mongo.Collection
+	outbox       *mongo.Collection
+	transactions bool
+}
+
+// writeOrder writes one new order and its order.created event. A stop
+// signal does not cut it short: it gets writeTimeout to finish.
+func (p producer) writeOrder(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	defer cancel()
+
+	orderID := "o-" + bson.NewObjectID().Hex()
+	order := bson.D{
+		{Key: "_id", Value: orderID},
+		{Key: "customerId", Value: fmt.Sprintf("c-%03d", rand.IntN(1000))},
+		{Key: "totalCents", Value: int64(100 + rand.IntN(100_000))},
+		{Key: "currency", Value: "EUR"},
+		{Key: "createdAt", Value: time.Now().UTC()},
+	}
+	write := func(ctx context.Context) (any, error) {
+		if _, err := p.orders.InsertOne(ctx, order); err != nil {
+			return nil, fmt.Errorf("insert order: %w", err)
+		}
+		return events.Insert(ctx, p.outbox, events.Draft{
+			Type:          "order.created",
+			AggregateType: "order",
+			AggregateID:   orderID,
+			Payload:       order,
+			Headers:       map[string]any{"source": "producer"},
+		})
+	}
+	if !p.transactions {
+		_, err := write(ctx)
+		return err
+	}
+	sess, err := p.client.StartSession()
+	if err != nil {
+		return fmt.Errorf("start session: %w", err)
+	}
+	defer sess.EndSession(ctx)
+	_, err = sess.WithTransaction(ctx, write)
+	return err
+}
+
+// redact hides the password of a MongoDB URI. It works on the string
+// because a seed list (mongodb://u:p@h1,h2:27017/) is not a URL that
+// net/url accepts. It takes the last "@" as the end of the userinfo, so a
+// password holding an unescaped "@" or "/" is still hidden.
+func redact(uri string) string {
+	prefix, rest := "", uri
+	if scheme, after, ok := strings.Cut(uri, "://"); ok {
+		prefix, rest = scheme+"://", after
+	}
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		return uri
+	}
+	user, _, hasPassword := strings.Cut(rest[:at], ":")
+	if !hasPassword {
+		return uri
+	}
+	return prefix + user + ":xxxxx@" + rest[at+1:]
+}

@@ -1,0 +1,59 @@
+package events_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/outboxrelay/outbox/events"
+)
+
+// A producer writes its business document and the event announcing it in
+// one transaction: both commit, or neither does. Transactions need a replica
+// set or a sharded cluster.
+func ExampleInsert() {
+	ctx := context.Background()
+	client, err := mongo.Connect(options.Client().ApplyURI("mongodb://localhost:27017/?replicaSet=rs0"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = client.Disconnect(ctx) }()
+
+	db := client.Database("shop")
+	orders := db.Collection("orders")
+	outbox := db.Collection("events")
+
+	sess, err := client.StartSession()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sess.EndSession(ctx)
+
+	order := bson.D{{Key: "_id", Value: "o-1001"}, {Key: "total", Value: int64(4200)}}
+	// WithTransaction retries the callback on transient errors, so the
+	// callback must do nothing but database work. It must use the ctx it is
+	// given: that ctx carries the session, and with it the transaction.
+	eventID, err := sess.WithTransaction(ctx, func(ctx context.Context) (any, error) {
+		if _, err := orders.InsertOne(ctx, order); err != nil {
+			return nil, fmt.Errorf("insert order: %w", err)
+		}
+		return events.Insert(ctx, outbox, events.Draft{
+			// A stable business key as the event ID lets consumers
+			// deduplicate redeliveries.
+			ID:            "order-o-1001-created",
+			Type:          "order.created",
+			AggregateType: "order",
+			AggregateID:   "o-1001",
+			Payload:       order,
+			Headers:       map[string]any{"tenant": "acme"},
+		})
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("wrote event", eventID)
+}
