@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -82,6 +83,11 @@ func Redact(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "<unparsable URL>"
+	}
+	if u.User == nil && strings.Contains(raw, "@") {
+		// Not scheme://user:pass@host (a forgotten scheme or "//"), so the
+		// parser saw no credentials: hide everything before the last "@".
+		return "<redacted>" + raw[strings.LastIndex(raw, "@"):]
 	}
 	return u.Redacted()
 }
