@@ -1,0 +1,60 @@
+# Targets print what they run. `make` alone lists them.
+# Every target that needs servers (test, test-race) expects PostgreSQL and
+# RabbitMQ on localhost; .ci/run starts them and then runs `make test`.
+
+GO            ?= go
+GOLANGCI_LINT ?= golangci-lint
+BIN           := bin
+PKGS          := ./...
+TEST_FLAGS    ?= -count=1 -timeout 20m
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## Build all packages and bin/worker
+	$(GO) build $(PKGS)
+	$(GO) build -o $(BIN)/worker ./cmd/worker
+
+.PHONY: test
+test: ## Run all tests (needs PostgreSQL and RabbitMQ; see .ci/run)
+	$(GO) test $(TEST_FLAGS) $(PKGS)
+
+.PHONY: test-race
+test-race: ## Run all tests with the race detector
+	$(GO) test -race $(TEST_FLAGS) $(PKGS)
+
+.PHONY: vet
+vet: ## Run go vet
+	$(GO) vet $(PKGS)
+
+.PHONY: fmt
+fmt: ## Fail if any Go file needs gofmt
+	@files="$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go' 2>/dev/null || find . -name '*.go' -not -path './vendor/*'))"; \
+	if [ -n "$$files" ]; then \
+		echo "these files need gofmt -w:"; echo "$$files"; exit 1; \
+	fi; \
+	echo "gofmt: ok"
+
+.PHONY: lint
+lint: vet fmt ## Run go vet, the gofmt check and golangci-lint (if installed)
+	@if command -v $(GOLANGCI_LINT) >/dev/null 2>&1; then \
+		echo "$(GOLANGCI_LINT) run $(PKGS)"; $(GOLANGCI_LINT) run $(PKGS); \
+	else \
+		echo "golangci-lint not installed: skipped (install: https://golangci-lint.run/welcome/install/)"; \
+	fi
+
+.PHONY: devdb
+devdb: ## Run embedded FerretDB on 127.0.0.1:27017 for local development
+	$(GO) run ./cmd/devdb
+
+# ---------------------------------------------------------------------------
+# Reserved for other owners; add each target with a `## ` help comment:
+#   dev    - run the worker locally against devdb and RabbitMQ
+#   bench  - run the benchmarks and write results/
+#   up     - start the docker-compose stack
+#   down   - stop the docker-compose stack
+# ---------------------------------------------------------------------------

@@ -1,0 +1,16 @@
+// Package testenv gives integration tests the servers they talk to: a
+// MongoDB wire-protocol server, RabbitMQ, and a TCP proxy for fault injection.
+// It is imported only from _test.go files.
+//
+// MongoDB: OUTBOX_TEST_MONGO_URI selects a real server. Without it, the test
+// binary starts one embedded FerretDB v1.24.0 backed by PostgreSQL
+// (OUTBOX_TEST_POSTGRES_URL, default postgres://postgres@127.0.0.1:5432/postgres)
+// in a PostgreSQL database of its own, so that packages tested in parallel
+// never share FerretDB metadata.
+//
+// RabbitMQ: OUTBOX_TEST_AMQP_URL, default amqp://guest:guest@127.0.0.1:5672/.
+//
+// A missing server fails the test with instructions to start it; tests are
+// never skipped for that, except RequireDocker, which guards the container
+// suite that runs where Docker exists.
+package testenv

@@ -1,0 +1,264 @@
+package testenv
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+const ioTimeout = 5 * time.Second
+
+// startEcho starts a TCP server that writes back every line it reads.
+func startEcho(t *testing.T) string {
+	t.Helper()
+	var lc net.ListenConfig
+	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, _ = io.Copy(c, c)
+				_ = c.Close()
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return ln.Addr().String()
+}
+
+func dial(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{Timeout: ioTimeout}
+	c, err := d.DialContext(t.Context(), "tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// roundTrip sends one line and returns the line read back.
+func roundTrip(c net.Conn, line string) (string, error) {
+	if err := c.SetDeadline(time.Now().Add(ioTimeout)); err != nil {
+		return "", err
+	}
+	if _, err := io.WriteString(c, line+"\n"); err != nil {
+		return "", err
+	}
+	got, err := bufio.NewReader(c).ReadString('\n')
+	return strings.TrimSuffix(got, "\n"), err
+}
+
+// requireClosed fails unless the peer has closed c: a read ends with EOF or
+// a reset, well before the deadline.
+func requireClosed(t *testing.T, c net.Conn) {
+	t.Helper()
+	if err := c.SetReadDeadline(time.Now().Add(ioTimeout)); err != nil {
+		t.Fatal(err)
+	}
+	n, err := c.Read(make([]byte, 1))
+	if err == nil {
+		t.Fatalf("read %d bytes from a connection that should be closed", n)
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatal("connection still open: read timed out instead of seeing EOF")
+	}
+}
+
+func TestProxyForwards(t *testing.T) {
+	t.Parallel()
+	p := NewProxy(t, startEcho(t))
+	c := dial(t, p.Addr())
+
+	for _, line := range []string{"hello", strings.Repeat("x", 100_000)} {
+		got, err := roundTrip(c, line)
+		if err != nil {
+			t.Fatalf("round trip: %v", err)
+		}
+		if got != line {
+			t.Fatalf("echo through proxy: got %d bytes, want %d", len(got), len(line))
+		}
+	}
+	if got := p.Conns(); got != 1 {
+		t.Errorf("Conns() = %d, want 1", got)
+	}
+}
+
+func TestProxyCutAndRestore(t *testing.T) {
+	t.Parallel()
+	p := NewProxy(t, startEcho(t))
+	before := dial(t, p.Addr())
+	if _, err := roundTrip(before, "ping"); err != nil {
+		t.Fatalf("round trip before Cut: %v", err)
+	}
+
+	p.Cut()
+	if got := p.Conns(); got != 0 {
+		t.Errorf("Conns() after Cut = %d, want 0", got)
+	}
+	requireClosed(t, before)
+
+	// While cut, connections are accepted and closed at once.
+	during := dial(t, p.Addr())
+	requireClosed(t, during)
+	if got := p.Conns(); got != 0 {
+		t.Errorf("Conns() while cut = %d, want 0", got)
+	}
+
+	p.Restore()
+	after := dial(t, p.Addr())
+	got, err := roundTrip(after, "again")
+	if err != nil {
+		t.Fatalf("round trip after Restore: %v", err)
+	}
+	if got != "again" {
+		t.Errorf("echo after Restore = %q, want %q", got, "again")
+	}
+	if got := p.Conns(); got != 1 {
+		t.Errorf("Conns() after Restore = %d, want 1", got)
+	}
+}
+
+func TestProxyClientCloseReleasesConn(t *testing.T) {
+	t.Parallel()
+	p := NewProxy(t, startEcho(t))
+	c := dial(t, p.Addr())
+	if _, err := roundTrip(c, "ping"); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Close()
+
+	deadline := time.Now().Add(ioTimeout)
+	for p.Conns() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("Conns() = %d %v after the client closed, want 0", p.Conns(), ioTimeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestProxyURI(t *testing.T) {
+	t.Parallel()
+	const addr = "127.0.0.1:40000"
+	tests := []struct {
+		name, uri, want string
+	}{
+		{
+			name: "mongodb with credentials, path and query",
+			uri:  "mongodb://user:p%40ss@db.example:27017/outbox?authSource=admin&w=majority",
+			want: "mongodb://user:p%40ss@127.0.0.1:40000/outbox?authSource=admin&w=majority&directConnection=true",
+		},
+		{
+			name: "mongodb host list",
+			uri:  "mongodb://a:27017,b:27018/?replicaSet=rs0",
+			want: "mongodb://127.0.0.1:40000/?replicaSet=rs0&directConnection=true",
+		},
+		{
+			name: "mongodb without path",
+			uri:  "mongodb://127.0.0.1:27017",
+			want: "mongodb://127.0.0.1:40000/?directConnection=true",
+		},
+		{
+			name: "mongodb with trailing slash",
+			uri:  "mongodb://127.0.0.1:27017/",
+			want: "mongodb://127.0.0.1:40000/?directConnection=true",
+		},
+		{
+			name: "mongodb keeps its directConnection",
+			uri:  "mongodb://h:1/?directConnection=false",
+			want: "mongodb://127.0.0.1:40000/?directConnection=false",
+		},
+		{
+			name: "amqp with vhost",
+			uri:  "amqp://guest:guest@rabbit:5672/outbox?heartbeat=5",
+			want: "amqp://guest:guest@127.0.0.1:40000/outbox?heartbeat=5",
+		},
+		{
+			name: "amqps",
+			uri:  "amqps://u:p@rabbit",
+			want: "amqps://u:p@127.0.0.1:40000",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := ProxyURI(tt.uri, addr)
+			if err != nil {
+				t.Fatalf("ProxyURI(%q): %v", tt.uri, err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("ProxyURI(%q) (-want +got):\n%s", tt.uri, diff)
+			}
+		})
+	}
+}
+
+func TestProxyURIRejects(t *testing.T) {
+	t.Parallel()
+	for _, uri := range []string{
+		"mongodb+srv://user:secret@cluster.example/",
+		"user:secret@host:27017",
+		"http://user:secret@host/",
+	} {
+		_, err := ProxyURI(uri, "127.0.0.1:1")
+		if err == nil {
+			t.Errorf("ProxyURI(%q): no error, want one", uri)
+			continue
+		}
+		if strings.Contains(err.Error(), "secret") {
+			t.Errorf("ProxyURI(%q) error leaks the password: %v", uri, err)
+		}
+	}
+}
+
+// Code under test often stops in t.Cleanup and may reconnect while it drains:
+// the proxy must still forward then, after t.Context is canceled.
+func TestProxyServesDuringCleanup(t *testing.T) {
+	t.Parallel()
+	p := NewProxy(t, startEcho(t))
+	t.Cleanup(func() {
+		c, err := net.DialTimeout("tcp", p.Addr(), ioTimeout) //nolint:noctx // t.Context is canceled here.
+		if err != nil {
+			t.Errorf("dial proxy during cleanup: %v", err)
+			return
+		}
+		defer c.Close()
+		if got, err := roundTrip(c, "bye"); err != nil || got != "bye" {
+			t.Errorf("round trip during cleanup = %q, %v; want %q", got, err, "bye")
+		}
+	})
+}
