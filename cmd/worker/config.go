@@ -136,6 +136,10 @@ func loadConfig(name string, args []string, getenv func(string) string, storeOnl
 	if err := fs.Parse(args); err != nil {
 		return Config{}, nil, fmt.Errorf("%w: %s %v", ErrUsage, name, err)
 	}
+	if fs.NArg() > 0 {
+		// `worker --batch-size 100 stats` must not start the relay.
+		return Config{}, nil, fmt.Errorf("%w: %s: unexpected argument %q (commands come first; every setting is a flag)", ErrUsage, name, fs.Arg(0))
+	}
 	var cfg Config
 	for _, s := range chosen {
 		v, from := *values[s.flag], "--"+s.flag
