@@ -1,0 +1,452 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/outboxrelay/outbox/claim"
+)
+
+// envOf returns a getenv that reads only m.
+func envOf(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+// defaultConfig is the configuration of a worker given no setting at all,
+// as issues 2 and 3 and docs/configuration.md state it.
+func defaultConfig() Config {
+	return Config{
+		MongoURI:         "mongodb://localhost:27017",
+		MongoDatabase:    "outbox",
+		MongoCollection:  "events",
+		AMQPURL:          "amqp://guest:guest@localhost:5672/",
+		AMQPExchange:     "events",
+		ClaimSchedule:    "@every 1s",
+		BatchSize:        500,
+		RecoverySchedule: "*/2 * * * *",
+		StaleAfter:       60 * time.Second,
+		MaxAttempts:      10,
+		RetryMin:         claim.RetryMinDefault,
+		RetryMax:         claim.RetryMaxDefault,
+		PublishTimeout:   30 * time.Second,
+		MaxMessageBytes:  claim.MaxBodyBytesDefault,
+		Retention:        7 * 24 * time.Hour,
+		HTTPAddr:         ":8080",
+		ShutdownTimeout:  30 * time.Second,
+		WorkerID:         defaultWorkerID(),
+		LogLevel:         slog.LevelInfo,
+		LogFormat:        "json",
+	}
+}
+
+func TestLoadConfig(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want func(c *Config) // changes to defaultConfig()
+	}{
+		{
+			name: "defaults",
+			want: func(*Config) {},
+		},
+		{
+			name: "every environment variable",
+			env: map[string]string{
+				"OUTBOX_MONGO_URI":         "mongodb://db.internal:27018/?replicaSet=rs0",
+				"OUTBOX_MONGO_DATABASE":    "shop",
+				"OUTBOX_MONGO_COLLECTION":  "outbox_events",
+				"OUTBOX_AMQP_URL":          "amqps://relay:pw@mq.internal:5671/prod",
+				"OUTBOX_AMQP_EXCHANGE":     "shop.events",
+				"OUTBOX_CLAIM_SCHEDULE":    "@every 250ms",
+				"OUTBOX_BATCH_SIZE":        "1000",
+				"OUTBOX_RECOVERY_SCHEDULE": "* * * * *",
+				"OUTBOX_STALE_AFTER":       "5m",
+				"OUTBOX_MAX_ATTEMPTS":      "3",
+				"OUTBOX_RETRY_MIN":         "2s",
+				"OUTBOX_RETRY_MAX":         "10m",
+				"OUTBOX_PUBLISH_TIMEOUT":   "1m",
+				"OUTBOX_MAX_MESSAGE_BYTES": "1048576",
+				"OUTBOX_RETENTION":         "0",
+				"OUTBOX_HTTP_ADDR":         "127.0.0.1:9090",
+				"OUTBOX_SHUTDOWN_TIMEOUT":  "45s",
+				"OUTBOX_WORKER_ID":         "relay-7",
+				"OUTBOX_LOG_LEVEL":         "debug",
+				"OUTBOX_LOG_FORMAT":        "text",
+			},
+			want: func(c *Config) {
+				c.MongoURI = "mongodb://db.internal:27018/?replicaSet=rs0"
+				c.MongoDatabase = "shop"
+				c.MongoCollection = "outbox_events"
+				c.AMQPURL = "amqps://relay:pw@mq.internal:5671/prod"
+				c.AMQPExchange = "shop.events"
+				c.ClaimSchedule = "@every 250ms"
+				c.BatchSize = 1000
+				c.RecoverySchedule = "* * * * *"
+				c.StaleAfter = 5 * time.Minute
+				c.MaxAttempts = 3
+				c.RetryMin = 2 * time.Second
+				c.RetryMax = 10 * time.Minute
+				c.PublishTimeout = time.Minute
+				c.MaxMessageBytes = 1 << 20
+				c.Retention = 0
+				c.HTTPAddr = "127.0.0.1:9090"
+				c.ShutdownTimeout = 45 * time.Second
+				c.WorkerID = "relay-7"
+				c.LogLevel = slog.LevelDebug
+				c.LogFormat = "text"
+			},
+		},
+		{
+			name: "surrounding spaces are trimmed",
+			env:  map[string]string{"OUTBOX_BATCH_SIZE": " 42 ", "OUTBOX_WORKER_ID": "\tw-1\n"},
+			want: func(c *Config) { c.BatchSize, c.WorkerID = 42, "w-1" },
+		},
+		{
+			name: "flag beats env",
+			args: []string{"--batch-size", "200", "--worker-id=from-flag", "--stale-after=2m"},
+			env: map[string]string{
+				"OUTBOX_BATCH_SIZE":  "100",
+				"OUTBOX_WORKER_ID":   "from-env",
+				"OUTBOX_STALE_AFTER": "90s",
+				"OUTBOX_LOG_LEVEL":   "warn", // no flag: env still applies
+			},
+			want: func(c *Config) {
+				c.BatchSize, c.WorkerID, c.StaleAfter = 200, "from-flag", 2*time.Minute
+				c.LogLevel = slog.LevelWarn
+			},
+		},
+		{
+			name: "stale threshold just above publish timeout plus 10s",
+			env:  map[string]string{"OUTBOX_PUBLISH_TIMEOUT": "5s", "OUTBOX_STALE_AFTER": "16s"},
+			want: func(c *Config) { c.PublishTimeout, c.StaleAfter = 5*time.Second, 16*time.Second },
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, _, err := loadConfig("run", tt.args, envOf(tt.env), false, nil)
+			if err != nil {
+				t.Fatalf("loadConfig: %v", err)
+			}
+			want := defaultConfig()
+			tt.want(&want)
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("loadConfig (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// secretEnv holds valid settings whose URIs carry the password "secret",
+// so that every error below is also checked for leaking it.
+func secretEnv() map[string]string {
+	return map[string]string{
+		"OUTBOX_MONGO_URI": "mongodb://relay:secret@127.0.0.1:27017/",
+		"OUTBOX_AMQP_URL":  "amqp://relay:secret@127.0.0.1:5672/",
+	}
+}
+
+func TestLoadConfigRejects(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		// want are substrings of the error: the variable and the value.
+		want []string
+	}{
+		{name: "batch size not a number", env: map[string]string{"OUTBOX_BATCH_SIZE": "abc"},
+			want: []string{"OUTBOX_BATCH_SIZE", `"abc"`}},
+		{name: "batch size zero", env: map[string]string{"OUTBOX_BATCH_SIZE": "0"},
+			want: []string{"OUTBOX_BATCH_SIZE", `"0"`, "1 to 10000"}},
+		{name: "batch size too large", env: map[string]string{"OUTBOX_BATCH_SIZE": "10001"},
+			want: []string{"OUTBOX_BATCH_SIZE", `"10001"`}},
+		{name: "stale after negative", env: map[string]string{"OUTBOX_STALE_AFTER": "-1s"},
+			want: []string{"OUTBOX_STALE_AFTER", `"-1s"`}},
+		{name: "stale after not a duration", env: map[string]string{"OUTBOX_STALE_AFTER": "soon"},
+			want: []string{"OUTBOX_STALE_AFTER", `"soon"`}},
+		{name: "claim schedule not cron", env: map[string]string{"OUTBOX_CLAIM_SCHEDULE": "every second"},
+			want: []string{"OUTBOX_CLAIM_SCHEDULE", `"every second"`}},
+		{name: "recovery schedule not cron", env: map[string]string{"OUTBOX_RECOVERY_SCHEDULE": "*/2 * *"},
+			want: []string{"OUTBOX_RECOVERY_SCHEDULE", `"*/2 * *"`}},
+		{name: "mongo uri not mongodb", env: map[string]string{"OUTBOX_MONGO_URI": "http://x"},
+			want: []string{"OUTBOX_MONGO_URI", `"http://x"`}},
+		{name: "mongo uri without host keeps the password hidden", env: map[string]string{"OUTBOX_MONGO_URI": "mongodb://user:secret@"},
+			want: []string{"OUTBOX_MONGO_URI", "mongodb://user:"}},
+		{name: "amqp url without host keeps the password hidden", env: map[string]string{"OUTBOX_AMQP_URL": "amqp://user:secret@"},
+			want: []string{"OUTBOX_AMQP_URL", "amqp://user:"}},
+		{name: "amqp url of another scheme", env: map[string]string{"OUTBOX_AMQP_URL": "https://user:secret@mq:443/"},
+			want: []string{"OUTBOX_AMQP_URL", "https://user:"}},
+		{name: "http addr without host", env: map[string]string{"OUTBOX_HTTP_ADDR": "8080"},
+			want: []string{"OUTBOX_HTTP_ADDR", `"8080"`}},
+		{name: "log level unknown", env: map[string]string{"OUTBOX_LOG_LEVEL": "loud"},
+			want: []string{"OUTBOX_LOG_LEVEL", `"loud"`}},
+		{name: "log format unknown", env: map[string]string{"OUTBOX_LOG_FORMAT": "xml"},
+			want: []string{"OUTBOX_LOG_FORMAT", `"xml"`}},
+		{name: "max attempts zero", env: map[string]string{"OUTBOX_MAX_ATTEMPTS": "0"},
+			want: []string{"OUTBOX_MAX_ATTEMPTS", `"0"`}},
+		{name: "shutdown timeout below a second", env: map[string]string{"OUTBOX_SHUTDOWN_TIMEOUT": "500ms"},
+			want: []string{"OUTBOX_SHUTDOWN_TIMEOUT", `"500ms"`}},
+		{name: "worker id blank", env: map[string]string{"OUTBOX_WORKER_ID": "   "},
+			// A blank value counts as unset only before trimming; after
+			// trimming it must not become an empty worker id.
+			want: []string{"OUTBOX_WORKER_ID"}},
+		{name: "stale after below publish timeout plus 10s",
+			env:  map[string]string{"OUTBOX_STALE_AFTER": "15s", "OUTBOX_PUBLISH_TIMEOUT": "10s"},
+			want: []string{"OUTBOX_STALE_AFTER", "15s", "OUTBOX_PUBLISH_TIMEOUT", "10s"}},
+		{name: "stale after equal to publish timeout plus 10s",
+			env:  map[string]string{"OUTBOX_STALE_AFTER": "40s"}, // default publish timeout 30s
+			want: []string{"OUTBOX_STALE_AFTER", "40s"}},
+		{name: "retry max below retry min",
+			env:  map[string]string{"OUTBOX_RETRY_MIN": "1m", "OUTBOX_RETRY_MAX": "10s"},
+			want: []string{"OUTBOX_RETRY_MAX", "10s", "1m"}},
+		{name: "bad flag value names flag and variable", args: []string{"--batch-size=abc"},
+			want: []string{"OUTBOX_BATCH_SIZE", "--batch-size", `"abc"`}},
+		{name: "bad flag value beats good env", args: []string{"--amqp-url", "amqp://user:secret@"},
+			env:  map[string]string{"OUTBOX_AMQP_URL": "amqp://guest:guest@127.0.0.1:5672/"},
+			want: []string{"OUTBOX_AMQP_URL", "--amqp-url", "amqp://user:"}},
+		{name: "unknown flag", args: []string{"--batch"},
+			want: []string{"-batch"}},
+		{name: "flag without value", args: []string{"--batch-size"},
+			want: []string{"-batch-size"}},
+		{name: "unexpected argument", args: []string{"--batch-size", "100", "stats"},
+			want: []string{`"stats"`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			env := secretEnv()
+			for k, v := range tt.env {
+				env[k] = v
+			}
+			cfg, _, err := loadConfig("run", tt.args, envOf(env), false, nil)
+			if err == nil {
+				t.Fatalf("loadConfig: no error, config %+v", cfg)
+			}
+			if !errors.Is(err, ErrUsage) {
+				t.Errorf("error does not wrap ErrUsage: %v", err)
+			}
+			msg := err.Error()
+			for _, w := range tt.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error does not mention %q: %s", w, msg)
+				}
+			}
+			if strings.Contains(msg, "secret") {
+				t.Errorf("error leaks the password: %s", msg)
+			}
+		})
+	}
+}
+
+// TestLoadConfigStoreOnly checks the settings of the operator commands:
+// the store's settings apply, the relay's are not flags there.
+func TestLoadConfigStoreOnly(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{
+		"OUTBOX_MONGO_DATABASE":  "shop",
+		"OUTBOX_STALE_AFTER":     "5s", // below the relay's bound: fine for stats
+		"OUTBOX_PUBLISH_TIMEOUT": "1m",
+		"OUTBOX_BATCH_SIZE":      "abc", // not read by stats
+	}
+	cfg, _, err := loadConfig("stats", nil, envOf(env), true, nil)
+	if err != nil {
+		t.Fatalf("loadConfig(stats): %v", err)
+	}
+	if cfg.MongoDatabase != "shop" || cfg.StaleAfter != 5*time.Second {
+		t.Errorf("stats config: database %q stale after %s, want shop and 5s", cfg.MongoDatabase, cfg.StaleAfter)
+	}
+	_, _, err = loadConfig("stats", []string{"--batch-size=10"}, envOf(nil), true, nil)
+	if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "batch-size") {
+		t.Errorf("stats --batch-size: error %v, want a usage error naming the flag", err)
+	}
+}
+
+// TestSettingsNaming checks that every setting is an OUTBOX_ variable and
+// a flag of the same name, as docs/configuration.md promises.
+func TestSettingsNaming(t *testing.T) {
+	t.Parallel()
+	seen := map[string]bool{}
+	for _, s := range settings() {
+		name, ok := strings.CutPrefix(s.env, "OUTBOX_")
+		if !ok {
+			t.Errorf("setting %q: variable lacks the OUTBOX_ prefix", s.env)
+		}
+		if want := strings.ReplaceAll(strings.ToLower(name), "_", "-"); s.flag != want {
+			t.Errorf("setting %s: flag --%s, want --%s", s.env, s.flag, want)
+		}
+		if seen[s.env] {
+			t.Errorf("setting %s listed twice", s.env)
+		}
+		seen[s.env] = true
+		if s.usage == "" {
+			t.Errorf("setting %s has no usage text", s.env)
+		}
+	}
+}
+
+// countingListener accepts connections and counts them, holding them open
+// without answering.
+type countingListener struct {
+	ln       net.Listener
+	accepted atomic.Int64
+}
+
+func listenCounting(t *testing.T) *countingListener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &countingListener{ln: ln}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				_ = c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			l.accepted.Add(1)
+			conns = append(conns, c)
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		<-done
+	})
+	return l
+}
+
+func (l *countingListener) addr() string { return l.ln.Addr().String() }
+
+// runResult is what run returned and printed.
+type runResult struct {
+	code           int
+	stdout, stderr string
+}
+
+// runBounded calls run and fails the test if it has not returned within
+// a generous bound: a worker that got past its configuration would relay
+// until its context ends.
+func runBounded(t *testing.T, args []string, env map[string]string) runResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, args, envOf(env), &stdout, &stderr) }()
+	select {
+	case code := <-done:
+		return runResult{code: code, stdout: stdout.String(), stderr: stderr.String()}
+	case <-ctx.Done():
+		code := <-done // run returns once its context has ended
+		t.Fatalf("run(%q) did not return before its context ended (code %d); stderr:\n%s", args, code, stderr.String())
+		return runResult{}
+	}
+}
+
+// TestRunBadSettingExitsTwo checks that a bad setting stops every command
+// with exit code 2 and a message naming the variable, before anything is
+// connected: both URIs point at listeners that count connections.
+func TestRunBadSettingExitsTwo(t *testing.T) {
+	t.Parallel()
+	mongoLn, amqpLn := listenCounting(t), listenCounting(t)
+	base := map[string]string{
+		"OUTBOX_MONGO_URI": "mongodb://relay:secret@" + mongoLn.addr() + "/?serverSelectionTimeoutMS=60000",
+		"OUTBOX_AMQP_URL":  "amqp://relay:secret@" + amqpLn.addr() + "/",
+		"OUTBOX_HTTP_ADDR": "127.0.0.1:0",
+	}
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string // in stderr
+	}{
+		{name: "run batch size", env: map[string]string{"OUTBOX_BATCH_SIZE": "abc"}, want: "OUTBOX_BATCH_SIZE"},
+		{name: "run is the default command", args: []string{"--batch-size=0"}, want: "OUTBOX_BATCH_SIZE"},
+		{name: "run stale after", args: []string{"run"}, env: map[string]string{"OUTBOX_STALE_AFTER": "soon"}, want: "OUTBOX_STALE_AFTER"},
+		{name: "run stale below publish timeout", args: []string{"run"},
+			env: map[string]string{"OUTBOX_STALE_AFTER": "11s", "OUTBOX_PUBLISH_TIMEOUT": "4s"}, want: "OUTBOX_STALE_AFTER"},
+		{name: "run claim schedule", args: []string{"run"}, env: map[string]string{"OUTBOX_CLAIM_SCHEDULE": "every second"}, want: "OUTBOX_CLAIM_SCHEDULE"},
+		{name: "run http addr", args: []string{"run"}, env: map[string]string{"OUTBOX_HTTP_ADDR": "8080"}, want: "OUTBOX_HTTP_ADDR"},
+		{name: "run log level", args: []string{"run"}, env: map[string]string{"OUTBOX_LOG_LEVEL": "loud"}, want: "OUTBOX_LOG_LEVEL"},
+		{name: "run amqp url without host", args: []string{"run"}, env: map[string]string{"OUTBOX_AMQP_URL": "amqp://user:secret@"}, want: "OUTBOX_AMQP_URL"},
+		{name: "run mongo uri the driver rejects", args: []string{"run"},
+			env: map[string]string{"OUTBOX_MONGO_URI": "mongodb://user:secret@" + mongoLn.addr() + "/?connectTimeoutMS=soon"}, want: "OUTBOX_MONGO_URI"},
+		{name: "stats mongo uri", args: []string{"stats", "--json"}, env: map[string]string{"OUTBOX_MONGO_URI": "http://x"}, want: "OUTBOX_MONGO_URI"},
+		{name: "requeue without a filter", args: []string{"requeue"}, want: "--id, --type or --all"},
+		{name: "requeue log level", args: []string{"requeue", "--all"}, env: map[string]string{"OUTBOX_LOG_LEVEL": "loud"}, want: "OUTBOX_LOG_LEVEL"},
+		{name: "show without id", args: []string{"show"}, want: "--id"},
+		{name: "show mongo uri", args: []string{"show", "--id", "x"}, env: map[string]string{"OUTBOX_MONGO_URI": "mongodb://"}, want: "OUTBOX_MONGO_URI"},
+		{name: "unknown command", args: []string{"relay"}, want: `"relay"`},
+		{name: "command after flags", args: []string{"--batch-size", "100", "stats"}, want: `"stats"`},
+		{name: "stats extra argument", args: []string{"stats", "now"}, want: `"now"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			env := map[string]string{}
+			for k, v := range base {
+				env[k] = v
+			}
+			for k, v := range tt.env {
+				env[k] = v
+			}
+			got := runBounded(t, tt.args, env)
+			if got.code != 2 {
+				t.Errorf("run(%q) = %d, want 2; stderr:\n%s", tt.args, got.code, got.stderr)
+			}
+			if !strings.Contains(got.stderr, tt.want) {
+				t.Errorf("stderr does not mention %q:\n%s", tt.want, got.stderr)
+			}
+			if strings.Contains(got.stderr, "secret") {
+				t.Errorf("stderr leaks the password:\n%s", got.stderr)
+			}
+			if got.stdout != "" {
+				t.Errorf("stdout = %q, want nothing", got.stdout)
+			}
+		})
+	}
+	// Subtests run in parallel: this cleanup runs after all of them.
+	t.Cleanup(func() {
+		if n := mongoLn.accepted.Load(); n != 0 {
+			t.Errorf("%d connections to the MongoDB address, want none", n)
+		}
+		if n := amqpLn.accepted.Load(); n != 0 {
+			t.Errorf("%d connections to the RabbitMQ address, want none", n)
+		}
+	})
+}
+
+func TestRunHelp(t *testing.T) {
+	t.Parallel()
+	for _, arg := range []string{"help", "-h", "--help"} {
+		got := runBounded(t, []string{arg}, nil)
+		if got.code != 0 {
+			t.Errorf("run(%q) = %d, want 0; stderr:\n%s", arg, got.code, got.stderr)
+		}
+		for _, cmd := range []string{"run", "stats", "requeue", "show"} {
+			if !strings.Contains(got.stdout, "  "+cmd+" ") {
+				t.Errorf("run(%q) output does not list command %q:\n%s", arg, cmd, got.stdout)
+			}
+		}
+	}
+}
