@@ -120,4 +120,3 @@ func (r *Recoverer) runOnce(ctx context.Context) (bool, error) {
 		"reset", reset, "failed", failed, "stale_after", r.cfg.StaleAfter.String())
 	return false, nil
 }
-
