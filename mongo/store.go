@@ -115,8 +115,14 @@ func (s *Store) ensureIndexes(ctx context.Context) error {
 		{Keys: bson.D{{Key: events.FieldStatus, Value: 1}, {Key: events.FieldPublishedAt, Value: 1}},
 			Options: options.Index().SetName("outbox_retention")},
 	}
-	if _, err := s.coll.Indexes().CreateMany(ctx, models); err != nil {
-		return fmt.Errorf("create indexes on %s: %w", s.coll.Name(), err)
+	// One command per index: FerretDB v1.24.0 panics (and drops the
+	// connection) on a createIndexes naming two or more indexes that
+	// already exist, which is every start but the first. On MongoDB this
+	// costs two more commands at start.
+	for _, m := range models {
+		if _, err := s.coll.Indexes().CreateOne(ctx, m); err != nil {
+			return fmt.Errorf("create indexes on %s: %w", s.coll.Name(), err)
+		}
 	}
 	return nil
 }
