@@ -71,15 +71,16 @@ func TestE2E(t *testing.T) {
 	if s.atomicClaims {
 		s.name = "mongodb"
 	}
-	runScenarios(t, s)
+	runScenarios(t, s, e2eWorkers(t))
 }
 
-// runScenarios runs every scenario against s, in parallel.
-func runScenarios(t *testing.T, s stack) {
+// runScenarios runs every scenario against s, in parallel, the relay
+// scenario with the given number of worker processes.
+func runScenarios(t *testing.T, s stack, workers int) {
 	n := e2eEvents(t)
 	t.Run("relay", func(t *testing.T) {
 		t.Parallel()
-		relayScenario(t, s, e2eWorkers(t), n)
+		relayScenario(t, s, workers, n)
 	})
 	t.Run("kill", func(t *testing.T) {
 		t.Parallel()
@@ -113,10 +114,14 @@ type stack struct {
 }
 
 // connect returns a client of s's MongoDB with a modest pool, disconnected
-// in t.Cleanup.
-func (s stack) connect(t *testing.T, poolSize uint64) *driver.Client {
+// in t.Cleanup. more, if given, adds options.
+func (s stack) connect(t *testing.T, poolSize uint64, more ...func(*options.ClientOptions)) *driver.Client {
 	t.Helper()
-	client, err := driver.Connect(options.Client().ApplyURI(s.mongoURI).SetMaxPoolSize(poolSize))
+	opts := options.Client().ApplyURI(s.mongoURI).SetMaxPoolSize(poolSize)
+	for _, f := range more {
+		f(opts)
+	}
+	client, err := driver.Connect(opts)
 	if err != nil {
 		t.Fatalf("connect to MongoDB: %v", err)
 	}
@@ -137,7 +142,14 @@ func (s stack) connect(t *testing.T, poolSize uint64) *driver.Client {
 // t.Cleanup.
 func (s stack) database(t *testing.T) *driver.Database {
 	t.Helper()
-	db := s.connect(t, testenv.ClientMaxPoolSize).Database(testenv.UniqueName(t, "e2e_"))
+	return uniqueDatabase(t, s.connect(t, testenv.ClientMaxPoolSize))
+}
+
+// uniqueDatabase returns a database of client named for this test,
+// dropped in t.Cleanup.
+func uniqueDatabase(t *testing.T, client *driver.Client) *driver.Database {
+	t.Helper()
+	db := client.Database(testenv.UniqueName(t, "e2e_"))
 	t.Cleanup(func() { // runs before the client's disconnect
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 30*time.Second)
 		defer cancel()
@@ -564,11 +576,17 @@ func claimsScenario(t *testing.T, s stack, claimers, n int) {
 	db := s.database(t)
 	ids := insertBacklog(ctx, t, db.Collection(mongo.CollectionDefault), n, "e2e.claimed")
 
+	stores := make([]*mongo.Store, claimers)
+	for i := range stores {
+		stores[i] = mongo.New(s.connect(t, 4), mongo.Config{Database: db.Name()})
+		if err := stores[i].Prepare(ctx); err != nil {
+			t.Fatalf("prepare claimer %d: %v", i, err)
+		}
+	}
 	claimedBy := make([][]string, claimers)
 	errs := make([]error, claimers)
 	var wg sync.WaitGroup
-	for i := range claimers {
-		store := mongo.New(s.connect(t, 4), mongo.Config{Database: db.Name()})
+	for i, store := range stores {
 		wg.Go(func() {
 			workerID := fmt.Sprintf("claimer-%d", i)
 			for {

@@ -1,0 +1,171 @@
+package main
+
+// The container suite: the end-to-end scenarios of e2e_test.go, plus the
+// transaction path, against a real MongoDB (a single-node replica set, so
+// that transactions exist) and RabbitMQ, started with testcontainers-go.
+// It needs a Docker engine and skips, saying so, where there is none.
+// On MongoDB claims are atomic: any duplicate delivery fails it.
+
+import (
+	"context"
+	"net/url"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/testcontainers/testcontainers-go"
+	tcmongo "github.com/testcontainers/testcontainers-go/modules/mongodb"
+	tcrabbit "github.com/testcontainers/testcontainers-go/modules/rabbitmq"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/testenv"
+	"github.com/outboxrelay/outbox/mongo"
+)
+
+const (
+	mongoImage    = "mongo:7"
+	rabbitImage   = "rabbitmq:3.13-alpine"
+	containerWait = 5 * time.Minute
+)
+
+func TestContainers(t *testing.T) {
+	testenv.RequireDocker(t)
+	t.Parallel()
+	s := containerStack(t)
+	runScenarios(t, s, 3)
+	t.Run("transactions", func(t *testing.T) {
+		t.Parallel()
+		transactionScenario(t, s)
+	})
+}
+
+// containerStack starts MongoDB as a single-node replica set and RabbitMQ,
+// both removed in t.Cleanup.
+func containerStack(t *testing.T) stack {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), containerWait)
+	defer cancel()
+
+	mc, err := tcmongo.Run(ctx, mongoImage, tcmongo.WithReplicaSet("rs0"))
+	testcontainers.CleanupContainer(t, mc)
+	if err != nil {
+		t.Fatalf("start %s: %v", mongoImage, err)
+	}
+	uri, err := mc.ConnectionString(ctx)
+	if err != nil {
+		t.Fatalf("MongoDB connection string: %v", err)
+	}
+	// The member is registered under the container's own address, which
+	// the host may not reach: talk to the mapped port directly. hello still
+	// reports the replica set, so transactions are used.
+	u, err := url.Parse(uri)
+	if err != nil {
+		t.Fatalf("MongoDB connection string %q: %v", uri, err)
+	}
+	q := u.Query()
+	q.Set("directConnection", "true")
+	u.RawQuery = q.Encode()
+
+	rc, err := tcrabbit.Run(ctx, rabbitImage)
+	testcontainers.CleanupContainer(t, rc)
+	if err != nil {
+		t.Fatalf("start %s: %v", rabbitImage, err)
+	}
+	amqpURL, err := rc.AmqpURL(ctx)
+	if err != nil {
+		t.Fatalf("RabbitMQ URL: %v", err)
+	}
+	return stack{name: "mongodb", mongoURI: u.String(), amqpURL: amqpURL + "/", atomicClaims: true}
+}
+
+// transactionScenario: on a replica set the store finds transactions, and
+// the PUBLISHED write runs in one (autocommit false, then a commit) and
+// stays fenced by the lease.
+func transactionScenario(t *testing.T, s stack) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+
+	var (
+		mu       sync.Mutex
+		commands []*event.CommandStartedEvent
+	)
+	monitor := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		mu.Lock()
+		defer mu.Unlock()
+		commands = append(commands, e)
+	}}
+	recorded := func() []*event.CommandStartedEvent {
+		mu.Lock()
+		defer mu.Unlock()
+		out := commands
+		commands = nil
+		return out
+	}
+	client := s.connect(t, testenv.ClientMaxPoolSize, func(o *options.ClientOptions) { o.SetMonitor(monitor) })
+	db := uniqueDatabase(t, client)
+	store := mongo.New(client, mongo.Config{Database: db.Name()})
+	if err := store.Prepare(ctx); err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	if !store.SupportsTransactions() {
+		t.Fatal("SupportsTransactions = false on a replica set, want true")
+	}
+	insertBacklog(ctx, t, store.Collection(), 10, "e2e.transacted")
+
+	at := time.Now().UTC().Truncate(time.Millisecond)
+	a := events.Lease{WorkerID: "worker-a", Token: "token-a", At: at}
+	b := events.Lease{WorkerID: "worker-b", Token: "token-b", At: at}
+	claimedA, err := store.Claim(ctx, a, 6)
+	if err != nil || len(claimedA) != 6 {
+		t.Fatalf("Claim(a, 6) = %d events, %v; want 6", len(claimedA), err)
+	}
+	claimedB, err := store.Claim(ctx, b, 6)
+	if err != nil || len(claimedB) != 4 {
+		t.Fatalf("Claim(b, 6) = %d events, %v; want the other 4", len(claimedB), err)
+	}
+	idsOf := func(cs []events.Claimed) []any {
+		ids := make([]any, len(cs))
+		for i, c := range cs {
+			ids[i] = c.ID
+		}
+		return ids
+	}
+
+	recorded()
+	n, err := store.MarkPublished(ctx, a, idsOf(claimedA), at)
+	if err != nil || n != 6 {
+		t.Fatalf("MarkPublished(a) = %d, %v; want 6", n, err)
+	}
+	var names []string
+	var inTxn bool
+	for _, c := range recorded() {
+		names = append(names, c.CommandName)
+		if c.CommandName == "update" {
+			autocommit, err := c.Command.LookupErr("autocommit")
+			inTxn = err == nil && autocommit.Type == bson.TypeBoolean && !autocommit.Boolean()
+		}
+	}
+	if !inTxn || !slices.Contains(names, "commitTransaction") {
+		t.Errorf("MarkPublished sent %v: want an update with autocommit false, then commitTransaction", names)
+	}
+
+	// Fenced inside the transaction too: lease a cannot mark b's events.
+	n, err = store.MarkPublished(ctx, a, idsOf(claimedB), at)
+	if err != nil || n != 0 {
+		t.Errorf("MarkPublished(a, b's events) = %d, %v; want 0", n, err)
+	}
+	if c := countOf(ctx, t, store.Collection(), events.StatusProcessing); c != 4 {
+		t.Errorf("PROCESSING after a's stray mark = %d, want b's 4", c)
+	}
+	n, err = store.MarkPublished(ctx, b, idsOf(claimedB), at)
+	if err != nil || n != 4 {
+		t.Errorf("MarkPublished(b) = %d, %v; want 4", n, err)
+	}
+	if c := countOf(ctx, t, store.Collection(), events.StatusPublished); c != 10 {
+		t.Errorf("PUBLISHED = %d, want 10", c)
+	}
+}
