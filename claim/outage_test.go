@@ -1,0 +1,636 @@
+package claim
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net/url"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	driver "go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/outboxrelay/outbox/broker"
+	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/testenv"
+	"github.com/outboxrelay/outbox/metrics"
+	"github.com/outboxrelay/outbox/mongo"
+	"github.com/outboxrelay/outbox/recovery"
+)
+
+// Fault injection at the relay level: a real store and a real publisher,
+// each reaching its server through a testenv proxy that the test cuts in
+// the middle of a backlog. The figures each test logs with the
+// FAULT-FIGURES: prefix are the ones reported for the operations issue.
+
+const (
+	outageEvents    = 2000
+	outageBatchSize = 100
+	// outageCutAt is the call (publish or mark) during which the link is
+	// cut: the backlog is a third through by then.
+	outageCutAt = 7
+	// outageDrainTimeout bounds the wait for the whole backlog after a
+	// Restore; FerretDB relays about 150 events/s on these machines.
+	outageDrainTimeout = 3 * time.Minute
+	outageWait         = 20 * time.Second
+	outageWorkerID     = "outage-worker"
+)
+
+// outageRig is one relay whose database and broker links can be cut.
+type outageRig struct {
+	t         *testing.T
+	events    *driver.Collection // direct, for setup and assertions
+	store     *mongo.Store       // through dbProxy
+	dbProxy   *testenv.Proxy
+	pub       *broker.Publisher // through amqpProxy
+	amqpProxy *testenv.Proxy
+	inbox     *outageInbox
+	metrics   *metrics.Metrics
+	logger    *slog.Logger
+	ids       []string // message ids of the backlog, oldest first
+}
+
+func newOutageRig(t *testing.T) *outageRig {
+	t.Helper()
+	ctx := t.Context()
+	r := &outageRig{t: t, metrics: metrics.New(nil), logger: outageLogger(t)}
+
+	// Database: assertions go direct, the store goes through the proxy.
+	db := testenv.Database(t)
+	r.events = db.Collection(mongo.CollectionDefault)
+	mongoURI := testenv.MongoURI(t)
+	u, err := url.Parse(mongoURI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.dbProxy = testenv.NewProxy(t, u.Host)
+	proxiedMongo, err := testenv.ProxyURI(mongoURI, r.dbProxy.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Short timeouts, so that a cut surfaces as an error within a second
+	// or two rather than the driver's default 30 s of server selection.
+	client, err := driver.Connect(options.Client().ApplyURI(proxiedMongo).
+		SetMaxPoolSize(10).
+		SetServerSelectionTimeout(time.Second).
+		SetConnectTimeout(time.Second).
+		SetHeartbeatInterval(500 * time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), outageWait)
+		defer cancel()
+		_ = client.Disconnect(ctx)
+	})
+	r.store = mongo.New(client, mongo.Config{Database: db.Name(), Logger: r.logger})
+	if err := r.store.Prepare(ctx); err != nil {
+		t.Fatalf("Prepare through the proxy: %v", err)
+	}
+
+	// Broker: the consumer goes direct, the publisher through the proxy.
+	amqpURL := testenv.AMQPURL(t)
+	exchange := testenv.UniqueName(t, "ex_")
+	r.inbox = startOutageInbox(t, testenv.Consume(t, amqpURL, exchange))
+	au, err := url.Parse(amqpURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.amqpProxy = testenv.NewProxy(t, au.Host)
+	proxiedAMQP, err := testenv.ProxyURI(amqpURL, r.amqpProxy.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.pub, err = broker.New(broker.Config{
+		URL: proxiedAMQP, Exchange: exchange, Logger: r.logger,
+		ReconnectMin: 50 * time.Millisecond, ReconnectMax: 500 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.pub.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), outageWait)
+		defer cancel()
+		_ = r.pub.Stop(ctx)
+	})
+	if err := r.pub.Ready(); err != nil {
+		t.Fatalf("publisher not ready after Start: %v", err)
+	}
+
+	r.insertBacklog()
+	return r
+}
+
+// outageLogger logs through t until the test's last cleanup, and never
+// after: background goroutines may still log while they stop.
+func outageLogger(t *testing.T) *slog.Logger {
+	w := &outageLogWriter{t: t}
+	t.Cleanup(w.close) // registered first, so it runs last
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+type outageLogWriter struct {
+	mu     sync.Mutex
+	t      *testing.T
+	closed bool
+}
+
+func (w *outageLogWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.closed {
+		w.t.Log(string(bytes.TrimRight(p, "\n")))
+	}
+	return len(p), nil
+}
+
+func (w *outageLogWriter) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.closed = true
+}
+
+func (r *outageRig) insertBacklog() {
+	r.t.Helper()
+	base := time.Now().UTC().Add(-time.Hour).Truncate(time.Millisecond)
+	docs := make([]any, 0, outageEvents)
+	for i := range outageEvents {
+		id := bson.NewObjectID()
+		r.ids = append(r.ids, id.Hex())
+		docs = append(docs, bson.D{
+			{Key: events.FieldID, Value: id},
+			{Key: events.FieldType, Value: "order.created"},
+			{Key: events.FieldPayload, Value: bson.D{{Key: "n", Value: int32(i)}}},
+			{Key: events.FieldStatus, Value: events.StatusNew},
+			{Key: events.FieldCreatedAt, Value: base.Add(time.Duration(i) * time.Millisecond)},
+		})
+	}
+	for start := 0; start < len(docs); start += 500 {
+		if _, err := r.events.InsertMany(r.t.Context(), docs[start:min(start+500, len(docs))]); err != nil {
+			r.t.Fatalf("insert backlog: %v", err)
+		}
+	}
+}
+
+func (r *outageRig) newClaimer(store Store, pub Publisher) *Claimer {
+	r.t.Helper()
+	c, err := New(store, pub, Config{
+		WorkerID:  outageWorkerID,
+		Schedule:  "@every 100ms",
+		BatchSize: outageBatchSize,
+		Logger:    r.logger,
+		Metrics:   r.metrics,
+	})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), outageWait)
+		defer cancel()
+		if err := c.Stop(ctx); err != nil {
+			r.t.Errorf("claimer Stop: %v", err)
+		}
+	})
+	return c
+}
+
+// outageDoc is what the assertions read of an event.
+type outageDoc struct {
+	ID        bson.ObjectID `bson:"_id"`
+	Status    events.Status `bson:"status"`
+	Attempts  int           `bson:"attempts"`
+	WorkerID  string        `bson:"workerId"`
+	LastError string        `bson:"lastError"`
+}
+
+// docs reads every event, directly from the database.
+func (r *outageRig) docs() map[string]outageDoc {
+	r.t.Helper()
+	cur, err := r.events.Find(r.t.Context(), bson.D{})
+	if err != nil {
+		r.t.Fatalf("read events: %v", err)
+	}
+	var all []outageDoc
+	if err := cur.All(r.t.Context(), &all); err != nil {
+		r.t.Fatalf("read events: %v", err)
+	}
+	out := make(map[string]outageDoc, len(all))
+	for _, d := range all {
+		out[d.ID.Hex()] = d
+	}
+	return out
+}
+
+func (r *outageRig) count(status events.Status) int {
+	r.t.Helper()
+	n, err := r.events.CountDocuments(r.t.Context(), bson.D{{Key: events.FieldStatus, Value: status}})
+	if err != nil {
+		r.t.Fatalf("count %s events: %v", status, err)
+	}
+	return int(n)
+}
+
+// allMarked reports whether the claimer has marked the whole backlog
+// PUBLISHED. It reads the counter, not the database: polling FerretDB
+// would slow the relay it measures. One worker marks each event once.
+func (r *outageRig) allMarked() bool {
+	return testutil.ToFloat64(r.metrics.Published) >= outageEvents
+}
+
+// runUntil calls runOnce until done reports true, failing on any error.
+func (r *outageRig) runUntil(c *Claimer, what string, done func() bool) {
+	r.t.Helper()
+	for i := 0; !done(); i++ {
+		if i > outageEvents/outageBatchSize+5 {
+			r.t.Fatalf("%s: not after %d runs", what, i)
+		}
+		if _, err := c.runOnce(r.t.Context()); err != nil {
+			r.t.Fatalf("runOnce before the cut: %v", err)
+		}
+	}
+}
+
+// poll checks cond every 50ms until it holds or timeout passes, and returns
+// how long that took.
+func (r *outageRig) poll(timeout time.Duration, what string, cond func() bool) time.Duration {
+	r.t.Helper()
+	start := time.Now()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Since(start) > timeout {
+			r.t.Fatalf("%s: not within %s (NEW %d, PROCESSING %d, PUBLISHED %d, FAILED %d)", what, timeout,
+				r.count(events.StatusNew), r.count(events.StatusProcessing), r.count(events.StatusPublished), r.count(events.StatusFailed))
+		}
+		select {
+		case <-tick.C:
+		case <-r.t.Context().Done():
+			r.t.Fatalf("%s: test ended", what)
+		}
+	}
+	return time.Since(start)
+}
+
+// requireAllPublishedOnce checks the end state of every outage: every
+// event PUBLISHED and delivered at least once, none FAILED, no event with
+// more than two attempts. It logs and returns the duplicates.
+func (r *outageRig) requireAllPublishedOnce() (duplicates, maxAttempts int) {
+	r.t.Helper()
+	docs := r.docs()
+	attempts := map[int]int{}
+	for _, id := range r.ids {
+		d, ok := docs[id]
+		switch {
+		case !ok:
+			r.t.Errorf("event %s is gone", id)
+			continue
+		case d.Status != events.StatusPublished:
+			r.t.Errorf("event %s is %s (attempts %d, lastError %q), want PUBLISHED", id, d.Status, d.Attempts, d.LastError)
+		case d.Attempts > 2:
+			r.t.Errorf("event %s has %d attempts, want at most 2: the outage burned attempts", id, d.Attempts)
+		}
+		attempts[d.Attempts]++
+		maxAttempts = max(maxAttempts, d.Attempts)
+	}
+	r.t.Logf("attempts per event: %v (attempts: events)", attempts)
+	if failed := r.count(events.StatusFailed); failed != 0 {
+		r.t.Errorf("%d events FAILED because of an outage, want 0", failed)
+	}
+
+	// Confirmed means enqueued: the consumer has them all, or is about to.
+	r.poll(outageWait, "every event delivered", func() bool { return r.inbox.distinct() >= len(r.ids) })
+	counts := r.inbox.snapshot()
+	for _, id := range r.ids {
+		if counts[id] == 0 {
+			r.t.Errorf("event %s never delivered", id)
+		}
+	}
+	var dupIDs []string
+	for id, n := range counts {
+		duplicates += n - 1
+		if n > 1 {
+			dupIDs = append(dupIDs, id)
+		}
+	}
+	sort.Strings(dupIDs)
+	if len(dupIDs) > 0 {
+		r.t.Logf("%d duplicate deliveries of %d events, e.g. %s", duplicates, len(dupIDs), strings.Join(dupIDs[:min(3, len(dupIDs))], ", "))
+	}
+	return duplicates, maxAttempts
+}
+
+// outageInbox counts the deliveries of each message id.
+type outageInbox struct {
+	mu     sync.Mutex
+	counts map[string]int
+	total  int
+}
+
+func startOutageInbox(t *testing.T, deliveries <-chan amqp.Delivery) *outageInbox {
+	in := &outageInbox{counts: map[string]int{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case d, ok := <-deliveries:
+				if !ok {
+					return
+				}
+				in.mu.Lock()
+				in.counts[d.MessageId]++
+				in.total++
+				in.mu.Unlock()
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return in
+}
+
+func (in *outageInbox) distinct() int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return len(in.counts)
+}
+
+func (in *outageInbox) snapshot() map[string]int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	out := make(map[string]int, len(in.counts))
+	for k, v := range in.counts {
+		out[k] = v
+	}
+	return out
+}
+
+func (in *outageInbox) deliveries() int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.total
+}
+
+// cuttingPublisher is the real publisher, except that during its cutAt-th
+// Publish it cuts the broker link halfway through the batch: the first half
+// is confirmed, the second is in flight when the connection dies.
+type cuttingPublisher struct {
+	*broker.Publisher
+	proxy *testenv.Proxy
+	cutAt int
+
+	calls    int
+	cutBatch []events.Message
+	cutErrs  []error
+	cutTime  time.Time
+}
+
+func (p *cuttingPublisher) Publish(ctx context.Context, msgs []events.Message) []error {
+	p.calls++
+	if p.calls != p.cutAt {
+		return p.Publisher.Publish(ctx, msgs)
+	}
+	half := len(msgs) / 2
+	errs := p.Publisher.Publish(ctx, msgs[:half])
+	p.proxy.Cut()
+	p.cutTime = time.Now()
+	errs = append(errs, p.Publisher.Publish(ctx, msgs[half:])...)
+	p.cutBatch, p.cutErrs = msgs, errs
+	return errs
+}
+
+// TestOutageBroker cuts the broker link in the middle of a batch, in the
+// middle of a backlog: the events in flight go back to NEW with their
+// attempt refunded, none fails, claiming pauses until the publisher has
+// reconnected by itself, and then the whole backlog is delivered.
+func TestOutageBroker(t *testing.T) {
+	t.Parallel()
+	r := newOutageRig(t)
+	pub := &cuttingPublisher{Publisher: r.pub, proxy: r.amqpProxy, cutAt: outageCutAt}
+	c := r.newClaimer(r.store, pub)
+
+	r.runUntil(c, "the cut", func() bool { return pub.cutBatch != nil })
+
+	// The batch of the cut: first half confirmed, second half unavailable.
+	half := len(pub.cutBatch) / 2
+	var inFlight []string
+	for i, err := range pub.cutErrs {
+		switch {
+		case i < half && err != nil:
+			t.Errorf("message %d of the cut batch, published before the cut: %v", i, err)
+		case i >= half && !errors.Is(err, broker.ErrUnavailable) && !errors.Is(err, broker.ErrUnconfirmed):
+			t.Errorf("message %d of the cut batch, published after the cut: %v, want ErrUnavailable", i, err)
+		case i >= half:
+			inFlight = append(inFlight, pub.cutBatch[i].ID)
+		}
+	}
+	if len(inFlight) == 0 {
+		t.Fatal("no message was in flight at the cut")
+	}
+	docs := r.docs()
+	for _, id := range inFlight {
+		d := docs[id]
+		if d.Status != events.StatusNew || d.Attempts != 0 || d.WorkerID != "" || !strings.Contains(d.LastError, "broker unavailable") {
+			t.Errorf("in-flight event %s after the cut = %+v, want NEW, attempts 0 (refunded), no workerId, lastError naming the outage", id, d)
+		}
+	}
+	for _, m := range pub.cutBatch[:half] {
+		if d := docs[m.ID]; d.Status != events.StatusPublished {
+			t.Errorf("event %s confirmed before the cut is %s, want PUBLISHED", m.ID, d.Status)
+		}
+	}
+
+	// Claiming pauses while the broker is out of reach.
+	r.poll(outageWait, "publisher reports the cut", func() bool { return r.pub.Ready() != nil })
+	claimed := testutil.ToFloat64(r.metrics.Claimed)
+	newBefore := r.count(events.StatusNew)
+	for range 3 {
+		more, err := c.runOnce(t.Context())
+		if more || err != nil {
+			t.Errorf("runOnce during the outage = (%t, %v), want (false, nil): a pause, not an error", more, err)
+		}
+	}
+	if got := testutil.ToFloat64(r.metrics.Claimed); got != claimed {
+		t.Errorf("claimed %v events during the outage, want 0", got-claimed)
+	}
+	if got := r.count(events.StatusNew); got != newBefore {
+		t.Errorf("NEW events during the outage: %d, then %d; want no change", newBefore, got)
+	}
+	if got := r.count(events.StatusProcessing); got != 0 {
+		t.Errorf("%d events PROCESSING during the outage, want 0 (all released)", got)
+	}
+	if got := r.count(events.StatusFailed); got != 0 {
+		t.Errorf("%d events FAILED during the outage, want 0", got)
+	}
+
+	// Restore; the worker runs on its schedule and recovers by itself.
+	remaining := r.count(events.StatusNew)
+	publishedAtRestore := testutil.ToFloat64(r.metrics.Published)
+	restored := time.Now()
+	outage := restored.Sub(pub.cutTime)
+	r.amqpProxy.Restore()
+	if err := c.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	r.poll(outageWait, "publisher reconnects", func() bool { return r.pub.Ready() == nil })
+	reconnect := time.Since(restored)
+	r.poll(outageWait, "claiming resumes", func() bool {
+		return testutil.ToFloat64(r.metrics.Published) > publishedAtRestore
+	})
+	resumed := time.Since(restored)
+	r.poll(outageDrainTimeout, "backlog PUBLISHED after Restore", r.allMarked)
+	drained := time.Since(restored)
+	stopCtx, cancel := context.WithTimeout(t.Context(), outageWait)
+	defer cancel()
+	if err := c.Stop(stopCtx); err != nil {
+		t.Fatalf("claimer Stop: %v", err)
+	}
+
+	duplicates, maxAttempts := r.requireAllPublishedOnce()
+	t.Logf("FAULT-FIGURES: broker cut mid-batch: events sent %d, delivered %d distinct (%d deliveries), duplicates %d, FAILED %d, in flight at the cut %d (released to NEW, attempt refunded), max attempts %d",
+		outageEvents, r.inbox.distinct(), r.inbox.deliveries(), duplicates, r.count(events.StatusFailed), len(inFlight), maxAttempts)
+	t.Logf("FAULT-FIGURES: broker cut mid-batch: outage %s; after Restore, publisher ready in %s, first batch PUBLISHED in %s, backlog of %d NEW fully PUBLISHED in %s (claim schedule @every 100ms, reconnect backoff 50ms..500ms)",
+		outage.Round(time.Millisecond), reconnect.Round(time.Millisecond), resumed.Round(time.Millisecond), remaining, drained.Round(time.Millisecond))
+}
+
+// cuttingStore is the real store, except that it cuts the database link
+// just before its cutAt-th MarkPublished: the batch is confirmed by the
+// broker but cannot be marked, the worst moment for a database outage.
+type cuttingStore struct {
+	*mongo.Store
+	proxy *testenv.Proxy
+	cutAt int
+
+	marks   int
+	cut     []any // ids of the batch that could not be marked
+	cutTime time.Time
+}
+
+func (s *cuttingStore) MarkPublished(ctx context.Context, lease events.Lease, ids []any, at time.Time) (int, error) {
+	s.marks++
+	if s.marks == s.cutAt {
+		s.proxy.Cut()
+		s.cut, s.cutTime = ids, time.Now()
+	}
+	return s.Store.MarkPublished(ctx, lease, ids, at)
+}
+
+// TestOutageDatabase cuts the database link after a batch was confirmed and
+// before it was marked PUBLISHED: runOnce fails but the worker carries on,
+// claiming fails while the link is down, and after Restore the claimer and
+// the recovery job (which resets the stuck batch) finish the backlog. The
+// stuck batch is delivered twice: that is at-least-once delivery, counted.
+func TestOutageDatabase(t *testing.T) {
+	t.Parallel()
+	r := newOutageRig(t)
+	store := &cuttingStore{Store: r.store, proxy: r.dbProxy, cutAt: outageCutAt}
+	c := r.newClaimer(store, r.pub)
+
+	var cutErr error
+	for i := 0; store.cut == nil; i++ {
+		if i > outageCutAt+2 {
+			t.Fatalf("no cut after %d runs", i)
+		}
+		_, err := c.runOnce(t.Context())
+		if store.cut != nil {
+			cutErr = err
+		} else if err != nil {
+			t.Fatalf("runOnce before the cut: %v", err)
+		}
+	}
+	if cutErr == nil {
+		t.Fatal("runOnce whose mark was cut returned no error")
+	}
+	t.Logf("runOnce whose mark was cut: %v", cutErr)
+
+	// While the link is down, every run fails, quickly, and nothing panics.
+	for i := range 3 {
+		start := time.Now()
+		more, err := c.runOnce(t.Context())
+		if err == nil || more {
+			t.Errorf("runOnce #%d during the database outage = (%t, %v), want (false, an error)", i+1, more, err)
+		}
+		took := time.Since(start)
+		if took > 10*time.Second {
+			t.Errorf("runOnce #%d during the outage took %s: the worker hangs on a dead database", i+1, took)
+		}
+		t.Logf("runOnce #%d during the database outage failed after %s", i+1, took.Round(time.Millisecond))
+	}
+	stuck := map[string]bool{}
+	for _, id := range store.cut {
+		stuck[id.(bson.ObjectID).Hex()] = true
+	}
+	docs := r.docs()
+	for id := range stuck {
+		if d := docs[id]; d.Status != events.StatusProcessing || d.WorkerID != outageWorkerID {
+			t.Errorf("event %s of the unmarked batch = %+v, want still PROCESSING under %s", id, d, outageWorkerID)
+		}
+	}
+	if got := r.count(events.StatusFailed); got != 0 {
+		t.Errorf("%d events FAILED during the database outage, want 0", got)
+	}
+
+	// Restore; the claimer and the recovery job run on their schedules.
+	const staleAfter = 10 * time.Second
+	rec, err := recovery.New(r.store, recovery.Config{
+		Schedule: "@every 1s", StaleAfter: staleAfter, MaxAttempts: MaxAttemptsDefault,
+		Logger: r.logger, Metrics: r.metrics,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), outageWait)
+		defer cancel()
+		_ = rec.Stop(ctx)
+	})
+	remaining := r.count(events.StatusNew) + r.count(events.StatusProcessing)
+	restored := time.Now()
+	outage := restored.Sub(store.cutTime)
+	r.dbProxy.Restore()
+	if err := c.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	r.poll(outageWait, "claiming resumes", func() bool {
+		return testutil.ToFloat64(r.metrics.Published) > float64((outageCutAt-1)*outageBatchSize)
+	})
+	resumed := time.Since(restored)
+	r.poll(outageDrainTimeout, "backlog PUBLISHED after Restore", r.allMarked)
+	drained := time.Since(restored)
+	stopCtx, cancel := context.WithTimeout(t.Context(), outageWait)
+	defer cancel()
+	if err := c.Stop(stopCtx); err != nil {
+		t.Fatalf("claimer Stop: %v", err)
+	}
+
+	duplicates, maxAttempts := r.requireAllPublishedOnce()
+	counts := r.inbox.snapshot()
+	for id := range stuck {
+		if counts[id] < 2 {
+			// Not a failure of the relay, but then this test did not test
+			// the redelivery it is about.
+			t.Errorf("event %s of the unmarked batch delivered %d times, want twice (once before the cut, once after recovery)", id, counts[id])
+		}
+	}
+	t.Logf("FAULT-FIGURES: database cut before a mark: events sent %d, delivered %d distinct (%d deliveries), duplicates %d, FAILED %d, confirmed but unmarked at the cut %d (reset by recovery), recovered %v, max attempts %d",
+		outageEvents, r.inbox.distinct(), r.inbox.deliveries(), duplicates, r.count(events.StatusFailed), len(stuck),
+		testutil.ToFloat64(r.metrics.Recovered), maxAttempts)
+	t.Logf("FAULT-FIGURES: database cut before a mark: outage %s; after Restore, first batch PUBLISHED in %s, backlog of %d unpublished (%d of them stuck PROCESSING) fully PUBLISHED in %s (recovery @every 1s with stale-after %s, so the stuck batch waits until stale-after has passed since its claim; production defaults: 60s stale-after, recovery every 2 min)",
+		outage.Round(time.Millisecond), resumed.Round(time.Millisecond), remaining, len(stuck), drained.Round(time.Millisecond), staleAfter)
+}
