@@ -1,0 +1,611 @@
+package claim
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	driver "go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/outboxrelay/outbox/broker"
+	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/testenv"
+	"github.com/outboxrelay/outbox/metrics"
+	"github.com/outboxrelay/outbox/mongo"
+)
+
+// waitFor bounds every wait on a server in these tests.
+const waitFor = 30 * time.Second
+
+var discard = slog.New(slog.DiscardHandler)
+
+// newStore returns a prepared store on a database of its own.
+func newStore(t *testing.T) *mongo.Store {
+	t.Helper()
+	db := testenv.Database(t)
+	s := mongo.New(db.Client(), mongo.Config{Database: db.Name(), Logger: discard})
+	if err := s.Prepare(t.Context()); err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	return s
+}
+
+// newPublisher returns a connected publisher on exchange, stopped in
+// t.Cleanup. The exchange is deleted after the publisher stops.
+func newPublisher(t *testing.T, exchange string) *broker.Publisher {
+	t.Helper()
+	url := testenv.AMQPURL(t)
+	deleteExchangeAtCleanup(t, url, exchange)
+	p, err := broker.New(broker.Config{URL: url, Exchange: exchange, Logger: discard})
+	if err != nil {
+		t.Fatalf("broker.New: %v", err)
+	}
+	if err := p.Start(t.Context()); err != nil {
+		t.Fatalf("publisher Start: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		_ = p.Stop(ctx)
+	})
+	deadline := time.Now().Add(waitFor)
+	for p.Ready() != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("publisher not ready after %s: %v", waitFor, p.Ready())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return p
+}
+
+// deleteExchangeAtCleanup removes an exchange the publisher declared, for
+// the tests that bind no queue to it (testenv.Consume cleans up its own).
+func deleteExchangeAtCleanup(t *testing.T, url, exchange string) {
+	t.Helper()
+	t.Cleanup(func() {
+		conn, err := amqp.Dial(url)
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		if ch, err := conn.Channel(); err == nil {
+			_ = ch.ExchangeDelete(exchange, false, false)
+		}
+	})
+}
+
+// newClaimer returns a Claimer for tests with its own metrics.
+func newClaimer(t *testing.T, store Store, pub Publisher, cfg Config) (*Claimer, *metrics.Metrics) {
+	t.Helper()
+	if cfg.WorkerID == "" {
+		cfg.WorkerID = "worker-a"
+	}
+	cfg.Logger = discard
+	cfg.Metrics = metrics.New(nil)
+	c, err := New(store, pub, cfg)
+	if err != nil {
+		t.Fatalf("claim.New: %v", err)
+	}
+	return c, cfg.Metrics
+}
+
+// insertEvents inserts n valid NEW events of type typ, one millisecond
+// apart and in the past, and returns their ids oldest first.
+func insertEvents(t *testing.T, coll *driver.Collection, n int, typ string) []string {
+	t.Helper()
+	start := time.Now().Add(-time.Hour)
+	ids := make([]string, n)
+	docs := make([]any, n)
+	for i := range n {
+		id := bson.NewObjectID()
+		d := events.Draft{ID: id, Type: typ, AggregateType: "order", AggregateID: fmt.Sprint(i),
+			Payload: bson.D{{Key: "n", Value: i}}}
+		doc, err := d.Document(start.Add(time.Duration(i) * time.Millisecond))
+		if err != nil {
+			t.Fatalf("draft %d: %v", i, err)
+		}
+		ids[i], docs[i] = id.Hex(), doc
+	}
+	if _, err := coll.InsertMany(t.Context(), docs); err != nil {
+		t.Fatalf("insert %d events: %v", n, err)
+	}
+	return ids
+}
+
+// stored is what the tests read back of an event: the fields the worker
+// manages. (events.Event would refuse a poison event's payload.)
+type stored struct {
+	ID           any           `bson:"_id"`
+	Status       events.Status `bson:"status"`
+	Attempts     int           `bson:"attempts"`
+	WorkerID     string        `bson:"workerId"`
+	ClaimToken   string        `bson:"claimToken"`
+	ProcessingAt time.Time     `bson:"processingAt"`
+	PublishedAt  time.Time     `bson:"publishedAt"`
+	LastError    string        `bson:"lastError"`
+	RetryAt      time.Time     `bson:"retryAt"`
+	FailedAt     time.Time     `bson:"failedAt"`
+}
+
+// allEvents returns every stored event by its _id as a string.
+func allEvents(t *testing.T, coll *driver.Collection) map[string]stored {
+	t.Helper()
+	cur, err := coll.Find(t.Context(), bson.D{})
+	if err != nil {
+		t.Fatalf("find events: %v", err)
+	}
+	var all []stored
+	if err := cur.All(t.Context(), &all); err != nil {
+		t.Fatalf("read events: %v", err)
+	}
+	out := make(map[string]stored, len(all))
+	for _, e := range all {
+		out[idString(e.ID)] = e
+	}
+	return out
+}
+
+func idString(id any) string {
+	if oid, ok := id.(bson.ObjectID); ok {
+		return oid.Hex()
+	}
+	return fmt.Sprint(id)
+}
+
+// hasField reports whether the stored event id has the field key at all.
+func hasField(t *testing.T, coll *driver.Collection, id any, key string) bool {
+	t.Helper()
+	raw, err := coll.FindOne(t.Context(), bson.D{{Key: events.FieldID, Value: id}}).Raw()
+	if err != nil {
+		t.Fatalf("find event %v: %v", id, err)
+	}
+	_, err = raw.LookupErr(key)
+	return err == nil
+}
+
+func oid(t *testing.T, hex string) bson.ObjectID {
+	t.Helper()
+	id, err := bson.ObjectIDFromHex(hex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// receive collects n deliveries, failing the test if they do not come.
+func receive(t *testing.T, deliveries <-chan amqp.Delivery, n int) []amqp.Delivery {
+	t.Helper()
+	out := make([]amqp.Delivery, 0, n)
+	timeout := time.After(waitFor)
+	for len(out) < n {
+		select {
+		case d, ok := <-deliveries:
+			if !ok {
+				t.Fatalf("deliveries closed after %d of %d messages", len(out), n)
+			}
+			out = append(out, d)
+		case <-timeout:
+			t.Fatalf("received %d of %d messages in %s", len(out), n, waitFor)
+		}
+	}
+	return out
+}
+
+// messageIDs counts deliveries by message id.
+func messageIDs(ds []amqp.Delivery) map[string]int {
+	out := make(map[string]int, len(ds))
+	for _, d := range ds {
+		out[d.MessageId]++
+	}
+	return out
+}
+
+func once(ids []string) map[string]int {
+	out := make(map[string]int, len(ids))
+	for _, id := range ids {
+		out[id] = 1
+	}
+	return out
+}
+
+func runOnce(t *testing.T, c *Claimer) bool {
+	t.Helper()
+	more, err := c.runOnce(t.Context())
+	if err != nil {
+		t.Fatalf("runOnce: %v", err)
+	}
+	return more
+}
+
+func TestRunOnceRelaysBacklog(t *testing.T) {
+	t.Parallel()
+	const n, batch = 1200, 500
+	store := newStore(t)
+	exchange := testenv.UniqueName(t, "ex_")
+	deliveries := testenv.Consume(t, testenv.AMQPURL(t), exchange)
+	c, m := newClaimer(t, store, newPublisher(t, exchange), Config{BatchSize: batch})
+	ids := insertEvents(t, store.Collection(), n, "order.created")
+
+	var mores []bool
+	mores = append(mores, runOnce(t, c))
+	// The first batch is the oldest 500.
+	var first []string
+	for id, e := range allEvents(t, store.Collection()) {
+		if e.Status == events.StatusPublished {
+			first = append(first, id)
+		}
+	}
+	if diff := cmp.Diff(once(ids[:batch]), once(first)); diff != "" {
+		t.Errorf("first batch is not the oldest %d events (-want +got):\n%s", batch, diff)
+	}
+	for mores[len(mores)-1] && len(mores) < 10 {
+		mores = append(mores, runOnce(t, c))
+	}
+	// 500, 500, 200: the full batches ask for more at once, the short one
+	// does not.
+	if diff := cmp.Diff([]bool{true, true, false}, mores); diff != "" {
+		t.Errorf("runOnce more (-want +got):\n%s", diff)
+	}
+	if more := runOnce(t, c); more {
+		t.Error("runOnce on an empty outbox: more = true")
+	}
+
+	if diff := cmp.Diff(once(ids), messageIDs(receive(t, deliveries, n))); diff != "" {
+		t.Errorf("messages received, by id (-want +got):\n%s", diff)
+	}
+	for id, e := range allEvents(t, store.Collection()) {
+		if e.Status != events.StatusPublished || e.PublishedAt.IsZero() || e.Attempts != 1 {
+			t.Errorf("event %s: status %s publishedAt %s attempts %d; want PUBLISHED with publishedAt, 1 attempt",
+				id, e.Status, e.PublishedAt, e.Attempts)
+		}
+	}
+	for name, got := range map[string]float64{
+		"claimed": testutil.ToFloat64(m.Claimed), "published": testutil.ToFloat64(m.Published),
+	} {
+		if got != n {
+			t.Errorf("%s metric = %v, want %d", name, got, n)
+		}
+	}
+	if got := testutil.ToFloat64(m.LostClaims); got != 0 {
+		t.Errorf("lost claims = %v, want 0", got)
+	}
+}
+
+func TestRunOncePoisonFailsInOnePass(t *testing.T) {
+	t.Parallel()
+	store := newStore(t)
+	coll := store.Collection()
+	exchange := testenv.UniqueName(t, "ex_")
+	deliveries := testenv.Consume(t, testenv.AMQPURL(t), exchange)
+	c, m := newClaimer(t, store, newPublisher(t, exchange), Config{BatchSize: 500, MaxBodyBytes: 1000})
+	valid := insertEvents(t, coll, 40, "order.created")
+
+	now := time.Now().Add(-30 * time.Minute) // after the valid ones, so the batch mixes them
+	poison := []struct {
+		id        string
+		doc       bson.D
+		wantField string
+	}{
+		{"no-type", bson.D{
+			{Key: "_id", Value: "no-type"}, {Key: "payload", Value: bson.D{{Key: "n", Value: 1}}},
+			{Key: "status", Value: "NEW"}, {Key: "createdAt", Value: now},
+		}, `"type"`},
+		{"payload-string", bson.D{
+			{Key: "_id", Value: "payload-string"}, {Key: "type", Value: "order.created"}, {Key: "payload", Value: "{\"n\":1}"},
+			{Key: "status", Value: "NEW"}, {Key: "createdAt", Value: now},
+		}, `"payload"`},
+		{"header-regex", bson.D{
+			{Key: "_id", Value: "header-regex"}, {Key: "type", Value: "order.created"}, {Key: "payload", Value: bson.D{{Key: "n", Value: 1}}},
+			{Key: "headers", Value: bson.D{{Key: "match", Value: bson.Regex{Pattern: "^a", Options: "i"}}}},
+			{Key: "status", Value: "NEW"}, {Key: "createdAt", Value: now},
+		}, `"headers.match"`},
+		{"too-big", bson.D{
+			{Key: "_id", Value: "too-big"}, {Key: "type", Value: "order.created"},
+			{Key: "payload", Value: bson.D{{Key: "blob", Value: strings.Repeat("x", 2000)}}},
+			{Key: "status", Value: "NEW"}, {Key: "createdAt", Value: now},
+		}, `"payload"`},
+	}
+	for _, p := range poison {
+		if _, err := coll.InsertOne(t.Context(), p.doc); err != nil {
+			t.Fatalf("insert %s: %v", p.id, err)
+		}
+	}
+	// More valid events after the poison ones.
+	valid = append(valid, insertEvents(t, coll, 10, "order.shipped")...)
+
+	if more := runOnce(t, c); more {
+		t.Error("runOnce of 54 events with batch size 500: more = true")
+	}
+
+	if diff := cmp.Diff(once(valid), messageIDs(receive(t, deliveries, len(valid)))); diff != "" {
+		t.Errorf("messages received, by id (-want +got):\n%s", diff)
+	}
+	all := allEvents(t, coll)
+	for _, id := range valid {
+		if e := all[id]; e.Status != events.StatusPublished || e.Attempts != 1 {
+			t.Errorf("valid event %s: %s after %d attempts, want PUBLISHED after 1", id, e.Status, e.Attempts)
+		}
+	}
+	for _, p := range poison {
+		e := all[p.id]
+		if e.Status != events.StatusFailed || e.Attempts != 1 || e.FailedAt.IsZero() {
+			t.Errorf("poison %s: status %s attempts %d failedAt %s; want FAILED at once, after 1 attempt", p.id, e.Status, e.Attempts, e.FailedAt)
+		}
+		if !strings.Contains(e.LastError, p.wantField) {
+			t.Errorf("poison %s: lastError %q does not name the field %s", p.id, e.LastError, p.wantField)
+		}
+	}
+	if got := testutil.ToFloat64(m.Failed.WithLabelValues(metrics.ReasonInvalid)); got != float64(len(poison)) {
+		t.Errorf("failed{reason=invalid} = %v, want %d", got, len(poison))
+	}
+	if got := testutil.ToFloat64(m.Published); got != float64(len(valid)) {
+		t.Errorf("published = %v, want %d", got, len(valid))
+	}
+}
+
+func TestRunOnceUnroutableRetriesLater(t *testing.T) {
+	t.Parallel()
+	store := newStore(t)
+	coll := store.Collection()
+	exchange := testenv.UniqueName(t, "ex_") // no queue bound: every publish returns
+	pub := newPublisher(t, exchange)
+	c, m := newClaimer(t, store, pub, Config{BatchSize: 500, MaxAttempts: 3, RetryMin: time.Minute, RetryMax: time.Hour})
+	ids := insertEvents(t, coll, 5, "order.created")
+
+	before := time.Now()
+	if more := runOnce(t, c); more {
+		t.Error("more = true for a short batch")
+	}
+	for _, id := range ids {
+		e := allEvents(t, coll)[id]
+		// RetryMin 1m jittered down by up to half: at least 30s from now.
+		if e.Status != events.StatusNew || e.Attempts != 1 || !e.RetryAt.After(before.Add(29*time.Second)) {
+			t.Errorf("event %s: status %s attempts %d retryAt %s; want NEW, 1 attempt kept, retry at least 30s after %s",
+				id, e.Status, e.Attempts, e.RetryAt, before)
+		}
+		if !strings.Contains(e.LastError, "unroutable") {
+			t.Errorf("event %s: lastError %q, want it to say the message was unroutable", id, e.LastError)
+		}
+		for _, f := range []string{events.FieldWorkerID, events.FieldClaimToken, events.FieldProcessingAt} {
+			if hasField(t, coll, oid(t, id), f) {
+				t.Errorf("event %s: %s still set after release to NEW", id, f)
+			}
+		}
+	}
+	if got := testutil.ToFloat64(m.Released.WithLabelValues(metrics.ReasonReturned)); got != 5 {
+		t.Errorf("released{reason=returned} = %v, want 5", got)
+	}
+
+	// Waiting for the retry: the next run claims nothing.
+	if more := runOnce(t, c); more {
+		t.Error("more = true with nothing due")
+	}
+	if got := testutil.ToFloat64(m.Claimed); got != 5 {
+		t.Errorf("claimed = %v after a run with every event waiting for its retry, want 5", got)
+	}
+
+	// Once due, with a queue bound, the retry delivers them.
+	deliveries := testenv.Consume(t, testenv.AMQPURL(t), exchange)
+	c.now = func() time.Time { return time.Now().Add(2 * time.Hour) }
+	runOnce(t, c)
+	if diff := cmp.Diff(once(ids), messageIDs(receive(t, deliveries, len(ids)))); diff != "" {
+		t.Errorf("messages received on retry, by id (-want +got):\n%s", diff)
+	}
+	for id, e := range allEvents(t, coll) {
+		if e.Status != events.StatusPublished || e.Attempts != 2 {
+			t.Errorf("event %s after its retry: %s after %d attempts, want PUBLISHED after 2", id, e.Status, e.Attempts)
+		}
+	}
+}
+
+func TestRunOnceUnroutableLastAttemptFails(t *testing.T) {
+	t.Parallel()
+	store := newStore(t)
+	coll := store.Collection()
+	c, m := newClaimer(t, store, newPublisher(t, testenv.UniqueName(t, "ex_")), Config{MaxAttempts: 1})
+	ids := insertEvents(t, coll, 3, "order.created")
+
+	runOnce(t, c)
+	all := allEvents(t, coll)
+	for _, id := range ids {
+		e := all[id]
+		if e.Status != events.StatusFailed || e.FailedAt.IsZero() || e.Attempts != 1 {
+			t.Errorf("event %s: status %s failedAt %s attempts %d; want FAILED after its only attempt", id, e.Status, e.FailedAt, e.Attempts)
+		}
+		if !strings.HasPrefix(e.LastError, "gave up after 1 attempts: ") || !strings.Contains(e.LastError, "unroutable") {
+			t.Errorf("event %s: lastError %q, want \"gave up after 1 attempts: \" and the return kept", id, e.LastError)
+		}
+	}
+	if got := testutil.ToFloat64(m.Failed.WithLabelValues(metrics.ReasonMaxAttempts)); got != 3 {
+		t.Errorf("failed{reason=max_attempts} = %v, want 3", got)
+	}
+}
+
+// faultPublisher is the real publisher with switches for what a healthy
+// broker will not do on demand: it fails the messages fail picks with the
+// error fail returns instead of sending them, sends the rest, and can
+// report not ready. during, if set, runs after the sends and before
+// Publish returns: the moment a batch's confirms are in but not yet written.
+type faultPublisher struct {
+	*broker.Publisher
+	notReady error
+	fail     func(events.Message) error
+	during   func()
+}
+
+func (p *faultPublisher) Ready() error {
+	if p.notReady != nil {
+		return p.notReady
+	}
+	return p.Publisher.Ready()
+}
+
+func (p *faultPublisher) Publish(ctx context.Context, msgs []events.Message) []error {
+	errs := make([]error, len(msgs))
+	var send []events.Message
+	var index []int
+	for i, m := range msgs {
+		if p.fail != nil {
+			if err := p.fail(m); err != nil {
+				errs[i] = err
+				continue
+			}
+		}
+		send = append(send, m)
+		index = append(index, i)
+	}
+	if len(send) > 0 {
+		for j, err := range p.Publisher.Publish(ctx, send) {
+			errs[index[j]] = err
+		}
+	}
+	if p.during != nil {
+		p.during()
+	}
+	return errs
+}
+
+func TestRunOnceBrokerFaultRefundsAttempt(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		err    error
+		reason string
+	}{
+		{fmt.Errorf("%w: channel closed before the confirm", broker.ErrUnavailable), metrics.ReasonBrokerUnavailable},
+		{fmt.Errorf("%w: context deadline exceeded", broker.ErrUnconfirmed), metrics.ReasonUnconfirmed},
+	} {
+		t.Run(tt.reason, func(t *testing.T) {
+			t.Parallel()
+			store := newStore(t)
+			coll := store.Collection()
+			exchange := testenv.UniqueName(t, "ex_")
+			deliveries := testenv.Consume(t, testenv.AMQPURL(t), exchange)
+			pub := &faultPublisher{Publisher: newPublisher(t, exchange)}
+			c, m := newClaimer(t, store, pub, Config{MaxAttempts: 1})
+			ids := insertEvents(t, coll, 20, "order.created")
+
+			pub.fail = func(events.Message) error { return tt.err }
+			runOnce(t, c)
+			for id, e := range allEvents(t, coll) {
+				if e.Status != events.StatusNew || e.Attempts != 0 || !e.RetryAt.IsZero() || !strings.Contains(e.LastError, tt.err.Error()) {
+					t.Errorf("event %s after %v: status %s attempts %d retryAt %s lastError %q; want NEW, attempt refunded, no retry time, the error kept",
+						id, tt.err, e.Status, e.Attempts, e.RetryAt, e.LastError)
+				}
+			}
+			if got := testutil.ToFloat64(m.Released.WithLabelValues(tt.reason)); got != 20 {
+				t.Errorf("released{reason=%s} = %v, want 20", tt.reason, got)
+			}
+
+			// The broker is back: with MaxAttempts 1, only a refunded
+			// attempt lets these through.
+			pub.fail = nil
+			runOnce(t, c)
+			if diff := cmp.Diff(once(ids), messageIDs(receive(t, deliveries, len(ids)))); diff != "" {
+				t.Errorf("messages received after the fault, by id (-want +got):\n%s", diff)
+			}
+			for id, e := range allEvents(t, coll) {
+				if e.Status != events.StatusPublished || e.Attempts != 1 {
+					t.Errorf("event %s: %s after %d attempts, want PUBLISHED after 1", id, e.Status, e.Attempts)
+				}
+			}
+			if got := testutil.ToFloat64(m.Failed.WithLabelValues(metrics.ReasonMaxAttempts)); got != 0 {
+				t.Errorf("failed{reason=max_attempts} = %v, want 0: a broker fault must not burn attempts", got)
+			}
+		})
+	}
+}
+
+func TestRunOncePausedWhileBrokerNotReady(t *testing.T) {
+	t.Parallel()
+	store := newStore(t)
+	coll := store.Collection()
+	pub := &faultPublisher{Publisher: newPublisher(t, testenv.UniqueName(t, "ex_")),
+		notReady: fmt.Errorf("%w: blocked by a broker alarm", broker.ErrUnavailable)}
+	c, m := newClaimer(t, store, pub, Config{})
+	insertEvents(t, coll, 5, "order.created")
+
+	more, err := c.runOnce(t.Context())
+	if more || err != nil {
+		t.Errorf("runOnce while not ready = %t, %v; want false, nil (a pause, not a failure)", more, err)
+	}
+	for id, e := range allEvents(t, coll) {
+		if e.Status != events.StatusNew || e.Attempts != 0 {
+			t.Errorf("event %s: %s after %d attempts; want untouched NEW", id, e.Status, e.Attempts)
+		}
+	}
+	if got := testutil.ToFloat64(m.Claimed); got != 0 {
+		t.Errorf("claimed = %v while the broker was not ready, want 0", got)
+	}
+}
+
+func TestRunOnceNackRetriesOnlyThoseNacked(t *testing.T) {
+	t.Parallel()
+	store := newStore(t)
+	coll := store.Collection()
+	exchange := testenv.UniqueName(t, "ex_")
+	deliveries := testenv.Consume(t, testenv.AMQPURL(t), exchange)
+	pub := &faultPublisher{Publisher: newPublisher(t, exchange)}
+	pub.fail = func(m events.Message) error {
+		if m.Type == "order.nacked" {
+			return broker.ErrNacked
+		}
+		return nil
+	}
+	c, m := newClaimer(t, store, pub, Config{})
+	good := insertEvents(t, coll, 8, "order.created")
+	nacked := insertEvents(t, coll, 4, "order.nacked")
+
+	before := time.Now()
+	runOnce(t, c)
+	if diff := cmp.Diff(once(good), messageIDs(receive(t, deliveries, len(good)))); diff != "" {
+		t.Errorf("messages received, by id (-want +got):\n%s", diff)
+	}
+	all := allEvents(t, coll)
+	for _, id := range good {
+		if e := all[id]; e.Status != events.StatusPublished {
+			t.Errorf("confirmed event %s: %s, want PUBLISHED", id, e.Status)
+		}
+	}
+	for _, id := range nacked {
+		e := all[id]
+		if e.Status != events.StatusNew || e.Attempts != 1 || !e.RetryAt.After(before) || e.LastError != broker.ErrNacked.Error() {
+			t.Errorf("nacked event %s: status %s attempts %d retryAt %s lastError %q; want NEW, 1 attempt, a retry time, the nack",
+				id, e.Status, e.Attempts, e.RetryAt, e.LastError)
+		}
+	}
+	if got := testutil.ToFloat64(m.Released.WithLabelValues(metrics.ReasonNacked)); got != 4 {
+		t.Errorf("released{reason=nacked} = %v, want 4", got)
+	}
+}
+
+func TestNewValidatesConfig(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{}, "worker id"},
+		{Config{WorkerID: "w", BatchSize: -1}, "batch size -1"},
+		{Config{WorkerID: "w", BatchSize: 10001}, "batch size 10001"},
+		{Config{WorkerID: "w", MaxAttempts: -2}, "max attempts -2"},
+		{Config{WorkerID: "w", MaxBodyBytes: -1}, "max body bytes -1"},
+		{Config{WorkerID: "w", PublishTimeout: -time.Second}, "publish timeout -1s"},
+		{Config{WorkerID: "w", RetryMin: time.Minute, RetryMax: time.Second}, "retry backoff 1m0s..1s"},
+		{Config{WorkerID: "w", Schedule: "bogus"}, `"bogus"`},
+	} {
+		_, err := New(nil, nil, tt.cfg)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("New(%+v) = %v, want an error naming %s", tt.cfg, err, tt.want)
+		}
+	}
+	if _, err := New(nil, nil, Config{WorkerID: "w"}); err != nil {
+		t.Errorf("New with only a worker id: %v, want the defaults to be valid", err)
+	}
+}
