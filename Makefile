@@ -51,10 +51,19 @@ lint: vet fmt ## Run go vet, the gofmt check and golangci-lint (if installed)
 devdb: ## Run embedded FerretDB on 127.0.0.1:27017 for local development
 	$(GO) run ./cmd/devdb
 
+.PHONY: dev
+dev: ## Run the local stack: devdb (FerretDB), RabbitMQ, 3 workers, demo producer and consumer; Ctrl-C stops it
+	./scripts/dev.sh
+
+.PHONY: up
+up: ## Start the docker-compose stack (MongoDB replica set, RabbitMQ, 3 workers, producer, consumer)
+	docker compose up --build
+
+.PHONY: down
+down: ## Stop the docker-compose stack and delete its volumes
+	docker compose down -v
+
 # ---------------------------------------------------------------------------
 # Reserved for other owners; add each target with a `## ` help comment:
-#   dev    - run the worker locally against devdb and RabbitMQ
 #   bench  - run the benchmarks and write results/
-#   up     - start the docker-compose stack
-#   down   - stop the docker-compose stack
 # ---------------------------------------------------------------------------
