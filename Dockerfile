@@ -1,0 +1,31 @@
+# syntax=docker/dockerfile:1
+#
+# The worker image. It also carries the demo producer and consumer that
+# docker-compose.yml runs (entrypoint /usr/local/bin/producer or consumer).
+#
+#   docker build -t outbox .
+#   docker run --rm outbox help
+#   docker run --rm -e OUTBOX_MONGO_URI=... -e OUTBOX_AMQP_URL=... -p 8080:8080 outbox
+#   docker run --rm -e OUTBOX_MONGO_URI=... outbox stats
+
+# The exact version go.mod asks for: the official images set
+# GOTOOLCHAIN=local, so an older Go would refuse to build.
+ARG GO_VERSION=1.26.8
+
+FROM golang:${GO_VERSION} AS build
+WORKDIR /src
+ENV CGO_ENABLED=0
+COPY . .
+# Static binaries; the module and build caches survive between builds.
+RUN --mount=type=cache,target=/go/pkg/mod \
+    --mount=type=cache,target=/root/.cache/go-build \
+    go build -trimpath -ldflags="-s -w" -o /out/ ./cmd/worker ./cmd/producer ./cmd/consumer
+
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /out/ /usr/local/bin/
+# uid 65532: the worker needs no privileges, no shell and no writable files.
+USER nonroot:nonroot
+# OUTBOX_HTTP_ADDR: /healthz, /readyz, /metrics, /status, /trigger.
+EXPOSE 8080
+ENTRYPOINT ["/usr/local/bin/worker"]
+CMD ["run"]
