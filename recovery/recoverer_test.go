@@ -1,0 +1,184 @@
+package recovery
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	driver "go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/testenv"
+	"github.com/outboxrelay/outbox/metrics"
+	"github.com/outboxrelay/outbox/mongo"
+)
+
+var discard = slog.New(slog.DiscardHandler)
+
+// clock is the recoverer's now in these tests, a whole millisecond as BSON
+// dates keep.
+var clock = time.Date(2025, 3, 4, 12, 0, 0, 0, time.UTC)
+
+func setup(t *testing.T, cfg Config) (*Recoverer, *driver.Collection, *metrics.Metrics) {
+	t.Helper()
+	db := testenv.Database(t)
+	store := mongo.New(db.Client(), mongo.Config{Database: db.Name(), Logger: discard})
+	if err := store.Prepare(t.Context()); err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	cfg.Logger = discard
+	cfg.Metrics = metrics.New(nil)
+	r, err := New(store, cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	r.now = func() time.Time { return clock }
+	return r, store.Collection(), cfg.Metrics
+}
+
+// processing returns a PROCESSING event claimed at claimedAt.
+func processing(id string, claimedAt time.Time, attempts int) bson.D {
+	return bson.D{
+		{Key: events.FieldID, Value: id},
+		{Key: events.FieldType, Value: "order.created"},
+		{Key: events.FieldPayload, Value: bson.D{{Key: "n", Value: 1}}},
+		{Key: events.FieldStatus, Value: events.StatusProcessing},
+		{Key: events.FieldCreatedAt, Value: clock.Add(-time.Hour)},
+		{Key: events.FieldWorkerID, Value: "dead-worker"},
+		{Key: events.FieldClaimToken, Value: "token"},
+		{Key: events.FieldProcessingAt, Value: claimedAt},
+		{Key: events.FieldAttempts, Value: attempts},
+	}
+}
+
+func statuses(t *testing.T, coll *driver.Collection) map[string]events.Status {
+	t.Helper()
+	cur, err := coll.Find(t.Context(), bson.D{})
+	if err != nil {
+		t.Fatalf("find: %v", err)
+	}
+	var all []struct {
+		ID     string        `bson:"_id"`
+		Status events.Status `bson:"status"`
+	}
+	if err := cur.All(t.Context(), &all); err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	out := map[string]events.Status{}
+	for _, e := range all {
+		out[e.ID] = e.Status
+	}
+	return out
+}
+
+func TestRunOnceResetsStaleClaims(t *testing.T) {
+	t.Parallel()
+	r, coll, m := setup(t, Config{StaleAfter: time.Minute, MaxAttempts: 5})
+	_, err := coll.InsertMany(t.Context(), []any{
+		processing("stale-1", clock.Add(-61*time.Second), 1),
+		processing("stale-2", clock.Add(-time.Hour), 4),
+		processing("stale-last", clock.Add(-2*time.Minute), 5),
+		processing("fresh", clock.Add(-59*time.Second), 5),
+	})
+	if err != nil {
+		t.Fatalf("insert: %v", err)
+	}
+
+	more, err := r.runOnce(t.Context())
+	if more || err != nil {
+		t.Fatalf("runOnce = %t, %v; want false, nil", more, err)
+	}
+	want := map[string]events.Status{
+		"stale-1": events.StatusNew, "stale-2": events.StatusNew,
+		"stale-last": events.StatusFailed, "fresh": events.StatusProcessing,
+	}
+	if diff := cmp.Diff(want, statuses(t, coll)); diff != "" {
+		t.Errorf("statuses after recovery (-want +got):\n%s", diff)
+	}
+	if got := testutil.ToFloat64(m.Recovered); got != 2 {
+		t.Errorf("recovered = %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(m.Failed.WithLabelValues(metrics.ReasonStaleMaxAttempts)); got != 1 {
+		t.Errorf("failed{reason=stale_max_attempts} = %v, want 1", got)
+	}
+
+	// A second run, as another replica's, finds nothing more to do.
+	if _, err := r.runOnce(t.Context()); err != nil {
+		t.Fatalf("second runOnce: %v", err)
+	}
+	if got := testutil.ToFloat64(m.Recovered); got != 2 {
+		t.Errorf("recovered after a second run = %v, want still 2", got)
+	}
+	if got := testutil.ToFloat64(m.JobErrors.WithLabelValues("recovery")); got != 0 {
+		t.Errorf("job errors = %v, want 0", got)
+	}
+}
+
+func TestRunOnceWithoutAttemptLimit(t *testing.T) {
+	t.Parallel()
+	r, coll, m := setup(t, Config{StaleAfter: time.Minute})
+	if _, err := coll.InsertOne(t.Context(), processing("many", clock.Add(-time.Hour), 100)); err != nil {
+		t.Fatalf("insert: %v", err)
+	}
+	if _, err := r.runOnce(t.Context()); err != nil {
+		t.Fatalf("runOnce: %v", err)
+	}
+	if diff := cmp.Diff(map[string]events.Status{"many": events.StatusNew}, statuses(t, coll)); diff != "" {
+		t.Errorf("MaxAttempts 0 means no limit (-want +got):\n%s", diff)
+	}
+	if got := testutil.ToFloat64(m.Recovered); got != 1 {
+		t.Errorf("recovered = %v, want 1", got)
+	}
+}
+
+// failingStore is a recovery.Store whose database is down.
+type failingStore struct{}
+
+func (failingStore) RecoverStale(context.Context, time.Time, time.Time, int) (int, int, error) {
+	return 0, 0, errors.New("server selection timeout")
+}
+
+func TestRunOnceCountsErrors(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(nil)
+	r, err := New(failingStore{}, Config{Logger: discard, Metrics: m})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	if _, err := r.runOnce(t.Context()); err == nil || !strings.Contains(err.Error(), "server selection timeout") {
+		t.Errorf("runOnce on a failing store = %v, want the store's error wrapped", err)
+	}
+	if got := testutil.ToFloat64(m.JobErrors.WithLabelValues("recovery")); got != 1 {
+		t.Errorf("job_errors{job=recovery} = %v, want 1", got)
+	}
+}
+
+func TestNewValidatesConfig(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{StaleAfter: -time.Second}, "stale after -1s"},
+		{Config{MaxAttempts: -1}, "max attempts -1"},
+		{Config{Schedule: "bogus"}, `"bogus"`},
+	} {
+		_, err := New(failingStore{}, tt.cfg)
+		if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "recovery config") {
+			t.Errorf("New(%+v) = %v, want a recovery config error naming %s", tt.cfg, err, tt.want)
+		}
+	}
+	r, err := New(failingStore{}, Config{})
+	if err != nil {
+		t.Fatalf("New with defaults: %v", err)
+	}
+	if r.cfg.StaleAfter != StaleAfterDefault || r.cfg.Schedule != ScheduleDefault {
+		t.Errorf("defaults: stale after %s, schedule %q; want %s, %q", r.cfg.StaleAfter, r.cfg.Schedule, StaleAfterDefault, ScheduleDefault)
+	}
+}
