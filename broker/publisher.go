@@ -179,10 +179,10 @@ func (p *Publisher) run(ctx context.Context, first chan struct{}) {
 	wait := p.cfg.ReconnectMin
 	for attempt := 0; ; attempt++ {
 		s, err := p.connect(ctx)
-		if attempt == 0 {
-			close(first)
-		}
 		if err != nil {
+			if attempt == 0 {
+				close(first)
+			}
 			if ctx.Err() != nil {
 				return
 			}
@@ -195,6 +195,9 @@ func (p *Publisher) run(ctx context.Context, first chan struct{}) {
 		}
 		wait = p.cfg.ReconnectMin
 		p.setSession(s)
+		if attempt == 0 {
+			close(first) // after setSession: Ready is nil once Start returns
+		}
 		p.logger.Info("broker connected", "exchange", p.cfg.Exchange, "url", Redact(p.cfg.URL))
 		select {
 		case <-ctx.Done():
