@@ -471,23 +471,31 @@ func TestSamplerSetsGauges(t *testing.T) {
 		Stale:     2,
 	}}
 	startSampler(t, store, m)
-	poll(t, "sampler sets the backlog gauges", func() bool {
-		return testutil.ToFloat64(m.Events.WithLabelValues("PUBLISHED")) == 40
-	})
 
-	want := map[string]float64{"NEW": 7, "PROCESSING": 2, "PUBLISHED": 40, "FAILED": 1}
-	got := map[string]float64{}
-	for status := range want {
-		got[status] = testutil.ToFloat64(m.Events.WithLabelValues(status))
+	// The sampler sets the gauges one after the other: wait for all.
+	want := map[string]float64{"NEW": 7, "PROCESSING": 2, "PUBLISHED": 40, "FAILED": 1, "oldest_new_age_over_30s": 1, "stale": 2}
+	var got map[string]float64
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		got = map[string]float64{}
+		for _, status := range []string{"NEW", "PROCESSING", "PUBLISHED", "FAILED"} {
+			got[status] = testutil.ToFloat64(m.Events.WithLabelValues(status))
+		}
+		if age := testutil.ToFloat64(m.OldestNewAge); age >= 30 && age < 40 {
+			got["oldest_new_age_over_30s"] = 1
+		}
+		got["stale"] = testutil.ToFloat64(m.StaleProcessing)
+		if cmp.Equal(want, got) || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-time.After(10 * time.Millisecond):
+		case <-t.Context().Done():
+			t.Fatal(t.Context().Err())
+		}
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("outbox_events by status (-want +got):\n%s", diff)
-	}
-	if age := testutil.ToFloat64(m.OldestNewAge); age < 30 || age > 40 {
-		t.Errorf("oldest NEW age gauge = %v, want about 30", age)
-	}
-	if stale := testutil.ToFloat64(m.StaleProcessing); stale != 2 {
-		t.Errorf("stale processing gauge = %v, want 2", stale)
+		t.Fatalf("gauges %s after Start (-want +got):\n%s", waitTimeout, diff)
 	}
 	if d := time.Since(store.lastStaleBefore()) - time.Minute; d < -5*time.Second || d > 5*time.Second {
 		t.Errorf("Stats asked with staleBefore %s, want about now - 1m", store.lastStaleBefore())
@@ -612,7 +620,15 @@ func TestMetricsEndpoint(t *testing.T) {
 		_ = c.Stop(ctx)
 	})
 	c.Trigger()
-	poll(t, "the claimer settles its batch", func() bool { return store.settledCount() == len(batch) })
+	poll(t, "the claimer settles its batch and counts every outcome", func() bool {
+		return store.settledCount() == len(batch) &&
+			testutil.ToFloat64(m.Published) == 1 &&
+			testutil.ToFloat64(m.Failed.WithLabelValues(metrics.ReasonInvalid)) == 1 &&
+			testutil.ToFloat64(m.Failed.WithLabelValues(metrics.ReasonMaxAttempts)) == 1 &&
+			testutil.ToFloat64(m.Released.WithLabelValues(metrics.ReasonReturned)) == 1 &&
+			testutil.ToFloat64(m.Released.WithLabelValues(metrics.ReasonNacked)) == 1 &&
+			testutil.ToFloat64(m.Released.WithLabelValues(metrics.ReasonBrokerUnavailable)) == 1
+	})
 	startSampler(t, &fakeStore{stats: mongo.Stats{Counts: map[events.Status]int64{events.StatusNew: 1}}}, m)
 	poll(t, "the sampler samples", func() bool { return testutil.ToFloat64(m.Events.WithLabelValues("NEW")) == 1 })
 	m.BrokerConnected.Set(1)
