@@ -70,7 +70,8 @@ func containerStack(t *testing.T) stack {
 	q.Set("directConnection", "true")
 	u.RawQuery = q.Encode()
 
-	rc, err := tcrabbit.Run(ctx, rabbitImage)
+	// Not guest: RabbitMQ lets guest in from localhost only.
+	rc, err := tcrabbit.Run(ctx, rabbitImage, tcrabbit.WithAdminUsername("outbox"), tcrabbit.WithAdminPassword("outbox-e2e"))
 	testcontainers.CleanupContainer(t, rc)
 	if err != nil {
 		t.Fatalf("start %s: %v", rabbitImage, err)
