@@ -6,8 +6,8 @@ package main
 // the local RabbitMQ, and in container_test.go against real MongoDB (a
 // replica set) and RabbitMQ in containers.
 //
-// OUTBOX_E2E_EVENTS sets the backlog of the relay and kill scenarios
-// (default 3,000), OUTBOX_E2E_WORKERS the worker processes of the relay
+// OUTBOX_E2E_EVENTS sets the backlog of the relay, kill and SIGTERM
+// scenarios (default 3,000; 1,000 under -race), OUTBOX_E2E_WORKERS the worker processes of the relay
 // scenario (default 3). The relay scenario prints a line starting with
 // E2E-FIGURES: (run with -v to see it), e.g.
 //
@@ -23,6 +23,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -48,6 +49,7 @@ const (
 	envE2EWorkers = "OUTBOX_E2E_WORKERS"
 
 	e2eEventsDefault  = 3000
+	e2eEventsRace     = 1000 // default under -race; see e2eEvents
 	e2eWorkersDefault = 3
 
 	// insertChunk is how many events one InsertMany writes.
@@ -88,7 +90,7 @@ func runScenarios(t *testing.T, s stack, workers int) {
 	})
 	t.Run("sigterm", func(t *testing.T) {
 		t.Parallel()
-		shutdownScenario(t, s, 3000)
+		shutdownScenario(t, s, n)
 	})
 	t.Run("tools", func(t *testing.T) {
 		t.Parallel()
@@ -162,7 +164,14 @@ func uniqueDatabase(t *testing.T, client *driver.Client) *driver.Database {
 
 // workerEnv is the environment of a worker relaying db to exchange.
 func (s stack) workerEnv(db, exchange, workerID string) map[string]string {
+	batch := "500" // the default, stated so that the figures say what they measured
+	if raceEnabled() {
+		// Under -race, FerretDB's UpdateMany of 500 documents can outlast
+		// the worker's 5 s budget for recording a batch's outcome.
+		batch = "100"
+	}
 	return map[string]string{
+		"OUTBOX_BATCH_SIZE":        batch,
 		"OUTBOX_MONGO_URI":         s.mongoURI,
 		"OUTBOX_MONGO_DATABASE":    db,
 		"OUTBOX_AMQP_URL":          s.amqpURL,
@@ -246,18 +255,9 @@ func killScenario(t *testing.T, s stack, n int) {
 	if err := r.waitDistinct(ctx, n/5); err != nil {
 		t.Fatalf("before the kill: %v", err)
 	}
-	heldAtKill := killHolding(ctx, t, coll, r, victim, victimID, n)
+	stranded := killHolding(ctx, t, coll, r, victim, victimID, n)
 	killedAt := time.Now()
-	// What the dead worker still holds now can only come back by recovery.
-	stranded := findIDs(ctx, t, coll, bson.D{
-		{Key: events.FieldStatus, Value: events.StatusProcessing},
-		{Key: events.FieldWorkerID, Value: victimID},
-	})
-	t.Logf("killed %s holding %d events; %d still PROCESSING under it after its death; %d of %d events received",
-		victimID, heldAtKill, len(stranded), r.distinct(), n)
-	if len(stranded) == 0 {
-		t.Fatalf("the killed worker left no claim behind: the scenario did not exercise recovery")
-	}
+	t.Logf("killed %s holding %d events; %d of %d events received", victimID, len(stranded), r.distinct(), n)
 
 	if err := r.waitDistinct(ctx, n); err != nil {
 		t.Fatalf("after the kill: %v; documents by status: %v", err, statusCounts(t, coll))
@@ -295,8 +295,8 @@ func killScenario(t *testing.T, s stack, n int) {
 		s.name, n, len(stranded), recovered.Seconds(), dups)
 	// On MongoDB only the victim's batch can be delivered twice: it may
 	// have published some of it before it died.
-	if s.atomicClaims && int64(dups) > heldAtKill {
-		t.Errorf("%d duplicates on MongoDB, want at most the %d events the killed worker held", dups, heldAtKill)
+	if s.atomicClaims && dups > len(stranded) {
+		t.Errorf("%d duplicates on MongoDB, want at most the %d events the killed worker held", dups, len(stranded))
 	}
 }
 
@@ -322,16 +322,19 @@ func checkEveryWorkerPublished(ctx context.Context, t *testing.T, coll *driver.C
 	t.Logf("events published per worker: %v", counts)
 }
 
-// killHolding waits until the worker holds claimed events, freezes it,
-// and kills it if it still holds some (else lets it go on and waits
-// again). It returns how many events it held when it was killed.
-func killHolding(ctx context.Context, t *testing.T, coll *driver.Collection, r *receiver, p *workerProc, workerID string, n int) int64 {
+// killHolding kills the worker while it holds claimed events and returns
+// their ids: those only recovery can bring back. It waits until the
+// worker holds some, freezes it (SIGSTOP), and lets the commands it had
+// sent finish on the server, which may still mark or release them; if it
+// still holds events then, it kills it (SIGKILL), else lets it go on and
+// tries again.
+func killHolding(ctx context.Context, t *testing.T, coll *driver.Collection, r *receiver, p *workerProc, workerID string, n int) []any {
 	t.Helper()
 	held := bson.D{
 		{Key: events.FieldStatus, Value: events.StatusProcessing},
 		{Key: events.FieldWorkerID, Value: workerID},
 	}
-	var count int64
+	var ids []any
 	err := poll(ctx, 20*time.Millisecond, func() (bool, error) {
 		if got := r.distinct(); got >= n {
 			return false, fmt.Errorf("all %d events arrived before %s could be killed holding a claim", got, workerID)
@@ -343,9 +346,10 @@ func killHolding(ctx context.Context, t *testing.T, coll *driver.Collection, r *
 		if err := p.signal(syscall.SIGSTOP); err != nil {
 			return false, err
 		}
-		if count, err = coll.CountDocuments(ctx, held); err != nil || count == 0 {
+		if c, err = settledCount(ctx, coll, held); err != nil || c == 0 {
 			return false, errors.Join(err, p.signal(syscall.SIGCONT))
 		}
+		ids = findIDs(ctx, t, coll, held)
 		return true, p.signal(syscall.SIGKILL)
 	})
 	if err != nil {
@@ -354,7 +358,31 @@ func killHolding(ctx context.Context, t *testing.T, coll *driver.Collection, r *
 	if _, exited := p.wait(10 * time.Second); !exited {
 		t.Fatalf("%s did not die of SIGKILL", workerID)
 	}
-	return count
+	return ids
+}
+
+// settledCount counts filter's documents until the count has not changed
+// for a second (at most ten): the commands of a frozen worker still
+// running on the server have finished by then.
+func settledCount(ctx context.Context, coll *driver.Collection, filter bson.D) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	last, err := coll.CountDocuments(ctx, filter)
+	if err != nil {
+		return 0, err
+	}
+	stableSince := time.Now()
+	err = poll(ctx, 250*time.Millisecond, func() (bool, error) {
+		c, err := coll.CountDocuments(ctx, filter)
+		if err != nil {
+			return false, err
+		}
+		if c != last {
+			last, stableSince = c, time.Now()
+		}
+		return time.Since(stableSince) >= time.Second, nil
+	})
+	return last, err
 }
 
 // shutdownScenario: SIGTERM a worker in the middle of a backlog of n; it
@@ -1067,7 +1095,29 @@ func (r *receiver) checkExactly(t *testing.T, ids []string) {
 // ---------------------------------------------------------------------------
 
 func e2eEvents(t *testing.T) int {
-	return envInt(t, envE2EEvents, e2eEventsDefault, 100, 1_000_000)
+	def := e2eEventsDefault
+	if raceEnabled() {
+		// The race detector slows embedded FerretDB, which runs in this
+		// process, several times over: with 3,000 events a batch of 500
+		// outlasts the 15 s stale threshold, recovery takes healthy
+		// batches back, and the scenarios thrash instead of testing.
+		def = e2eEventsRace
+	}
+	return envInt(t, envE2EEvents, def, 100, 1_000_000)
+}
+
+// raceEnabled reports whether this test binary was built with -race.
+func raceEnabled() bool {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return false
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "-race" {
+			return s.Value == "true"
+		}
+	}
+	return false
 }
 
 func e2eWorkers(t *testing.T) int {
