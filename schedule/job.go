@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,14 +26,34 @@ type Func func(ctx context.Context) (more bool, err error)
 const errorLogEvery = 30 * time.Second
 
 // Parse checks a schedule: five cron fields or a descriptor such as
-// "@every 1s" or "@hourly".
+// "@every 1s", "@every 100ms" or "@hourly".
 func Parse(spec string) (cron.Schedule, error) {
+	// cron's own @every rounds a delay down to whole seconds and up to at
+	// least one, so "@every 100ms" would tick once a second. A delay with a
+	// fraction of a second gets a schedule that keeps it; whole seconds
+	// stay with cron.
+	if d, ok := strings.CutPrefix(spec, "@every "); ok {
+		if every, err := time.ParseDuration(strings.TrimSpace(d)); err == nil {
+			switch {
+			case every <= 0:
+				return nil, fmt.Errorf("schedule %q: want a delay above zero", spec)
+			case every%time.Second != 0:
+				return constantDelay(every), nil
+			}
+		}
+	}
 	s, err := cron.ParseStandard(spec)
 	if err != nil {
 		return nil, fmt.Errorf("schedule %q: %w", spec, err)
 	}
 	return s, nil
 }
+
+// constantDelay ticks every so often, to the nanosecond.
+type constantDelay time.Duration
+
+// Next implements cron.Schedule.
+func (d constantDelay) Next(t time.Time) time.Time { return t.Add(time.Duration(d)) }
 
 // Job runs a Func on a schedule.
 type Job struct {
