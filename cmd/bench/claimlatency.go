@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	driver "go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/mongo"
+)
+
+// claimLatency times the worker's own mongo.Store.Claim of one batch on a
+// backlog of NEW events, first alone, then with published history in the
+// same collection: a claim that filters on status first never reads it.
+func (b *bench) claimLatency(ctx context.Context) error {
+	coll, err := b.collection(ctx, "claim_latency")
+	if err != nil {
+		return err
+	}
+	defer dropQuietly(coll)
+	store := mongo.New(b.client, mongo.Config{Database: databaseName, Collection: coll.Name(), Logger: b.logger})
+	if err := store.Prepare(ctx); err != nil {
+		return err
+	}
+	if _, err := insertEvents(ctx, coll, b.cfg.ClaimNew, 0, eventDoc); err != nil {
+		return err
+	}
+	c := ClaimLatency{New: b.cfg.ClaimNew, BatchSize: b.cfg.BatchSize, PublishedWanted: b.cfg.Published}
+	t0 := time.Now()
+	if c.EmptyRunsMs, err = b.timeClaims(ctx, store, coll); err != nil {
+		return err
+	}
+	claims := time.Since(t0)
+	c.EmptyMs = median(c.EmptyRunsMs)
+	fmt.Fprintf(b.out, "   claim of %d on %d NEW, no history: median %.0f ms %v\n", b.cfg.BatchSize, c.New, c.EmptyMs, c.EmptyRunsMs)
+
+	// The insert gets what is left of the run's budget once the second
+	// round of claims (twice the first, to be safe) and the report are
+	// provided for.
+	budget := min(b.cfg.InsertBudget, time.Until(b.started.Add(b.cfg.Budget))-2*claims-15*time.Second)
+	budget = max(budget, 5*time.Second)
+	t0 = time.Now()
+	c.Published, err = insertEvents(ctx, coll, b.cfg.Published, budget, publishedDoc)
+	if err != nil {
+		return err
+	}
+	insert := time.Since(t0)
+	c.InsertSeconds = round(insert.Seconds(), 1)
+	c.InsertPerSecond = round(float64(c.Published)/insert.Seconds(), 0)
+	fmt.Fprintf(b.out, "   inserted %d PUBLISHED events in %.1fs (%.0f/s, InsertMany of %d)", c.Published, c.InsertSeconds, c.InsertPerSecond, insertChunk)
+	if c.Published < b.cfg.Published {
+		fmt.Fprintf(b.out, "; the insert's time (%s) ran out before %d: using %d", budget.Round(time.Second), b.cfg.Published, c.Published)
+	}
+	fmt.Fprintln(b.out)
+
+	if c.WithHistoryRunMs, err = b.timeClaims(ctx, store, coll); err != nil {
+		return err
+	}
+	c.WithHistoryMs = median(c.WithHistoryRunMs)
+	c.Ratio = round(c.WithHistoryMs/c.EmptyMs, 2)
+	fmt.Fprintf(b.out, "   claim of %d on %d NEW with %d PUBLISHED: median %.0f ms %v: %.2fx\n",
+		b.cfg.BatchSize, c.New, c.Published, c.WithHistoryMs, c.WithHistoryRunMs, c.Ratio)
+	b.res.Claim = c
+	return nil
+}
+
+// timeClaims times ClaimRuns claims, putting each claimed batch back to
+// NEW before the next, and returns the durations in milliseconds.
+func (b *bench) timeClaims(ctx context.Context, store *mongo.Store, coll *driver.Collection) ([]float64, error) {
+	var runs []float64
+	for i := range b.cfg.ClaimRuns {
+		lease := events.Lease{
+			WorkerID: "bench-claim",
+			Token:    fmt.Sprintf("run-%d-%d", time.Now().UnixNano(), i),
+			At:       time.Now().UTC().Truncate(time.Millisecond),
+		}
+		t0 := time.Now()
+		claimed, err := store.Claim(ctx, lease, b.cfg.BatchSize)
+		d := time.Since(t0)
+		if err != nil {
+			return nil, err
+		}
+		if len(claimed) != b.cfg.BatchSize {
+			return nil, fmt.Errorf("claimed %d events, want %d", len(claimed), b.cfg.BatchSize)
+		}
+		runs = append(runs, round(float64(d)/float64(time.Millisecond), 1))
+		if _, err := coll.UpdateMany(ctx,
+			bson.D{{Key: events.FieldStatus, Value: events.StatusProcessing}, {Key: events.FieldClaimToken, Value: lease.Token}},
+			bson.D{
+				{Key: "$set", Value: bson.D{{Key: events.FieldStatus, Value: events.StatusNew}}},
+				{Key: "$unset", Value: bson.D{
+					{Key: events.FieldWorkerID, Value: ""},
+					{Key: events.FieldProcessingAt, Value: ""},
+					{Key: events.FieldClaimToken, Value: ""},
+				}},
+				{Key: "$inc", Value: bson.D{{Key: events.FieldAttempts, Value: -1}}},
+			}); err != nil {
+			return nil, fmt.Errorf("put claimed events back to NEW: %w", err)
+		}
+	}
+	return runs, nil
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}

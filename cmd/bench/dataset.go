@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	driver "go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/outboxrelay/outbox/events"
+)
+
+// insertChunk is how many documents one InsertMany writes.
+const insertChunk = 1000
+
+// note pads every payload so that its JSON body is about 300 bytes, the
+// size of the raw broker's messages.
+var note = strings.Repeat("n", 190)
+
+// eventDoc is a NEW event as a producer writes it (events.Draft), with an
+// order payload whose JSON body is about 300 bytes.
+func eventDoc(i int, createdAt time.Time) (bson.D, error) {
+	d := events.Draft{
+		Type:          "order.created",
+		AggregateType: "order",
+		AggregateID:   fmt.Sprintf("order-%08d", i),
+		Payload: bson.D{
+			{Key: "orderId", Value: fmt.Sprintf("order-%08d", i)},
+			{Key: "customerId", Value: fmt.Sprintf("customer-%06d", i%100000)},
+			{Key: "amount", Value: 1999 + i%1000},
+			{Key: "currency", Value: "EUR"},
+			{Key: "note", Value: note},
+		},
+	}
+	return d.Document(createdAt)
+}
+
+// publishedDoc is an event already relayed: history that a claim must
+// never read.
+func publishedDoc(i int, createdAt time.Time) (bson.D, error) {
+	doc, err := eventDoc(i, createdAt)
+	if err != nil {
+		return nil, err
+	}
+	for j := range doc {
+		if doc[j].Key == events.FieldStatus {
+			doc[j].Value = events.StatusPublished
+		}
+	}
+	return append(doc,
+		bson.E{Key: events.FieldWorkerID, Value: "bench-history"},
+		bson.E{Key: events.FieldProcessingAt, Value: createdAt},
+		bson.E{Key: events.FieldAttempts, Value: 1},
+		bson.E{Key: events.FieldPublishedAt, Value: createdAt},
+	), nil
+}
+
+// insertEvents inserts n documents made by mk in chunks of insertChunk,
+// stopping early when budget (if positive) runs out. It returns how many
+// it inserted.
+func insertEvents(ctx context.Context, coll *driver.Collection, n int, budget time.Duration,
+	mk func(i int, createdAt time.Time) (bson.D, error)) (int, error) {
+	start := time.Now()
+	done := 0
+	for done < n {
+		if budget > 0 && time.Since(start) > budget {
+			break
+		}
+		size := min(insertChunk, n-done)
+		docs := make([]any, size)
+		now := time.Now()
+		for j := range docs {
+			doc, err := mk(done+j, now)
+			if err != nil {
+				return done, err
+			}
+			docs[j] = doc
+		}
+		if _, err := coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false)); err != nil {
+			return done, fmt.Errorf("insert events %d to %d: %w", done, done+size, err)
+		}
+		done += size
+	}
+	return done, nil
+}
+
+// value returns the value of key in doc, or nil.
+func value(doc bson.D, key string) any {
+	for _, e := range doc {
+		if e.Key == key {
+			return e.Value
+		}
+	}
+	return nil
+}
+
+// countStatus counts the events of one status.
+func countStatus(ctx context.Context, coll *driver.Collection, s events.Status) (int64, error) {
+	return coll.CountDocuments(ctx, bson.D{{Key: events.FieldStatus, Value: s}})
+}

@@ -1,0 +1,316 @@
+// Command bench measures the relay on the local stack and prints one table:
+// the raw broker and database limits, the worker (bin/worker, as separate
+// processes) draining a backlog with 1, 2 and 4 replicas, its database
+// commands, CPU and memory per event, the publish stage alone, end-to-end
+// latency at two claim schedules, and claim latency with and without
+// published history. It writes results/bench.json, bench.txt and bench.png.
+//
+// By default it runs FerretDB embedded (PostgreSQL backend) on a TCP port
+// the worker processes can reach; with -mongo-uri (or
+// OUTBOX_BENCH_MONGO_URI) it runs against that MongoDB instead. See
+// docs/performance.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	driver "go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/outboxrelay/outbox/internal/ferret"
+)
+
+// config is the harness's settings; every one is a flag.
+type config struct {
+	MongoURI     string
+	PostgresURL  string
+	AMQPURL      string
+	WorkerBin    string
+	OutDir       string
+	Backlog      int
+	BatchSize    int
+	Replicas     []int
+	DrainSched   string
+	BrokerMsgs   int
+	PublishMsgs  int
+	LatencyRate  float64
+	LatencyFor   time.Duration
+	ClaimNew     int
+	ClaimRuns    int
+	Published    int
+	InsertBudget time.Duration
+	Profile      bool
+	Budget       time.Duration
+	Replot       string
+	Only         map[string]bool
+}
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:], os.Getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string, getenv func(string) string) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.StringVar(&c.MongoURI, "mongo-uri", getenv("OUTBOX_BENCH_MONGO_URI"), "MongoDB to measure (env OUTBOX_BENCH_MONGO_URI); empty runs embedded FerretDB")
+	fs.StringVar(&c.PostgresURL, "postgres-url", "postgres://postgres@127.0.0.1:5432/outbox_bench", "PostgreSQL database of the embedded FerretDB; created if missing")
+	fs.StringVar(&c.AMQPURL, "amqp-url", envOr(getenv, "OUTBOX_BENCH_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ (env OUTBOX_BENCH_AMQP_URL)")
+	fs.StringVar(&c.WorkerBin, "worker", "bin/worker", "worker binary (make build)")
+	fs.StringVar(&c.OutDir, "out", "results", "folder for bench.json, bench.txt, bench.png and raw/")
+	fs.IntVar(&c.Backlog, "backlog", 0, "events in the backlog of the raw database loop and of each replica run; 0 means 20,000 on MongoDB and 10,000 on FerretDB (see docs/performance.md)")
+	fs.IntVar(&c.BatchSize, "batch-size", 500, "events per claim, for the worker and the raw loop")
+	replicas := fs.String("replicas", "1,2,4", "replica counts of the drain runs")
+	fs.StringVar(&c.DrainSched, "drain-schedule", "@every 100ms", "OUTBOX_CLAIM_SCHEDULE of the drain runs")
+	fs.IntVar(&c.BrokerMsgs, "broker-messages", 50000, "messages of the raw broker run")
+	fs.IntVar(&c.PublishMsgs, "publish-messages", 50000, "messages of the publish stage (batches of -batch-size)")
+	fs.Float64Var(&c.LatencyRate, "latency-rate", 50, "events/s written during the latency runs")
+	fs.DurationVar(&c.LatencyFor, "latency-for", 20*time.Second, "length of each latency run")
+	fs.IntVar(&c.ClaimNew, "claim-new", 2000, "NEW events in the collection when claim latency is measured")
+	fs.IntVar(&c.ClaimRuns, "claim-runs", 7, "claims per claim-latency figure (the median is reported)")
+	fs.IntVar(&c.Published, "published", 200000, "PUBLISHED events inserted for the second claim-latency figure")
+	fs.DurationVar(&c.InsertBudget, "insert-budget", 100*time.Second, "most time spent inserting those PUBLISHED events; fewer are used if it runs out")
+	fs.BoolVar(&c.Profile, "profile", true, "CPU-profile the 1-replica worker during its drain (raw/worker-x1.cpu.prof)")
+	fs.DurationVar(&c.Budget, "budget", 10*time.Minute, "time for the whole run; the PUBLISHED insert of the claim stage stops early to keep within it")
+	fs.StringVar(&c.Replot, "replot", "", "read this bench.json and only rewrite the table and chart next to it (no measurements)")
+	only := fs.String("only", "", "comma-separated stages to run (raw-broker, publish, raw-db, drain, latency, claim); empty runs all")
+	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	if fs.NArg() > 0 {
+		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	for _, s := range strings.Split(*replicas, ",") {
+		var n int
+		if _, err := fmt.Sscan(strings.TrimSpace(s), &n); err != nil || n < 1 || n > 16 {
+			return config{}, fmt.Errorf("-replicas %q: want a list of counts from 1 to 16", *replicas)
+		}
+		c.Replicas = append(c.Replicas, n)
+	}
+	if *only != "" {
+		c.Only = map[string]bool{}
+		for _, s := range strings.Split(*only, ",") {
+			s = strings.TrimSpace(s)
+			if !slices.Contains(stageKeys, s) {
+				return config{}, fmt.Errorf("-only %q: unknown stage %q; want some of %s", *only, s, strings.Join(stageKeys, ", "))
+			}
+			c.Only[s] = true
+		}
+	}
+	switch {
+	case c.Backlog != 0 && c.Backlog < c.BatchSize:
+		return config{}, fmt.Errorf("-backlog %d: want at least -batch-size (%d)", c.Backlog, c.BatchSize)
+	case c.BatchSize < 1 || c.BatchSize > 10000:
+		return config{}, fmt.Errorf("-batch-size %d: want 1 to 10000", c.BatchSize)
+	case c.LatencyRate <= 0 || c.LatencyFor <= 0:
+		return config{}, errors.New("-latency-rate and -latency-for must be positive")
+	case c.ClaimNew < c.BatchSize || c.ClaimRuns < 1:
+		return config{}, fmt.Errorf("-claim-new %d must be at least -batch-size and -claim-runs at least 1", c.ClaimNew)
+	}
+	return c, nil
+}
+
+func envOr(getenv func(string) string, key, def string) string {
+	if v := getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// bench is one run of the harness: its servers, its clients and what it
+// has measured so far.
+type bench struct {
+	cfg      config
+	out      io.Writer
+	logger   *slog.Logger
+	mongoURI string // what the worker processes connect to
+	ferret   bool
+	client   *driver.Client
+	db       *driver.Database
+	rawDir   string
+	res      *Results
+	started  time.Time
+}
+
+// Default backlogs: the 20,000 on MongoDB; half that on FerretDB,
+// where a drain of 20,000 takes 170 to 230 s on two cores.
+const (
+	backlogMongoDB  = 20000
+	backlogFerretDB = 10000
+)
+
+// databaseName is the database every stage works in; each stage uses its
+// own collections and drops them when done.
+const databaseName = "outbox_bench"
+
+func run(ctx context.Context, cfg config, out io.Writer) error {
+	if cfg.Replot != "" {
+		return replot(cfg.Replot, out)
+	}
+	started := time.Now()
+	b := &bench{
+		cfg:     cfg,
+		out:     out,
+		logger:  slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		rawDir:  filepath.Join(cfg.OutDir, "raw"),
+		res:     &Results{StartedAt: started.UTC()},
+		started: started,
+	}
+	if err := os.MkdirAll(b.rawDir, 0o755); err != nil {
+		return err
+	}
+	if _, err := os.Stat(cfg.WorkerBin); err != nil {
+		return fmt.Errorf("worker binary: %w (run make build)", err)
+	}
+	if err := b.stage(ctx, "setup", b.setup); err != nil {
+		return err
+	}
+	defer b.teardown()
+	b.res.Config = b.cfg.summary()
+
+	stages := []namedStage{
+		{"raw-broker", "raw broker", b.rawBroker},
+		{"publish", "publish stage", b.publishStage},
+		{"raw-db", "raw database loop", b.rawDB},
+	}
+	for _, n := range cfg.Replicas {
+		stages = append(stages, namedStage{"drain", fmt.Sprintf("worker x%d drain", n),
+			func(ctx context.Context) error { return b.drain(ctx, n) }})
+	}
+	stages = append(stages,
+		namedStage{"latency", "latency", b.latency},
+		namedStage{"claim", "claim latency", b.claimLatency})
+	for _, s := range stages {
+		if cfg.Only != nil && !cfg.Only[s.key] {
+			continue
+		}
+		if err := b.stage(ctx, s.name, s.fn); err != nil {
+			return err
+		}
+	}
+	b.res.TotalSeconds = time.Since(started).Seconds()
+	b.res.evaluate()
+	return b.report()
+}
+
+// stageKeys are the -only names of the stages, in the order they run.
+var stageKeys = []string{"raw-broker", "publish", "raw-db", "drain", "latency", "claim"}
+
+// namedStage is one measurement of the run.
+type namedStage struct {
+	key  string // its -only name
+	name string
+	fn   func(context.Context) error
+}
+
+// stage runs one stage and prints and records how long it took.
+func (b *bench) stage(ctx context.Context, name string, fn func(context.Context) error) error {
+	fmt.Fprintf(b.out, "== %s\n", name)
+	t0 := time.Now()
+	err := fn(ctx)
+	d := time.Since(t0)
+	b.res.Stages = append(b.res.Stages, StageTime{Name: name, Seconds: round(d.Seconds(), 1)})
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	fmt.Fprintf(b.out, "   %s took %.1fs\n", name, d.Seconds())
+	return nil
+}
+
+// setup starts FerretDB unless a MongoDB URI was given, connects the
+// harness's client and records the machine.
+func (b *bench) setup(ctx context.Context) error {
+	b.mongoURI = b.cfg.MongoURI
+	if b.mongoURI == "" {
+		b.ferret = true
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := ferret.EnsurePostgresDatabase(sctx, b.cfg.PostgresURL); err != nil {
+			return fmt.Errorf("%w\nstart PostgreSQL with: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start", err)
+		}
+		// FerretDB lives as long as the harness; the worker processes
+		// reach it over TCP.
+		logger := ferret.NewLogger(os.Stderr, slog.LevelError)
+		uri, err := ferret.Start(context.WithoutCancel(ctx), "127.0.0.1:0", b.cfg.PostgresURL, logger)
+		if err != nil {
+			return err
+		}
+		b.mongoURI = uri
+	}
+	client, err := driver.Connect(options.Client().ApplyURI(b.mongoURI).SetMaxPoolSize(20).SetAppName("outbox-bench"))
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", ferret.RedactURL(b.mongoURI), err)
+	}
+	b.client = client
+	b.db = client.Database(databaseName)
+	if err := client.Ping(ctx, nil); err != nil {
+		return fmt.Errorf("ping %s: %w", ferret.RedactURL(b.mongoURI), err)
+	}
+	// Leftovers of an interrupted run would change every figure.
+	if err := b.db.Drop(ctx); err != nil {
+		return fmt.Errorf("drop database %s: %w", databaseName, err)
+	}
+	b.res.Machine = b.machine(ctx)
+	if b.cfg.Backlog == 0 {
+		b.cfg.Backlog = backlogMongoDB
+		if b.ferret {
+			b.cfg.Backlog = backlogFerretDB
+			fmt.Fprintf(b.out, "   backlog %d: FerretDB reads every NEW event on each claim, so a drain costs about\n"+
+				"   the square of the backlog; 20,000 takes 3 to 4 minutes per run here and four runs do not fit\n"+
+				"   the 10-minute budget (-backlog 20000 to insist)\n", b.cfg.Backlog)
+		}
+	}
+	fmt.Fprintf(b.out, "   database %s (%s), broker %s\n", ferret.RedactURL(b.mongoURI), b.res.Machine.Database, ferret.RedactURL(b.cfg.AMQPURL))
+	return nil
+}
+
+func (b *bench) teardown() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if b.db != nil {
+		_ = b.db.Drop(ctx)
+	}
+	if b.client != nil {
+		_ = b.client.Disconnect(ctx)
+	}
+}
+
+// collection returns a fresh collection for a stage, dropping any
+// leftover of the same name.
+func (b *bench) collection(ctx context.Context, name string) (*driver.Collection, error) {
+	coll := b.db.Collection(name)
+	if err := coll.Drop(ctx); err != nil {
+		return nil, fmt.Errorf("drop %s: %w", name, err)
+	}
+	return coll, nil
+}
+
+func dropQuietly(coll *driver.Collection) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = coll.Drop(ctx)
+}

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/outboxrelay/outbox/broker"
+	"github.com/outboxrelay/outbox/events"
+)
+
+// publishStage measures the worker's publisher alone: pre-built batches of
+// events.Message, converted from real event documents with
+// events.NewMessage as the claimer does, through broker.Publisher with the
+// worker's window, each batch waited to its last confirm.
+func (b *bench) publishStage(ctx context.Context) error {
+	n, size := b.cfg.PublishMsgs, b.cfg.BatchSize
+	batches := make([][]events.Message, 0, n/size+1)
+	for start := 0; start < n; start += size {
+		batch := make([]events.Message, 0, min(size, n-start))
+		for i := start; i < min(start+size, n); i++ {
+			doc, err := eventDoc(i, time.Now())
+			if err != nil {
+				return err
+			}
+			raw, err := bson.Marshal(doc)
+			if err != nil {
+				return err
+			}
+			m, err := events.NewMessage(raw, 0)
+			if err != nil {
+				return err
+			}
+			batch = append(batch, m)
+		}
+		batches = append(batches, batch)
+	}
+
+	// A queue bound with "#" takes every message: unroutable ones would
+	// come back as returns, which is not what this stage measures.
+	conn, err := amqp.Dial(b.cfg.AMQPURL)
+	if err != nil {
+		return fmt.Errorf("dial RabbitMQ: %w", err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	exchange, queue := uniqueName("bench-publish"), uniqueName("bench-publish-q")
+	if err := declareBound(ch, exchange, queue, true); err != nil {
+		return err
+	}
+	defer func() {
+		_, _ = ch.QueueDelete(queue, false, false, false)
+		_ = ch.ExchangeDelete(exchange, false, false)
+	}()
+
+	pub, err := broker.New(broker.Config{
+		URL:      b.cfg.AMQPURL,
+		Exchange: exchange,
+		Window:   max(broker.WindowDefault, size), // as cmd/worker sets it
+		Logger:   b.logger,
+	})
+	if err != nil {
+		return err
+	}
+	if err := pub.Start(ctx); err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = pub.Stop(sctx)
+	}()
+	if err := pub.Ready(); err != nil {
+		return fmt.Errorf("publisher not ready: %w", err)
+	}
+
+	start := time.Now()
+	for _, batch := range batches {
+		for i, err := range pub.Publish(ctx, batch) {
+			if err != nil {
+				return fmt.Errorf("publish %s: %w", batch[i].ID, err)
+			}
+		}
+	}
+	elapsed := time.Since(start)
+	r := Rate{Count: n, Seconds: round(elapsed.Seconds(), 2), PerSecond: round(float64(n)/elapsed.Seconds(), 0)}
+	b.res.PublishStage = r
+	fmt.Fprintf(b.out, "   %d events in batches of %d through broker.Publisher in %.2fs: %.0f/s (body %d bytes)\n",
+		n, size, elapsed.Seconds(), r.PerSecond, len(batches[0][0].Body))
+	return nil
+}

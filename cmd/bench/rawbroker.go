@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// rawInFlight is how many confirms the raw publisher keeps outstanding.
+const rawInFlight = 1000
+
+// rawBodySize is the size of the raw publisher's messages.
+const rawBodySize = 300
+
+// rawBroker measures the broker's limit with the harness's own publisher
+// (not broker.Publisher): confirmed persistent publishes of 300-byte
+// messages, 1,000 confirms in flight, to a fresh exchange with one bound
+// queue, deleted afterwards.
+func (b *bench) rawBroker(ctx context.Context) error {
+	conn, err := amqp.Dial(b.cfg.AMQPURL)
+	if err != nil {
+		return fmt.Errorf("dial RabbitMQ: %w", err)
+	}
+	defer conn.Close()
+	if v, ok := conn.Properties["version"].(string); ok {
+		b.res.Machine.RabbitMQ = v
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	exchange, queue := uniqueName("bench-raw"), uniqueName("bench-raw-q")
+	if err := declareBound(ch, exchange, queue, true); err != nil {
+		return err
+	}
+	defer func() {
+		if ch, err := conn.Channel(); err == nil {
+			_, _ = ch.QueueDelete(queue, false, false, false)
+			_ = ch.ExchangeDelete(exchange, false, false)
+		}
+	}()
+	if err := ch.Confirm(false); err != nil {
+		return fmt.Errorf("enable confirms: %w", err)
+	}
+
+	body := make([]byte, rawBodySize)
+	for i := range body {
+		body[i] = 'a' + byte(i%26)
+	}
+	n := b.cfg.BrokerMsgs
+	// The waiter holds one more than the buffer: rawInFlight in all.
+	pending := make(chan *amqp.DeferredConfirmation, rawInFlight-1)
+	waitErr := make(chan error, 1)
+	go func() { // the confirm waiter: oldest first, as the broker confirms in order
+		var err error
+		for dc := range pending {
+			if err != nil {
+				continue
+			}
+			acked, werr := dc.WaitContext(ctx)
+			switch {
+			case werr != nil:
+				err = werr
+			case !acked:
+				err = errors.New("nacked")
+			}
+		}
+		waitErr <- err
+	}()
+	start := time.Now()
+	for i := range n {
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, "bench", false, false, amqp.Publishing{
+			DeliveryMode: amqp.Persistent,
+			ContentType:  "application/octet-stream",
+			MessageId:    fmt.Sprint(i),
+			Body:         body,
+		})
+		if err != nil {
+			close(pending)
+			<-waitErr
+			return fmt.Errorf("publish %d: %w", i, err)
+		}
+		pending <- dc // blocks while rawInFlight confirms are outstanding
+	}
+	close(pending)
+	if err := <-waitErr; err != nil {
+		return fmt.Errorf("confirm: %w", err)
+	}
+	elapsed := time.Since(start)
+	b.res.RawBroker = Rate{Count: n, Seconds: round(elapsed.Seconds(), 2), PerSecond: round(float64(n)/elapsed.Seconds(), 0)}
+	fmt.Fprintf(b.out, "   %d confirmed persistent publishes of %d bytes in %.2fs: %.0f/s\n",
+		n, rawBodySize, elapsed.Seconds(), b.res.RawBroker.PerSecond)
+	return nil
+}
+
+// declareBound declares a durable topic exchange (as the worker does) and
+// a queue bound to it with "#".
+func declareBound(ch *amqp.Channel, exchange, queue string, durableQueue bool) error {
+	if err := ch.ExchangeDeclare(exchange, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("declare exchange %s: %w", exchange, err)
+	}
+	if _, err := ch.QueueDeclare(queue, durableQueue, false, false, false, nil); err != nil {
+		return fmt.Errorf("declare queue %s: %w", queue, err)
+	}
+	if err := ch.QueueBind(queue, "#", exchange, false, nil); err != nil {
+		return fmt.Errorf("bind queue %s: %w", queue, err)
+	}
+	return nil
+}
+
+// uniqueName returns prefix plus the time, so that runs never share a
+// name on a shared broker.
+func uniqueName(prefix string) string {
+	return fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano())
+}

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	driver "go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/mongo"
+)
+
+// rawDB measures the database's limit for the relay's access pattern with
+// the harness's own loop, no broker: find the ids of the oldest batch of
+// NEW events, claim them with one UpdateMany, mark them PUBLISHED with
+// another, until the backlog is gone. The backlog is the size of each
+// worker run's.
+func (b *bench) rawDB(ctx context.Context) error {
+	coll, err := b.collection(ctx, "raw_loop")
+	if err != nil {
+		return err
+	}
+	defer dropQuietly(coll)
+	if err := b.createIndexes(ctx, coll); err != nil {
+		return err
+	}
+	t0 := time.Now()
+	if _, err := insertEvents(ctx, coll, b.cfg.Backlog, 0, eventDoc); err != nil {
+		return err
+	}
+	insert := time.Since(t0)
+	fmt.Fprintf(b.out, "   inserted %d NEW events in %.1fs (%.0f/s)\n", b.cfg.Backlog, insert.Seconds(), float64(b.cfg.Backlog)/insert.Seconds())
+	b.res.Insert = Rate{Count: b.cfg.Backlog, Seconds: round(insert.Seconds(), 2), PerSecond: round(float64(b.cfg.Backlog)/insert.Seconds(), 0)}
+
+	start := time.Now()
+	relayed, batches := 0, 0
+	for {
+		n, err := rawBatch(ctx, coll, b.cfg.BatchSize, batches)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			break
+		}
+		relayed += n
+		batches++
+	}
+	elapsed := time.Since(start)
+	if relayed != b.cfg.Backlog {
+		return fmt.Errorf("raw loop relayed %d events of %d", relayed, b.cfg.Backlog)
+	}
+	b.res.RawDB = Rate{Count: relayed, Seconds: round(elapsed.Seconds(), 2), PerSecond: round(float64(relayed)/elapsed.Seconds(), 0)}
+	fmt.Fprintf(b.out, "   find %d + claim + mark, %d batches: %d events in %.1fs: %.0f/s\n",
+		b.cfg.BatchSize, batches, relayed, elapsed.Seconds(), b.res.RawDB.PerSecond)
+	return nil
+}
+
+// rawBatch is one turn of the raw loop: three commands.
+func rawBatch(ctx context.Context, coll *driver.Collection, size, seq int) (int, error) {
+	cur, err := coll.Find(ctx, bson.D{{Key: events.FieldStatus, Value: events.StatusNew}},
+		options.Find().
+			SetSort(bson.D{{Key: events.FieldCreatedAt, Value: 1}}).
+			SetProjection(bson.D{{Key: events.FieldID, Value: 1}}).
+			SetLimit(int64(size)).
+			SetBatchSize(int32(size)))
+	if err != nil {
+		return 0, fmt.Errorf("find: %w", err)
+	}
+	var ids []any
+	for cur.Next(ctx) {
+		ids = append(ids, cur.Current.Lookup(events.FieldID).ObjectID())
+	}
+	_ = cur.Close(ctx)
+	if err := cur.Err(); err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	now := time.Now().UTC()
+	in := bson.D{{Key: "$in", Value: ids}}
+	if _, err := coll.UpdateMany(ctx,
+		bson.D{{Key: events.FieldStatus, Value: events.StatusNew}, {Key: events.FieldID, Value: in}},
+		bson.D{
+			{Key: "$set", Value: bson.D{
+				{Key: events.FieldStatus, Value: events.StatusProcessing},
+				{Key: events.FieldWorkerID, Value: "bench-raw"},
+				{Key: events.FieldProcessingAt, Value: now},
+				{Key: events.FieldClaimToken, Value: fmt.Sprint(seq)},
+			}},
+			{Key: "$inc", Value: bson.D{{Key: events.FieldAttempts, Value: 1}}},
+		}); err != nil {
+		return 0, fmt.Errorf("claim: %w", err)
+	}
+	if _, err := coll.UpdateMany(ctx,
+		bson.D{{Key: events.FieldStatus, Value: events.StatusProcessing}, {Key: events.FieldID, Value: in}},
+		bson.D{{Key: "$set", Value: bson.D{
+			{Key: events.FieldStatus, Value: events.StatusPublished},
+			{Key: events.FieldPublishedAt, Value: now},
+		}}}); err != nil {
+		return 0, fmt.Errorf("mark: %w", err)
+	}
+	return len(ids), nil
+}
+
+// createIndexes gives a collection the worker's indexes, created by the
+// worker's own mongo.Store.Prepare, so every stage runs on the same footing.
+func (b *bench) createIndexes(ctx context.Context, coll *driver.Collection) error {
+	store := mongo.New(b.client, mongo.Config{Database: databaseName, Collection: coll.Name(), Logger: b.logger})
+	if err := store.Prepare(ctx); err != nil {
+		return fmt.Errorf("create indexes: %w", err)
+	}
+	return nil
+}

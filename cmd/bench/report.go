@@ -1,0 +1,199 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// report prints the table and writes bench.json, bench.txt and bench.png.
+func (b *bench) report() error {
+	return writeReport(b.res, b.cfg.OutDir, b.out)
+}
+
+// replot rewrites the table and chart of an earlier run from its JSON.
+func replot(path string, out io.Writer) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var r Results
+	if err := json.Unmarshal(data, &r); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	r.evaluate()
+	return writeReport(&r, filepath.Dir(path), out)
+}
+
+func writeReport(r *Results, dir string, out io.Writer) error {
+	table := r.table()
+	fmt.Fprintln(out)
+	fmt.Fprint(out, table)
+
+	js, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	files := map[string][]byte{
+		"bench.json": append(js, '\n'),
+		"bench.txt":  []byte(table),
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			return err
+		}
+	}
+	png := filepath.Join(dir, "bench.png")
+	if err := writeChart(png, r); err != nil {
+		return fmt.Errorf("chart: %w", err)
+	}
+	fmt.Fprintf(out, "\nwrote %s, %s and %s\n", filepath.Join(dir, "bench.json"), filepath.Join(dir, "bench.txt"), png)
+	return nil
+}
+
+// row is one line of the table.
+type row struct{ measure, result, target, status string }
+
+// table renders the run as a Markdown table with a heading, which reads
+// the same in a terminal and in docs/performance.md.
+func (r *Results) table() string {
+	var rows []row
+	add := func(measure, result, target string) {
+		rows = append(rows, row{measure, result, "", ""})
+		if target == "" {
+			return
+		}
+		if t, ok := r.target(target); ok {
+			rows[len(rows)-1].target = t.Want
+			rows[len(rows)-1].status = map[bool]string{true: "met", false: "NOT MET"}[t.Met]
+		}
+	}
+	c := r.Config
+	add(fmt.Sprintf("Raw broker limit (own amqp091 publisher, %d B, %s confirms in flight)", rawBodySize, thousands(rawInFlight)),
+		fmt.Sprintf("%s msg/s (%s in %.1f s)", thousands(int(r.RawBroker.PerSecond)), thousands(r.RawBroker.Count), r.RawBroker.Seconds), "")
+	add(fmt.Sprintf("Raw database limit (own loop: find %d NEW ids, claim UpdateMany, mark UpdateMany)", c.BatchSize),
+		fmt.Sprintf("%s events/s (%s in %.1f s)", thousands(int(r.RawDB.PerSecond)), thousands(r.RawDB.Count), r.RawDB.Seconds), "")
+	for _, d := range r.Drains {
+		result := fmt.Sprintf("%s events/s (%s in %.1f s), %.0f%% of the lower raw limit",
+			thousands(int(d.PerSecond)), thousands(d.Events), d.Seconds, 100*d.RatioToLimit)
+		if d.Duplicates > 0 {
+			result += fmt.Sprintf("; %s duplicate deliveries", thousands(d.Duplicates))
+		}
+		target := ""
+		if d.Replicas == 1 {
+			target = targetReplica1
+		}
+		add(fmt.Sprintf("Worker, %d replica%s, end to end (bin/worker, %s)", d.Replicas, plural(d.Replicas), d.Schedule), result, target)
+	}
+	for _, d := range r.Drains {
+		target := ""
+		if d.Replicas == 1 {
+			target = targetCommands
+		}
+		add(fmt.Sprintf("Database commands per 1,000 events, %d replica%s (batch %d)", d.Replicas, plural(d.Replicas), c.BatchSize),
+			fmt.Sprintf("%.1f %s", d.DBCommandsPer1000, topCommands(d.DBCommands, 4)), target)
+	}
+	add(fmt.Sprintf("Publish stage (broker.Publisher, batches of %d events)", c.BatchSize),
+		fmt.Sprintf("%s events/s, %.0f%% of the raw broker limit", thousands(int(r.PublishStage.PerSecond)), 100*ratio(r.PublishStage.PerSecond, r.RawBroker.PerSecond)),
+		targetPublish)
+	for _, l := range r.Latency {
+		target := ""
+		if l.Schedule == "@every 100ms" {
+			target = targetP99
+		}
+		add(fmt.Sprintf("Latency createdAt to receipt, %g events/s for %g s, 1 worker at %s", l.Rate, l.Seconds, l.Schedule),
+			fmt.Sprintf("p50 %.0f, p90 %.0f, p99 %.0f, max %.0f ms (%d of %d received)", l.P50ms, l.P90ms, l.P99ms, l.MaxMs, l.Received, l.Sent),
+			target)
+	}
+	for _, d := range r.Drains {
+		target := ""
+		if d.Replicas == 1 {
+			target = targetCPU
+		}
+		add(fmt.Sprintf("Worker CPU per 1,000 events, %d replica%s drain (user+sys, rusage)", d.Replicas, plural(d.Replicas)),
+			fmt.Sprintf("%.1f ms (%.2f s in all)", d.CPUMsPer1000, d.CPUSeconds), target)
+	}
+	add("Worker peak RSS (largest VmHWM of every worker process)", fmt.Sprintf("%.1f MB", r.peakRSS()), targetRSS)
+	if len(r.SamplerStats) > 0 {
+		var parts []string
+		for _, st := range r.SamplerStats {
+			parts = append(parts, fmt.Sprintf("%.2f s on %s %s", st.Seconds, thousands(st.Events), st.Backlog))
+		}
+		add("The worker's backlog sampler query (mongo.Store.Stats, every 15 s on every replica)", strings.Join(parts, ", "), "")
+	}
+	cl := r.Claim
+	add(fmt.Sprintf("Claim latency, store.Claim of %d on %s NEW, no history", cl.BatchSize, thousands(cl.New)),
+		fmt.Sprintf("median %.0f ms of %d", cl.EmptyMs, len(cl.EmptyRunsMs)), "")
+	add(fmt.Sprintf("Claim latency, same with %s PUBLISHED events (inserted in %.0f s)", thousands(cl.Published), cl.InsertSeconds),
+		fmt.Sprintf("median %.0f ms of %d, %.2fx", cl.WithHistoryMs, len(cl.WithHistoryRunMs), cl.Ratio), targetClaim)
+
+	var sb strings.Builder
+	m := r.Machine
+	fmt.Fprintf(&sb, "Outbox relay benchmark, %s\n", r.StartedAt.Format("2006-01-02 15:04 UTC"))
+	fmt.Fprintf(&sb, "%d CPUs (%s), %s MB RAM, %s, %s; %s%s; RabbitMQ %s\n",
+		m.CPUs, m.CPUModel, thousands(m.MemoryMB), m.Kernel, m.GoVersion, m.Database, prefixed(", ", m.PostgreSQL), m.RabbitMQ)
+	fmt.Fprintf(&sb, "Backlog %s events, batch size %d; drain runs use OUTBOX_CLAIM_SCHEDULE=%s.\n\n",
+		thousands(c.Backlog), c.BatchSize, c.DrainSchedule)
+	sb.WriteString("| Measure | Result | Target | Status |\n|---|---|---|---|\n")
+	for _, rw := range rows {
+		fmt.Fprintf(&sb, "| %s | %s | %s | %s |\n", rw.measure, rw.result, escape(rw.target), rw.status)
+	}
+	met := 0
+	for _, t := range r.Targets {
+		if t.Met {
+			met++
+		}
+	}
+	fmt.Fprintf(&sb, "\nTargets met: %d of %d.\n", met, len(r.Targets))
+	sb.WriteString("Stage durations:")
+	for i, s := range r.Stages {
+		sep := ","
+		if i == 0 {
+			sep = ""
+		}
+		fmt.Fprintf(&sb, "%s %s %.0f s", sep, s.Name, s.Seconds)
+	}
+	fmt.Fprintf(&sb, "; total %.0f s.\n", r.TotalSeconds)
+	return sb.String()
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+func prefixed(prefix, s string) string {
+	if s == "" {
+		return ""
+	}
+	return prefix + s
+}
+
+// escape keeps a target such as "<= 20" readable in Markdown.
+func escape(s string) string {
+	return strings.NewReplacer("<=", "≤", ">=", "≥").Replace(s)
+}
+
+// thousands formats n with comma separators.
+func thousands(n int) string {
+	s := fmt.Sprint(n)
+	if n < 0 {
+		return "-" + thousands(-n)
+	}
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}

@@ -1,0 +1,248 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Results is everything one run measured; it is written as bench.json.
+type Results struct {
+	StartedAt    time.Time     `json:"startedAt"`
+	TotalSeconds float64       `json:"totalSeconds"`
+	Machine      Machine       `json:"machine"`
+	Config       ConfigSummary `json:"config"`
+	// Insert is how fast the harness wrote the raw loop's backlog.
+	Insert       Rate         `json:"backlogInsert"`
+	RawBroker    Rate         `json:"rawBroker"`
+	RawDB        Rate         `json:"rawDatabaseLoop"`
+	PublishStage Rate         `json:"publishStage"`
+	Drains       []Drain      `json:"drains"`
+	Latency      []Latency    `json:"latency"`
+	Claim        ClaimLatency `json:"claimLatency"`
+	// SamplerStats times the worker's backlog sampler query (Stats) on
+	// the 1-replica run's collection before and after its drain.
+	SamplerStats []StatsCost `json:"samplerStats"`
+	// Profile is the CPU profile of the 1-replica worker's drain.
+	Profile        string      `json:"profile,omitempty"`
+	ProfileSeconds float64     `json:"profileSeconds,omitempty"`
+	Stages         []StageTime `json:"stages"`
+	Targets        []Target    `json:"targets"`
+}
+
+// ConfigSummary is what the figures depend on.
+type ConfigSummary struct {
+	Backlog       int     `json:"backlog"`
+	BatchSize     int     `json:"batchSize"`
+	DrainSchedule string  `json:"drainSchedule"`
+	LatencyRate   float64 `json:"latencyRate"`
+	LatencySecs   float64 `json:"latencySeconds"`
+}
+
+func (c config) summary() ConfigSummary {
+	return ConfigSummary{
+		Backlog: c.Backlog, BatchSize: c.BatchSize, DrainSchedule: c.DrainSched,
+		LatencyRate: c.LatencyRate, LatencySecs: c.LatencyFor.Seconds(),
+	}
+}
+
+// Machine is where the run happened.
+type Machine struct {
+	CPUs       int    `json:"cpus"`
+	CPUModel   string `json:"cpuModel"`
+	MemoryMB   int    `json:"memoryMB"`
+	Kernel     string `json:"kernel"`
+	GoVersion  string `json:"goVersion"`
+	RabbitMQ   string `json:"rabbitmq"`
+	Database   string `json:"database"`
+	PostgreSQL string `json:"postgresql,omitempty"`
+}
+
+// Rate is a count done in a time.
+type Rate struct {
+	Count     int     `json:"count"`
+	Seconds   float64 `json:"seconds"`
+	PerSecond float64 `json:"perSecond"`
+}
+
+// Drain is one run of the worker draining the backlog.
+type Drain struct {
+	Replicas   int     `json:"replicas"`
+	Schedule   string  `json:"schedule"`
+	Events     int     `json:"events"`     // distinct events received
+	Deliveries int     `json:"deliveries"` // messages received, duplicates included
+	Duplicates int     `json:"duplicates"`
+	Seconds    float64 `json:"seconds"`
+	PerSecond  float64 `json:"perSecond"`
+	// RatioToLimit is PerSecond over the lower of the two raw limits.
+	RatioToLimit float64 `json:"ratioToLimit"`
+	// Published sums the workers' outbox_events_published_total.
+	Published float64 `json:"published"`
+	// DBCommands sums the workers' outbox_db_commands_total by command.
+	DBCommands        map[string]float64 `json:"dbCommands"`
+	DBCommandsPer1000 float64            `json:"dbCommandsPer1000"`
+	CPUSeconds        float64            `json:"cpuSeconds"`
+	CPUMsPer1000      float64            `json:"cpuMsPer1000"`
+	PeakRSSMB         float64            `json:"peakRssMB"` // the largest VmHWM of the replicas
+	Workers           []WorkerStats      `json:"workers"`
+}
+
+// WorkerStats is one worker process, read from its /metrics before it
+// stopped and its rusage after.
+type WorkerStats struct {
+	ID         string             `json:"id"`
+	Published  float64            `json:"published"`
+	DBCommands map[string]float64 `json:"dbCommands"`
+	CPUSeconds float64            `json:"cpuSeconds"`
+	PeakRSSMB  float64            `json:"peakRssMB"` // VmHWM
+	// RusageMaxRSSMB is the rusage maxrss, which on Linux includes the
+	// harness's own RSS at the moment it started the worker (vfork+exec).
+	RusageMaxRSSMB float64 `json:"rusageMaxRssMB"`
+	ExitCode       int     `json:"exitCode"`
+}
+
+// Latency is createdAt to receipt by a consumer, for events written at a
+// steady rate.
+type Latency struct {
+	Schedule string  `json:"schedule"`
+	Rate     float64 `json:"rate"`
+	Seconds  float64 `json:"seconds"`
+	Sent     int     `json:"sent"`
+	Received int     `json:"received"`
+	P50ms    float64 `json:"p50ms"`
+	P90ms    float64 `json:"p90ms"`
+	P99ms    float64 `json:"p99ms"`
+	MaxMs    float64 `json:"maxMs"`
+	// CPUMsPer1000 and PeakRSSMB are the worker's, over the whole run
+	// (start-up and idle ticks included).
+	CPUMsPer1000 float64 `json:"cpuMsPer1000"`
+	PeakRSSMB    float64 `json:"peakRssMB"`
+}
+
+// ClaimLatency is one mongo.Store.Claim of a batch on a backlog of NEW
+// events, without and with published history in the same collection.
+type ClaimLatency struct {
+	New              int       `json:"new"`
+	BatchSize        int       `json:"batchSize"`
+	EmptyMs          float64   `json:"medianMsWithoutHistory"`
+	EmptyRunsMs      []float64 `json:"runsMsWithoutHistory"`
+	PublishedWanted  int       `json:"publishedWanted"`
+	Published        int       `json:"published"`
+	InsertSeconds    float64   `json:"publishedInsertSeconds"`
+	InsertPerSecond  float64   `json:"publishedInsertPerSecond"`
+	WithHistoryMs    float64   `json:"medianMsWithHistory"`
+	WithHistoryRunMs []float64 `json:"runsMsWithHistory"`
+	Ratio            float64   `json:"ratio"`
+}
+
+// StatsCost is how long one mongo.Store.Stats took.
+type StatsCost struct {
+	Backlog string  `json:"backlog"` // NEW or PUBLISHED
+	Events  int     `json:"events"`
+	Seconds float64 `json:"seconds"`
+}
+
+// StageTime is how long a stage of the run took.
+type StageTime struct {
+	Name    string  `json:"name"`
+	Seconds float64 `json:"seconds"`
+}
+
+// Target is one goal of issue 4 and whether this run met it.
+type Target struct {
+	Name string `json:"name"`
+	Want string `json:"want"`
+	Got  string `json:"got"`
+	Met  bool   `json:"met"`
+}
+
+// drain returns the run with n replicas, if there was one.
+func (r *Results) drain(n int) (Drain, bool) {
+	for _, d := range r.Drains {
+		if d.Replicas == n {
+			return d, true
+		}
+	}
+	return Drain{}, false
+}
+
+// latencyAt returns the latency run at schedule, if there was one.
+func (r *Results) latencyAt(schedule string) (Latency, bool) {
+	for _, l := range r.Latency {
+		if l.Schedule == schedule {
+			return l, true
+		}
+	}
+	return Latency{}, false
+}
+
+// Target names, as the report looks them up.
+const (
+	targetReplica1 = "1 replica vs raw database loop"
+	targetCommands = "database commands per 1,000 events"
+	targetPublish  = "publish stage vs raw broker"
+	targetCPU      = "worker CPU per 1,000 events"
+	targetRSS      = "worker peak RSS"
+	targetP99      = "p99 latency at @every 100ms"
+	targetClaim    = "claim latency with history vs none"
+)
+
+// target returns the target called name, if it was evaluated.
+func (r *Results) target(name string) (Target, bool) {
+	for _, t := range r.Targets {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return Target{}, false
+}
+
+// evaluate sets Targets from the figures.
+func (r *Results) evaluate() {
+	r.Targets = nil
+	add := func(name, want, got string, met bool) {
+		r.Targets = append(r.Targets, Target{Name: name, Want: want, Got: got, Met: met})
+	}
+	if d, ok := r.drain(1); ok && r.RawDB.PerSecond > 0 {
+		ratio := d.PerSecond / r.RawDB.PerSecond
+		add(targetReplica1, ">= 70%",
+			fmt.Sprintf("%.0f%% (%.0f of %.0f events/s)", 100*ratio, d.PerSecond, r.RawDB.PerSecond), ratio >= 0.70)
+		add(targetCommands, "<= 20",
+			fmt.Sprintf("%.1f", d.DBCommandsPer1000), d.DBCommandsPer1000 <= 20)
+		add(targetCPU, "<= 40 ms",
+			fmt.Sprintf("%.1f ms", d.CPUMsPer1000), d.CPUMsPer1000 <= 40)
+	}
+	if r.RawBroker.PerSecond > 0 && r.PublishStage.PerSecond > 0 {
+		ratio := r.PublishStage.PerSecond / r.RawBroker.PerSecond
+		add(targetPublish, ">= 60%",
+			fmt.Sprintf("%.0f%% (%.0f of %.0f/s)", 100*ratio, r.PublishStage.PerSecond, r.RawBroker.PerSecond), ratio >= 0.60)
+	}
+	if rss := r.peakRSS(); rss > 0 {
+		add(targetRSS, "< 100 MB", fmt.Sprintf("%.1f MB", rss), rss < 100)
+	}
+	if l, ok := r.latencyAt("@every 100ms"); ok && l.Received > 0 {
+		add(targetP99, "< 300 ms", fmt.Sprintf("%.0f ms", l.P99ms), l.P99ms < 300)
+	}
+	if c := r.Claim; c.EmptyMs > 0 && c.WithHistoryMs > 0 {
+		add(targetClaim, "<= 2x",
+			fmt.Sprintf("%.2fx (%.0f vs %.0f ms)", c.Ratio, c.WithHistoryMs, c.EmptyMs), c.Ratio <= 2)
+	}
+}
+
+// peakRSS is the largest RSS of any worker process in the run.
+func (r *Results) peakRSS() float64 {
+	var m float64
+	for _, d := range r.Drains {
+		m = max(m, d.PeakRSSMB)
+	}
+	for _, l := range r.Latency {
+		m = max(m, l.PeakRSSMB)
+	}
+	return m
+}
+
+// round rounds x to digits decimals, so that the JSON stays readable.
+func round(x float64, digits int) float64 {
+	p := math.Pow(10, float64(digits))
+	return math.Round(x*p) / p
+}

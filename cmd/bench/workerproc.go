@@ -1,0 +1,227 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// workerProc is one bin/worker process started by the harness.
+type workerProc struct {
+	id    string
+	addr  string // its OUTBOX_HTTP_ADDR
+	cmd   *exec.Cmd
+	log   *os.File
+	done  chan struct{}
+	state *os.ProcessState
+	err   error
+}
+
+// workerOpts is what differs between the worker runs.
+type workerOpts struct {
+	id         string
+	collection string
+	exchange   string
+	schedule   string
+}
+
+// startWorker starts bin/worker run against the harness's database and
+// broker, its log under raw/.
+func (b *bench) startWorker(opts workerOpts) (*workerProc, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	logFile, err := os.Create(filepath.Join(b.rawDir, opts.id+".log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(b.cfg.WorkerBin, "run")
+	cmd.Env = append(os.Environ(),
+		"OUTBOX_MONGO_URI="+b.mongoURI,
+		"OUTBOX_MONGO_DATABASE="+databaseName,
+		"OUTBOX_MONGO_COLLECTION="+opts.collection,
+		"OUTBOX_AMQP_URL="+b.cfg.AMQPURL,
+		"OUTBOX_AMQP_EXCHANGE="+opts.exchange,
+		"OUTBOX_CLAIM_SCHEDULE="+opts.schedule,
+		"OUTBOX_BATCH_SIZE="+strconv.Itoa(b.cfg.BatchSize),
+		"OUTBOX_HTTP_ADDR="+addr,
+		"OUTBOX_WORKER_ID="+opts.id,
+		"OUTBOX_PPROF=true",
+		"OUTBOX_LOG_LEVEL=warn",
+		"OUTBOX_LOG_FORMAT=text",
+	)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		_ = logFile.Close()
+		return nil, fmt.Errorf("start %s: %w", b.cfg.WorkerBin, err)
+	}
+	w := &workerProc{id: opts.id, addr: addr, cmd: cmd, log: logFile, done: make(chan struct{})}
+	go func() {
+		w.err = cmd.Wait()
+		w.state = cmd.ProcessState
+		_ = logFile.Close()
+		close(w.done)
+	}()
+	return w, nil
+}
+
+// freeAddr returns a loopback address with a port that was free a moment
+// ago.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// waitReady polls /readyz until the worker is connected to both servers.
+func (w *workerProc) waitReady(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		select {
+		case <-w.done:
+			return fmt.Errorf("worker %s exited: %v (see its log)", w.id, w.err)
+		default:
+		}
+		if code, _ := httpGet(ctx, "http://"+w.addr+"/readyz", io.Discard); code == http.StatusOK {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("worker %s not ready after %s", w.id, timeout)
+}
+
+// metricLine matches a sample of a counter the harness reads.
+var metricLine = regexp.MustCompile(`^(outbox_db_commands_total|outbox_events_published_total)(?:\{command="([^"]*)"\})? ([0-9.e+]+)$`)
+
+// scrape reads the worker's published and database-command counters.
+func (w *workerProc) scrape(ctx context.Context) (published float64, commands map[string]float64, err error) {
+	pr, pw := io.Pipe()
+	go func() {
+		_, err := httpGet(ctx, "http://"+w.addr+"/metrics", pw)
+		pw.CloseWithError(err)
+	}()
+	commands = map[string]float64{}
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() {
+		m := metricLine.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		v, _ := strconv.ParseFloat(m[3], 64)
+		if m[1] == "outbox_events_published_total" {
+			published = v
+		} else {
+			commands[m[2]] = v
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, nil, fmt.Errorf("scrape %s: %w", w.id, err)
+	}
+	return published, commands, nil
+}
+
+// profile saves a CPU profile of d seconds from /debug/pprof/profile.
+func (w *workerProc) profile(ctx context.Context, d time.Duration, path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", w.addr, int(d.Seconds()))
+	code, err := httpGet(ctx, url, f)
+	if err == nil && code != http.StatusOK {
+		err = fmt.Errorf("HTTP %d", code)
+	}
+	if err != nil {
+		return fmt.Errorf("profile %s: %w", w.id, err)
+	}
+	return nil
+}
+
+// procStats is a stopped worker's resource use.
+type procStats struct {
+	cpu time.Duration // user + system, from the rusage
+	// peakRSSMB is the process's VmHWM, read just before SIGTERM. The
+	// rusage's maxrss is no good here: Go starts children with
+	// vfork+exec, and Linux carries the parent's (the harness's, with
+	// FerretDB in it) high-water mark into the child's maxrss at exec.
+	peakRSSMB float64
+	// rusageMaxRSSMB is that maxrss, kept for the record.
+	rusageMaxRSSMB float64
+	exitCode       int
+}
+
+// stop sends SIGTERM, waits for a clean exit and returns the process's
+// rusage. A worker that does not exit in time is killed and reported.
+func (w *workerProc) stop(timeout time.Duration) (procStats, error) {
+	hwm := vmHWM(w.cmd.Process.Pid)
+	_ = w.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-w.done:
+	case <-time.After(timeout):
+		_ = w.cmd.Process.Kill()
+		<-w.done
+		return procStats{}, fmt.Errorf("worker %s did not stop within %s after SIGTERM", w.id, timeout)
+	}
+	st := procStats{exitCode: w.state.ExitCode(), peakRSSMB: hwm}
+	if ru, ok := w.state.SysUsage().(*syscall.Rusage); ok {
+		st.cpu = time.Duration(syscall.TimevalToNsec(ru.Utime) + syscall.TimevalToNsec(ru.Stime))
+		st.rusageMaxRSSMB = float64(ru.Maxrss) / 1024 // kilobytes on Linux
+	}
+	if st.exitCode != 0 {
+		return st, fmt.Errorf("worker %s exited with %d (see its log)", w.id, st.exitCode)
+	}
+	return st, nil
+}
+
+// vmHWM returns the peak resident set size of a running process in MB,
+// from /proc/<pid>/status, or 0 where that cannot be read.
+func vmHWM(pid int) float64 {
+	kb, err := strconv.Atoi(strings.Fields(procField(fmt.Sprintf("/proc/%d/status", pid), "VmHWM") + " 0")[0])
+	if err != nil {
+		return 0
+	}
+	return float64(kb) / 1024
+}
+
+// kill ends a worker that a failed stage leaves behind.
+func (w *workerProc) kill() {
+	select {
+	case <-w.done:
+	default:
+		_ = w.cmd.Process.Kill()
+		<-w.done
+	}
+}
+
+func httpGet(ctx context.Context, url string, w io.Writer) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(w, resp.Body); err != nil && !errors.Is(err, io.ErrClosedPipe) {
+		return resp.StatusCode, err
+	}
+	return resp.StatusCode, nil
+}
