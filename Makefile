@@ -63,7 +63,11 @@ up: ## Start the docker-compose stack (MongoDB replica set, RabbitMQ, 3 workers,
 down: ## Stop the docker-compose stack and delete its volumes
 	docker compose down -v
 
+.PHONY: bench
+bench: ## Benchmark the worker on FerretDB + RabbitMQ (about 10 min); writes results/ (docs/performance.md)
+	$(GO) build -o $(BIN)/worker ./cmd/worker
+	$(GO) run ./cmd/bench -worker $(BIN)/worker -out results $(BENCH_FLAGS)
+
 # ---------------------------------------------------------------------------
 # Reserved for other owners; add each target with a `## ` help comment:
-#   bench  - run the benchmarks and write results/
 # ---------------------------------------------------------------------------
