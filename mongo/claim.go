@@ -63,7 +63,7 @@ func (s *Store) findClaimable(ctx context.Context, now time.Time, limit int) ([]
 	opts := options.Find().
 		SetSort(bson.D{{Key: events.FieldCreatedAt, Value: 1}}).
 		SetLimit(int64(limit)).
-		SetBatchSize(int32(min(limit, 1<<20))) // one round trip for the whole batch
+		SetBatchSize(oneBatch(limit))
 	return s.findClaimed(ctx, filter, opts)
 }
 
@@ -73,8 +73,17 @@ func (s *Store) findLeased(ctx context.Context, lease events.Lease, limit int) (
 		{Key: events.FieldClaimToken, Value: lease.Token},
 		{Key: events.FieldWorkerID, Value: lease.WorkerID},
 	}
-	opts := options.Find().SetBatchSize(int32(min(limit, 1<<20)))
+	opts := options.Find().SetBatchSize(oneBatch(limit))
 	return s.findClaimed(ctx, filter, opts)
+}
+
+// oneBatch is the batch size that returns up to limit documents in the
+// find's reply alone: one more than the limit, because a server whose
+// first batch comes back exactly full may keep the cursor open (FerretDB
+// does), and the driver then spends a getMore round trip to learn that
+// nothing follows.
+func oneBatch(limit int) int32 {
+	return int32(min(limit+1, 1<<20))
 }
 
 func (s *Store) findClaimed(ctx context.Context, filter bson.D, opts *options.FindOptionsBuilder) ([]events.Claimed, error) {
