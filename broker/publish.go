@@ -32,6 +32,9 @@ func (p *Publisher) publishWindow(ctx context.Context, msgs []events.Message, er
 	}
 	discardReturns(s.returns) // stale returns from a window that timed out
 	confirms := make([]*amqp.DeferredConfirmation, len(msgs))
+	// The window's frames leave in a few large writes rather than one per
+	// message; the confirms are awaited after the flush either way.
+	s.wire.cork()
 	for i, m := range msgs {
 		dc, err := s.ch.PublishWithDeferredConfirmWithContext(ctx, p.cfg.Exchange, m.Type, true, false, publishing(m))
 		if err != nil {
@@ -39,6 +42,13 @@ func (p *Publisher) publishWindow(ctx context.Context, msgs []events.Message, er
 			break
 		}
 		confirms[i] = dc
+	}
+	if err := s.wire.flush(); err != nil {
+		// The socket failed under frames the library counts as sent.
+		// Closing the connection makes it fail their confirms at once
+		// (ErrUnavailable below) rather than at the publish timeout.
+		p.logger.Warn("broker write failed; closing the connection", "error", err)
+		_ = s.conn.Close()
 	}
 	for i, dc := range confirms {
 		if dc == nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -95,6 +96,7 @@ func Redact(raw string) string {
 // session is one live connection and its confirming channel.
 type session struct {
 	conn    *amqp.Connection
+	wire    *corkedConn // conn's socket
 	ch      *amqp.Channel
 	returns chan amqp.Return
 	closed  chan struct{} // closed when conn or channel goes away
@@ -233,10 +235,18 @@ func (p *Publisher) setBlocked(b amqp.Blocking) {
 
 // connect dials, opens a confirming channel and declares the exchange.
 func (p *Publisher) connect(ctx context.Context) (*session, error) {
+	var wire *corkedConn
 	dialer := amqp.Config{
 		// Well below the worker's shutdown timeout, so a stop never waits
 		// on a dial to a broker that does not answer.
-		Dial:      amqp.DefaultDial(5 * time.Second),
+		Dial: func(network, addr string) (net.Conn, error) {
+			c, err := amqp.DefaultDial(5*time.Second)(network, addr)
+			if err != nil {
+				return nil, err
+			}
+			wire = &corkedConn{Conn: c}
+			return wire, nil
+		},
 		Heartbeat: 10 * time.Second,
 		Locale:    "en_US",
 		Properties: amqp.Table{
@@ -252,6 +262,7 @@ func (p *Publisher) connect(ctx context.Context) (*session, error) {
 		_ = conn.Close()
 		return nil, err
 	}
+	s.wire = wire
 	go p.watch(ctx, s)
 	return s, nil
 }
