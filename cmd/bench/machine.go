@@ -31,11 +31,13 @@ func (b *bench) machine(ctx context.Context) Machine {
 
 	var info bson.M
 	_ = b.client.Database("admin").RunCommand(ctx, bson.D{{Key: "buildInfo", Value: 1}}).Decode(&info)
-	switch v := info["ferretdbVersion"]; {
-	case v != nil:
-		m.Database = "FerretDB " + toString(v)
+	switch v := toString(info["ferretdbVersion"]); {
 	case b.ferret:
+		// Embedded FerretDB reports "unknown": its version file is only
+		// filled in by its own build, so take the module's version.
 		m.Database = "FerretDB " + moduleVersion("github.com/FerretDB/FerretDB")
+	case v != "unknown":
+		m.Database = "FerretDB " + v
 	default:
 		m.Database = "MongoDB " + toString(info["version"])
 	}

@@ -54,6 +54,7 @@ type config struct {
 	Profile      bool
 	Budget       time.Duration
 	Replot       string
+	WorkerEnv    []string
 	Only         map[string]bool
 }
 
@@ -97,6 +98,7 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	fs.BoolVar(&c.Profile, "profile", true, "CPU-profile the 1-replica worker during its drain (raw/worker-x1.cpu.prof)")
 	fs.DurationVar(&c.Budget, "budget", 10*time.Minute, "time for the whole run; the PUBLISHED insert of the claim stage stops early to keep within it")
 	fs.StringVar(&c.Replot, "replot", "", "read this bench.json and only rewrite the table and chart next to it (no measurements)")
+	workerEnv := fs.String("worker-env", "", "extra environment of the worker processes, comma-separated KEY=VALUE (e.g. GOMAXPROCS=1)")
 	only := fs.String("only", "", "comma-separated stages to run (raw-broker, publish, raw-db, drain, latency, claim); empty runs all")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
@@ -110,6 +112,14 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 			return config{}, fmt.Errorf("-replicas %q: want a list of counts from 1 to 16", *replicas)
 		}
 		c.Replicas = append(c.Replicas, n)
+	}
+	if *workerEnv != "" {
+		for _, kv := range strings.Split(*workerEnv, ",") {
+			if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+				return config{}, fmt.Errorf("-worker-env %q: want KEY=VALUE pairs separated by commas", *workerEnv)
+			}
+			c.WorkerEnv = append(c.WorkerEnv, strings.TrimSpace(kv))
+		}
 	}
 	if *only != "" {
 		c.Only = map[string]bool{}

@@ -135,8 +135,12 @@ func (r *Results) table() string {
 	fmt.Fprintf(&sb, "Outbox relay benchmark, %s\n", r.StartedAt.Format("2006-01-02 15:04 UTC"))
 	fmt.Fprintf(&sb, "%d CPUs (%s), %s MB RAM, %s, %s; %s%s; RabbitMQ %s\n",
 		m.CPUs, m.CPUModel, thousands(m.MemoryMB), m.Kernel, m.GoVersion, m.Database, prefixed(", ", m.PostgreSQL), m.RabbitMQ)
-	fmt.Fprintf(&sb, "Backlog %s events, batch size %d; drain runs use OUTBOX_CLAIM_SCHEDULE=%s.\n\n",
+	fmt.Fprintf(&sb, "Backlog %s events, batch size %d; drain runs use OUTBOX_CLAIM_SCHEDULE=%s.",
 		thousands(c.Backlog), c.BatchSize, c.DrainSchedule)
+	if len(c.WorkerEnv) > 0 {
+		fmt.Fprintf(&sb, " Worker environment: %s.", strings.Join(c.WorkerEnv, " "))
+	}
+	sb.WriteString("\n\n")
 	sb.WriteString("| Measure | Result | Target | Status |\n|---|---|---|---|\n")
 	for _, rw := range rows {
 		fmt.Fprintf(&sb, "| %s | %s | %s | %s |\n", rw.measure, rw.result, escape(rw.target), rw.status)

@@ -32,17 +32,18 @@ type Results struct {
 
 // ConfigSummary is what the figures depend on.
 type ConfigSummary struct {
-	Backlog       int     `json:"backlog"`
-	BatchSize     int     `json:"batchSize"`
-	DrainSchedule string  `json:"drainSchedule"`
-	LatencyRate   float64 `json:"latencyRate"`
-	LatencySecs   float64 `json:"latencySeconds"`
+	Backlog       int      `json:"backlog"`
+	BatchSize     int      `json:"batchSize"`
+	DrainSchedule string   `json:"drainSchedule"`
+	LatencyRate   float64  `json:"latencyRate"`
+	LatencySecs   float64  `json:"latencySeconds"`
+	WorkerEnv     []string `json:"workerEnv,omitempty"`
 }
 
 func (c config) summary() ConfigSummary {
 	return ConfigSummary{
 		Backlog: c.Backlog, BatchSize: c.BatchSize, DrainSchedule: c.DrainSched,
-		LatencyRate: c.LatencyRate, LatencySecs: c.LatencyFor.Seconds(),
+		LatencyRate: c.LatencyRate, LatencySecs: c.LatencyFor.Seconds(), WorkerEnv: c.WorkerEnv,
 	}
 }
 

@@ -63,6 +63,7 @@ func (b *bench) startWorker(opts workerOpts) (*workerProc, error) {
 		"OUTBOX_LOG_LEVEL=warn",
 		"OUTBOX_LOG_FORMAT=text",
 	)
+	cmd.Env = append(cmd.Env, b.cfg.WorkerEnv...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		_ = logFile.Close()
