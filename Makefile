@@ -64,7 +64,7 @@ down: ## Stop the docker-compose stack and delete its volumes
 	docker compose down -v
 
 .PHONY: bench
-bench: ## Benchmark the worker on FerretDB + RabbitMQ (about 10 min); writes results/ (docs/performance.md)
+bench: ## Benchmark the worker on FerretDB + RabbitMQ (under 10 min); writes results/ (docs/performance.md)
 	$(GO) build -o $(BIN)/worker ./cmd/worker
 	$(GO) run ./cmd/bench -worker $(BIN)/worker -out results $(BENCH_FLAGS)
 
