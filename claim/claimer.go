@@ -16,7 +16,9 @@ import (
 
 // Store is the outbox as the claimer needs it.
 type Store interface {
-	Claim(ctx context.Context, lease events.Lease, limit int) ([]events.Claimed, error)
+	// Claim claims up to limit events for lease; full reports that a
+	// whole batch was claimable, so more may be waiting.
+	Claim(ctx context.Context, lease events.Lease, limit int) (claimed []events.Claimed, full bool, err error)
 	MarkPublished(ctx context.Context, lease events.Lease, ids []any, at time.Time) (int, error)
 	Release(ctx context.Context, lease events.Lease, r events.Release) (int, error)
 }
@@ -192,8 +194,9 @@ func (c *Claimer) Stop(ctx context.Context) error {
 	return nil
 }
 
-// runOnce claims one batch and carries it through. It reports more when the
-// batch was full, so the schedule drains a backlog without waiting a tick.
+// runOnce claims one batch and carries it through. It reports more when a
+// full batch was claimable, so the schedule drains a backlog without waiting
+// a tick; that includes a batch other replicas won part or all of.
 func (c *Claimer) runOnce(ctx context.Context) (more bool, err error) {
 	if err := c.pub.Ready(); err != nil {
 		c.paused.log(c.logger, err)
@@ -205,13 +208,13 @@ func (c *Claimer) runOnce(ctx context.Context) (more bool, err error) {
 		Token:    newToken(),
 		At:       c.now().UTC().Truncate(time.Millisecond),
 	}
-	claimed, err := c.store.Claim(ctx, lease, c.cfg.BatchSize)
+	claimed, full, err := c.store.Claim(ctx, lease, c.cfg.BatchSize)
 	if err != nil {
 		c.metrics.JobErrors.WithLabelValues("claim").Inc()
 		return false, fmt.Errorf("claim batch: %w", err)
 	}
 	if len(claimed) == 0 {
-		return false, nil
+		return full, nil
 	}
 	c.metrics.Claimed.Add(float64(len(claimed)))
 	c.metrics.ClaimBatchSize.Observe(float64(len(claimed)))
@@ -219,7 +222,7 @@ func (c *Claimer) runOnce(ctx context.Context) (more bool, err error) {
 		c.metrics.JobErrors.WithLabelValues("claim").Inc()
 		return false, err
 	}
-	return len(claimed) == c.cfg.BatchSize, nil
+	return full, nil
 }
 
 // relay publishes a claimed batch and writes every outcome.

@@ -522,6 +522,37 @@ func TestRunOnceBrokerFaultRefundsAttempt(t *testing.T) {
 	}
 }
 
+// lostRaceStore is a Store on which other replicas won every event of a
+// full batch between this worker's find and its update.
+type lostRaceStore struct{ Store }
+
+func (lostRaceStore) Claim(context.Context, events.Lease, int) ([]events.Claimed, bool, error) {
+	return nil, true, nil
+}
+
+// idlePublisher is a ready Publisher that must not be asked to publish.
+type idlePublisher struct{ t *testing.T }
+
+func (idlePublisher) Ready() error { return nil }
+
+func (p idlePublisher) Publish(context.Context, []events.Message) []error {
+	p.t.Error("Publish called with nothing claimed")
+	return nil
+}
+
+// A replica that loses a whole batch to others claims again at once: the
+// backlog is still there, and waiting for the next tick would leave it idle.
+func TestRunOnceLostRaceAsksForMore(t *testing.T) {
+	t.Parallel()
+	c, m := newClaimer(t, lostRaceStore{}, idlePublisher{t}, Config{})
+	if more := runOnce(t, c); !more {
+		t.Error("runOnce after losing a full batch to other replicas: more = false, want true")
+	}
+	if got := testutil.ToFloat64(m.Claimed); got != 0 {
+		t.Errorf("claimed metric = %v, want 0", got)
+	}
+}
+
 func TestRunOncePausedWhileBrokerNotReady(t *testing.T) {
 	t.Parallel()
 	store := newStore(t)

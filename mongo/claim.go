@@ -16,11 +16,17 @@ import (
 // first, for lease. It costs two commands when no other worker races it
 // (find, then one UpdateMany guarded by status NEW) and one more when one
 // does: then it reads back exactly what this lease won.
-func (s *Store) Claim(ctx context.Context, lease events.Lease, limit int) ([]events.Claimed, error) {
+//
+// full reports that a whole batch was claimable when Claim looked, so more
+// may be waiting: true even when other workers won part of it, so that the
+// loser of a race claims again at once instead of idling until its next
+// tick while a backlog remains.
+func (s *Store) Claim(ctx context.Context, lease events.Lease, limit int) (claimed []events.Claimed, full bool, err error) {
 	docs, err := s.findClaimable(ctx, lease.At, limit)
 	if err != nil || len(docs) == 0 {
-		return nil, err
+		return nil, false, err
 	}
+	full = len(docs) == limit
 	ids := make([]any, len(docs))
 	for i, d := range docs {
 		ids[i] = d.ID
@@ -41,17 +47,18 @@ func (s *Store) Claim(ctx context.Context, lease events.Lease, limit int) ([]eve
 	}
 	res, err := s.coll.UpdateMany(ctx, filter, update)
 	if err != nil {
-		return nil, fmt.Errorf("claim %d events: %w", len(ids), err)
+		return nil, false, fmt.Errorf("claim %d events: %w", len(ids), err)
 	}
 	if int(res.ModifiedCount) == len(docs) {
 		// We won every document we read, so what we read is what we hold.
 		for i := range docs {
 			docs[i].Attempts++
 		}
-		return docs, nil
+		return docs, full, nil
 	}
 	// Another worker claimed some of them between our find and our update.
-	return s.findLeased(ctx, lease, len(docs))
+	claimed, err = s.findLeased(ctx, lease, len(docs))
+	return claimed, full, err
 }
 
 func (s *Store) findClaimable(ctx context.Context, now time.Time, limit int) ([]events.Claimed, error) {

@@ -225,9 +225,12 @@ func TestClaim(t *testing.T) {
 	)
 
 	a := lease("a")
-	got, err := s.Claim(t.Context(), a, 3)
+	got, full, err := s.Claim(t.Context(), a, 3)
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
+	}
+	if !full {
+		t.Error("first claim of 3 with 5 claimable: full = false, want true")
 	}
 	if diff := cmp.Diff([]string{oid.Hex(), "new-4", "new-3"}, ids(got)); diff != "" {
 		t.Errorf("first claim of 3: ids (-want +got):\n%s", diff)
@@ -242,9 +245,12 @@ func TestClaim(t *testing.T) {
 	}
 
 	b := lease("b")
-	got, err = s.Claim(t.Context(), b, 10)
+	got, full, err = s.Claim(t.Context(), b, 10)
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
+	}
+	if full {
+		t.Error("second claim of 10 with 2 claimable: full = true, want false")
 	}
 	if diff := cmp.Diff([]string{"retry-due", "new-1"}, ids(got)); diff != "" {
 		t.Errorf("second claim of 10: ids (-want +got):\n%s", diff)
@@ -253,14 +259,14 @@ func TestClaim(t *testing.T) {
 		t.Errorf("second claim: attempts (-want +got):\n%s", diff)
 	}
 
-	got, err = s.Claim(t.Context(), lease("c"), 10)
+	got, _, err = s.Claim(t.Context(), lease("c"), 10)
 	if err != nil || len(got) != 0 {
 		t.Errorf("third claim = %v, %v; want nothing left to claim", ids(got), err)
 	}
 	// At the retry time, the waiting event is claimable.
 	later := lease("d")
 	later.At = base.Add(time.Second)
-	got, err = s.Claim(t.Context(), later, 10)
+	got, _, err = s.Claim(t.Context(), later, 10)
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
 	}
@@ -299,7 +305,7 @@ func TestClaim(t *testing.T) {
 func TestClaimEmpty(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
-	got, err := s.Claim(t.Context(), lease("a"), 10)
+	got, _, err := s.Claim(t.Context(), lease("a"), 10)
 	if err != nil || len(got) != 0 {
 		t.Errorf("Claim on an empty outbox = %v, %v; want nothing, nil", got, err)
 	}
@@ -313,7 +319,7 @@ func claimAll(t *testing.T, s *mongo.Store, coll *driver.Collection, l events.Le
 		docs = append(docs, ev(name, events.StatusNew, ago(time.Duration(len(names)-i)*time.Second)))
 	}
 	insert(t, coll, docs...)
-	got, err := s.Claim(t.Context(), l, len(names))
+	got, _, err := s.Claim(t.Context(), l, len(names))
 	if err != nil || len(got) != len(names) {
 		t.Fatalf("Claim = %v, %v; want all of %v", ids(got), err, names)
 	}
@@ -693,7 +699,7 @@ func TestClaimIsSorted(t *testing.T) {
 	}
 	insert(t, coll, docs...)
 	sort.Sort(sort.Reverse(sort.StringSlice(want)))
-	got, err := s.Claim(t.Context(), lease("a"), 20)
+	got, _, err := s.Claim(t.Context(), lease("a"), 20)
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
 	}

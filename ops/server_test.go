@@ -522,12 +522,12 @@ type claimStore struct {
 	settled int
 }
 
-func (s *claimStore) Claim(context.Context, events.Lease, int) ([]events.Claimed, error) {
+func (s *claimStore) Claim(context.Context, events.Lease, int) ([]events.Claimed, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b := s.batch
 	s.batch = nil
-	return b, nil
+	return b, false, nil
 }
 
 func (s *claimStore) MarkPublished(_ context.Context, _ events.Lease, ids []any, _ time.Time) (int, error) {

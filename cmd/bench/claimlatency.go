@@ -79,7 +79,7 @@ func (b *bench) timeClaims(ctx context.Context, store *mongo.Store, coll *driver
 			At:       time.Now().UTC().Truncate(time.Millisecond),
 		}
 		t0 := time.Now()
-		claimed, err := store.Claim(ctx, lease, b.cfg.BatchSize)
+		claimed, _, err := store.Claim(ctx, lease, b.cfg.BatchSize)
 		d := time.Since(t0)
 		if err != nil {
 			return nil, err

@@ -120,11 +120,11 @@ func transactionScenario(t *testing.T, s stack) {
 	at := time.Now().UTC().Truncate(time.Millisecond)
 	a := events.Lease{WorkerID: "worker-a", Token: "token-a", At: at}
 	b := events.Lease{WorkerID: "worker-b", Token: "token-b", At: at}
-	claimedA, err := store.Claim(ctx, a, 6)
+	claimedA, _, err := store.Claim(ctx, a, 6)
 	if err != nil || len(claimedA) != 6 {
 		t.Fatalf("Claim(a, 6) = %d events, %v; want 6", len(claimedA), err)
 	}
-	claimedB, err := store.Claim(ctx, b, 6)
+	claimedB, _, err := store.Claim(ctx, b, 6)
 	if err != nil || len(claimedB) != 4 {
 		t.Fatalf("Claim(b, 6) = %d events, %v; want the other 4", len(claimedB), err)
 	}
