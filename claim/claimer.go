@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/outboxrelay/outbox/events"
@@ -43,9 +44,12 @@ const (
 	MaxBodyBytesDefault = 16 << 20
 	// PublishTimeoutDefault bounds the wait for one batch's confirms.
 	PublishTimeoutDefault = 30 * time.Second
-	// settleTimeout bounds the writes that record a batch's outcome, which
-	// run even while the worker shuts down.
-	settleTimeout = 5 * time.Second
+	// StaleAfterDefault is how long a claim stands before recovery may take
+	// it back: recovery.StaleAfterDefault.
+	StaleAfterDefault = 60 * time.Second
+	// settleReserve is the part of a stop's time kept back for writing the
+	// outcome of the batch in flight once its confirms are given up.
+	settleReserve = 5 * time.Second
 )
 
 // Config configures a Claimer.
@@ -68,6 +72,12 @@ type Config struct {
 	// RetryMin and RetryMax bound the backoff between retries of a failed
 	// publish. Default to RetryMinDefault and RetryMaxDefault.
 	RetryMin, RetryMax time.Duration
+	// StaleAfter is recovery's threshold (OUTBOX_STALE_AFTER): after it a
+	// claim may be taken back and handed to another worker. The writes
+	// that record a batch's outcome are retried until then, so that a
+	// database outage or failover shorter than that costs no duplicate.
+	// Must exceed PublishTimeout. Defaults to StaleAfterDefault.
+	StaleAfter time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Metrics defaults to an unregistered set.
@@ -96,6 +106,9 @@ func (c *Config) setDefaults() {
 	if c.RetryMax == 0 {
 		c.RetryMax = RetryMaxDefault
 	}
+	if c.StaleAfter == 0 {
+		c.StaleAfter = StaleAfterDefault
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -119,6 +132,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("publish timeout %s: want more than 0", c.PublishTimeout)
 	case c.RetryMin <= 0 || c.RetryMax < c.RetryMin:
 		return fmt.Errorf("retry backoff %s..%s: want 0 < min <= max", c.RetryMin, c.RetryMax)
+	case c.StaleAfter <= c.PublishTimeout:
+		return fmt.Errorf("stale after %s: want more than the publish timeout %s", c.StaleAfter, c.PublishTimeout)
 	}
 	if _, err := schedule.Parse(c.Schedule); err != nil {
 		return err
@@ -137,6 +152,10 @@ type Claimer struct {
 	job     *schedule.Job
 	now     func() time.Time
 	paused  pauseLog
+	// halted is closed when a stop's deadline has passed: the outcome
+	// writes of the batch in flight give up then.
+	halted chan struct{}
+	halt   func()
 }
 
 // New returns a Claimer; Start runs it.
@@ -157,8 +176,10 @@ func New(store Store, pub Publisher, cfg Config) (*Claimer, error) {
 			retryMax:    cfg.RetryMax,
 			jitter:      randomJitter,
 		},
-		now: time.Now,
+		now:    time.Now,
+		halted: make(chan struct{}),
 	}
+	c.halt = sync.OnceFunc(func() { close(c.halted) })
 	var err error
 	c.job, err = schedule.New("claim", cfg.Schedule, c.runOnce, cfg.Logger)
 	if err != nil {
@@ -173,21 +194,24 @@ func (c *Claimer) Start(ctx context.Context) error { return c.job.Start(ctx) }
 // Trigger runs a claim as soon as the one in flight, if any, is over.
 func (c *Claimer) Trigger() { c.job.Trigger() }
 
-// LastRun is when the last claim finished; zero before the first.
+// LastRun is when the last successful claim run finished; zero before the
+// first.
 func (c *Claimer) LastRun() time.Time { return c.job.LastRun() }
 
 // Stop stops claiming and lets the batch in flight finish: its confirms are
 // awaited and its outcomes written. Near ctx's deadline, confirms still
 // missing are given up and those events released to NEW, keeping a few
-// seconds back for that write. Idempotent; safe before Start.
+// seconds back for that write; when ctx ends, the writes give up too.
+// Idempotent; safe before Start.
 func (c *Claimer) Stop(ctx context.Context) error {
 	drain := ctx
 	if deadline, ok := ctx.Deadline(); ok {
-		reserve := min(settleTimeout, time.Until(deadline)/3)
+		reserve := min(settleReserve, time.Until(deadline)/3)
 		var cancel context.CancelFunc
 		drain, cancel = context.WithDeadline(ctx, deadline.Add(-reserve))
 		defer cancel()
 	}
+	defer context.AfterFunc(ctx, c.halt)()
 	if err := c.job.Stop(drain); err != nil && ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -251,11 +275,26 @@ func (c *Claimer) relay(ctx context.Context, lease events.Lease, claimed []event
 			c.metrics.PublishLatency.Observe(confirmedAt.Sub(msgs[j].Timestamp).Seconds())
 		}
 	}
-	// The outcome is written even when shutdown has cancelled ctx: a
-	// confirmed event left PROCESSING would be published again.
-	settleCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	settleCtx, cancel := c.settleContext(ctx, lease)
 	defer cancel()
 	return c.settle(settleCtx, lease, outcomes, confirmedAt.UTC())
+}
+
+// settleContext bounds the writes that record a batch's outcome. They go
+// on when shutdown cancels ctx, because a confirmed event left PROCESSING
+// would be published again; they go on through a database outage until the
+// lease could be taken back, since after that a fenced write may match
+// nothing; and they give up when a stop's time is up.
+func (c *Claimer) settleContext(ctx context.Context, lease events.Lease) (context.Context, context.CancelFunc) {
+	settleCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), lease.At.Add(c.cfg.StaleAfter))
+	go func() {
+		select {
+		case <-c.halted:
+			cancel()
+		case <-settleCtx.Done():
+		}
+	}()
+	return settleCtx, cancel
 }
 
 func (c *Claimer) settle(ctx context.Context, lease events.Lease, outcomes []outcome, now time.Time) error {

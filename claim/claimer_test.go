@@ -2,6 +2,7 @@ package claim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -630,6 +631,7 @@ func TestNewValidatesConfig(t *testing.T) {
 		{Config{WorkerID: "w", PublishTimeout: -time.Second}, "publish timeout -1s"},
 		{Config{WorkerID: "w", RetryMin: time.Minute, RetryMax: time.Second}, "retry backoff 1m0s..1s"},
 		{Config{WorkerID: "w", Schedule: "bogus"}, `"bogus"`},
+		{Config{WorkerID: "w", PublishTimeout: time.Minute, StaleAfter: time.Minute}, "stale after 1m0s"},
 	} {
 		_, err := New(nil, nil, tt.cfg)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
@@ -638,5 +640,86 @@ func TestNewValidatesConfig(t *testing.T) {
 	}
 	if _, err := New(nil, nil, Config{WorkerID: "w"}); err != nil {
 		t.Errorf("New with only a worker id: %v, want the defaults to be valid", err)
+	}
+}
+
+// oneEventStore hands out one valid event, then nothing, and holds its
+// PUBLISHED write until the write's context ends: a database that stopped
+// answering between the confirm and the mark.
+type oneEventStore struct {
+	Store
+	handedOut bool
+	marking   chan struct{} // closed when the mark has started
+	markErr   chan error    // the mark's context error when it gave up
+}
+
+func (s *oneEventStore) Claim(_ context.Context, lease events.Lease, _ int) ([]events.Claimed, bool, error) {
+	if s.handedOut {
+		return nil, false, nil
+	}
+	s.handedOut = true
+	doc, err := events.Draft{Type: "order.created", Payload: bson.D{{Key: "n", Value: 1}}}.Document(lease.At)
+	if err != nil {
+		return nil, false, err
+	}
+	raw, err := bson.Marshal(doc)
+	if err != nil {
+		return nil, false, err
+	}
+	return []events.Claimed{{ID: doc[0].Value, Attempts: 1, Doc: raw}}, false, nil
+}
+
+func (s *oneEventStore) MarkPublished(ctx context.Context, _ events.Lease, _ []any, _ time.Time) (int, error) {
+	close(s.marking)
+	<-ctx.Done()
+	s.markErr <- ctx.Err()
+	return 0, ctx.Err()
+}
+
+// confirmingPublisher confirms every message.
+type confirmingPublisher struct{}
+
+func (confirmingPublisher) Ready() error { return nil }
+
+func (confirmingPublisher) Publish(_ context.Context, msgs []events.Message) []error {
+	return make([]error, len(msgs))
+}
+
+// Outcome writes outlive the shutdown's cancellation and a database outage,
+// up to the lease, but not a stop's deadline: Stop returns when its time is
+// up, and the write in flight is cancelled.
+func TestStopEndsOutcomeWritesAtItsDeadline(t *testing.T) {
+	t.Parallel()
+	store := &oneEventStore{marking: make(chan struct{}), markErr: make(chan error, 1)}
+	c, _ := newClaimer(t, store, confirmingPublisher{}, Config{Schedule: "@every 1h"})
+	if err := c.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	c.Trigger()
+	select {
+	case <-store.marking:
+	case <-time.After(waitFor):
+		t.Fatal("the claimer never tried to mark its batch")
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	stopped := make(chan error, 1)
+	go func() { stopped <- c.Stop(ctx) }()
+	select {
+	case err := <-stopped:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Stop = %v, want %v", err, context.DeadlineExceeded)
+		}
+	case <-time.After(waitFor):
+		t.Fatalf("Stop did not return within %s of its 300ms deadline: the mark holds it up", waitFor)
+	}
+	select {
+	case err := <-store.markErr:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("the mark gave up with %v, want %v (cancelled by the stop)", err, context.Canceled)
+		}
+	default:
+		t.Error("the mark was still running after Stop returned")
 	}
 }

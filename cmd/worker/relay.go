@@ -89,6 +89,7 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 		PublishTimeout: cfg.PublishTimeout,
 		RetryMin:       cfg.RetryMin,
 		RetryMax:       cfg.RetryMax,
+		StaleAfter:     cfg.StaleAfter,
 		Logger:         logger,
 		Metrics:        m,
 	})
