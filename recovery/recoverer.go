@@ -97,7 +97,7 @@ func (r *Recoverer) Start(ctx context.Context) error { return r.job.Start(ctx) }
 // Stop lets a run in flight finish. Idempotent; safe before Start.
 func (r *Recoverer) Stop(ctx context.Context) error { return r.job.Stop(ctx) }
 
-// LastRun is when the last run finished; zero before the first.
+// LastRun is when the last successful run finished; zero before the first.
 func (r *Recoverer) LastRun() time.Time { return r.job.LastRun() }
 
 // Trigger runs recovery as soon as possible.

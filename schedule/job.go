@@ -1,7 +1,7 @@
 // Package schedule runs a job on a cron schedule from one goroutine: ticks
 // never overlap, a run that reports more work runs again at once (drain),
-// Trigger runs it early, and Stop finishes the run in flight before it
-// cancels it.
+// Trigger runs it early, ticks back off while runs keep failing, and Stop
+// finishes the run in flight before it cancels it.
 package schedule
 
 import (
@@ -24,6 +24,15 @@ type Func func(ctx context.Context) (more bool, err error)
 
 // errorLogEvery bounds how often one job logs the same failure.
 const errorLogEvery = 30 * time.Second
+
+// After a failed run, ticks are skipped for backoffMin, doubling with each
+// failure in a row up to backoffMax: a job whose database is down retries
+// with backoff instead of on every tick. A success, or a Trigger, runs as
+// usual. Schedules slower than backoffMax never notice.
+const (
+	backoffMin = time.Second
+	backoffMax = 30 * time.Second
+)
 
 // Parse checks a schedule: five cron fields or a descriptor such as
 // "@every 1s", "@every 100ms" or "@hourly".
@@ -69,8 +78,11 @@ type Job struct {
 	cron     *cron.Cron
 
 	startOnce, stopOnce sync.Once
-	lastRun             atomic.Int64 // unix nanoseconds of the last finished run
+	lastRun             atomic.Int64 // unix nanoseconds of the last successful run
 	lastErr             errorLog
+	failures            int          // failed runs in a row; the loop's own
+	retryAt             atomic.Int64 // unix nanoseconds before which ticks are skipped
+	now                 func() time.Time
 }
 
 // New returns a Job that calls run on the schedule spec.
@@ -90,6 +102,7 @@ func New(name, spec string, run Func, logger *slog.Logger) (*Job, error) {
 		wake:     make(chan struct{}, 1),
 		stopping: make(chan struct{}),
 		done:     make(chan struct{}),
+		now:      time.Now,
 	}, nil
 }
 
@@ -100,7 +113,7 @@ func (j *Job) Start(ctx context.Context) error {
 		var runCtx context.Context
 		runCtx, j.cancel = context.WithCancel(context.WithoutCancel(ctx))
 		j.cron = cron.New(cron.WithLocation(time.UTC))
-		j.cron.Schedule(j.schedule, cron.FuncJob(j.Trigger))
+		j.cron.Schedule(j.schedule, cron.FuncJob(j.tick))
 		j.cron.Start()
 		go j.loop(runCtx)
 	})
@@ -116,7 +129,17 @@ func (j *Job) Trigger() {
 	}
 }
 
-// LastRun is when the last run finished; zero before the first.
+// tick is the schedule's wake-up: a Trigger, unless the job is backing off
+// after failed runs.
+func (j *Job) tick() {
+	if j.now().UnixNano() < j.retryAt.Load() {
+		return
+	}
+	j.Trigger()
+}
+
+// LastRun is when the last successful run finished: one that returned no
+// error and did not panic. Zero before the first.
 func (j *Job) LastRun() time.Time {
 	n := j.lastRun.Load()
 	if n == 0 {
@@ -170,19 +193,44 @@ func (j *Job) loop(ctx context.Context) {
 // runOnce calls run, logs its error, and survives its panic: a bug in one
 // run must not take the worker down; what it had claimed is recovered.
 func (j *Job) runOnce(ctx context.Context) (more bool) {
+	failed := true
 	defer func() {
 		if p := recover(); p != nil {
 			j.logger.Error("job panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 			more = false
 		}
-		j.lastRun.Store(time.Now().UnixNano())
+		j.record(failed)
 	}()
 	more, err := j.run(ctx)
 	if err != nil && !errors.Is(err, context.Canceled) {
-		j.lastErr.log(j.logger, err)
+		j.lastErr.log(j.logger, err, j.backoff(j.failures+1))
 		return false
 	}
+	failed = false
 	return more
+}
+
+// record notes the outcome of a run: a success is the last run and ends any
+// backoff; a failure pushes the next tick back.
+func (j *Job) record(failed bool) {
+	now := j.now()
+	if !failed {
+		j.failures = 0
+		j.retryAt.Store(0)
+		j.lastRun.Store(now.UnixNano())
+		return
+	}
+	j.failures++
+	j.retryAt.Store(now.Add(j.backoff(j.failures)).UnixNano())
+}
+
+// backoff is how long ticks are skipped after n failed runs in a row.
+func (j *Job) backoff(n int) time.Duration {
+	d := backoffMin
+	for i := 1; i < n && d < backoffMax; i++ {
+		d *= 2
+	}
+	return min(d, backoffMax)
 }
 
 // errorLog logs a repeated error at most once per errorLogEvery, with the
@@ -194,7 +242,7 @@ type errorLog struct {
 	suppressed int
 }
 
-func (l *errorLog) log(logger *slog.Logger, err error) {
+func (l *errorLog) log(logger *slog.Logger, err error, retryIn time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	msg := err.Error()
@@ -202,6 +250,6 @@ func (l *errorLog) log(logger *slog.Logger, err error) {
 		l.suppressed++
 		return
 	}
-	logger.Error("job run failed", "error", err, "suppressed", l.suppressed)
+	logger.Error("job run failed", "error", err, "suppressed", l.suppressed, "retry_in", retryIn.String())
 	l.last, l.lastLogged, l.suppressed = msg, time.Now(), 0
 }

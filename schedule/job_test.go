@@ -100,24 +100,6 @@ func TestMoreDrainsUntilFalse(t *testing.T) {
 	}
 }
 
-func TestErrorStopsDrain(t *testing.T) {
-	t.Parallel()
-	var runs atomic.Int32
-	ran := make(chan struct{}, 2)
-	j := newJob(t, func(context.Context) (bool, error) {
-		runs.Add(1)
-		ran <- struct{}{}
-		return true, errors.New("claim failed")
-	})
-	start(t, j)
-	j.Trigger()
-	receive(t, ran, "the first run")
-	stop(t, j)
-	if got := runs.Load(); got != 1 {
-		t.Errorf("a run that failed with more=true ran %d times, want 1 (an error must not spin)", got)
-	}
-}
-
 func TestErrorDoesNotStopLoop(t *testing.T) {
 	t.Parallel()
 	ran := make(chan struct{}, 1)
@@ -318,25 +300,6 @@ func TestPanicDoesNotKillLoop(t *testing.T) {
 	stop(t, j)
 	if j.LastRun().IsZero() {
 		t.Error("LastRun is zero after two runs")
-	}
-}
-
-func TestPanicWithMoreDoesNotSpin(t *testing.T) {
-	t.Parallel()
-	var runs atomic.Int32
-	ran := make(chan struct{}, 1)
-	j := newJob(t, func(context.Context) (more bool, err error) {
-		runs.Add(1)
-		more = true
-		ran <- struct{}{}
-		panic("bug after deciding there is more")
-	})
-	start(t, j)
-	j.Trigger()
-	receive(t, ran, "the run")
-	stop(t, j)
-	if got := runs.Load(); got != 1 {
-		t.Errorf("a panicking run ran %d times on one trigger, want 1", got)
 	}
 }
 

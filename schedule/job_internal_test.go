@@ -1,0 +1,101 @@
+package schedule
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+)
+
+// TestTicksBackOffAfterFailures drives the loop's two halves by hand, with
+// a fake clock: runOnce records each outcome, tick decides whether the
+// schedule's wake-up becomes a run.
+func TestTicksBackOffAfterFailures(t *testing.T) {
+	t.Parallel()
+	fail := true
+	j, err := New("test", "@every 1s", func(context.Context) (bool, error) {
+		if fail {
+			return false, errors.New("database down")
+		}
+		return false, nil
+	}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	j.now = func() time.Time { return now }
+	// woken reports whether a tick at now would run the job.
+	woken := func() bool {
+		j.tick()
+		select {
+		case <-j.wake:
+			return true
+		default:
+			return false
+		}
+	}
+
+	// Failures in a row push ticks back 1s, 2s, 4s, ... up to backoffMax.
+	for n, want := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, backoffMax, backoffMax} {
+		if !woken() {
+			t.Fatalf("after %d failures and their backoff: tick did not run the job", n)
+		}
+		j.runOnce(t.Context())
+		now = now.Add(want - time.Millisecond)
+		if woken() {
+			t.Errorf("failure %d: a tick %s later ran the job, want it skipped until %s", n+1, want-time.Millisecond, want)
+		}
+		now = now.Add(time.Millisecond)
+	}
+	if !j.LastRun().IsZero() {
+		t.Errorf("LastRun after failed runs only = %s, want zero", j.LastRun())
+	}
+
+	// A Trigger is not a tick: it runs at once, and a success ends the backoff.
+	j.Trigger()
+	select {
+	case <-j.wake:
+	default:
+		t.Fatal("Trigger during a backoff did not wake the job")
+	}
+	fail = false
+	j.runOnce(t.Context())
+	if got := j.LastRun(); !got.Equal(now) {
+		t.Errorf("LastRun after a success = %s, want %s", got, now)
+	}
+	if !woken() {
+		t.Error("tick right after a successful run did not run the job")
+	}
+}
+
+// TestRunOnceMore checks what the loop is told after each kind of run: only
+// a successful run may ask for more, so a failing or panicking run that
+// said more cannot spin the loop.
+func TestRunOnceMore(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		run  Func
+		want bool
+	}{
+		{"success with more", func(context.Context) (bool, error) { return true, nil }, true},
+		{"success without more", func(context.Context) (bool, error) { return false, nil }, false},
+		{"error with more", func(context.Context) (bool, error) { return true, errors.New("claim failed") }, false},
+		{"panic after more", func(context.Context) (more bool, err error) {
+			more = true
+			panic("bug after deciding there is more")
+		}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			j, err := New("test", "@every 1h", tt.run, slog.New(slog.DiscardHandler))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := j.runOnce(t.Context()); got != tt.want {
+				t.Errorf("runOnce = %t, want %t", got, tt.want)
+			}
+		})
+	}
+}
