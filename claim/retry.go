@@ -14,8 +14,9 @@ const (
 
 // retryDelay is the wait before the next claim of an event whose publish
 // failed on its n-th attempt: RetryMin doubled for each attempt after the
-// first, capped at RetryMax, then jittered down by up to half so that a
-// batch that failed together does not retry together.
+// first, capped at RetryMax, then jittered down by up to half so that
+// batches and replicas that failed together do not retry together (the
+// events of one batch share a delay, so that their release is one write).
 func retryDelay(n int, lo, hi time.Duration, jitter func(time.Duration) time.Duration) time.Duration {
 	d := lo
 	for i := 1; i < n && d < hi; i++ {
