@@ -17,10 +17,13 @@ const dockerCheckTimeout = 15 * time.Second
 // the container suite runs where Docker exists.
 func RequireDocker(t testing.TB) {
 	t.Helper()
-	if err := dockerHealth(t.Context()); err != nil {
+	if err := checkDocker(t.Context()); err != nil {
 		t.Skipf("Docker engine not available: %v; the container suite runs where Docker exists", err)
 	}
 }
+
+// checkDocker is dockerHealth, or a stand-in in this package's tests.
+var checkDocker = dockerHealth
 
 func dockerHealth(ctx context.Context) (err error) {
 	// testcontainers-go panics on some broken Docker configurations.

@@ -1,11 +1,39 @@
 package testenv
 
-import "testing"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+)
 
+// skipRecorder is a real testing.TB whose Skipf only records the message.
+type skipRecorder struct {
+	testing.TB
+	skipped string
+}
+
+func (r *skipRecorder) Helper() {}
+
+func (r *skipRecorder) Skipf(format string, args ...any) { r.skipped = fmt.Sprintf(format, args...) }
+
+// Not parallel: it swaps the package's Docker check.
 func TestRequireDocker(t *testing.T) {
-	t.Parallel()
-	RequireDocker(t) // skips here when no engine answers; that is the point.
-	if err := dockerHealth(t.Context()); err != nil {
-		t.Fatalf("RequireDocker did not skip, but Docker is unhealthy: %v", err)
+	orig := checkDocker
+	t.Cleanup(func() { checkDocker = orig })
+
+	checkDocker = func(context.Context) error { return errors.New("Cannot connect to the Docker daemon") }
+	r := &skipRecorder{TB: t}
+	RequireDocker(r)
+	if !strings.Contains(r.skipped, "Docker engine not available") || !strings.Contains(r.skipped, "Cannot connect to the Docker daemon") {
+		t.Errorf("without Docker: skipped with %q, want a message saying Docker is not available and why", r.skipped)
+	}
+
+	checkDocker = func(context.Context) error { return nil }
+	r = &skipRecorder{TB: t}
+	RequireDocker(r)
+	if r.skipped != "" {
+		t.Errorf("with Docker: skipped with %q, want no skip", r.skipped)
 	}
 }
