@@ -505,12 +505,28 @@ func TestSamplerSetsGauges(t *testing.T) {
 func TestSamplerCountsFailure(t *testing.T) {
 	t.Parallel()
 	m := metrics.New(nil)
-	startSampler(t, &fakeStore{statsErr: errors.New("server selection timeout")}, m)
-	poll(t, "a failed sample counts as a sampler job error", func() bool {
-		return testutil.ToFloat64(m.JobErrors.WithLabelValues("sampler")) == 1
+	store := &fakeStore{stats: mongo.Stats{Counts: map[events.Status]int64{events.StatusNew: 7}}}
+	s, err := ops.NewSampler(store, time.Minute, "@every 10ms", m, discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		_ = s.Stop(ctx)
 	})
-	if got := testutil.ToFloat64(m.Events.WithLabelValues("NEW")); got != 0 {
-		t.Errorf("NEW gauge after a failed sample = %v, want 0 (left as it was)", got)
+	poll(t, "a good sample sets the NEW gauge", func() bool {
+		return testutil.ToFloat64(m.Events.WithLabelValues("NEW")) == 7
+	})
+	store.setStats(mongo.Stats{}, errors.New("server selection timeout"))
+	poll(t, "a failed sample counts as a sampler job error", func() bool {
+		return testutil.ToFloat64(m.JobErrors.WithLabelValues("sampler")) >= 1
+	})
+	if got := testutil.ToFloat64(m.Events.WithLabelValues("NEW")); got != 7 {
+		t.Errorf("NEW gauge after a failed sample = %v, want 7: a failure must leave the last good sample", got)
 	}
 }
 
