@@ -1,0 +1,46 @@
+package broker
+
+import (
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// A connection.blocked from the broker (a memory or disk alarm) makes the
+// publisher not ready, which pauses claiming, until connection.unblocked.
+// The frames are handed to setBlocked as watch does; RabbitMQ's alarms
+// cannot be raised here without blocking every other test's publishes.
+func TestBlockedAlarmPausesPublishing(t *testing.T) {
+	t.Parallel()
+	p, err := New(Config{URL: "amqp://guest:guest@127.0.0.1:5672/", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.setSession(&session{}) // connected, as far as Ready is concerned
+
+	if err := p.Ready(); err != nil {
+		t.Fatalf("Ready while connected = %v, want nil", err)
+	}
+	p.setBlocked(amqp.Blocking{Active: true, Reason: "low on memory"})
+	err = p.Ready()
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "alarm") {
+		t.Errorf("Ready while blocked = %v, want ErrUnavailable naming the alarm", err)
+	}
+	if _, err := p.readySession(); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("readySession while blocked = %v, want ErrUnavailable: no publish may start", err)
+	}
+	p.setBlocked(amqp.Blocking{Active: false})
+	if err := p.Ready(); err != nil {
+		t.Errorf("Ready after unblocked = %v, want nil", err)
+	}
+
+	// A new connection starts unblocked: the alarm belonged to the old one.
+	p.setBlocked(amqp.Blocking{Active: true, Reason: "low on disk"})
+	p.setSession(&session{})
+	if err := p.Ready(); err != nil {
+		t.Errorf("Ready on a new connection after an alarm on the old = %v, want nil", err)
+	}
+}
