@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -56,4 +57,35 @@ func ExampleInsert() {
 		log.Fatal(err)
 	}
 	fmt.Println("wrote event", eventID)
+}
+
+// Draft.Document is the NEW event document that Insert writes, checked
+// against the contract first, so a producer can write it with any driver
+// call of its own (an InsertMany of several events, a bulk write).
+func ExampleDraft_Document() {
+	doc, err := events.Draft{
+		ID:            "order-o-1001-created",
+		Type:          "order.created",
+		AggregateType: "order",
+		AggregateID:   "o-1001",
+		Payload:       bson.D{{Key: "total", Value: int64(4200)}},
+	}.Document(time.Date(2026, 11, 22, 9, 30, 0, 0, time.UTC))
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, e := range doc {
+		fmt.Printf("%s: %v\n", e.Key, e.Value)
+	}
+
+	_, err = events.Draft{Type: "order.created"}.Document(time.Now())
+	fmt.Println(err)
+	// Output:
+	// _id: order-o-1001-created
+	// type: order.created
+	// payload: {"total": {"$numberLong":"4200"}}
+	// status: NEW
+	// createdAt: 2026-11-22 09:30:00 +0000 UTC
+	// aggregateType: order
+	// aggregateId: o-1001
+	// invalid event draft: payload is missing
 }

@@ -1,13 +1,15 @@
 package main
 
 // The container suite: the end-to-end scenarios of e2e_test.go, plus the
-// transaction path, against a real MongoDB (a single-node replica set, so
-// that transactions exist) and RabbitMQ, started with testcontainers-go.
+// transaction paths (the PUBLISHED write, and a producer's events.Insert),
+// against a real MongoDB (a single-node replica set, so that transactions
+// exist) and RabbitMQ, started with testcontainers-go.
 // It needs a Docker engine and skips, saying so, where there is none.
 // On MongoDB claims are atomic: any duplicate delivery fails it.
 
 import (
 	"context"
+	"errors"
 	"net/url"
 	"slices"
 	"sync"
@@ -19,6 +21,7 @@ import (
 	tcrabbit "github.com/testcontainers/testcontainers-go/modules/rabbitmq"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
+	driver "go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/outboxrelay/outbox/events"
@@ -41,6 +44,76 @@ func TestContainers(t *testing.T) {
 		t.Parallel()
 		transactionScenario(t, s)
 	})
+	t.Run("producer", func(t *testing.T) {
+		t.Parallel()
+		producerScenario(t, s)
+	})
+}
+
+// producerScenario: events.Insert inside a producer's transaction commits
+// with the business document, and rolls back with it: the reason for an
+// outbox.
+func producerScenario(t *testing.T, s stack) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	client := s.connect(t, testenv.ClientMaxPoolSize)
+	db := uniqueDatabase(t, client)
+	orders, outbox := db.Collection("orders"), db.Collection(mongo.CollectionDefault)
+	// Collections must exist before a transaction writes to them on MongoDB
+	// before 4.4; creating them keeps the scenario about the transaction.
+	for _, c := range []string{"orders", mongo.CollectionDefault} {
+		if err := db.CreateCollection(ctx, c); err != nil {
+			t.Fatalf("create %s: %v", c, err)
+		}
+	}
+	sess, err := client.StartSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.EndSession(ctx)
+
+	write := func(orderID string, fail error) error {
+		_, err := sess.WithTransaction(ctx, func(ctx context.Context) (any, error) {
+			if _, err := orders.InsertOne(ctx, bson.D{{Key: "_id", Value: orderID}}); err != nil {
+				return nil, err
+			}
+			if _, err := events.Insert(ctx, outbox, events.Draft{
+				ID: "order-" + orderID + "-created", Type: "order.created",
+				AggregateType: "order", AggregateID: orderID, Payload: bson.D{{Key: "id", Value: orderID}},
+			}); err != nil {
+				return nil, err
+			}
+			return nil, fail
+		})
+		return err
+	}
+	if err := write("o-1", nil); err != nil {
+		t.Fatalf("committed transaction: %v", err)
+	}
+	rollback := errors.New("payment declined")
+	if err := write("o-2", rollback); !errors.Is(err, rollback) {
+		t.Fatalf("aborted transaction = %v, want %v", err, rollback)
+	}
+	for _, tt := range []struct {
+		coll *driver.Collection
+		id   string
+		want int64
+	}{
+		{orders, "o-1", 1}, {outbox, "order-o-1-created", 1},
+		{orders, "o-2", 0}, {outbox, "order-o-2-created", 0},
+	} {
+		n, err := tt.coll.CountDocuments(ctx, bson.D{{Key: "_id", Value: tt.id}})
+		if err != nil || n != tt.want {
+			t.Errorf("%s %s: %d documents, %v; want %d", tt.coll.Name(), tt.id, n, err, tt.want)
+		}
+	}
+	var e events.Event
+	if err := outbox.FindOne(ctx, bson.D{{Key: "_id", Value: "order-o-1-created"}}).Decode(&e); err != nil {
+		t.Fatalf("read the committed event: %v", err)
+	}
+	if e.Status != events.StatusNew || e.Type != "order.created" || e.CreatedAt.IsZero() {
+		t.Errorf("committed event = %+v, want NEW order.created with createdAt", e)
+	}
 }
 
 // containerStack starts MongoDB as a single-node replica set and RabbitMQ,
