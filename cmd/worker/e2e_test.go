@@ -362,10 +362,11 @@ func killHolding(ctx context.Context, t *testing.T, coll *driver.Collection, r *
 }
 
 // settledCount counts filter's documents until the count has not changed
-// for a second (at most ten): the commands of a frozen worker still
-// running on the server have finished by then.
+// for a second (giving up after 30 s: under -race one count on the embedded
+// FerretDB can take seconds): the commands of a frozen worker still running
+// on the server have finished by then.
 func settledCount(ctx context.Context, coll *driver.Collection, filter bson.D) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	last, err := coll.CountDocuments(ctx, filter)
 	if err != nil {
