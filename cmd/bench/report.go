@@ -113,8 +113,16 @@ func (r *Results) table() string {
 		if d.Replicas == 1 {
 			target = targetCPU
 		}
+		result := fmt.Sprintf("%.1f ms (%.2f s in all)", d.CPUMsPer1000, d.CPUSeconds)
+		if r.RawBrokerCPUMsPer1000 > 0 {
+			result += fmt.Sprintf(", %.1fx the raw publisher's", d.CPUMsPer1000/r.RawBrokerCPUMsPer1000)
+		}
 		add(fmt.Sprintf("Worker CPU per 1,000 events, %d replica%s drain (user+sys, rusage)", d.Replicas, plural(d.Replicas)),
-			fmt.Sprintf("%.1f ms (%.2f s in all)", d.CPUMsPer1000, d.CPUSeconds), target)
+			result, target)
+	}
+	if r.RawBrokerCPUMsPer1000 > 0 {
+		add("Raw publisher CPU per 1,000 messages (the harness's own, rusage): this host's floor for a confirmed publish",
+			fmt.Sprintf("%.1f ms", r.RawBrokerCPUMsPer1000), "")
 	}
 	add("Worker peak RSS (largest VmHWM of every worker process)", fmt.Sprintf("%.1f MB", r.peakRSS()), targetRSS)
 	if len(r.SamplerStats) > 0 {

@@ -13,13 +13,17 @@ type Results struct {
 	Machine      Machine       `json:"machine"`
 	Config       ConfigSummary `json:"config"`
 	// Insert is how fast the harness wrote the raw loop's backlog.
-	Insert       Rate         `json:"backlogInsert"`
-	RawBroker    Rate         `json:"rawBroker"`
-	RawDB        Rate         `json:"rawDatabaseLoop"`
-	PublishStage Rate         `json:"publishStage"`
-	Drains       []Drain      `json:"drains"`
-	Latency      []Latency    `json:"latency"`
-	Claim        ClaimLatency `json:"claimLatency"`
+	Insert    Rate `json:"backlogInsert"`
+	RawBroker Rate `json:"rawBroker"`
+	// RawBrokerCPUMsPer1000 is the harness's CPU per 1,000 raw publishes:
+	// the host's floor for a confirmed publish, against which the worker's
+	// CPU per event is compared.
+	RawBrokerCPUMsPer1000 float64      `json:"rawBrokerCPUMsPer1000,omitempty"`
+	RawDB                 Rate         `json:"rawDatabaseLoop"`
+	PublishStage          Rate         `json:"publishStage"`
+	Drains                []Drain      `json:"drains"`
+	Latency               []Latency    `json:"latency"`
+	Claim                 ClaimLatency `json:"claimLatency"`
 	// SamplerStats times the worker's backlog sampler query (Stats) on
 	// the 1-replica run's collection before and after its drain.
 	SamplerStats []StatsCost `json:"samplerStats"`
