@@ -37,18 +37,18 @@ const (
 // Parse checks a schedule: five cron fields or a descriptor such as
 // "@every 1s", "@every 100ms" or "@hourly".
 func Parse(spec string) (cron.Schedule, error) {
-	// cron's own @every rounds a delay down to whole seconds and up to at
-	// least one, so "@every 100ms" would tick once a second. A delay with a
-	// fraction of a second gets a schedule that keeps it; whole seconds
-	// stay with cron.
+	// cron's own @every rounds a delay down to whole seconds (and up to at
+	// least one), so "@every 100ms" would tick once a second, and it ticks
+	// on whole seconds of the wall clock, so every replica would claim at
+	// the same instant and race for the same batch. @every gets a schedule
+	// that keeps its delay to the nanosecond, counted from the job's start:
+	// replicas started at different moments tick at different moments.
 	if d, ok := strings.CutPrefix(spec, "@every "); ok {
 		if every, err := time.ParseDuration(strings.TrimSpace(d)); err == nil {
-			switch {
-			case every <= 0:
+			if every <= 0 {
 				return nil, fmt.Errorf("schedule %q: want a delay above zero", spec)
-			case every%time.Second != 0:
-				return constantDelay(every), nil
 			}
+			return constantDelay(every), nil
 		}
 	}
 	s, err := cron.ParseStandard(spec)

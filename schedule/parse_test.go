@@ -9,7 +9,7 @@ import (
 	"github.com/outboxrelay/outbox/schedule"
 )
 
-func TestParseEveryKeepsFractionsOfASecond(t *testing.T) {
+func TestParseEveryKeepsItsDelay(t *testing.T) {
 	t.Parallel()
 	// A time with a fraction of a second, where cron's rounding shows.
 	from := time.Date(2026, 1, 2, 3, 4, 5, 250_000_000, time.UTC)
@@ -19,9 +19,10 @@ func TestParseEveryKeepsFractionsOfASecond(t *testing.T) {
 	}{
 		{"@every 100ms", []time.Duration{100 * time.Millisecond, 100 * time.Millisecond, 100 * time.Millisecond}},
 		{"@every 1500ms", []time.Duration{1500 * time.Millisecond, 1500 * time.Millisecond, 1500 * time.Millisecond}},
-		// Whole seconds keep cron's behaviour: ticks on whole seconds.
-		{"@every 1s", []time.Duration{750 * time.Millisecond, time.Second, time.Second}},
-		{"@every 2s", []time.Duration{1750 * time.Millisecond, 2 * time.Second, 2 * time.Second}},
+		// Whole seconds too count from the start, not from the wall
+		// clock's whole seconds (cron alone would tick after 750ms first).
+		{"@every 1s", []time.Duration{time.Second, time.Second, time.Second}},
+		{"@every 2s", []time.Duration{2 * time.Second, 2 * time.Second, 2 * time.Second}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.spec, func(t *testing.T) {
