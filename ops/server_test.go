@@ -22,6 +22,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	driver "go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/outboxrelay/outbox/broker"
 	"github.com/outboxrelay/outbox/claim"
@@ -307,36 +309,76 @@ func TestReadyzDuringBrokerOutage(t *testing.T) {
 		}
 	})
 	s := startServer(t, func(cfg *ops.ServerConfig) { cfg.Broker = pub })
+	cutAndRestore(t, s, proxy, "rabbitmq: ")
+}
 
-	waitReadyz := func(what string, want int) map[string]any {
-		t.Helper()
-		deadline := time.Now().Add(waitTimeout)
-		for {
-			code, body := getJSON(t, s.base+"/readyz")
-			if code == want {
-				return body
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: GET /readyz = %d %v, want %d within %s", what, code, body, want, waitTimeout)
-			}
-			select {
-			case <-time.After(20 * time.Millisecond):
-			case <-t.Context().Done():
-				t.Fatal(t.Context().Err())
-			}
-		}
+// TestReadyzDuringDatabaseOutage puts a real store behind a proxy and cuts
+// it: /readyz turns 503 naming mongodb, and 200 after Restore.
+func TestReadyzDuringDatabaseOutage(t *testing.T) {
+	t.Parallel()
+	db := testenv.Database(t) // direct: created here, dropped at cleanup
+	mongoURI := testenv.MongoURI(t)
+	u, err := url.Parse(mongoURI)
+	if err != nil {
+		t.Fatal(err)
 	}
+	proxy := testenv.NewProxy(t, u.Host)
+	proxied, err := testenv.ProxyURI(mongoURI, proxy.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := driver.Connect(options.Client().ApplyURI(proxied).
+		SetMaxPoolSize(4).
+		SetServerSelectionTimeout(time.Second).
+		SetHeartbeatInterval(500 * time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		_ = client.Disconnect(ctx)
+	})
+	store := mongo.New(client, mongo.Config{Database: db.Name(), Logger: discard})
+	s := startServer(t, func(cfg *ops.ServerConfig) { cfg.Store = store })
+	cutAndRestore(t, s, proxy, "mongodb: ")
+}
 
-	waitReadyz("before the cut", http.StatusOK)
+// cutAndRestore checks /readyz through an outage of the link proxy
+// carries: 200 before, 503 with a reason starting with prefix during,
+// and 200 again after Restore.
+func cutAndRestore(t *testing.T, s *server, proxy *testenv.Proxy, prefix string) {
+	t.Helper()
+	waitReadyz(t, s, "before the cut", http.StatusOK)
 	proxy.Cut()
-	body := waitReadyz("during the cut", http.StatusServiceUnavailable)
-	if reason, _ := body["reason"].(string); !strings.HasPrefix(reason, "rabbitmq: ") || body["ready"] != false {
-		t.Errorf("/readyz during the cut = %v, want ready false and a reason starting with rabbitmq", body)
+	body := waitReadyz(t, s, "during the cut", http.StatusServiceUnavailable)
+	if reason, _ := body["reason"].(string); !strings.HasPrefix(reason, prefix) || body["ready"] != false {
+		t.Errorf("/readyz during the cut = %v, want ready false and a reason starting with %q", body, prefix)
 	}
 	restored := time.Now()
 	proxy.Restore()
-	waitReadyz("after Restore", http.StatusOK)
+	waitReadyz(t, s, "after Restore", http.StatusOK)
 	t.Logf("/readyz 200 again %s after Restore", time.Since(restored).Round(time.Millisecond))
+}
+
+// waitReadyz polls /readyz until it answers want, and returns its body.
+func waitReadyz(t *testing.T, s *server, what string, want int) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		code, body := getJSON(t, s.base+"/readyz")
+		if code == want {
+			return body
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: GET /readyz = %d %v, want %d within %s", what, code, body, want, waitTimeout)
+		}
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-t.Context().Done():
+			t.Fatal(t.Context().Err())
+		}
+	}
 }
 
 func deleteExchange(t *testing.T, amqpURL, exchange string) {
