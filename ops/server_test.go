@@ -485,10 +485,11 @@ func poll(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func startSampler(t *testing.T, store ops.StatsSource, m *metrics.Metrics) {
+// startSampler starts a sampler on spec; with an hourly spec the only
+// sample is the one Start takes at once.
+func startSampler(t *testing.T, store ops.StatsSource, spec string, m *metrics.Metrics) {
 	t.Helper()
-	// An hourly schedule: the only sample is the one Start takes at once.
-	s, err := ops.NewSampler(store, time.Minute, "@every 1h", m, discard)
+	s, err := ops.NewSampler(store, time.Minute, spec, m, discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -512,7 +513,7 @@ func TestSamplerSetsGauges(t *testing.T) {
 		OldestNew: time.Now().Add(-30 * time.Second),
 		Stale:     2,
 	}}
-	startSampler(t, store, m)
+	startSampler(t, store, "@every 1h", m)
 
 	// The sampler sets the gauges one after the other: wait for all.
 	want := map[string]float64{"NEW": 7, "PROCESSING": 2, "PUBLISHED": 40, "FAILED": 1, "oldest_new_age_over_30s": 1, "stale": 2}
@@ -548,18 +549,7 @@ func TestSamplerCountsFailure(t *testing.T) {
 	t.Parallel()
 	m := metrics.New(nil)
 	store := &fakeStore{stats: mongo.Stats{Counts: map[events.Status]int64{events.StatusNew: 7}}}
-	s, err := ops.NewSampler(store, time.Minute, "@every 10ms", m, discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-		defer cancel()
-		_ = s.Stop(ctx)
-	})
+	startSampler(t, store, "@every 10ms", m)
 	poll(t, "a good sample sets the NEW gauge", func() bool {
 		return testutil.ToFloat64(m.Events.WithLabelValues("NEW")) == 7
 	})
@@ -687,7 +677,7 @@ func TestMetricsEndpoint(t *testing.T) {
 			testutil.ToFloat64(m.Released.WithLabelValues(metrics.ReasonNacked)) == 1 &&
 			testutil.ToFloat64(m.Released.WithLabelValues(metrics.ReasonBrokerUnavailable)) == 1
 	})
-	startSampler(t, &fakeStore{stats: mongo.Stats{Counts: map[events.Status]int64{events.StatusNew: 1}}}, m)
+	startSampler(t, &fakeStore{stats: mongo.Stats{Counts: map[events.Status]int64{events.StatusNew: 1}}}, "@every 1h", m)
 	poll(t, "the sampler samples", func() bool { return testutil.ToFloat64(m.Events.WithLabelValues("NEW")) == 1 })
 	m.BrokerConnected.Set(1)
 	m.JobErrors.WithLabelValues("recovery").Inc()
