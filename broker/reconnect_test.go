@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"slices"
 	"sync"
 	"testing"
@@ -50,15 +49,7 @@ func proxiedPublisher(t *testing.T) (*broker.Publisher, *testenv.Proxy, *connLog
 	exchange := testenv.UniqueName(t, "ex_")
 	deliveries := testenv.Consume(t, amqpURL, exchange)
 
-	u, err := url.Parse(amqpURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := testenv.NewProxy(t, u.Host)
-	proxied, err := testenv.ProxyURI(amqpURL, proxy.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
+	proxied, proxy := testenv.Proxied(t, amqpURL)
 	var log connLog
 	p := startPublisher(t, broker.Config{
 		URL:          proxied,

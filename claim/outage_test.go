@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net/url"
 	"sort"
 	"strings"
 	"sync"
@@ -70,16 +69,8 @@ func newOutageRig(t *testing.T) *outageRig {
 	// Database: assertions go direct, the store goes through the proxy.
 	db := testenv.Database(t)
 	r.events = db.Collection(mongo.CollectionDefault)
-	mongoURI := testenv.MongoURI(t)
-	u, err := url.Parse(mongoURI)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.dbProxy = testenv.NewProxy(t, u.Host)
-	proxiedMongo, err := testenv.ProxyURI(mongoURI, r.dbProxy.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
+	var proxiedMongo string
+	proxiedMongo, r.dbProxy = testenv.Proxied(t, testenv.MongoURI(t))
 	// Short timeouts, so that a cut surfaces as an error within a second
 	// or two rather than the driver's default 30 s of server selection.
 	client, err := driver.Connect(options.Client().ApplyURI(proxiedMongo).
@@ -104,15 +95,8 @@ func newOutageRig(t *testing.T) *outageRig {
 	amqpURL := testenv.AMQPURL(t)
 	exchange := testenv.UniqueName(t, "ex_")
 	r.inbox = startOutageInbox(t, testenv.Consume(t, amqpURL, exchange))
-	au, err := url.Parse(amqpURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.amqpProxy = testenv.NewProxy(t, au.Host)
-	proxiedAMQP, err := testenv.ProxyURI(amqpURL, r.amqpProxy.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
+	var proxiedAMQP string
+	proxiedAMQP, r.amqpProxy = testenv.Proxied(t, amqpURL)
 	r.pub, err = broker.New(broker.Config{
 		URL: proxiedAMQP, Exchange: exchange, Logger: r.logger,
 		ReconnectMin: 50 * time.Millisecond, ReconnectMax: 500 * time.Millisecond,

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -280,17 +279,9 @@ func TestReadyzDuringBrokerOutage(t *testing.T) {
 	t.Parallel()
 	amqpURL := testenv.AMQPURL(t)
 	exchange := testenv.UniqueName(t, "ex_")
-	u, err := url.Parse(amqpURL)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Registered first, so it runs after the publisher has stopped.
 	t.Cleanup(func() { deleteExchange(t, amqpURL, exchange) })
-	proxy := testenv.NewProxy(t, u.Host)
-	proxied, err := testenv.ProxyURI(amqpURL, proxy.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
+	proxied, proxy := testenv.Proxied(t, amqpURL)
 	pub, err := broker.New(broker.Config{
 		URL: proxied, Exchange: exchange, Logger: discard,
 		ReconnectMin: 50 * time.Millisecond, ReconnectMax: 500 * time.Millisecond,
@@ -317,16 +308,7 @@ func TestReadyzDuringBrokerOutage(t *testing.T) {
 func TestReadyzDuringDatabaseOutage(t *testing.T) {
 	t.Parallel()
 	db := testenv.Database(t) // direct: created here, dropped at cleanup
-	mongoURI := testenv.MongoURI(t)
-	u, err := url.Parse(mongoURI)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := testenv.NewProxy(t, u.Host)
-	proxied, err := testenv.ProxyURI(mongoURI, proxy.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
+	proxied, proxy := testenv.Proxied(t, testenv.MongoURI(t))
 	client, err := driver.Connect(options.Client().ApplyURI(proxied).
 		SetMaxPoolSize(4).
 		SetServerSelectionTimeout(time.Second).

@@ -237,3 +237,20 @@ func redactLoose(s string) string {
 	}
 	return s
 }
+
+// Proxied starts a Proxy to the server of uri (mongodb:// with one host, or
+// amqp[s]://) and returns uri pointed at the proxy, for code under test
+// whose link the test will cut.
+func Proxied(t testing.TB, uri string) (string, *Proxy) {
+	t.Helper()
+	u, err := url.Parse(uri)
+	if err != nil || u.Host == "" {
+		t.Fatalf("proxy to %s: want a URL with one host", redactLoose(uri))
+	}
+	p := NewProxy(t, u.Host)
+	proxied, err := ProxyURI(uri, p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return proxied, p
+}
