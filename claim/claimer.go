@@ -154,8 +154,8 @@ type Claimer struct {
 	paused  pauseLog
 	// halted is closed when a stop's deadline has passed: the outcome
 	// writes of the batch in flight give up then.
-	halted chan struct{}
-	halt   func()
+	halted   chan struct{}
+	haltOnce sync.Once
 }
 
 // New returns a Claimer; Start runs it.
@@ -179,7 +179,6 @@ func New(store Store, pub Publisher, cfg Config) (*Claimer, error) {
 		now:    time.Now,
 		halted: make(chan struct{}),
 	}
-	c.halt = sync.OnceFunc(func() { close(c.halted) })
 	var err error
 	c.job, err = schedule.New("claim", cfg.Schedule, c.runOnce, cfg.Logger)
 	if err != nil {
@@ -217,6 +216,9 @@ func (c *Claimer) Stop(ctx context.Context) error {
 	}
 	return nil
 }
+
+// halt ends the outcome writes of the batch in flight; see settleContext.
+func (c *Claimer) halt() { c.haltOnce.Do(func() { close(c.halted) }) }
 
 // runOnce claims one batch and carries it through. It reports more when a
 // full batch was claimable, so the schedule drains a backlog without waiting
