@@ -15,7 +15,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	driver "go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/outboxrelay/outbox/broker"
 	"github.com/outboxrelay/outbox/events"
@@ -69,23 +68,8 @@ func newOutageRig(t *testing.T) *outageRig {
 	// Database: assertions go direct, the store goes through the proxy.
 	db := testenv.Database(t)
 	r.events = db.Collection(mongo.CollectionDefault)
-	var proxiedMongo string
-	proxiedMongo, r.dbProxy = testenv.Proxied(t, testenv.MongoURI(t))
-	// Short timeouts, so that a cut surfaces as an error within a second
-	// or two rather than the driver's default 30 s of server selection.
-	client, err := driver.Connect(options.Client().ApplyURI(proxiedMongo).
-		SetMaxPoolSize(10).
-		SetServerSelectionTimeout(time.Second).
-		SetConnectTimeout(time.Second).
-		SetHeartbeatInterval(500 * time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), outageWait)
-		defer cancel()
-		_ = client.Disconnect(ctx)
-	})
+	var client *driver.Client
+	client, r.dbProxy = testenv.ProxiedClient(t)
 	r.store = mongo.New(client, mongo.Config{Database: db.Name(), Logger: r.logger})
 	if err := r.store.Prepare(ctx); err != nil {
 		t.Fatalf("Prepare through the proxy: %v", err)
@@ -97,6 +81,7 @@ func newOutageRig(t *testing.T) *outageRig {
 	r.inbox = startOutageInbox(t, testenv.Consume(t, amqpURL, exchange))
 	var proxiedAMQP string
 	proxiedAMQP, r.amqpProxy = testenv.Proxied(t, amqpURL)
+	var err error
 	r.pub, err = broker.New(broker.Config{
 		URL: proxiedAMQP, Exchange: exchange, Logger: r.logger,
 		ReconnectMin: 50 * time.Millisecond, ReconnectMax: 500 * time.Millisecond,

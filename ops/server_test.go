@@ -21,8 +21,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.mongodb.org/mongo-driver/v2/bson"
-	driver "go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/outboxrelay/outbox/broker"
 	"github.com/outboxrelay/outbox/claim"
@@ -308,19 +306,7 @@ func TestReadyzDuringBrokerOutage(t *testing.T) {
 func TestReadyzDuringDatabaseOutage(t *testing.T) {
 	t.Parallel()
 	db := testenv.Database(t) // direct: created here, dropped at cleanup
-	proxied, proxy := testenv.Proxied(t, testenv.MongoURI(t))
-	client, err := driver.Connect(options.Client().ApplyURI(proxied).
-		SetMaxPoolSize(4).
-		SetServerSelectionTimeout(time.Second).
-		SetHeartbeatInterval(500 * time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-		defer cancel()
-		_ = client.Disconnect(ctx)
-	})
+	client, proxy := testenv.ProxiedClient(t)
 	store := mongo.New(client, mongo.Config{Database: db.Name(), Logger: discard})
 	s := startServer(t, func(cfg *ops.ServerConfig) { cfg.Store = store })
 	cutAndRestore(t, s, proxy, "mongodb: ")

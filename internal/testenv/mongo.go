@@ -105,6 +105,29 @@ func Client(t testing.TB) *mongo.Client {
 	return client
 }
 
+// ProxiedClient returns a client that reaches MongoDB through a Proxy the
+// test can cut, disconnected in t.Cleanup. Its timeouts are short, so that a
+// cut surfaces as an error within a second or two rather than after the
+// driver's default 30 s of server selection.
+func ProxiedClient(t testing.TB) (*mongo.Client, *Proxy) {
+	t.Helper()
+	uri, proxy := Proxied(t, MongoURI(t))
+	client, err := mongo.Connect(options.Client().ApplyURI(uri).
+		SetMaxPoolSize(10).
+		SetServerSelectionTimeout(time.Second).
+		SetConnectTimeout(time.Second).
+		SetHeartbeatInterval(500 * time.Millisecond))
+	if err != nil {
+		t.Fatalf("testenv: connect to MongoDB through a proxy: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		_ = client.Disconnect(ctx)
+	})
+	return client, proxy
+}
+
 // Database returns a database with a unique name for this test (see
 // UniqueName) on a new Client, dropped in t.Cleanup.
 func Database(t testing.TB) *mongo.Database {
