@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -51,6 +52,7 @@ type Inbox struct {
 	metrics  *Metrics
 	logger   *slog.Logger
 	now      func() time.Time
+	stats    struct{ processed, duplicates, handlerErrors, rejected atomic.Int64 }
 
 	mu          sync.Mutex
 	started     bool
@@ -90,6 +92,25 @@ func New(client *mongo.Client, handler Handler, cfg Config) (*Inbox, error) {
 
 // Metrics returns the inbox's collectors.
 func (i *Inbox) Metrics() *Metrics { return i.metrics }
+
+// Stats are the inbox's totals since New, as its metrics count them.
+type Stats struct {
+	Processed     int64 // handler committed and id recorded
+	Duplicates    int64 // acknowledged without running the handler
+	HandlerErrors int64 // failed (or panicked) handler runs
+	Rejected      int64 // rejected with requeue=false
+}
+
+// Stats returns the totals since New, for programs that report them
+// without scraping Prometheus.
+func (i *Inbox) Stats() Stats {
+	return Stats{
+		Processed:     i.stats.processed.Load(),
+		Duplicates:    i.stats.duplicates.Load(),
+		HandlerErrors: i.stats.handlerErrors.Load(),
+		Rejected:      i.stats.rejected.Load(),
+	}
+}
 
 // Transactional reports whether the handler's writes and the inbox record
 // commit in one transaction. It is known once Start has run.
@@ -238,6 +259,7 @@ func (i *Inbox) process(ctx context.Context, d amqp.Delivery) (outcome, error) {
 	id := d.MessageId
 	if id == "" {
 		i.metrics.Rejected.WithLabelValues(ReasonNoMessageID).Inc()
+		i.stats.rejected.Add(1)
 		i.logger.Error("inbox: message rejected: no message_id to deduplicate on",
 			"message_id", id, "routing_key", d.RoutingKey, "reason", ReasonNoMessageID)
 		return outcomeReject, nil
@@ -255,11 +277,13 @@ func (i *Inbox) process(ctx context.Context, d amqp.Delivery) (outcome, error) {
 	switch {
 	case dup:
 		i.metrics.Duplicates.Inc()
+		i.stats.duplicates.Add(1)
 		i.logger.Debug("inbox: duplicate skipped", "message_id", id, "redelivered", d.Redelivered)
 		return outcomeAck, nil
 	case err == nil:
 		i.metrics.HandlerDuration.Observe(i.now().Sub(start).Seconds())
 		i.metrics.Processed.Inc()
+		i.stats.processed.Add(1)
 		if d.Redelivered {
 			i.forgetAttempts(ctx, id)
 		}
@@ -275,6 +299,7 @@ func (i *Inbox) process(ctx context.Context, d amqp.Delivery) (outcome, error) {
 	}
 	i.metrics.HandlerDuration.Observe(i.now().Sub(start).Seconds())
 	i.metrics.HandlerErrors.Inc()
+	i.stats.handlerErrors.Add(1)
 	n, source, cerr := i.countAttempt(ctx, d)
 	if cerr != nil {
 		i.logger.Warn("inbox: handler failed and its attempt could not be counted; message requeued",
@@ -283,6 +308,7 @@ func (i *Inbox) process(ctx context.Context, d amqp.Delivery) (outcome, error) {
 	}
 	if n >= i.cfg.MaxAttempts {
 		i.metrics.Rejected.WithLabelValues(ReasonMaxAttempts).Inc()
+		i.stats.rejected.Add(1)
 		i.logger.Error("inbox: message rejected after its last attempt (dead-lettered if the queue has a dead-letter exchange)",
 			"message_id", id, "attempts", n, "max_attempts", i.cfg.MaxAttempts, "attempts_from", source,
 			"reason", ReasonMaxAttempts, "error", herr.err)
