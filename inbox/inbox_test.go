@@ -380,6 +380,9 @@ func TestPoisonDeadLettered(t *testing.T) {
 	if runs != 3 {
 		t.Errorf("poison handled %d times, want MaxAttempts = 3", runs)
 	}
+	if got, want := r.in.Stats(), (Stats{Processed: 1, HandlerErrors: 3, Rejected: 1}); got != want {
+		t.Errorf("Stats() = %+v, want %+v", got, want)
+	}
 	if got := testutil.ToFloat64(r.in.Metrics().Rejected.WithLabelValues(ReasonMaxAttempts)); got != 1 {
 		t.Errorf("rejected{max_attempts} = %v, want 1", got)
 	}
