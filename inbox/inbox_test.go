@@ -468,3 +468,31 @@ func TestDeliveryCount(t *testing.T) {
 }
 
 func upsert() options.Lister[options.UpdateOneOptions] { return options.UpdateOne().SetUpsert(true) }
+
+// TestQuorumQueueCountsDeliveries: on a quorum queue the attempt comes from
+// x-delivery-count, and the message is dead-lettered after MaxAttempts.
+func TestQuorumQueueCountsDeliveries(t *testing.T) {
+	t.Parallel()
+	h := &recorder{fail: func(string) error { return errors.New("always") }}
+	r := setup(t, h.handle, Config{MaxAttempts: 3})
+	if _, err := r.ch.QueueDelete(r.queue, false, false, false); err != nil { // setup's classic queue
+		t.Fatal(err)
+	}
+	r.queue = testenv.UniqueName(t, "inbox_qq_") // deleted by setup's cleanup
+	if _, err := r.ch.QueueDeclare(r.queue, true, false, false, false, amqp.Table{
+		"x-queue-type":              "quorum",
+		"x-dead-letter-exchange":    "",
+		"x-dead-letter-routing-key": r.dlq,
+	}); err != nil {
+		t.Fatalf("declare quorum queue: %v", err)
+	}
+	r.publish("qq-poison", "o-1")
+	r.run()
+	r.eventually("dead-lettered", func() bool { return r.queued(r.dlq) == 1 })
+	if n := len(h.seen()); n != 3 {
+		t.Errorf("handler ran %d times, want MaxAttempts = 3", n)
+	}
+	if !strings.Contains(r.logs.String(), `"attempts_from":"x-delivery-count"`) {
+		t.Errorf("rejection not counted from x-delivery-count:\n%s", r.logs.String())
+	}
+}
