@@ -3,7 +3,8 @@
 #
 #   devdb      FerretDB (MongoDB wire protocol) on the local PostgreSQL,
 #              database outbox_dev, at 127.0.0.1:27017
-#   consumer   durable queue outbox-demo bound with "#" to exchange "events"
+#   consumer   durable queue outbox-demo bound with "#" to exchange "events",
+#              deduplicating through the inbox package (collection inbox in devdb)
 #   worker x3  HTTP on :8081, :8082, :8083; worker ids <hostname>-<pid>
 #   producer   order.created events at PRODUCER_RATE per second (default 20)
 #
@@ -19,7 +20,7 @@
 # FerretDB has no transactions and its claims are not atomic under
 # concurrency, and the three workers claim at the same instant (claim ticks
 # fall on whole seconds), so here many events are delivered more than once;
-# the consumer counts them. On MongoDB the claim is atomic and they are not.
+# the consumer's inbox skips them and reports how many. On MongoDB the claim is atomic and they are not.
 # See docs/design.md, "Where duplicates come from".
 set -euo pipefail
 
@@ -193,6 +194,8 @@ export OUTBOX_AMQP_EXCHANGE=events
 # queue is bound to comes back unroutable and is retried with backoff.
 # x-expires lets RabbitMQ drop the demo queue 15 minutes after make dev
 # stops, so it does not collect messages on a shared broker forever.
+# It keeps its inbox in devdb (OUTBOX_MONGO_URI above): FerretDB has no
+# transactions, so it logs once that its handler must be idempotent.
 start consumer bin/consumer --queue outbox-demo --queue-expires 15m --report-every 5s
 sleep 1
 

@@ -99,7 +99,7 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	fs.DurationVar(&c.Budget, "budget", 10*time.Minute, "time for the whole run; the PUBLISHED insert of the claim stage stops early to keep within it")
 	fs.StringVar(&c.Replot, "replot", "", "read this bench.json and only rewrite the table and chart next to it (no measurements)")
 	workerEnv := fs.String("worker-env", "", "extra environment of the worker processes, comma-separated KEY=VALUE (e.g. GOMAXPROCS=1)")
-	only := fs.String("only", "", "comma-separated stages to run (raw-broker, publish, raw-db, drain, latency, claim); empty runs all")
+	only := fs.String("only", "", "comma-separated stages to run (raw-broker, publish, raw-db, drain, latency, claim, inbox); empty runs all")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -213,7 +213,8 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	}
 	stages = append(stages,
 		namedStage{"latency", "latency", b.latency},
-		namedStage{"claim", "claim latency", b.claimLatency})
+		namedStage{"claim", "claim latency", b.claimLatency},
+		namedStage{"inbox", "inbox consumer", b.inboxStage})
 	for _, s := range stages {
 		if cfg.Only != nil && !cfg.Only[s.key] {
 			continue
@@ -228,7 +229,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 }
 
 // stageKeys are the -only names of the stages, in the order they run.
-var stageKeys = []string{"raw-broker", "publish", "raw-db", "drain", "latency", "claim"}
+var stageKeys = []string{"raw-broker", "publish", "raw-db", "drain", "latency", "claim", "inbox"}
 
 // namedStage is one measurement of the run.
 type namedStage struct {

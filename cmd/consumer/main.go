@@ -1,21 +1,28 @@
 // Command consumer is the demo consumer of `make dev` and docker-compose. It
 // declares a durable queue bound with binding key "#" to the worker's topic
 // exchange (declared here too, durable, as the worker declares it),
-// consumes every event, and logs every few seconds how many messages arrived
-// and how many of them were duplicates by message_id: the figure an
-// at-least-once relay keeps rare and a real consumer deduplicates on.
+// consumes every event through the inbox package, and logs every few
+// seconds how many messages it processed and how many duplicates (by
+// message_id) the inbox skipped: the figure an at-least-once relay keeps
+// rare and a real consumer deduplicates on.
 //
-// It remembers every message_id it has seen while it runs (about 100 bytes
-// each), which is fine for a demo and not how a real consumer should dedupe.
-// It stops on SIGINT or SIGTERM and logs its totals.
+// Its handler records, per aggregate, the last message it processed
+// (collection consumer_aggregates, an idempotent upsert), in the same
+// transaction as the inbox record where the server has transactions
+// (docker-compose's replica set), and before a unique insert of the
+// record where it has not (make dev's FerretDB). It stops on SIGINT or
+// SIGTERM and logs its totals.
 //
 // Every flag may also be set by its environment variable; a flag wins.
 //
-//	--amqp-url      OUTBOX_AMQP_URL        default amqp://guest:guest@localhost:5672/
-//	--exchange      OUTBOX_AMQP_EXCHANGE   default events
-//	--queue         CONSUMER_QUEUE         default outbox-demo
-//	--queue-expires CONSUMER_QUEUE_EXPIRES delete the queue after this long unused (x-expires); 0 (default) never
-//	--report-every  CONSUMER_REPORT_EVERY  default 5s
+//	--amqp-url         OUTBOX_AMQP_URL           default amqp://guest:guest@localhost:5672/
+//	--exchange         OUTBOX_AMQP_EXCHANGE      default events
+//	--queue            CONSUMER_QUEUE            default outbox-demo
+//	--queue-expires    CONSUMER_QUEUE_EXPIRES    delete the queue after this long unused (x-expires); 0 (default) never
+//	--report-every     CONSUMER_REPORT_EVERY     default 5s
+//	--mongo-uri        OUTBOX_MONGO_URI          default mongodb://localhost:27017
+//	--database         OUTBOX_MONGO_DATABASE     default outbox
+//	--inbox-collection CONSUMER_INBOX_COLLECTION default inbox
 package main
 
 import (
@@ -31,27 +38,38 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/outboxrelay/outbox/broker"
+	"github.com/outboxrelay/outbox/inbox"
+	"github.com/outboxrelay/outbox/internal/ferret"
 )
 
 const (
 	// bindingKey matches every routing key, i.e. every event type.
 	bindingKey = "#"
-	// prefetch bounds the unacknowledged messages in flight to this consumer.
+	// prefetch bounds the unacknowledged messages in flight to this
+	// consumer; the inbox acknowledges up to inbox.AckBatchDefault at once.
 	prefetch = 500
 	// dialTimeout bounds one connection attempt.
 	dialTimeout = 5 * time.Second
 	// reconnectMax caps the wait between reconnects.
 	reconnectMax = 30 * time.Second
+	// aggregatesCollection is the demo handler's business collection.
+	aggregatesCollection = "consumer_aggregates"
 )
 
 type config struct {
-	AMQPURL      string
-	Exchange     string
-	Queue        string
-	QueueExpires time.Duration
-	ReportEvery  time.Duration
+	AMQPURL         string
+	Exchange        string
+	Queue           string
+	QueueExpires    time.Duration
+	ReportEvery     time.Duration
+	MongoURI        string
+	Database        string
+	InboxCollection string
 }
 
 func main() {
@@ -67,7 +85,10 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	run(ctx, cfg, logger)
+	if err := run(ctx, cfg, logger); err != nil {
+		logger.Error("consumer failed", "error", err)
+		os.Exit(1)
+	}
 }
 
 // parseConfig reads flags, then the environment for each flag not given.
@@ -79,6 +100,9 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	fs.StringVar(&c.Queue, "queue", "outbox-demo", "durable queue to declare, bind with \"#\" and consume (env CONSUMER_QUEUE)")
 	fs.DurationVar(&c.QueueExpires, "queue-expires", 0, "let RabbitMQ delete the queue after this long without consumers (x-expires); 0 keeps it (env CONSUMER_QUEUE_EXPIRES)")
 	fs.DurationVar(&c.ReportEvery, "report-every", 5*time.Second, "how often to log the counts (env CONSUMER_REPORT_EVERY)")
+	fs.StringVar(&c.MongoURI, "mongo-uri", "mongodb://localhost:27017", "MongoDB holding the inbox and the handler's writes (env OUTBOX_MONGO_URI)")
+	fs.StringVar(&c.Database, "database", "outbox", "database of the inbox and the handler's collection (env OUTBOX_MONGO_DATABASE)")
+	fs.StringVar(&c.InboxCollection, "inbox-collection", inbox.CollectionDefault, "collection of processed message ids (env CONSUMER_INBOX_COLLECTION)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -93,6 +117,9 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 		{"queue", "CONSUMER_QUEUE"},
 		{"queue-expires", "CONSUMER_QUEUE_EXPIRES"},
 		{"report-every", "CONSUMER_REPORT_EVERY"},
+		{"mongo-uri", "OUTBOX_MONGO_URI"},
+		{"database", "OUTBOX_MONGO_DATABASE"},
+		{"inbox-collection", "CONSUMER_INBOX_COLLECTION"},
 	} {
 		v := strings.TrimSpace(getenv(b.env))
 		if given[b.flag] || v == "" {
@@ -105,6 +132,12 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	switch {
 	case !strings.HasPrefix(c.AMQPURL, "amqp://") && !strings.HasPrefix(c.AMQPURL, "amqps://"):
 		return config{}, fmt.Errorf("amqp URL (OUTBOX_AMQP_URL) %q: want amqp://user:password@host:port/vhost", broker.Redact(c.AMQPURL))
+	case !strings.HasPrefix(c.MongoURI, "mongodb://") && !strings.HasPrefix(c.MongoURI, "mongodb+srv://"):
+		return config{}, fmt.Errorf("mongo URI (OUTBOX_MONGO_URI) %q: want mongodb://host:port", ferret.RedactURL(c.MongoURI))
+	case c.Database == "":
+		return config{}, errors.New("database (OUTBOX_MONGO_DATABASE) is empty")
+	case c.InboxCollection == "":
+		return config{}, errors.New("inbox collection (CONSUMER_INBOX_COLLECTION) is empty")
 	case c.Exchange == "":
 		return config{}, errors.New("exchange (OUTBOX_AMQP_EXCHANGE) is empty")
 	case c.Queue == "":
@@ -117,67 +150,120 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	return c, nil
 }
 
-// tally counts deliveries and duplicates by message_id.
-type tally struct {
-	seen map[string]struct{}
-	// Totals since start.
-	received, duplicates, redelivered, noID int
-	// Since the last report.
-	lastReceived, lastDuplicates int
+// handler is the demo's business logic: it records, per aggregate, the
+// last message processed. The upsert is idempotent, as the inbox asks of
+// handlers where the server has no transactions.
+func handler(coll *mongo.Collection) inbox.Handler {
+	return func(ctx context.Context, d amqp.Delivery) error {
+		key, _ := d.Headers["x-aggregate-id"].(string)
+		if key == "" {
+			key = d.MessageId
+		}
+		_, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: key}}, bson.D{{Key: "$set", Value: bson.D{
+			{Key: "lastMessageId", Value: d.MessageId},
+			{Key: "type", Value: d.Type},
+			{Key: "processedAt", Value: time.Now().UTC()},
+		}}}, options.UpdateOne().SetUpsert(true))
+		return err
+	}
 }
 
-func (t *tally) add(d amqp.Delivery) {
-	t.received++
-	if d.Redelivered {
-		t.redelivered++ // RabbitMQ's own redelivery, not the relay's duplicate
-	}
-	if d.MessageId == "" {
-		t.noID++
-		return
-	}
-	if _, dup := t.seen[d.MessageId]; dup {
-		t.duplicates++
-		return
-	}
-	t.seen[d.MessageId] = struct{}{}
+// reporter logs the inbox's counts since the last report and in total.
+type reporter struct {
+	in   *inbox.Inbox
+	last inbox.Stats
 }
 
-func (t *tally) report(logger *slog.Logger, msg string) {
+func (r *reporter) report(logger *slog.Logger, msg string) {
+	s := r.in.Stats()
 	logger.Info(msg,
-		"received", t.received-t.lastReceived,
-		"duplicates", t.duplicates-t.lastDuplicates,
-		"received_total", t.received,
-		"unique_total", len(t.seen),
-		"duplicates_total", t.duplicates,
-		"redelivered_total", t.redelivered,
-		"without_message_id_total", t.noID,
+		"processed", s.Processed-r.last.Processed,
+		"duplicates_skipped", s.Duplicates-r.last.Duplicates,
+		"processed_total", s.Processed,
+		"duplicates_skipped_total", s.Duplicates,
+		"handler_errors_total", s.HandlerErrors,
+		"rejected_total", s.Rejected,
 	)
-	t.lastReceived, t.lastDuplicates = t.received, t.duplicates
+	r.last = s
 }
 
-// run consumes until ctx ends, reconnecting with backoff whenever the
-// connection drops, and logs the totals when it stops.
-func run(ctx context.Context, cfg config, logger *slog.Logger) {
+// run starts the inbox, then consumes until ctx ends, reconnecting to
+// RabbitMQ with backoff whenever the connection drops, and logs the totals
+// when it stops. The inbox's Start is retried too: the database may come
+// up after the consumer.
+func run(ctx context.Context, cfg config, logger *slog.Logger) error {
 	logger = logger.With("exchange", cfg.Exchange, "queue", cfg.Queue)
-	logger.Info("consumer starting", "amqp_url", broker.Redact(cfg.AMQPURL), "binding_key", bindingKey)
-	t := &tally{seen: map[string]struct{}{}}
-	ticker := time.NewTicker(cfg.ReportEvery)
-	defer ticker.Stop()
+	logger.Info("consumer starting", "amqp_url", broker.Redact(cfg.AMQPURL), "mongo_uri", ferret.RedactURL(cfg.MongoURI),
+		"database", cfg.Database, "inbox_collection", cfg.InboxCollection, "binding_key", bindingKey)
+	client, err := mongo.Connect(options.Client().ApplyURI(cfg.MongoURI).SetAppName("outbox-demo-consumer").
+		SetMaxPoolSize(10).SetServerSelectionTimeout(dialTimeout))
+	if err != nil {
+		return fmt.Errorf("mongo client for %s: %w", ferret.RedactURL(cfg.MongoURI), err)
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dialTimeout)
+		defer cancel()
+		_ = client.Disconnect(dctx)
+	}()
+	in, err := inbox.New(client, handler(client.Database(cfg.Database).Collection(aggregatesCollection)), inbox.Config{
+		Database:   cfg.Database,
+		Collection: cfg.InboxCollection,
+		Logger:     logger,
+	})
+	if err != nil {
+		return err
+	}
+	if !retry(ctx, logger, "mongodb unavailable; retrying", in.Start) {
+		return nil
+	}
+	// Shutdown order: Run returns once ctx ends (after acknowledging what
+	// it committed), then the inbox's cleanup job stops.
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dialTimeout)
+		defer cancel()
+		_ = in.Stop(sctx)
+	}()
+
+	r := &reporter{in: in}
+	defer r.report(logger, "consumer stopped")
+	reports := make(chan struct{})
+	go func() {
+		defer close(reports)
+		t := time.NewTicker(cfg.ReportEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				r.report(logger, "messages processed")
+			}
+		}
+	}()
+	defer func() { <-reports }()
+
+	retry(ctx, logger, "rabbitmq unavailable; reconnecting", func(ctx context.Context) error {
+		return consume(ctx, cfg, logger, in)
+	})
+	return nil
+}
+
+// retry calls fn until it returns nil or ctx ends, waiting from 500ms up to
+// reconnectMax between calls; it reports whether fn succeeded.
+func retry(ctx context.Context, logger *slog.Logger, msg string, fn func(context.Context) error) bool {
 	wait := 500 * time.Millisecond
 	for {
-		connected, err := consume(ctx, cfg, logger, t, ticker.C)
+		err := fn(ctx)
 		if ctx.Err() != nil {
-			t.report(logger, "consumer stopped")
-			return
+			return false
 		}
-		if connected {
-			wait = 500 * time.Millisecond
+		if err == nil {
+			return true
 		}
-		logger.Warn("rabbitmq unavailable; reconnecting", "error", err, "retry_in", wait.String())
+		logger.Warn(msg, "error", err, "retry_in", wait.String())
 		select {
 		case <-ctx.Done():
-			t.report(logger, "consumer stopped")
-			return
+			return false
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, reconnectMax)
@@ -185,81 +271,60 @@ func run(ctx context.Context, cfg config, logger *slog.Logger) {
 }
 
 // consume runs one connection: it declares the exchange, the queue and the
-// binding, then counts and acknowledges deliveries until ctx ends or the
-// connection drops. connected reports whether it got as far as consuming.
-func consume(ctx context.Context, cfg config, logger *slog.Logger, t *tally, tick <-chan time.Time) (connected bool, err error) {
+// binding, then hands the deliveries to the inbox until ctx ends or the
+// connection drops (an error: retry reconnects).
+func consume(ctx context.Context, cfg config, logger *slog.Logger, in *inbox.Inbox) error {
 	conn, err := amqp.DialConfig(cfg.AMQPURL, amqp.Config{
 		Dial:       amqp.DefaultDial(dialTimeout),
 		Heartbeat:  10 * time.Second,
 		Properties: amqp.Table{"connection_name": "outbox-demo-consumer"},
 	})
 	if err != nil {
-		return false, fmt.Errorf("dial %s: %w", broker.Redact(cfg.AMQPURL), err)
+		return fmt.Errorf("dial %s: %w", broker.Redact(cfg.AMQPURL), err)
 	}
 	// Closing the connection hands unacknowledged deliveries back to the
-	// queue; every counted delivery has been acknowledged by then.
+	// queue; the inbox skips those it had committed.
 	defer conn.Close()
 	ch, err := conn.Channel()
 	if err != nil {
-		return false, fmt.Errorf("open channel: %w", err)
+		return fmt.Errorf("open channel: %w", err)
 	}
 	// The same declaration as the worker's: a mismatch would close the channel.
 	if err := ch.ExchangeDeclare(cfg.Exchange, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
-		return false, fmt.Errorf("declare exchange %q: %w", cfg.Exchange, err)
+		return fmt.Errorf("declare exchange %q: %w", cfg.Exchange, err)
 	}
 	var args amqp.Table
 	if cfg.QueueExpires > 0 {
 		args = amqp.Table{"x-expires": cfg.QueueExpires.Milliseconds()}
 	}
 	if _, err := ch.QueueDeclare(cfg.Queue, true, false, false, false, args); err != nil {
-		return false, fmt.Errorf("declare queue %q: %w", cfg.Queue, err)
+		return fmt.Errorf("declare queue %q: %w", cfg.Queue, err)
 	}
 	if err := ch.QueueBind(cfg.Queue, bindingKey, cfg.Exchange, false, nil); err != nil {
-		return false, fmt.Errorf("bind queue %q to %q: %w", cfg.Queue, cfg.Exchange, err)
+		return fmt.Errorf("bind queue %q to %q: %w", cfg.Queue, cfg.Exchange, err)
 	}
 	if err := ch.Qos(prefetch, 0, false); err != nil {
-		return false, fmt.Errorf("set prefetch: %w", err)
+		return fmt.Errorf("set prefetch: %w", err)
 	}
 	deliveries, err := ch.ConsumeWithContext(ctx, cfg.Queue, "", false, false, false, false, nil)
 	if err != nil {
-		return false, fmt.Errorf("consume %q: %w", cfg.Queue, err)
+		return fmt.Errorf("consume %q: %w", cfg.Queue, err)
 	}
 	connClosed := conn.NotifyClose(make(chan *amqp.Error, 1))
-	chClosed := ch.NotifyClose(make(chan *amqp.Error, 1))
-	logger.Info("consuming")
-	for {
-		select {
-		case <-ctx.Done():
-			return true, ctx.Err()
-		case <-tick:
-			t.report(logger, "messages received")
-		case d, ok := <-deliveries:
-			if !ok {
-				return true, closeReason(ctx, connClosed, chClosed)
-			}
-			t.add(d)
-			if err := d.Ack(false); err != nil {
-				return true, fmt.Errorf("ack: %w", err)
-			}
-		}
+	logger.Info("consuming", "transactional", in.Transactional())
+	err = in.Run(ctx, deliveries)
+	if ctx.Err() != nil {
+		return nil
 	}
-}
-
-// closeReason says why the deliveries stopped: the broker's error on the
-// connection or the channel when it gave one.
-func closeReason(ctx context.Context, connClosed, chClosed <-chan *amqp.Error) error {
+	if err != nil {
+		return err
+	}
 	select {
 	case e := <-connClosed:
 		if e != nil {
 			return fmt.Errorf("connection closed: %w", e)
 		}
-	case e := <-chClosed:
-		if e != nil {
-			return fmt.Errorf("channel closed: %w", e)
-		}
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(time.Second):
+	default:
 	}
 	return errors.New("deliveries stopped")
 }

@@ -1,0 +1,130 @@
+package inbox
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+const (
+	// DatabaseDefault is the database of the inbox collections.
+	DatabaseDefault = "outbox"
+	// CollectionDefault is the collection of processed message ids. The
+	// attempts of failing messages live beside it, in CollectionDefault
+	// + AttemptsSuffix.
+	CollectionDefault = "inbox"
+	// AttemptsSuffix names the attempts collection after the inbox one.
+	AttemptsSuffix = "_attempts"
+	// MaxAttemptsDefault is how many times a message's handler runs before
+	// the message is rejected.
+	MaxAttemptsDefault = 5
+	// RetentionDefault is how long a processed id is remembered. It matches
+	// the relay's default retention of PUBLISHED events (seven days), the
+	// longest an operator is likely to requeue an event after.
+	RetentionDefault = 7 * 24 * time.Hour
+	// RetentionMin is the shortest Retention Validate accepts: a worker's
+	// stale-claim recovery alone can redeliver minutes later.
+	RetentionMin = time.Hour
+	// CleanupIntervalDefault is how often expired records are deleted where
+	// the server has no TTL indexes.
+	CleanupIntervalDefault = time.Minute
+	// AckBatchDefault is how many settled messages Run acknowledges with one
+	// multiple-ack.
+	AckBatchDefault = 100
+	// RetryPauseDefault is how long Run pauses after the database failed
+	// (not the handler) before it takes the next message.
+	RetryPauseDefault = time.Second
+)
+
+// Config configures an Inbox. The zero value is usable: New applies the
+// defaults.
+type Config struct {
+	// Database holds the inbox collections. Defaults to DatabaseDefault.
+	// With transactions, the handler's writes commit with the inbox
+	// record only if they go through the same client.
+	Database string
+	// Collection holds one document per processed message id.
+	// Defaults to CollectionDefault.
+	Collection string
+	// MaxAttempts is how many times a message's handler may fail before the
+	// message is rejected with requeue=false (dead-lettered where the queue
+	// has a dead-letter exchange, dropped otherwise). At most 1000.
+	// Defaults to MaxAttemptsDefault.
+	MaxAttempts int
+	// Retention is how long a processed message id is remembered, and so
+	// the longest redelivery a duplicate is recognised after. It must
+	// exceed the longest redelivery window: the relay's stale-claim
+	// recovery, broker outages, and operator requeues of FAILED events.
+	// At least RetentionMin. Defaults to RetentionDefault.
+	Retention time.Duration
+	// CleanupInterval is how often expired records are deleted on a server
+	// without TTL indexes (FerretDB); unused where a TTL index does it.
+	// At least one second. Defaults to CleanupIntervalDefault.
+	CleanupInterval time.Duration
+	// AckBatch is how many settled messages Run acknowledges at once (one
+	// multiple-ack). Run also acknowledges whenever no further delivery is
+	// waiting, so a prefetch below AckBatch never stalls it.
+	// 1 to 10000. Defaults to AckBatchDefault.
+	AckBatch int
+	// RetryPause is how long Run waits after a database failure (not a
+	// handler error) before the next message, so that an outage does not
+	// spin. Defaults to RetryPauseDefault.
+	RetryPause time.Duration
+	// Logger receives the inbox's log lines, each with message_id. Message
+	// bodies and headers are never logged. Defaults to slog.Default().
+	Logger *slog.Logger
+	// Registerer registers the inbox's metrics (see Metrics). Nil leaves
+	// them unregistered.
+	Registerer prometheus.Registerer
+}
+
+func (c *Config) setDefaults() {
+	if c.Database == "" {
+		c.Database = DatabaseDefault
+	}
+	if c.Collection == "" {
+		c.Collection = CollectionDefault
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = MaxAttemptsDefault
+	}
+	if c.Retention == 0 {
+		c.Retention = RetentionDefault
+	}
+	if c.CleanupInterval == 0 {
+		c.CleanupInterval = CleanupIntervalDefault
+	}
+	if c.AckBatch == 0 {
+		c.AckBatch = AckBatchDefault
+	}
+	if c.RetryPause == 0 {
+		c.RetryPause = RetryPauseDefault
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports the first setting out of range, by name and value.
+func (c *Config) Validate() error {
+	switch {
+	case c.MaxAttempts < 1 || c.MaxAttempts > 1000:
+		return fmt.Errorf("inbox: MaxAttempts %d: want 1 to 1000", c.MaxAttempts)
+	case c.Retention < RetentionMin:
+		return fmt.Errorf("inbox: Retention %s: want at least %s, and more than the longest redelivery window", c.Retention, RetentionMin)
+	case c.CleanupInterval < time.Second:
+		return fmt.Errorf("inbox: CleanupInterval %s: want at least 1s", c.CleanupInterval)
+	case c.AckBatch < 1 || c.AckBatch > 10000:
+		return fmt.Errorf("inbox: AckBatch %d: want 1 to 10000", c.AckBatch)
+	case c.RetryPause < 0:
+		return fmt.Errorf("inbox: RetryPause %s: want 0 or more", c.RetryPause)
+	case c.Database == "":
+		return errors.New("inbox: Database is empty")
+	case c.Collection == "":
+		return errors.New("inbox: Collection is empty")
+	}
+	return nil
+}

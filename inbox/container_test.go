@@ -1,0 +1,153 @@
+package inbox
+
+// The container suite: the transactional path on a real MongoDB (a
+// single-node replica set, so that transactions exist), started with
+// testcontainers-go. It needs a Docker engine and skips, saying so, where
+// there is none. It calls process directly: settling a delivery is the
+// same on both paths and covered by the FerretDB tests.
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/testcontainers/testcontainers-go"
+	tcmongo "github.com/testcontainers/testcontainers-go/modules/mongodb"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/outboxrelay/outbox/internal/testenv"
+)
+
+const mongoImage = "mongo:7"
+
+func TestContainerTransactions(t *testing.T) {
+	testenv.RequireDocker(t)
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	client := replicaSet(ctx, t)
+	db := client.Database(testenv.UniqueName(t, "inbox_"))
+	business := db.Collection("business")
+	// Collections must exist before a transaction writes to them on
+	// MongoDB before 4.4; creating them keeps the test about the inbox.
+	if err := db.CreateCollection(ctx, business.Name()); err != nil {
+		t.Fatal(err)
+	}
+
+	// The handler writes its business document, then does what the
+	// message id says.
+	var crash context.CancelFunc
+	var mu sync.Mutex
+	runs := map[string]int{}
+	handle := func(ctx context.Context, d amqp.Delivery) error {
+		mu.Lock()
+		runs[d.MessageId]++
+		mu.Unlock()
+		if _, err := business.UpdateOne(ctx, bson.D{{Key: "_id", Value: d.MessageId}},
+			bson.D{{Key: "$inc", Value: bson.D{{Key: "n", Value: 1}}}}, options.UpdateOne().SetUpsert(true)); err != nil {
+			return err
+		}
+		switch d.MessageId {
+		case "fails":
+			return errors.New("payment declined")
+		case "panics":
+			panic("nil order")
+		case "crashes":
+			crash() // the process dies before the commit
+		}
+		return nil
+	}
+	in, err := New(client, handle, Config{Database: db.Name()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Start(ctx); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { _ = in.Stop(context.Background()) })
+	if !in.Transactional() || !in.ExpiresByTTL() {
+		t.Fatalf("Transactional, ExpiresByTTL = %v, %v on a replica set; want true, true", in.Transactional(), in.ExpiresByTTL())
+	}
+
+	count := func(coll *mongo.Collection, id string) int64 {
+		n, err := coll.CountDocuments(ctx, bson.D{{Key: "_id", Value: id}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for _, tt := range []struct {
+		id      string
+		want    outcome
+		written int64 // business document and inbox record
+	}{
+		{"ok", outcomeAck, 1},
+		{"fails", outcomeRequeue, 0},
+		{"panics", outcomeRequeue, 0},
+		{"crashes", outcomeRequeue, 0},
+	} {
+		pctx, cancel := context.WithCancel(ctx)
+		crash = cancel
+		out, _ := in.process(pctx, amqp.Delivery{MessageId: tt.id})
+		cancel()
+		if out != tt.want {
+			t.Errorf("%s: outcome %v, want %v", tt.id, out, tt.want)
+		}
+		if b, r := count(business, tt.id), count(in.records, tt.id); b != tt.written || r != tt.written {
+			t.Errorf("%s: business documents %d, inbox records %d; want %d of each", tt.id, b, r, tt.written)
+		}
+	}
+
+	// Copies of one message processed at once commit once.
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			if _, err := in.process(ctx, amqp.Delivery{MessageId: "concurrent"}); err != nil {
+				t.Errorf("process concurrent copy: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	var doc struct {
+		N int `bson:"n"`
+	}
+	if err := business.FindOne(ctx, bson.D{{Key: "_id", Value: "concurrent"}}).Decode(&doc); err != nil || doc.N != 1 {
+		t.Errorf("4 concurrent copies: business n = %d, %v; want committed once", doc.N, err)
+	}
+}
+
+// replicaSet starts MongoDB as a single-node replica set, removed in
+// t.Cleanup, and returns a client of it.
+func replicaSet(ctx context.Context, t *testing.T) *mongo.Client {
+	t.Helper()
+	mc, err := tcmongo.Run(ctx, mongoImage, tcmongo.WithReplicaSet("rs0"))
+	testcontainers.CleanupContainer(t, mc)
+	if err != nil {
+		t.Fatalf("start %s: %v", mongoImage, err)
+	}
+	uri, err := mc.ConnectionString(ctx)
+	if err != nil {
+		t.Fatalf("MongoDB connection string: %v", err)
+	}
+	// The member is registered under the container's own address, which
+	// the host may not reach: talk to the mapped port directly.
+	u, err := url.Parse(uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("directConnection", "true")
+	u.RawQuery = q.Encode()
+	client, err := mongo.Connect(options.Client().ApplyURI(u.String()).SetMaxPoolSize(testenv.ClientMaxPoolSize))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	return client
+}
