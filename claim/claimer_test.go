@@ -528,8 +528,8 @@ func TestRunOnceBrokerFaultRefundsAttempt(t *testing.T) {
 // full batch between this worker's find and its update.
 type lostRaceStore struct{ Store }
 
-func (lostRaceStore) Claim(context.Context, events.Lease, int) ([]events.Claimed, bool, error) {
-	return nil, true, nil
+func (lostRaceStore) Claim(context.Context, events.Lease, events.ClaimLimit) (events.ClaimResult, error) {
+	return events.ClaimResult{More: true}, nil
 }
 
 // idlePublisher is a ready Publisher that must not be asked to publish.
@@ -654,20 +654,20 @@ type oneEventStore struct {
 	markErr   chan error    // the mark's context error when it gave up
 }
 
-func (s *oneEventStore) Claim(_ context.Context, lease events.Lease, _ int) ([]events.Claimed, bool, error) {
+func (s *oneEventStore) Claim(_ context.Context, lease events.Lease, _ events.ClaimLimit) (events.ClaimResult, error) {
 	if s.handedOut {
-		return nil, false, nil
+		return events.ClaimResult{}, nil
 	}
 	s.handedOut = true
 	doc, err := events.Draft{Type: "order.created", Payload: bson.D{{Key: "n", Value: 1}}}.Document(lease.At)
 	if err != nil {
-		return nil, false, err
+		return events.ClaimResult{}, err
 	}
 	raw, err := bson.Marshal(doc)
 	if err != nil {
-		return nil, false, err
+		return events.ClaimResult{}, err
 	}
-	return []events.Claimed{{ID: doc[0].Value, Attempts: 1, Doc: raw}}, false, nil
+	return events.ClaimResult{Claimed: []events.Claimed{{ID: doc[0].Value, Attempts: 1, Doc: raw}}}, nil
 }
 
 func (s *oneEventStore) MarkPublished(ctx context.Context, _ events.Lease, _ []any, _ time.Time) (int, error) {
@@ -723,4 +723,11 @@ func TestStopEndsOutcomeWritesAtItsDeadline(t *testing.T) {
 	default:
 		t.Error("the mark was still running after Stop returned")
 	}
+}
+
+// claimN claims up to n events with no byte bound, as Claim did before
+// it took a ClaimLimit.
+func claimN(ctx context.Context, s *mongo.Store, lease events.Lease, n int) ([]events.Claimed, bool, error) {
+	res, err := s.Claim(ctx, lease, events.ClaimLimit{Events: n})
+	return res.Claimed, res.More, err
 }

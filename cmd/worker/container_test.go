@@ -193,11 +193,11 @@ func transactionScenario(t *testing.T, s stack) {
 	at := time.Now().UTC().Truncate(time.Millisecond)
 	a := events.Lease{WorkerID: "worker-a", Token: "token-a", At: at}
 	b := events.Lease{WorkerID: "worker-b", Token: "token-b", At: at}
-	claimedA, _, err := store.Claim(ctx, a, 6)
+	claimedA, _, err := claimN(ctx, store, a, 6)
 	if err != nil || len(claimedA) != 6 {
 		t.Fatalf("Claim(a, 6) = %d events, %v; want 6", len(claimedA), err)
 	}
-	claimedB, _, err := store.Claim(ctx, b, 6)
+	claimedB, _, err := claimN(ctx, store, b, 6)
 	if err != nil || len(claimedB) != 4 {
 		t.Fatalf("Claim(b, 6) = %d events, %v; want the other 4", len(claimedB), err)
 	}
@@ -242,4 +242,11 @@ func transactionScenario(t *testing.T, s stack) {
 	if c := countOf(ctx, t, store.Collection(), events.StatusPublished); c != 10 {
 		t.Errorf("PUBLISHED = %d, want 10", c)
 	}
+}
+
+// claimN claims up to n events with no byte bound, as Claim did before
+// it took a ClaimLimit.
+func claimN(ctx context.Context, s *mongo.Store, lease events.Lease, n int) ([]events.Claimed, bool, error) {
+	res, err := s.Claim(ctx, lease, events.ClaimLimit{Events: n})
+	return res.Claimed, res.More, err
 }
