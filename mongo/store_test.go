@@ -173,7 +173,7 @@ func TestPrepare(t *testing.T) {
 		got[spec.Name] = strings.Join(keys, ",")
 	}
 	want := map[string]string{
-		"_id_":             "_id:1",
+		"_id_":               "_id:1",
 		"outbox_claim":       "status:1,createdAt:1",
 		"outbox_claim_retry": "status:1,retryAt:1,createdAt:1",
 		"outbox_stale":       "status:1,processingAt:1",
