@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -730,4 +731,53 @@ func TestStopEndsOutcomeWritesAtItsDeadline(t *testing.T) {
 func claimN(ctx context.Context, s *mongo.Store, lease events.Lease, n int) ([]events.Claimed, bool, error) {
 	res, err := s.Claim(ctx, lease, events.ClaimLimit{Events: n})
 	return res.Claimed, res.More, err
+}
+
+// stopSpyStore reports a full batch lost to other replicas (so the drain
+// asks for more) from a Claim that returns only once Stop has begun, and
+// counts its claims.
+type stopSpyStore struct {
+	Store
+	c       *Claimer
+	claims  atomic.Int32
+	started chan struct{}
+}
+
+func (s *stopSpyStore) Claim(context.Context, events.Lease, events.ClaimLimit) (events.ClaimResult, error) {
+	if s.claims.Add(1) == 1 {
+		close(s.started)
+	}
+	<-s.c.stopping
+	s.c.Trigger() // a Trigger during the stop must not start a claim either
+	return events.ClaimResult{More: true}, nil
+}
+
+// Nothing is claimed after SIGTERM: once Stop has been called, neither the
+// drain of a backlog nor a pending Trigger starts another claim.
+func TestNoClaimAfterStop(t *testing.T) {
+	t.Parallel()
+	store := &stopSpyStore{started: make(chan struct{})}
+	c, _ := newClaimer(t, store, idlePublisher{t}, Config{Schedule: "@every 1h"})
+	store.c = c
+	if err := c.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	c.Trigger()
+	select {
+	case <-store.started:
+	case <-time.After(waitFor):
+		t.Fatal("the claimer never claimed")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
+	defer cancel()
+	if err := c.Stop(ctx); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if got := store.claims.Load(); got != 1 {
+		t.Errorf("claims = %d, want 1: a claim started after Stop", got)
+	}
+	// runOnce itself refuses once stopped.
+	if more, err := c.runOnce(t.Context()); more || err != nil || store.claims.Load() != 1 {
+		t.Errorf("runOnce after Stop = %t, %v with %d claims; want false, nil and no claim", more, err, store.claims.Load())
+	}
 }
