@@ -204,9 +204,21 @@ func TestPrepare(t *testing.T) {
 	}
 }
 
+// TestClaim runs with both of the claim's find strategies: the split one
+// MongoDB uses and the single find FerretDB uses must claim the same events.
 func TestClaim(t *testing.T) {
 	t.Parallel()
+	for _, split := range []bool{false, true} {
+		t.Run(fmt.Sprintf("split=%t", split), func(t *testing.T) {
+			t.Parallel()
+			testClaim(t, split)
+		})
+	}
+}
+
+func testClaim(t *testing.T, split bool) {
 	s, coll := setup(t)
+	mongo.SetSplitClaim(s, split)
 	oid := bson.NewObjectID()
 	insert(t, coll,
 		// Inserted out of order: the claim sorts by createdAt.
