@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -780,4 +781,78 @@ func TestNoClaimAfterStop(t *testing.T) {
 	if more, err := c.runOnce(t.Context()); more || err != nil || store.claims.Load() != 1 {
 		t.Errorf("runOnce after Stop = %t, %v with %d claims; want false, nil and no claim", more, err, store.claims.Load())
 	}
+}
+
+// A document whose worker-managed fields have the wrong type no longer
+// stops the claim: it is FAILED in the run that reads it, counted as
+// failed{reason=invalid}, and every valid event of the batch is relayed in
+// that run; a null attempts is claimed as if absent.
+func TestRunOnceManagedFieldOfWrongType(t *testing.T) {
+	t.Parallel()
+	store := newStore(t)
+	coll := store.Collection()
+	exchange := testenv.UniqueName(t, "ex_")
+	deliveries := testenv.Consume(t, testenv.AMQPURL(t), exchange)
+	c, m := newClaimer(t, store, newPublisher(t, exchange), Config{BatchSize: 50})
+	valid := insertEvents(t, coll, 20, "order.created")
+	first := time.Now().Add(-time.Hour)
+	bad := map[string]bson.E{
+		"attempts-string": {Key: events.FieldAttempts, Value: "1"},
+		"worker-number":   {Key: events.FieldWorkerID, Value: 7},
+	}
+	k := 0
+	for id, f := range bad {
+		doc := bson.D{{Key: "_id", Value: id}, {Key: "type", Value: "order.created"},
+			{Key: "payload", Value: bson.D{{Key: "n", Value: 1}}}, {Key: "status", Value: "NEW"},
+			{Key: "createdAt", Value: first.Add(time.Duration(5+k*5) * time.Millisecond)}, f}
+		if _, err := coll.InsertOne(t.Context(), doc); err != nil {
+			t.Fatal(err)
+		}
+		k++
+	}
+	nullDoc := bson.D{{Key: "_id", Value: "attempts-null"}, {Key: "type", Value: "order.created"},
+		{Key: "payload", Value: bson.D{{Key: "n", Value: 1}}}, {Key: "status", Value: "NEW"},
+		{Key: "createdAt", Value: first.Add(12 * time.Millisecond)}, {Key: events.FieldAttempts, Value: nil}}
+	if _, err := coll.InsertOne(t.Context(), nullDoc); err != nil {
+		t.Fatal(err)
+	}
+
+	runOnce(t, c)
+	want := append(slices.Clone(valid), "attempts-null")
+	if diff := cmp.Diff(once(want), messageIDs(receive(t, deliveries, len(want)))); diff != "" {
+		t.Errorf("messages received, by id (-want +got):\n%s", diff)
+	}
+	for _, id := range want {
+		var e stored
+		if err := coll.FindOne(t.Context(), bson.D{{Key: "_id", Value: storedID(id)}}).Decode(&e); err != nil {
+			t.Fatalf("find %s: %v", id, err)
+		}
+		if e.Status != events.StatusPublished || e.Attempts != 1 {
+			t.Errorf("event %s: %s after %d attempts, want PUBLISHED after 1", id, e.Status, e.Attempts)
+		}
+	}
+	for id, f := range bad {
+		raw, err := coll.FindOne(t.Context(), bson.D{{Key: "_id", Value: id}}).Raw()
+		if err != nil {
+			t.Fatalf("find %s: %v", id, err)
+		}
+		status, lastError := raw.Lookup("status").StringValue(), raw.Lookup("lastError").StringValue()
+		if status != string(events.StatusFailed) || !strings.Contains(lastError, `"`+f.Key+`"`) {
+			t.Errorf("event %s: %s, lastError %q; want FAILED naming %s", id, status, lastError, f.Key)
+		}
+	}
+	if got := testutil.ToFloat64(m.Failed.WithLabelValues(metrics.ReasonInvalid)); got != float64(len(bad)) {
+		t.Errorf("failed{reason=invalid} = %v, want %d", got, len(bad))
+	}
+	if got := testutil.ToFloat64(m.Claimed); got != float64(len(want)) {
+		t.Errorf("claimed = %v, want %d", got, len(want))
+	}
+}
+
+// storedID is the _id of an event named by idString.
+func storedID(s string) any {
+	if id, err := bson.ObjectIDFromHex(s); err == nil {
+		return id
+	}
+	return s
 }
