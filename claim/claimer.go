@@ -17,9 +17,10 @@ import (
 
 // Store is the outbox as the claimer needs it.
 type Store interface {
-	// Claim claims up to limit events for lease; full reports that a
-	// whole batch was claimable, so more may be waiting.
-	Claim(ctx context.Context, lease events.Lease, limit int) (claimed []events.Claimed, full bool, err error)
+	// Claim claims events for lease, up to limit. Its result also lists
+	// the events it refused and wrote FAILED, and whether more may be
+	// waiting.
+	Claim(ctx context.Context, lease events.Lease, limit events.ClaimLimit) (events.ClaimResult, error)
 	MarkPublished(ctx context.Context, lease events.Lease, ids []any, at time.Time) (int, error)
 	Release(ctx context.Context, lease events.Lease, r events.Release) (int, error)
 }
@@ -37,6 +38,8 @@ const (
 	ScheduleDefault = "@every 1s"
 	// BatchSizeDefault is how many events one claim takes at most.
 	BatchSizeDefault = 500
+	// BatchBytesDefault bounds the raw size of one claim's documents.
+	BatchBytesDefault = 64 << 20
 	// MaxAttemptsDefault is how many claims an event gets before FAILED.
 	MaxAttemptsDefault = 10
 	// MaxBodyBytesDefault bounds a message body (RabbitMQ 4's default
@@ -60,6 +63,17 @@ type Config struct {
 	Schedule string
 	// BatchSize is the most events one claim takes. Defaults to BatchSizeDefault.
 	BatchSize int
+	// BatchBytes bounds the sum of the raw BSON sizes of the documents one
+	// claim takes: the claim stops reading once the next document would
+	// take the sum past it, except that it always takes one document, so
+	// one batch holds at most BatchBytes or one document (up to 16 MiB).
+	// The worker's memory for a batch is about three times the bound: the
+	// raw documents, the message bodies made from them (relaxed Extended
+	// JSON, about as large as the BSON for typical payloads, each capped
+	// by MaxBodyBytes), and the driver's cursor batches (up to 16 MiB for
+	// each of the claim's two finds, and the reply being decoded).
+	// Defaults to BatchBytesDefault.
+	BatchBytes int
 	// MaxAttempts is how many claims an event gets before it becomes
 	// FAILED. Defaults to MaxAttemptsDefault.
 	MaxAttempts int
@@ -90,6 +104,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.BatchSize == 0 {
 		c.BatchSize = BatchSizeDefault
+	}
+	if c.BatchBytes == 0 {
+		c.BatchBytes = BatchBytesDefault
 	}
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = MaxAttemptsDefault
@@ -124,6 +141,8 @@ func (c Config) Validate() error {
 		return errors.New("worker id is empty")
 	case c.BatchSize < 1 || c.BatchSize > 10000:
 		return fmt.Errorf("batch size %d: want 1 to 10000", c.BatchSize)
+	case c.BatchBytes < 1:
+		return fmt.Errorf("batch bytes %d: want at least 1", c.BatchBytes)
 	case c.MaxAttempts < 1:
 		return fmt.Errorf("max attempts %d: want at least 1", c.MaxAttempts)
 	case c.MaxBodyBytes < 1:
@@ -156,6 +175,10 @@ type Claimer struct {
 	// writes of the batch in flight give up then.
 	halted   chan struct{}
 	haltOnce sync.Once
+	// stopping is closed when Stop is called: no claim starts after it,
+	// even in a drain of a backlog that reported more.
+	stopping chan struct{}
+	stopOnce sync.Once
 }
 
 // New returns a Claimer; Start runs it.
@@ -176,8 +199,9 @@ func New(store Store, pub Publisher, cfg Config) (*Claimer, error) {
 			retryMax:    cfg.RetryMax,
 			jitter:      randomJitter,
 		},
-		now:    time.Now,
-		halted: make(chan struct{}),
+		now:      time.Now,
+		halted:   make(chan struct{}),
+		stopping: make(chan struct{}),
 	}
 	var err error
 	c.job, err = schedule.New("claim", cfg.Schedule, c.runOnce, cfg.Logger)
@@ -203,6 +227,7 @@ func (c *Claimer) LastRun() time.Time { return c.job.LastRun() }
 // seconds back for that write; when ctx ends, the writes give up too.
 // Idempotent; safe before Start.
 func (c *Claimer) Stop(ctx context.Context) error {
+	c.stopOnce.Do(func() { close(c.stopping) })
 	drain := ctx
 	if deadline, ok := ctx.Deadline(); ok {
 		reserve := min(settleReserve, time.Until(deadline)/3)
@@ -224,6 +249,11 @@ func (c *Claimer) halt() { c.haltOnce.Do(func() { close(c.halted) }) }
 // full batch was claimable, so the schedule drains a backlog without waiting
 // a tick; that includes a batch other replicas won part or all of.
 func (c *Claimer) runOnce(ctx context.Context) (more bool, err error) {
+	select {
+	case <-c.stopping:
+		return false, nil
+	default:
+	}
 	if err := c.pub.Ready(); err != nil {
 		c.paused.log(c.logger, err)
 		return false, nil
@@ -234,11 +264,13 @@ func (c *Claimer) runOnce(ctx context.Context) (more bool, err error) {
 		Token:    newToken(),
 		At:       c.now().UTC().Truncate(time.Millisecond),
 	}
-	claimed, full, err := c.store.Claim(ctx, lease, c.cfg.BatchSize)
+	res, err := c.store.Claim(ctx, lease, events.ClaimLimit{Events: c.cfg.BatchSize, Bytes: c.cfg.BatchBytes})
 	if err != nil {
 		c.metrics.JobErrors.WithLabelValues("claim").Inc()
 		return false, fmt.Errorf("claim batch: %w", err)
 	}
+	c.noteRejected(res.Rejected)
+	claimed, full := res.Claimed, res.More
 	if len(claimed) == 0 {
 		return full, nil
 	}
@@ -366,6 +398,68 @@ func (c *Claimer) noteLost(want, got int, exact bool, what string) {
 	c.logger.Warn("claims lost before "+what+"; another worker may deliver these events again",
 		"lost", want-got, "of", want)
 }
+
+// rejectLogIDs bounds the event ids one log line of rejects names.
+const rejectLogIDs = 10
+
+// noteRejected counts and logs the events a claim refused: one line per
+// claim, outcome and reason, naming at most rejectLogIDs of them. Each such
+// event is written FAILED once, so these lines are as rare as bad documents.
+func (c *Claimer) noteRejected(rejected []events.Rejected) {
+	type key struct {
+		outcome int // rejectFailed, rejectUnwritten or rejectSkipped
+		reason  string
+	}
+	type group struct {
+		ids   []any
+		count int
+		err   error
+	}
+	groups := map[key]*group{}
+	var order []key
+	for _, r := range rejected {
+		k := key{rejectFailed, r.LastError}
+		switch {
+		case r.Skipped:
+			k.outcome = rejectSkipped
+			c.metrics.Skipped.Inc()
+		case r.Err != nil:
+			k.outcome = rejectUnwritten
+		default:
+			c.metrics.Failed.WithLabelValues(metrics.ReasonInvalid).Inc()
+		}
+		g, ok := groups[k]
+		if !ok {
+			g = &group{err: r.Err}
+			groups[k] = g
+			order = append(order, k)
+		}
+		g.count++
+		if len(g.ids) < rejectLogIDs {
+			g.ids = append(g.ids, r.ID)
+		}
+	}
+	for _, k := range order {
+		g := groups[k]
+		switch k.outcome {
+		case rejectSkipped:
+			c.logger.Error("events skipped: too close to the document size limit for any write; this worker leaves them NEW until it restarts",
+				"count", g.count, "event_ids", g.ids, "reason", k.reason, "error", g.err)
+		case rejectUnwritten:
+			c.logger.Warn("events refused by the claim could not be marked failed; the next claim tries again",
+				"count", g.count, "event_ids", g.ids, "reason", k.reason, "error", g.err)
+		default:
+			c.logger.Warn("events failed at claim", "count", g.count, "event_ids", g.ids, "reason", k.reason)
+		}
+	}
+}
+
+// What became of an event a claim refused.
+const (
+	rejectFailed    = iota // written FAILED
+	rejectUnwritten        // the FAILED write failed; tried again next claim
+	rejectSkipped          // no write fits; skipped by this worker
+)
 
 func newToken() string {
 	var b [12]byte

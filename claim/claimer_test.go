@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -528,8 +530,8 @@ func TestRunOnceBrokerFaultRefundsAttempt(t *testing.T) {
 // full batch between this worker's find and its update.
 type lostRaceStore struct{ Store }
 
-func (lostRaceStore) Claim(context.Context, events.Lease, int) ([]events.Claimed, bool, error) {
-	return nil, true, nil
+func (lostRaceStore) Claim(context.Context, events.Lease, events.ClaimLimit) (events.ClaimResult, error) {
+	return events.ClaimResult{More: true}, nil
 }
 
 // idlePublisher is a ready Publisher that must not be asked to publish.
@@ -654,20 +656,20 @@ type oneEventStore struct {
 	markErr   chan error    // the mark's context error when it gave up
 }
 
-func (s *oneEventStore) Claim(_ context.Context, lease events.Lease, _ int) ([]events.Claimed, bool, error) {
+func (s *oneEventStore) Claim(_ context.Context, lease events.Lease, _ events.ClaimLimit) (events.ClaimResult, error) {
 	if s.handedOut {
-		return nil, false, nil
+		return events.ClaimResult{}, nil
 	}
 	s.handedOut = true
 	doc, err := events.Draft{Type: "order.created", Payload: bson.D{{Key: "n", Value: 1}}}.Document(lease.At)
 	if err != nil {
-		return nil, false, err
+		return events.ClaimResult{}, err
 	}
 	raw, err := bson.Marshal(doc)
 	if err != nil {
-		return nil, false, err
+		return events.ClaimResult{}, err
 	}
-	return []events.Claimed{{ID: doc[0].Value, Attempts: 1, Doc: raw}}, false, nil
+	return events.ClaimResult{Claimed: []events.Claimed{{ID: doc[0].Value, Attempts: 1, Doc: raw}}}, nil
 }
 
 func (s *oneEventStore) MarkPublished(ctx context.Context, _ events.Lease, _ []any, _ time.Time) (int, error) {
@@ -723,4 +725,134 @@ func TestStopEndsOutcomeWritesAtItsDeadline(t *testing.T) {
 	default:
 		t.Error("the mark was still running after Stop returned")
 	}
+}
+
+// claimN claims up to n events with no byte bound, as Claim did before
+// it took a ClaimLimit.
+func claimN(ctx context.Context, s *mongo.Store, lease events.Lease, n int) ([]events.Claimed, bool, error) {
+	res, err := s.Claim(ctx, lease, events.ClaimLimit{Events: n})
+	return res.Claimed, res.More, err
+}
+
+// stopSpyStore reports a full batch lost to other replicas (so the drain
+// asks for more) from a Claim that returns only once Stop has begun, and
+// counts its claims.
+type stopSpyStore struct {
+	Store
+	c       *Claimer
+	claims  atomic.Int32
+	started chan struct{}
+}
+
+func (s *stopSpyStore) Claim(context.Context, events.Lease, events.ClaimLimit) (events.ClaimResult, error) {
+	if s.claims.Add(1) == 1 {
+		close(s.started)
+	}
+	<-s.c.stopping
+	s.c.Trigger() // a Trigger during the stop must not start a claim either
+	return events.ClaimResult{More: true}, nil
+}
+
+// Nothing is claimed after SIGTERM: once Stop has been called, neither the
+// drain of a backlog nor a pending Trigger starts another claim.
+func TestNoClaimAfterStop(t *testing.T) {
+	t.Parallel()
+	store := &stopSpyStore{started: make(chan struct{})}
+	c, _ := newClaimer(t, store, idlePublisher{t}, Config{Schedule: "@every 1h"})
+	store.c = c
+	if err := c.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	c.Trigger()
+	select {
+	case <-store.started:
+	case <-time.After(waitFor):
+		t.Fatal("the claimer never claimed")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
+	defer cancel()
+	if err := c.Stop(ctx); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if got := store.claims.Load(); got != 1 {
+		t.Errorf("claims = %d, want 1: a claim started after Stop", got)
+	}
+	// runOnce itself refuses once stopped.
+	if more, err := c.runOnce(t.Context()); more || err != nil || store.claims.Load() != 1 {
+		t.Errorf("runOnce after Stop = %t, %v with %d claims; want false, nil and no claim", more, err, store.claims.Load())
+	}
+}
+
+// A document whose worker-managed fields have the wrong type no longer
+// stops the claim: it is FAILED in the run that reads it, counted as
+// failed{reason=invalid}, and every valid event of the batch is relayed in
+// that run; a null attempts is claimed as if absent.
+func TestRunOnceManagedFieldOfWrongType(t *testing.T) {
+	t.Parallel()
+	store := newStore(t)
+	coll := store.Collection()
+	exchange := testenv.UniqueName(t, "ex_")
+	deliveries := testenv.Consume(t, testenv.AMQPURL(t), exchange)
+	c, m := newClaimer(t, store, newPublisher(t, exchange), Config{BatchSize: 50})
+	valid := insertEvents(t, coll, 20, "order.created")
+	first := time.Now().Add(-time.Hour)
+	bad := map[string]bson.E{
+		"attempts-string": {Key: events.FieldAttempts, Value: "1"},
+		"worker-number":   {Key: events.FieldWorkerID, Value: 7},
+	}
+	k := 0
+	for id, f := range bad {
+		doc := bson.D{{Key: "_id", Value: id}, {Key: "type", Value: "order.created"},
+			{Key: "payload", Value: bson.D{{Key: "n", Value: 1}}}, {Key: "status", Value: "NEW"},
+			{Key: "createdAt", Value: first.Add(time.Duration(5+k*5) * time.Millisecond)}, f}
+		if _, err := coll.InsertOne(t.Context(), doc); err != nil {
+			t.Fatal(err)
+		}
+		k++
+	}
+	nullDoc := bson.D{{Key: "_id", Value: "attempts-null"}, {Key: "type", Value: "order.created"},
+		{Key: "payload", Value: bson.D{{Key: "n", Value: 1}}}, {Key: "status", Value: "NEW"},
+		{Key: "createdAt", Value: first.Add(12 * time.Millisecond)}, {Key: events.FieldAttempts, Value: nil}}
+	if _, err := coll.InsertOne(t.Context(), nullDoc); err != nil {
+		t.Fatal(err)
+	}
+
+	runOnce(t, c)
+	want := append(slices.Clone(valid), "attempts-null")
+	if diff := cmp.Diff(once(want), messageIDs(receive(t, deliveries, len(want)))); diff != "" {
+		t.Errorf("messages received, by id (-want +got):\n%s", diff)
+	}
+	for _, id := range want {
+		var e stored
+		if err := coll.FindOne(t.Context(), bson.D{{Key: "_id", Value: storedID(id)}}).Decode(&e); err != nil {
+			t.Fatalf("find %s: %v", id, err)
+		}
+		if e.Status != events.StatusPublished || e.Attempts != 1 {
+			t.Errorf("event %s: %s after %d attempts, want PUBLISHED after 1", id, e.Status, e.Attempts)
+		}
+	}
+	for id, f := range bad {
+		raw, err := coll.FindOne(t.Context(), bson.D{{Key: "_id", Value: id}}).Raw()
+		if err != nil {
+			t.Fatalf("find %s: %v", id, err)
+		}
+		status, lastError := raw.Lookup("status").StringValue(), raw.Lookup("lastError").StringValue()
+		if status != string(events.StatusFailed) || !strings.Contains(lastError, `"`+f.Key+`"`) {
+			t.Errorf("event %s: %s, lastError %q; want FAILED naming %s", id, status, lastError, f.Key)
+		}
+	}
+	if got := testutil.ToFloat64(m.Failed.WithLabelValues(metrics.ReasonInvalid)); got != float64(len(bad)) {
+		t.Errorf("failed{reason=invalid} = %v, want %d", got, len(bad))
+	}
+	if got := testutil.ToFloat64(m.Claimed); got != float64(len(want)) {
+		t.Errorf("claimed = %v, want %d", got, len(want))
+	}
+}
+
+// storedID is the _id of an event named by idString.
+func storedID(s string) any {
+	if id, err := bson.ObjectIDFromHex(s); err == nil {
+		return id
+	}
+	return s
 }

@@ -2,8 +2,9 @@
 // publish them with confirms, and write each outcome: PUBLISHED, back to NEW
 // for a retry, or FAILED.
 //
-// One claim costs three database commands whatever the batch size (find,
-// claim, mark) plus one per kind of failure, and the publishes of a batch
+// One claim costs four database commands on MongoDB whatever the batch
+// size (two finds, claim, mark; three on FerretDB) plus one per kind of
+// failure, and the publishes of a batch
 // are pipelined. Every write after the claim is fenced by the lease, so a
 // worker that lost its claim to recovery changes nothing.
 package claim

@@ -64,7 +64,7 @@ func ownedBy(t *testing.T, coll *driver.Collection, l events.Lease, attempts int
 func claimRecoverReclaim(t *testing.T, store *mongo.Store, a, b events.Lease, n int) []events.Claimed {
 	t.Helper()
 	ctx := t.Context()
-	got, _, err := store.Claim(ctx, a, n)
+	got, _, err := claimN(ctx, store, a, n)
 	if err != nil || len(got) != n {
 		t.Fatalf("a's Claim = %d events, %v; want %d", len(got), err, n)
 	}
@@ -74,7 +74,7 @@ func claimRecoverReclaim(t *testing.T, store *mongo.Store, a, b events.Lease, n 
 	if err != nil || reset != n || failed != 0 {
 		t.Fatalf("RecoverStale = reset %d, failed %d, %v; want %d, 0, nil", reset, failed, err, n)
 	}
-	again, _, err := store.Claim(ctx, b, n)
+	again, _, err := claimN(ctx, store, b, n)
 	if err != nil {
 		t.Fatalf("b's Claim: %v", err)
 	}
@@ -162,11 +162,11 @@ func TestClaimSecondLeaseGetsOnlyNew(t *testing.T) {
 	a := fenceLease("worker-a", "token-a", now)
 	b := fenceLease("worker-b", "token-b", now)
 
-	gotA, _, err := store.Claim(t.Context(), a, 4)
+	gotA, _, err := claimN(t.Context(), store, a, 4)
 	if err != nil {
 		t.Fatalf("a's Claim: %v", err)
 	}
-	gotB, _, err := store.Claim(t.Context(), b, 10)
+	gotB, _, err := claimN(t.Context(), store, b, 10)
 	if err != nil {
 		t.Fatalf("b's Claim: %v", err)
 	}
@@ -204,7 +204,7 @@ func TestClaimLosesRaceBetweenFindAndUpdate(t *testing.T) {
 	var errA error
 	monitor := &event.CommandMonitor{Started: func(ctx context.Context, e *event.CommandStartedEvent) {
 		if e.CommandName == "update" && armed.CompareAndSwap(true, false) {
-			gotA, _, errA = storeA.Claim(context.WithoutCancel(ctx), a, 4)
+			gotA, _, errA = claimN(context.WithoutCancel(ctx), storeA, a, 4)
 		}
 	}}
 	clientB, err := driver.Connect(options.Client().ApplyURI(testenv.MongoURI(t)).
@@ -216,7 +216,7 @@ func TestClaimLosesRaceBetweenFindAndUpdate(t *testing.T) {
 	storeB := mongo.New(clientB, mongo.Config{Database: db.Name(), Logger: discard})
 
 	armed.Store(true)
-	gotB, fullB, err := storeB.Claim(t.Context(), b, 10)
+	gotB, fullB, err := claimN(t.Context(), storeB, b, 10)
 	if err != nil {
 		t.Fatalf("b's Claim: %v", err)
 	}
@@ -271,7 +271,7 @@ func TestRunOnceLateConfirmAfterRecovery(t *testing.T) {
 			t.Errorf("RecoverStale: %v", err)
 		}
 		var err error
-		if gotB, _, err = store.Claim(ctx, b, 100); err != nil {
+		if gotB, _, err = claimN(ctx, store, b, 100); err != nil {
 			t.Errorf("b's Claim: %v", err)
 		}
 	}

@@ -40,3 +40,44 @@ type Release struct {
 	// was not the event's (broker outage, shutdown).
 	Refund bool
 }
+
+// ClaimLimit bounds one claim.
+type ClaimLimit struct {
+	// Events is the most events one claim takes.
+	Events int
+	// Bytes bounds the sum of the raw sizes of the documents one claim
+	// takes: a document that would take the sum past it is left for the
+	// next claim, except the first, which is taken whatever its size.
+	// Zero means no bound.
+	Bytes int
+}
+
+// ClaimResult is what one claim did.
+type ClaimResult struct {
+	// Claimed are the events this lease now holds.
+	Claimed []Claimed
+	// Rejected are events the claim read but did not claim, because a
+	// claim cannot be written to them (see CheckManaged and CheckSize) or
+	// the server refused it: each was written FAILED at once, or says why
+	// it could not be.
+	Rejected []Rejected
+	// More reports that the claim stopped at a bound of its ClaimLimit,
+	// so more may be waiting: true even when other workers won part of
+	// what it read, so that the loser of a race claims again at once.
+	More bool
+}
+
+// Rejected is one event a claim refused.
+type Rejected struct {
+	ID any
+	// LastError is why, as written to the event.
+	LastError string
+	// Err is nil when the event was written FAILED. Otherwise it says why
+	// that write failed; the event is still NEW and the next claim tries
+	// again, unless Skipped.
+	Err error
+	// Skipped reports an event that cannot be written at all (it is too
+	// close to the document size limit to take even its status change):
+	// this store leaves it out of its claims from now on.
+	Skipped bool
+}

@@ -30,6 +30,7 @@ type Metrics struct {
 	Recovered       prometheus.Counter
 	Deleted         prometheus.Counter
 	LostClaims      prometheus.Counter
+	Skipped         prometheus.Counter
 	PublishLatency  prometheus.Histogram
 	ClaimBatchSize  prometheus.Histogram
 	Events          *prometheus.GaugeVec
@@ -72,6 +73,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: namespace, Name: "claims_lost_total",
 			Help: "Events whose claim this worker lost (to recovery) before it could write their outcome.",
 		}),
+		Skipped: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "events_skipped_total",
+			Help: "NEW events this worker can neither claim nor mark FAILED (too close to the document size limit for any write) and leaves out of its claims until it restarts.",
+		}),
 		PublishLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "publish_latency_seconds",
 			Help:    "Time from an event's createdAt to its broker confirm.",
@@ -109,7 +114,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.Claimed, m.Published, m.Failed, m.Released, m.Recovered, m.Deleted,
-			m.LostClaims, m.PublishLatency, m.ClaimBatchSize, m.Events, m.OldestNewAge,
+			m.LostClaims, m.Skipped, m.PublishLatency, m.ClaimBatchSize, m.Events, m.OldestNewAge,
 			m.StaleProcessing, m.BrokerConnected, m.JobErrors, m.DBCommands)
 	}
 	return m

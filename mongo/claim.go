@@ -2,8 +2,10 @@ package mongo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -12,66 +14,412 @@ import (
 	"github.com/outboxrelay/outbox/events"
 )
 
-// Claim claims up to limit NEW events whose retry time has come, oldest
-// first, for lease. It costs two commands when no other worker races it
-// (find, then one UpdateMany guarded by status NEW) and one more when one
-// does: then it reads back exactly what this lease won.
+// Claim claims NEW events whose retry time has come, oldest first, for
+// lease, up to limit's count and bytes. Without a race or a bad document
+// it costs three commands on MongoDB (two finds, see findClaimable, then
+// one UpdateMany guarded by status NEW) and two on FerretDB (one find).
 //
-// full reports that a whole batch was claimable when Claim looked, so more
-// may be waiting: true even when other workers won part of it, so that the
-// loser of a race claims again at once instead of idling until its next
-// tick while a backlog remains.
-func (s *Store) Claim(ctx context.Context, lease events.Lease, limit int) (claimed []events.Claimed, full bool, err error) {
-	docs, err := s.findClaimable(ctx, lease.At, limit)
+// Documents a claim cannot be written to are not claimed with the rest:
+// a worker-managed field of the wrong type (events.CheckManaged) or a size
+// too close to the document limit (events.CheckSize) makes the event
+// FAILED at once, in one guarded write per distinct lastError. A null
+// attempts counts as absent and costs one more UpdateMany, since $inc
+// cannot apply to null. When the server refuses the claim's UpdateMany
+// because of one document, the batch is claimed one event at a time and
+// each event the server refuses is made FAILED with its reason; the rest
+// are claimed as usual. A network error or timeout fails the claim.
+//
+// When another worker won some of what it read, Claim reads back exactly
+// what this lease holds: one more command.
+func (s *Store) Claim(ctx context.Context, lease events.Lease, limit events.ClaimLimit) (events.ClaimResult, error) {
+	docs, more, err := s.findClaimable(ctx, lease.At, limit)
 	if err != nil || len(docs) == 0 {
-		return nil, false, err
+		return events.ClaimResult{More: more}, err
 	}
-	full = len(docs) == limit
-	ids := make([]any, len(docs))
-	for i, d := range docs {
-		ids[i] = d.ID
+	res := events.ClaimResult{More: more}
+	reserve := events.ManagedReserveBytes + len(lease.WorkerID)
+	var plain, nullAttempts []events.Claimed
+	var refused []refusal
+	for _, doc := range docs {
+		c := events.Claimed{Doc: doc}
+		if v, err := doc.LookupErr(events.FieldID); err == nil {
+			c.ID = rawID(v)
+		}
+		m, err := events.CheckManaged(doc)
+		if err == nil {
+			err = events.CheckSize(len(doc), reserve)
+			if err != nil {
+				refused = append(refused, refusal{id: c.ID, lastError: err.Error(), large: true})
+				continue
+			}
+		}
+		if err != nil {
+			refused = append(refused, refusal{id: c.ID, lastError: err.Error()})
+			continue
+		}
+		c.Attempts = m.Attempts + 1
+		if m.AttemptsNull {
+			nullAttempts = append(nullAttempts, c)
+		} else {
+			plain = append(plain, c)
+		}
 	}
+
+	exact := true // every claimable document read was won, as read
+	for _, group := range []struct {
+		docs []events.Claimed
+		null bool
+	}{{plain, false}, {nullAttempts, true}} {
+		if len(group.docs) == 0 {
+			continue
+		}
+		ids := idsOf(group.docs)
+		n, err := s.claimIDs(ctx, lease, ids, group.null)
+		if err == nil {
+			exact = exact && n == len(ids)
+			continue
+		}
+		if !isDocumentError(err) {
+			return events.ClaimResult{}, fmt.Errorf("claim %d events: %w", len(ids), err)
+		}
+		// One document spoiled the update, which may have changed some
+		// documents before it: claim the rest one by one, and read back
+		// what this lease holds.
+		exact = false
+		s.logger.Warn("claim refused by the server; claiming one event at a time", "events", len(ids), "error", err)
+		for _, id := range ids {
+			if _, err := s.claimIDs(ctx, lease, []any{id}, group.null); err != nil {
+				if !isDocumentError(err) {
+					return events.ClaimResult{}, fmt.Errorf("claim event %v: %w", id, err)
+				}
+				refused = append(refused, refusal{id: id, lastError: "claim refused by the server: " + serverReason(err)})
+			}
+		}
+	}
+	if exact {
+		res.Claimed = append(plain, nullAttempts...)
+	} else if res.Claimed, err = s.findLeased(ctx, lease, len(docs)); err != nil {
+		return events.ClaimResult{}, err
+	}
+	res.Rejected = s.fail(ctx, lease, refused)
+	return res, nil
+}
+
+func idsOf(cs []events.Claimed) []any {
+	ids := make([]any, len(cs))
+	for i, c := range cs {
+		ids[i] = c.ID
+	}
+	return ids
+}
+
+// claimIDs claims the given NEW events for lease and returns how many it
+// changed. With nullAttempts the events are those whose attempts is null,
+// which $inc refuses: the claim sets 1, guarded by attempts still null.
+func (s *Store) claimIDs(ctx context.Context, lease events.Lease, ids []any, nullAttempts bool) (int, error) {
 	filter := bson.D{
 		{Key: events.FieldStatus, Value: events.StatusNew},
 		{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: ids}}},
 	}
-	update := bson.D{
-		{Key: "$set", Value: bson.D{
-			{Key: events.FieldStatus, Value: events.StatusProcessing},
-			{Key: events.FieldWorkerID, Value: lease.WorkerID},
-			{Key: events.FieldProcessingAt, Value: lease.At},
-			{Key: events.FieldClaimToken, Value: lease.Token},
-		}},
-		{Key: "$inc", Value: bson.D{{Key: events.FieldAttempts, Value: 1}}},
-		{Key: "$unset", Value: bson.D{{Key: events.FieldRetryAt, Value: ""}}},
+	set := bson.D{
+		{Key: events.FieldStatus, Value: events.StatusProcessing},
+		{Key: events.FieldWorkerID, Value: lease.WorkerID},
+		{Key: events.FieldProcessingAt, Value: lease.At},
+		{Key: events.FieldClaimToken, Value: lease.Token},
 	}
+	update := bson.D{{Key: "$set", Value: set}}
+	if nullAttempts {
+		// {attempts: null} also matches a document whose attempts was
+		// removed since the find; one given a number meanwhile is not
+		// claimed here, and the next claim takes it.
+		filter = append(filter, bson.E{Key: events.FieldAttempts, Value: nil})
+		update[0].Value = append(set, bson.E{Key: events.FieldAttempts, Value: 1})
+	} else {
+		update = append(update, bson.E{Key: "$inc", Value: bson.D{{Key: events.FieldAttempts, Value: 1}}})
+	}
+	update = append(update, bson.E{Key: "$unset", Value: bson.D{{Key: events.FieldRetryAt, Value: ""}}})
 	res, err := s.coll.UpdateMany(ctx, filter, update)
 	if err != nil {
-		return nil, false, fmt.Errorf("claim %d events: %w", len(ids), err)
+		return 0, err
 	}
-	if int(res.ModifiedCount) == len(docs) {
-		// We won every document we read, so what we read is what we hold.
-		for i := range docs {
-			docs[i].Attempts++
-		}
-		return docs, full, nil
-	}
-	// Another worker claimed some of them between our find and our update.
-	claimed, err = s.findLeased(ctx, lease, len(docs))
-	return claimed, full, err
+	return int(res.ModifiedCount), nil
 }
 
-func (s *Store) findClaimable(ctx context.Context, now time.Time, limit int) ([]events.Claimed, error) {
+// refusal is an event a claim read and will not claim.
+type refusal struct {
+	id        any
+	lastError string
+	large     bool // too close to the size limit: the FAIL write is kept small
+}
+
+// fail writes each refused event FAILED, guarded by status NEW so that an
+// event another worker claimed meanwhile is left alone, and never touching
+// the field at fault. Events sharing a lastError share one write. A write
+// that fails is reported in the event's Rejected.Err, never as the claim's
+// error: the events claimed must still be relayed.
+func (s *Store) fail(ctx context.Context, lease events.Lease, refused []refusal) []events.Rejected {
+	if len(refused) == 0 {
+		return nil
+	}
+	out := make([]events.Rejected, 0, len(refused))
+	groups := map[string][]any{}
+	var order []string
+	for _, r := range refused {
+		switch {
+		case r.id == nil:
+			out = append(out, events.Rejected{LastError: r.lastError, Err: errors.New("no _id to write it by")})
+		case r.large:
+			out = append(out, s.failLarge(ctx, r))
+		default:
+			if _, ok := groups[r.lastError]; !ok {
+				order = append(order, r.lastError)
+			}
+			groups[r.lastError] = append(groups[r.lastError], r.id)
+		}
+	}
+	for _, lastError := range order {
+		ids := groups[lastError]
+		set := bson.D{
+			{Key: events.FieldStatus, Value: events.StatusFailed},
+			{Key: events.FieldLastError, Value: truncateError(lastError)},
+			{Key: events.FieldFailedAt, Value: lease.At},
+		}
+		err := s.failIDs(ctx, ids, set)
+		if err != nil && isDocumentError(err) && len(ids) > 1 {
+			// One document spoiled the write: write them one by one.
+			for _, id := range ids {
+				out = append(out, events.Rejected{ID: id, LastError: lastError, Err: s.failIDs(ctx, []any{id}, set)})
+			}
+			continue
+		}
+		for _, id := range ids {
+			out = append(out, events.Rejected{ID: id, LastError: lastError, Err: err})
+		}
+	}
+	return out
+}
+
+func (s *Store) failIDs(ctx context.Context, ids []any, set bson.D) error {
 	filter := bson.D{
 		{Key: events.FieldStatus, Value: events.StatusNew},
-		// Events waiting for a retry are skipped, never in the way of newer ones.
-		{Key: events.FieldRetryAt, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: now}}}}},
+		{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: ids}}},
+	}
+	if _, err := s.coll.UpdateMany(ctx, filter, bson.D{{Key: "$set", Value: set}}); err != nil {
+		return fmt.Errorf("mark %d events failed: %w", len(ids), err)
+	}
+	return nil
+}
+
+// failLarge writes FAILED to an event too close to the size limit with
+// the smallest writes that say so: the status and a short lastError (about
+// 150 bytes more), or where even that does not fit, the status alone (3
+// bytes more than NEW). Where nothing fits, the event is left NEW and this
+// store skips it from then on.
+func (s *Store) failLarge(ctx context.Context, r refusal) events.Rejected {
+	rej := events.Rejected{ID: r.id, LastError: r.lastError}
+	status := bson.E{Key: events.FieldStatus, Value: events.StatusFailed}
+	err := s.failIDs(ctx, []any{r.id}, bson.D{status, {Key: events.FieldLastError, Value: r.lastError}})
+	if err == nil || !isDocumentError(err) {
+		rej.Err = err
+		return rej
+	}
+	if err = s.failIDs(ctx, []any{r.id}, bson.D{status}); err == nil || !isDocumentError(err) {
+		rej.Err = err
+		return rej
+	}
+	rej.Err = fmt.Errorf("no write fits under the document size limit: %w", err)
+	rej.Skipped = s.skipped.add(r.id)
+	return rej
+}
+
+// isDocumentError reports an error about a document the server refused to
+// change, as opposed to a network error, a timeout or an outage, after
+// which the same write may well succeed.
+func isDocumentError(err error) bool {
+	if err == nil || mongo.IsNetworkError(err) || mongo.IsTimeout(err) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var we mongo.WriteException
+	if errors.As(err, &we) {
+		return len(we.WriteErrors) > 0 && we.WriteConcernError == nil
+	}
+	var ce mongo.CommandError
+	if errors.As(err, &ce) {
+		switch ce.Code {
+		case 2, // BadValue
+			14,    // TypeMismatch
+			52,    // DollarPrefixedFieldName
+			66,    // ImmutableField
+			121,   // DocumentValidationFailure
+			10334, // BSONObjectTooLarge
+			17419: // the document after an update would be too large
+			return true
+		}
+	}
+	return false
+}
+
+// serverReason is the server's own message in err, without the driver's
+// wrapping.
+func serverReason(err error) string {
+	var we mongo.WriteException
+	if errors.As(err, &we) && len(we.WriteErrors) > 0 {
+		return we.WriteErrors[0].Message
+	}
+	var ce mongo.CommandError
+	if errors.As(err, &ce) {
+		return ce.Message
+	}
+	return err.Error()
+}
+
+// lastErrorMaxBytes bounds a lastError the store writes, so that the room
+// events.ManagedReserveBytes keeps for it holds.
+const lastErrorMaxBytes = 1 << 10
+
+func truncateError(s string) string {
+	if len(s) <= lastErrorMaxBytes {
+		return s
+	}
+	const more = "..."
+	cut := lastErrorMaxBytes - len(more)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + more
+}
+
+// findClaimable reads the claim's candidates: NEW events whose retry time
+// has come, oldest first, up to limit's count and bytes. more reports that
+// it stopped at a bound.
+//
+// On MongoDB it runs two finds on the index {status, retryAt, createdAt},
+// merged by createdAt: events never retried ({retryAt: null}, in index
+// order, so it examines what it returns), and events with a retryAt that
+// is not in the future (due retries, usually few, and a retryAt of the
+// wrong type, which the claim then fails). Events backing off are outside
+// both index ranges and never examined, however many sit at the head. A
+// single find cannot do both: with retryAt as a range, the index no longer
+// gives createdAt order and the server sorts every candidate. On FerretDB,
+// which plans neither with an index and decodes every NEW event of each
+// find, one find with the same result costs half as much.
+func (s *Store) findClaimable(ctx context.Context, now time.Time, limit events.ClaimLimit) (docs []bson.Raw, more bool, err error) {
+	skipped := s.skipped.list()
+	filter := func(retryAt any) bson.D {
+		f := bson.D{
+			{Key: events.FieldStatus, Value: events.StatusNew},
+			{Key: events.FieldRetryAt, Value: retryAt},
+		}
+		if len(skipped) > 0 {
+			f = append(f, bson.E{Key: events.FieldID, Value: bson.D{{Key: "$nin", Value: skipped}}})
+		}
+		return f
 	}
 	opts := options.Find().
 		SetSort(bson.D{{Key: events.FieldCreatedAt, Value: 1}}).
-		SetLimit(int64(limit)).
-		SetBatchSize(oneBatch(limit))
-	return s.findClaimed(ctx, filter, opts)
+		SetLimit(int64(limit.Events)).
+		SetBatchSize(oneBatch(limit.Events))
+	notLater := bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: now}}}}
+	var filters []bson.D
+	if s.splitClaim {
+		opts.SetHint(claimIndex)
+		filters = []bson.D{
+			filter(nil),
+			filter(append(bson.D{{Key: "$ne", Value: nil}}, notLater...)),
+		}
+	} else {
+		filters = []bson.D{filter(notLater)}
+	}
+	var heads []*head
+	defer func() {
+		for _, h := range heads {
+			h.cur.Close(ctx)
+		}
+	}()
+	for _, f := range filters {
+		cur, err := s.coll.Find(ctx, f, opts)
+		if err != nil {
+			return nil, false, fmt.Errorf("find events to claim: %w", err)
+		}
+		h := &head{cur: cur}
+		heads = append(heads, h)
+		if err := h.next(ctx); err != nil {
+			return nil, false, err
+		}
+	}
+	total := 0
+	for {
+		var first *head
+		for _, h := range heads {
+			if h.doc != nil && (first == nil || h.before(first)) {
+				first = h
+			}
+		}
+		if first == nil {
+			return docs, false, nil
+		}
+		if len(docs) > 0 && limit.Bytes > 0 && total+len(first.doc) > limit.Bytes {
+			return docs, true, nil
+		}
+		docs = append(docs, first.doc)
+		total += len(first.doc)
+		if len(docs) >= limit.Events {
+			return docs, true, nil
+		}
+		if err := first.next(ctx); err != nil {
+			return nil, false, err
+		}
+	}
+}
+
+// head is a find's cursor and the next document it gives.
+type head struct {
+	cur  *mongo.Cursor
+	doc  bson.Raw // nil once the cursor is exhausted
+	rank int
+	at   int64
+}
+
+func (h *head) next(ctx context.Context) error {
+	if !h.cur.Next(ctx) {
+		h.doc = nil
+		if err := h.cur.Err(); err != nil {
+			return fmt.Errorf("read events to claim: %w", err)
+		}
+		return nil
+	}
+	h.doc = make(bson.Raw, len(h.cur.Current))
+	copy(h.doc, h.cur.Current)
+	h.rank, h.at = sortKey(h.doc)
+	return nil
+}
+
+func (h *head) before(o *head) bool {
+	return h.rank < o.rank || h.rank == o.rank && h.at < o.at
+}
+
+// sortKey places a document's createdAt in MongoDB's sort order well
+// enough to merge two sorted finds: missing or null first, then the types
+// that sort before dates, then dates by time, then the rest. It ranks a
+// createdAt of the wrong type only roughly, which can change only the
+// order of such events, never which events are claimable.
+func sortKey(doc bson.Raw) (rank int, at int64) {
+	v, err := doc.LookupErr(events.FieldCreatedAt)
+	if err != nil {
+		return 0, 0
+	}
+	switch v.Type {
+	case bson.TypeNull, bson.TypeUndefined, bson.TypeMinKey:
+		return 0, 0
+	case bson.TypeDateTime:
+		ms, _ := v.DateTimeOK()
+		return 2, ms
+	case bson.TypeTimestamp, bson.TypeRegex, bson.TypeMaxKey:
+		return 3, 0
+	default:
+		return 1, 0
+	}
 }
 
 func (s *Store) findLeased(ctx context.Context, lease events.Lease, limit int) ([]events.Claimed, error) {
@@ -81,7 +429,21 @@ func (s *Store) findLeased(ctx context.Context, lease events.Lease, limit int) (
 		{Key: events.FieldWorkerID, Value: lease.WorkerID},
 	}
 	opts := options.Find().SetBatchSize(oneBatch(limit))
-	return s.findClaimed(ctx, filter, opts)
+	cur, err := s.coll.Find(ctx, filter, opts)
+	if err != nil {
+		return nil, fmt.Errorf("find claimed events: %w", err)
+	}
+	defer cur.Close(ctx)
+	var out []events.Claimed
+	for cur.Next(ctx) {
+		doc := make(bson.Raw, len(cur.Current))
+		copy(doc, cur.Current)
+		out = append(out, claimed(doc))
+	}
+	if err := cur.Err(); err != nil {
+		return nil, fmt.Errorf("read claimed events: %w", err)
+	}
+	return out, nil
 }
 
 // oneBatch is the batch size that returns up to limit documents in the
@@ -93,34 +455,13 @@ func oneBatch(limit int) int32 {
 	return int32(min(limit+1, 1<<20))
 }
 
-func (s *Store) findClaimed(ctx context.Context, filter bson.D, opts *options.FindOptionsBuilder) ([]events.Claimed, error) {
-	cur, err := s.coll.Find(ctx, filter, opts)
-	if err != nil {
-		return nil, fmt.Errorf("find events to claim: %w", err)
-	}
-	defer cur.Close(ctx)
-	var out []events.Claimed
-	for cur.Next(ctx) {
-		doc := make(bson.Raw, len(cur.Current))
-		copy(doc, cur.Current)
-		out = append(out, claimed(doc))
-	}
-	if err := cur.Err(); err != nil {
-		return nil, fmt.Errorf("read events to claim: %w", err)
-	}
-	return out, nil
-}
-
 func claimed(doc bson.Raw) events.Claimed {
 	c := events.Claimed{Doc: doc}
 	if v, err := doc.LookupErr(events.FieldID); err == nil {
 		c.ID = rawID(v)
 	}
-	if v, err := doc.LookupErr(events.FieldAttempts); err == nil {
-		if n, ok := v.AsInt64OK(); ok {
-			c.Attempts = int(n)
-		}
-	}
+	m, _ := events.CheckManaged(doc)
+	c.Attempts = m.Attempts
 	return c
 }
 
@@ -169,7 +510,7 @@ func (s *Store) Release(ctx context.Context, lease events.Lease, r events.Releas
 	}
 	set := bson.D{
 		{Key: events.FieldStatus, Value: r.Status},
-		{Key: events.FieldLastError, Value: r.LastError},
+		{Key: events.FieldLastError, Value: truncateError(r.LastError)},
 	}
 	unset := bson.D{{Key: events.FieldClaimToken, Value: ""}}
 	switch r.Status {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -49,6 +50,11 @@ type Store struct {
 	coll   *mongo.Collection
 	logger *slog.Logger
 	txn    bool
+	// splitClaim reads claim candidates with two index-backed finds (see
+	// findClaimable); false on FerretDB, which plans neither with an
+	// index, so that one find costs it one pass over the NEW events.
+	splitClaim bool
+	skipped    skipSet
 }
 
 // New returns a Store on client. It does no I/O: call Prepare before use.
@@ -62,15 +68,32 @@ func New(client *mongo.Client, cfg Config) *Store {
 }
 
 // Prepare finds out whether the deployment supports transactions and
-// creates the indexes the worker's queries rely on. It is idempotent and
-// safe to run from every replica at once.
+// whether it is FerretDB, and creates the indexes the worker's queries
+// rely on. It is idempotent and safe to run from every replica at once.
 func (s *Store) Prepare(ctx context.Context) error {
 	txn, err := supportsTransactions(ctx, s.client)
 	if err != nil {
 		return err
 	}
 	s.txn = txn
+	ferret, err := isFerretDB(ctx, s.client)
+	if err != nil {
+		return err
+	}
+	s.splitClaim = !ferret
 	return s.ensureIndexes(ctx)
+}
+
+// isFerretDB reports a FerretDB server, which names its own version in
+// buildInfo.
+func isFerretDB(ctx context.Context, client *mongo.Client) (bool, error) {
+	var info bson.Raw
+	err := client.Database("admin").RunCommand(ctx, bson.D{{Key: "buildInfo", Value: 1}}).Decode(&info)
+	if err != nil {
+		return false, fmt.Errorf("ask the server its build (buildInfo): %w", err)
+	}
+	_, err = info.LookupErr("ferretdbVersion")
+	return err == nil, nil
 }
 
 // supportsTransactions asks the server what it is: transactions need a
@@ -105,9 +128,16 @@ func (s *Store) Ping(ctx context.Context) error {
 
 func (s *Store) ensureIndexes(ctx context.Context) error {
 	models := []mongo.IndexModel{
-		// Claim: NEW events, oldest first.
+		// NEW events, oldest first: the claim of workers before the split
+		// claim below (kept for a rolling upgrade), and the sampler's
+		// oldest NEW event.
 		{Keys: bson.D{{Key: events.FieldStatus, Value: 1}, {Key: events.FieldCreatedAt, Value: 1}},
 			Options: options.Index().SetName("outbox_claim")},
+		// Claim: NEW events never retried (retryAt null) oldest first, and
+		// the due retries by retryAt, so that events backing off are never
+		// examined. See findClaimable.
+		{Keys: bson.D{{Key: events.FieldStatus, Value: 1}, {Key: events.FieldRetryAt, Value: 1}, {Key: events.FieldCreatedAt, Value: 1}},
+			Options: options.Index().SetName(claimIndex)},
 		// Recovery: PROCESSING events by claim time.
 		{Keys: bson.D{{Key: events.FieldStatus, Value: 1}, {Key: events.FieldProcessingAt, Value: 1}},
 			Options: options.Index().SetName("outbox_stale")},
@@ -127,6 +157,55 @@ func (s *Store) ensureIndexes(ctx context.Context) error {
 	return nil
 }
 
+// claimIndex is the index the split claim's finds name as their hint.
+const claimIndex = "outbox_claim_retry"
+
+// skipSetMax bounds the events one store skips: each is a document so
+// close to the size limit that no write fits, which a sane producer never
+// makes; past the bound such events are read and dropped again by each
+// claim, which costs a slot of the batch but stalls nothing.
+const skipSetMax = 1000
+
+// skipSet holds the ids of NEW events this store can neither claim nor
+// mark FAILED, left out of its claims until the process restarts.
+type skipSet struct {
+	mu  sync.Mutex
+	ids map[string]any
+}
+
+// add records id, if there is room, and reports whether it did.
+func (s *skipSet) add(id any) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.ids) >= skipSetMax {
+		return false
+	}
+	if s.ids == nil {
+		s.ids = map[string]any{}
+	}
+	s.ids[skipKey(id)] = id
+	return true
+}
+
+// list returns the skipped ids, for a $nin.
+func (s *skipSet) list() []any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]any, 0, len(s.ids))
+	for _, id := range s.ids {
+		out = append(out, id)
+	}
+	return out
+}
+
+// has reports whether id is skipped.
+func (s *skipSet) has(id any) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.ids[skipKey(id)]
+	return ok
+}
+
 // leaseFilter matches the given events only while this lease still holds
 // them: the fence every write after a claim goes through.
 func leaseFilter(lease events.Lease, ids []any) bson.D {
@@ -140,3 +219,5 @@ func leaseFilter(lease events.Lease, ids []any) bson.D {
 
 // isNoDocuments reports whether err only says nothing matched.
 func isNoDocuments(err error) bool { return errors.Is(err, mongo.ErrNoDocuments) }
+
+func skipKey(id any) string { return fmt.Sprintf("%T/%v", id, id) }

@@ -1,6 +1,7 @@
 package mongo_test
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -172,10 +173,11 @@ func TestPrepare(t *testing.T) {
 		got[spec.Name] = strings.Join(keys, ",")
 	}
 	want := map[string]string{
-		"_id_":             "_id:1",
-		"outbox_claim":     "status:1,createdAt:1",
-		"outbox_stale":     "status:1,processingAt:1",
-		"outbox_retention": "status:1,publishedAt:1",
+		"_id_":               "_id:1",
+		"outbox_claim":       "status:1,createdAt:1",
+		"outbox_claim_retry": "status:1,retryAt:1,createdAt:1",
+		"outbox_stale":       "status:1,processingAt:1",
+		"outbox_retention":   "status:1,publishedAt:1",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("indexes after three Prepares (-want +got):\n%s", diff)
@@ -202,9 +204,21 @@ func TestPrepare(t *testing.T) {
 	}
 }
 
+// TestClaim runs with both of the claim's find strategies: the split one
+// MongoDB uses and the single find FerretDB uses must claim the same events.
 func TestClaim(t *testing.T) {
 	t.Parallel()
+	for _, split := range []bool{false, true} {
+		t.Run(fmt.Sprintf("split=%t", split), func(t *testing.T) {
+			t.Parallel()
+			testClaim(t, split)
+		})
+	}
+}
+
+func testClaim(t *testing.T, split bool) {
 	s, coll := setup(t)
+	mongo.SetSplitClaim(s, split)
 	oid := bson.NewObjectID()
 	insert(t, coll,
 		// Inserted out of order: the claim sorts by createdAt.
@@ -225,7 +239,7 @@ func TestClaim(t *testing.T) {
 	)
 
 	a := lease("a")
-	got, full, err := s.Claim(t.Context(), a, 3)
+	got, full, err := claimN(t.Context(), s, a, 3)
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
 	}
@@ -245,7 +259,7 @@ func TestClaim(t *testing.T) {
 	}
 
 	b := lease("b")
-	got, full, err = s.Claim(t.Context(), b, 10)
+	got, full, err = claimN(t.Context(), s, b, 10)
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
 	}
@@ -259,14 +273,14 @@ func TestClaim(t *testing.T) {
 		t.Errorf("second claim: attempts (-want +got):\n%s", diff)
 	}
 
-	got, _, err = s.Claim(t.Context(), lease("c"), 10)
+	got, _, err = claimN(t.Context(), s, lease("c"), 10)
 	if err != nil || len(got) != 0 {
 		t.Errorf("third claim = %v, %v; want nothing left to claim", ids(got), err)
 	}
 	// At the retry time, the waiting event is claimable.
 	later := lease("d")
 	later.At = base.Add(time.Second)
-	got, _, err = s.Claim(t.Context(), later, 10)
+	got, _, err = claimN(t.Context(), s, later, 10)
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
 	}
@@ -305,7 +319,7 @@ func TestClaim(t *testing.T) {
 func TestClaimEmpty(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t)
-	got, _, err := s.Claim(t.Context(), lease("a"), 10)
+	got, _, err := claimN(t.Context(), s, lease("a"), 10)
 	if err != nil || len(got) != 0 {
 		t.Errorf("Claim on an empty outbox = %v, %v; want nothing, nil", got, err)
 	}
@@ -319,7 +333,7 @@ func claimAll(t *testing.T, s *mongo.Store, coll *driver.Collection, l events.Le
 		docs = append(docs, ev(name, events.StatusNew, ago(time.Duration(len(names)-i)*time.Second)))
 	}
 	insert(t, coll, docs...)
-	got, _, err := s.Claim(t.Context(), l, len(names))
+	got, _, err := claimN(t.Context(), s, l, len(names))
 	if err != nil || len(got) != len(names) {
 		t.Fatalf("Claim = %v, %v; want all of %v", ids(got), err, names)
 	}
@@ -699,11 +713,18 @@ func TestClaimIsSorted(t *testing.T) {
 	}
 	insert(t, coll, docs...)
 	sort.Sort(sort.Reverse(sort.StringSlice(want)))
-	got, _, err := s.Claim(t.Context(), lease("a"), 20)
+	got, _, err := claimN(t.Context(), s, lease("a"), 20)
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
 	}
 	if diff := cmp.Diff(want[:20], ids(got), cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("claim of 20 from 50: ids (-want +got):\n%s", diff)
 	}
+}
+
+// claimN claims up to n events with no byte bound, as Claim did before
+// it took a ClaimLimit.
+func claimN(ctx context.Context, s *mongo.Store, lease events.Lease, n int) ([]events.Claimed, bool, error) {
+	res, err := s.Claim(ctx, lease, events.ClaimLimit{Events: n})
+	return res.Claimed, res.More, err
 }

@@ -538,12 +538,12 @@ type claimStore struct {
 	settled int
 }
 
-func (s *claimStore) Claim(context.Context, events.Lease, int) ([]events.Claimed, bool, error) {
+func (s *claimStore) Claim(context.Context, events.Lease, events.ClaimLimit) (events.ClaimResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b := s.batch
 	s.batch = nil
-	return b, false, nil
+	return events.ClaimResult{Claimed: b}, nil
 }
 
 func (s *claimStore) MarkPublished(_ context.Context, _ events.Lease, ids []any, _ time.Time) (int, error) {

@@ -180,6 +180,13 @@ func (j *Job) loop(ctx context.Context) {
 			return
 		case <-j.wake:
 		}
+		// A select picks at random among ready cases: a Trigger pending
+		// when Stop is called must not start a run.
+		select {
+		case <-j.stopping:
+			return
+		default:
+		}
 		for j.runOnce(ctx) {
 			select {
 			case <-j.stopping:

@@ -99,3 +99,45 @@ func TestRunOnceMore(t *testing.T) {
 		})
 	}
 }
+
+// No run starts once Stop has been called: not the next run of a drain
+// that reported more, and not a Trigger that was pending. (A select among
+// ready cases picks at random, so each case runs many times.)
+func TestNoRunAfterStop(t *testing.T) {
+	t.Parallel()
+	for _, more := range []bool{true, false} {
+		for range 32 {
+			var j *Job
+			runs := 0
+			started := make(chan struct{}, 1)
+			j, err := New("test", "@every 1h", func(context.Context) (bool, error) {
+				runs++
+				started <- struct{}{}
+				<-j.stopping // the run in flight when the stop comes
+				j.Trigger()
+				return more, nil
+			}, slog.New(slog.DiscardHandler))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := j.Start(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			j.Trigger()
+			select {
+			case <-started:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the first run never started")
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			err = j.Stop(ctx)
+			cancel()
+			if err != nil {
+				t.Fatalf("Stop: %v", err)
+			}
+			if runs != 1 {
+				t.Fatalf("runs = %d after a stop during the first run (more %t), want 1", runs, more)
+			}
+		}
+	}
+}

@@ -79,11 +79,12 @@ func (b *bench) timeClaims(ctx context.Context, store *mongo.Store, coll *driver
 			At:       time.Now().UTC().Truncate(time.Millisecond),
 		}
 		t0 := time.Now()
-		claimed, _, err := store.Claim(ctx, lease, b.cfg.BatchSize)
+		res, err := store.Claim(ctx, lease, events.ClaimLimit{Events: b.cfg.BatchSize})
 		d := time.Since(t0)
 		if err != nil {
 			return nil, err
 		}
+		claimed := res.Claimed
 		if len(claimed) != b.cfg.BatchSize {
 			return nil, fmt.Errorf("claimed %d events, want %d", len(claimed), b.cfg.BatchSize)
 		}

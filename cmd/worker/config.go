@@ -32,6 +32,7 @@ type Config struct {
 	AMQPExchange     string
 	ClaimSchedule    string
 	BatchSize        int
+	BatchBytes       int
 	RecoverySchedule string
 	StaleAfter       time.Duration
 	MaxAttempts      int
@@ -74,6 +75,8 @@ func settings() []setting {
 			usage: "cron schedule of claims", parse: func(c *Config, v string) error { return parseSchedule(&c.ClaimSchedule, v) }},
 		{env: "OUTBOX_BATCH_SIZE", flag: "batch-size", def: strconv.Itoa(claim.BatchSizeDefault),
 			usage: "most events one claim takes (1-10000)", parse: func(c *Config, v string) error { return parseInt(&c.BatchSize, v, 1, 10000) }},
+		{env: "OUTBOX_BATCH_BYTES", flag: "batch-bytes", def: strconv.Itoa(claim.BatchBytesDefault),
+			usage: "bound on the raw size of one claim's documents; the worker holds about three times it", parse: func(c *Config, v string) error { return parseInt(&c.BatchBytes, v, 1, 1<<34) }},
 		{env: "OUTBOX_RECOVERY_SCHEDULE", flag: "recovery-schedule", def: recovery.ScheduleDefault,
 			usage: "cron schedule of stale-claim recovery", parse: func(c *Config, v string) error { return parseSchedule(&c.RecoverySchedule, v) }},
 		{env: "OUTBOX_STALE_AFTER", flag: "stale-after", def: recovery.StaleAfterDefault.String(), storeOnly: true,

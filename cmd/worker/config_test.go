@@ -32,6 +32,7 @@ func defaultConfig() Config {
 		AMQPExchange:     "events",
 		ClaimSchedule:    "@every 1s",
 		BatchSize:        500,
+		BatchBytes:       64 << 20,
 		RecoverySchedule: "*/2 * * * *",
 		StaleAfter:       60 * time.Second,
 		MaxAttempts:      10,
@@ -70,6 +71,7 @@ func TestLoadConfig(t *testing.T) {
 				"OUTBOX_AMQP_EXCHANGE":     "shop.events",
 				"OUTBOX_CLAIM_SCHEDULE":    "@every 250ms",
 				"OUTBOX_BATCH_SIZE":        "1000",
+				"OUTBOX_BATCH_BYTES":       "8388608",
 				"OUTBOX_RECOVERY_SCHEDULE": "* * * * *",
 				"OUTBOX_STALE_AFTER":       "5m",
 				"OUTBOX_MAX_ATTEMPTS":      "3",
@@ -92,6 +94,7 @@ func TestLoadConfig(t *testing.T) {
 				c.AMQPExchange = "shop.events"
 				c.ClaimSchedule = "@every 250ms"
 				c.BatchSize = 1000
+				c.BatchBytes = 8 << 20
 				c.RecoverySchedule = "* * * * *"
 				c.StaleAfter = 5 * time.Minute
 				c.MaxAttempts = 3
@@ -172,6 +175,10 @@ func TestLoadConfigRejects(t *testing.T) {
 			want: []string{"OUTBOX_BATCH_SIZE", `"0"`, "1 to 10000"}},
 		{name: "batch size too large", env: map[string]string{"OUTBOX_BATCH_SIZE": "10001"},
 			want: []string{"OUTBOX_BATCH_SIZE", `"10001"`}},
+		{name: "batch bytes zero", env: map[string]string{"OUTBOX_BATCH_BYTES": "0"},
+			want: []string{"OUTBOX_BATCH_BYTES", `"0"`}},
+		{name: "batch bytes not a number", env: map[string]string{"OUTBOX_BATCH_BYTES": "64MiB"},
+			want: []string{"OUTBOX_BATCH_BYTES", `"64MiB"`}},
 		{name: "stale after negative", env: map[string]string{"OUTBOX_STALE_AFTER": "-1s"},
 			want: []string{"OUTBOX_STALE_AFTER", `"-1s"`}},
 		{name: "stale after not a duration", env: map[string]string{"OUTBOX_STALE_AFTER": "soon"},

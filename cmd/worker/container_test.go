@@ -10,6 +10,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"slices"
 	"sync"
@@ -48,6 +49,117 @@ func TestContainers(t *testing.T) {
 		t.Parallel()
 		producerScenario(t, s)
 	})
+	t.Run("claim-explain", func(t *testing.T) {
+		t.Parallel()
+		claimExplainScenario(t, s)
+	})
+}
+
+// claimExplainScenario: with 10,000 events backing off at the head of the
+// outbox, the claim's finds examine about as many documents as they
+// return. It explains the very find commands Claim sends.
+func claimExplainScenario(t *testing.T, s stack) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	var (
+		mu    sync.Mutex
+		finds []bson.Raw
+	)
+	monitor := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		if e.CommandName == "find" {
+			mu.Lock()
+			defer mu.Unlock()
+			finds = append(finds, slices.Clone(e.Command))
+		}
+	}}
+	client := s.connect(t, testenv.ClientMaxPoolSize, func(o *options.ClientOptions) { o.SetMonitor(monitor) })
+	db := uniqueDatabase(t, client)
+	store := mongo.New(client, mongo.Config{Database: db.Name()})
+	if err := store.Prepare(ctx); err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	coll := store.Collection()
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	start := now.Add(-time.Hour)
+	const backingOff, fresh, limit = 10000, 40, 20
+	docs := make([]any, 0, backingOff+fresh)
+	for i := range backingOff {
+		docs = append(docs, bson.D{{Key: "_id", Value: fmt.Sprintf("wait-%05d", i)}, {Key: "type", Value: "t"},
+			{Key: "payload", Value: bson.D{}}, {Key: "status", Value: "NEW"}, {Key: "attempts", Value: 1},
+			{Key: "createdAt", Value: start.Add(time.Duration(i) * time.Millisecond)},
+			{Key: "retryAt", Value: now.Add(time.Hour)}})
+	}
+	var want []string
+	for i := range fresh {
+		id := fmt.Sprintf("new-%02d", i)
+		d := bson.D{{Key: "_id", Value: id}, {Key: "type", Value: "t"}, {Key: "payload", Value: bson.D{}},
+			{Key: "status", Value: "NEW"}, {Key: "createdAt", Value: start.Add(time.Duration(backingOff+i) * time.Millisecond)}}
+		if i%4 == 0 { // due retries among the never-retried ones
+			d = append(d, bson.E{Key: "retryAt", Value: now.Add(-time.Minute)}, bson.E{Key: "attempts", Value: 1})
+		}
+		docs = append(docs, d)
+		if len(want) < limit {
+			want = append(want, id)
+		}
+	}
+	if _, err := coll.InsertMany(ctx, docs); err != nil {
+		t.Fatalf("insert: %v", err)
+	}
+	mu.Lock()
+	finds = nil
+	mu.Unlock()
+	res, err := store.Claim(ctx, events.Lease{WorkerID: "w", Token: "t", At: now}, events.ClaimLimit{Events: limit})
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	var got []string
+	for _, c := range res.Claimed {
+		got = append(got, fmt.Sprint(c.ID))
+	}
+	slices.Sort(got)
+	if !slices.Equal(want, got) {
+		t.Errorf("claimed %v, want %v", got, want)
+	}
+	mu.Lock()
+	sent := finds
+	mu.Unlock()
+	if len(sent) != 2 {
+		t.Fatalf("Claim sent %d finds, want 2", len(sent))
+	}
+	for _, cmd := range sent {
+		var find bson.D
+		for _, e := range mustElements(t, cmd) {
+			switch e.Key() {
+			case "find", "filter", "sort", "limit", "hint", "batchSize":
+				find = append(find, bson.E{Key: e.Key(), Value: e.Value()})
+			}
+		}
+		var out struct {
+			Stats struct {
+				Returned     int `bson:"nReturned"`
+				DocsExamined int `bson:"totalDocsExamined"`
+				KeysExamined int `bson:"totalKeysExamined"`
+			} `bson:"executionStats"`
+		}
+		explain := bson.D{{Key: "explain", Value: find}, {Key: "verbosity", Value: "executionStats"}}
+		if err := db.RunCommand(ctx, explain).Decode(&out); err != nil {
+			t.Fatalf("explain %v: %v", find, err)
+		}
+		st := out.Stats
+		if st.DocsExamined > st.Returned+5 || st.KeysExamined > st.Returned+5 {
+			t.Errorf("find %v examined %d documents and %d keys to return %d; want at most 5 more",
+				find, st.DocsExamined, st.KeysExamined, st.Returned)
+		}
+	}
+}
+
+func mustElements(t *testing.T, doc bson.Raw) []bson.RawElement {
+	t.Helper()
+	els, err := doc.Elements()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return els
 }
 
 // producerScenario: events.Insert inside a producer's transaction commits
@@ -193,11 +305,11 @@ func transactionScenario(t *testing.T, s stack) {
 	at := time.Now().UTC().Truncate(time.Millisecond)
 	a := events.Lease{WorkerID: "worker-a", Token: "token-a", At: at}
 	b := events.Lease{WorkerID: "worker-b", Token: "token-b", At: at}
-	claimedA, _, err := store.Claim(ctx, a, 6)
+	claimedA, _, err := claimN(ctx, store, a, 6)
 	if err != nil || len(claimedA) != 6 {
 		t.Fatalf("Claim(a, 6) = %d events, %v; want 6", len(claimedA), err)
 	}
-	claimedB, _, err := store.Claim(ctx, b, 6)
+	claimedB, _, err := claimN(ctx, store, b, 6)
 	if err != nil || len(claimedB) != 4 {
 		t.Fatalf("Claim(b, 6) = %d events, %v; want the other 4", len(claimedB), err)
 	}
@@ -242,4 +354,11 @@ func transactionScenario(t *testing.T, s stack) {
 	if c := countOf(ctx, t, store.Collection(), events.StatusPublished); c != 10 {
 		t.Errorf("PUBLISHED = %d, want 10", c)
 	}
+}
+
+// claimN claims up to n events with no byte bound, as Claim did before
+// it took a ClaimLimit.
+func claimN(ctx context.Context, s *mongo.Store, lease events.Lease, n int) ([]events.Claimed, bool, error) {
+	res, err := s.Claim(ctx, lease, events.ClaimLimit{Events: n})
+	return res.Claimed, res.More, err
 }

@@ -630,7 +630,7 @@ func claimsScenario(t *testing.T, s stack, claimers, n int) {
 			workerID := fmt.Sprintf("claimer-%d", i)
 			for {
 				lease := events.Lease{WorkerID: workerID, Token: bson.NewObjectID().Hex(), At: time.Now().UTC().Truncate(time.Millisecond)}
-				got, _, err := store.Claim(ctx, lease, 50)
+				got, _, err := claimN(ctx, store, lease, 50)
 				if err != nil {
 					errs[i] = err
 					return

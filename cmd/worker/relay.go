@@ -84,6 +84,7 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 		WorkerID:       cfg.WorkerID,
 		Schedule:       cfg.ClaimSchedule,
 		BatchSize:      cfg.BatchSize,
+		BatchBytes:     cfg.BatchBytes,
 		MaxAttempts:    cfg.MaxAttempts,
 		MaxBodyBytes:   cfg.MaxMessageBytes,
 		PublishTimeout: cfg.PublishTimeout,
