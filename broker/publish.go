@@ -181,12 +181,17 @@ send:
 			}
 			break send
 		default:
-			// The client would not encode it (and has closed the
-			// connection if it had begun to send it).
-			if refusal == nil {
-				refusal = fmt.Errorf("the AMQP client refused it: %w", err)
-			}
+			// The client would not encode it. It had begun to send the
+			// message, so it is closing the connection in the background:
+			// end the session now, so that nothing more is sent on it and
+			// no waitSession takes it for live.
+			refusal = fmt.Errorf("the AMQP client refused it: %w", err)
+			s.end(refusal)
 			outcomes[i] = true
+			for _, j := range idx[k+1:] {
+				outcomes[j] = false
+			}
+			break send
 		}
 	}
 	stopAbort()
