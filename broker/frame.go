@@ -40,16 +40,16 @@ func checkContentHeader(pub amqp.Publishing, frameMax int) error {
 // weight, body size and property flags, then each property that is set.
 func contentHeaderSize(pub amqp.Publishing) (int, error) {
 	n := 2 + 2 + 8 + 2
-	for _, s := range []string{pub.ContentType, pub.ContentEncoding, pub.CorrelationId, pub.ReplyTo,
+	for _, s := range [...]string{pub.ContentType, pub.ContentEncoding, pub.CorrelationId, pub.ReplyTo,
 		pub.Expiration, pub.MessageId, pub.Type, pub.UserId, pub.AppId} {
 		if s != "" {
 			n += 1 + len(s) // shortstr
 		}
 	}
 	if len(pub.Headers) > 0 {
-		t, err := tableSize("", pub.Headers)
-		if err != nil {
-			return 0, err
+		t, bad := tableSize(pub.Headers)
+		if bad != nil {
+			return 0, fmt.Errorf("hold a Go %T at %q, which an AMQP table cannot carry", bad.value, "headers"+bad.path)
 		}
 		n += t
 	}
@@ -65,14 +65,23 @@ func contentHeaderSize(pub amqp.Publishing) (int, error) {
 	return n, nil
 }
 
+// badField is a header value amqp091-go cannot encode, and where it is;
+// the path is built only on the way out of an error, so that measuring
+// costs no allocation.
+type badField struct {
+	path  string
+	value any
+}
+
 // tableSize is a field table's encoded size: a 4-byte length, then per
 // entry a shortstr name and a field value.
-func tableSize(path string, t amqp.Table) (int, error) {
+func tableSize(t amqp.Table) (int, *badField) {
 	n := 4
 	for k, v := range t {
-		f, err := fieldSize(path+"."+k, v)
-		if err != nil {
-			return 0, err
+		f, bad := fieldSize(v)
+		if bad != nil {
+			bad.path = "." + k + bad.path
+			return 0, bad
 		}
 		n += 1 + len(k) + f
 	}
@@ -81,7 +90,7 @@ func tableSize(path string, t amqp.Table) (int, error) {
 
 // fieldSize is a field value's encoded size, its type octet included,
 // following amqp091-go's writeField.
-func fieldSize(path string, v any) (int, error) {
+func fieldSize(v any) (int, *badField) {
 	switch v := v.(type) {
 	case nil: // 'V'
 		return 1, nil
@@ -102,16 +111,17 @@ func fieldSize(path string, v any) (int, error) {
 	case []any: // 'A': a 4-byte length, then the values
 		n := 5
 		for i, e := range v {
-			f, err := fieldSize(fmt.Sprintf("%s[%d]", path, i), e)
-			if err != nil {
-				return 0, err
+			f, bad := fieldSize(e)
+			if bad != nil {
+				bad.path = fmt.Sprintf("[%d]", i) + bad.path
+				return 0, bad
 			}
 			n += f
 		}
 		return n, nil
 	case amqp.Table: // 'F'
-		t, err := tableSize(path, v)
-		return 1 + t, err
+		t, bad := tableSize(v)
+		return 1 + t, bad
 	}
-	return 0, fmt.Errorf("hold a Go %T at %q, which an AMQP table cannot carry", v, "headers"+path)
+	return 0, &badField{value: v}
 }
