@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -23,6 +24,17 @@ const (
 	ReconnectMinDefault = 500 * time.Millisecond
 	// ReconnectMaxDefault caps the wait between reconnects.
 	ReconnectMaxDefault = 30 * time.Second
+	// WriteTimeoutDefault bounds one socket write to the broker.
+	WriteTimeoutDefault = 30 * time.Second
+)
+
+const (
+	// dialTimeout bounds the TCP connect and the AMQP handshake. Well
+	// below the worker's shutdown timeout; a stop also ends a dial at once.
+	dialTimeout = 5 * time.Second
+	// closeTimeout bounds a graceful connection.close; after it the socket
+	// is closed under the library, whatever it was waiting for.
+	closeTimeout = time.Second
 )
 
 // Config configures a Publisher.
@@ -39,6 +51,12 @@ type Config struct {
 	// reconnects. Default to ReconnectMinDefault and ReconnectMaxDefault.
 	ReconnectMin time.Duration
 	ReconnectMax time.Duration
+	// WriteTimeout bounds every socket write to the broker. A broker that
+	// stops reading (but keeps the connection open) makes the write fail
+	// after it; the connection is then closed, the messages in flight get
+	// ErrUnavailable, and the publisher reconnects. The worker passes its
+	// publish timeout. Defaults to WriteTimeoutDefault.
+	WriteTimeout time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// OnConnected, if set, is told every time the connection comes up (true)
@@ -59,6 +77,9 @@ func (c *Config) setDefaults() {
 	if c.ReconnectMax <= 0 {
 		c.ReconnectMax = ReconnectMaxDefault
 	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = WriteTimeoutDefault
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -75,6 +96,9 @@ func (c Config) Validate() error {
 	}
 	if c.Window < 0 {
 		return fmt.Errorf("broker window %d: must be positive", c.Window)
+	}
+	if c.WriteTimeout < 0 {
+		return fmt.Errorf("broker write timeout %s: must be positive", c.WriteTimeout)
 	}
 	return nil
 }
@@ -95,12 +119,44 @@ func Redact(raw string) string {
 
 // session is one live connection and its confirming channel.
 type session struct {
-	conn    *amqp.Connection
-	wire    *corkedConn // conn's socket
-	ch      *amqp.Channel
-	returns chan amqp.Return
-	closed  chan struct{} // closed when conn or channel goes away
+	conn     *amqp.Connection
+	wire     *corkedConn // conn's socket
+	ch       *amqp.Channel
+	returns  chan amqp.Return
+	frameMax int // negotiated frame_max; 0: unlimited
+
+	closed  chan struct{} // closed by end
+	endOnce sync.Once
+	cause   error // why the session ended; read only after closed
 }
+
+// end marks the session over, for cause; the first cause wins. The run
+// loop then closes the connection and reconnects.
+func (s *session) end(cause error) {
+	s.endOnce.Do(func() {
+		s.cause = cause
+		close(s.closed)
+	})
+}
+
+// ended reports whether end was called. A session without a closed
+// channel (a test's stand-in) never ends.
+func (s *session) ended() bool {
+	select {
+	case <-s.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+var (
+	errStopping = errors.New("publisher stopping")
+	// errRetired ends a session after a window left confirms outstanding
+	// at its deadline: their returns may still come, and on the same
+	// channel they could be taken for a later publish of the same message.
+	errRetired = errors.New("replaced: confirms were outstanding at the publish deadline")
+)
 
 // Publisher publishes messages with confirms over one connection that it
 // keeps alive.
@@ -108,9 +164,10 @@ type Publisher struct {
 	cfg    Config
 	logger *slog.Logger
 
-	mu      sync.Mutex // guards sess and blocked
+	mu      sync.Mutex // guards sess, blocked and changed
 	sess    *session
 	blocked bool
+	changed chan struct{} // closed and replaced whenever sess or blocked changes
 	// publishing serializes Publish calls: one window in flight per channel
 	// keeps confirms and returns easy to match to their messages.
 	publishing sync.Mutex
@@ -118,6 +175,7 @@ type Publisher struct {
 	stopOnce sync.Once
 	cancel   context.CancelFunc
 	done     chan struct{}
+	watchers sync.WaitGroup
 }
 
 // New returns a Publisher; Start connects it.
@@ -126,7 +184,7 @@ func New(cfg Config) (*Publisher, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Publisher{cfg: cfg, logger: cfg.Logger, done: make(chan struct{})}, nil
+	return &Publisher{cfg: cfg, logger: cfg.Logger, done: make(chan struct{}), changed: make(chan struct{})}, nil
 }
 
 // Start connects once and returns, keeping the connection alive in the
@@ -144,7 +202,9 @@ func (p *Publisher) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop closes the connection. It is idempotent and safe before Start.
+// Stop closes the connection. It is idempotent and safe before Start. A
+// connection that does not close gracefully within a second (a broker that
+// stopped reading) has its socket closed under it.
 func (p *Publisher) Stop(ctx context.Context) error {
 	p.stopOnce.Do(func() {
 		if p.cancel == nil {
@@ -166,7 +226,7 @@ func (p *Publisher) Ready() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
-	case p.sess == nil:
+	case p.sess == nil || p.sess.ended():
 		return fmt.Errorf("%w: not connected", ErrUnavailable)
 	case p.blocked:
 		return fmt.Errorf("%w: blocked by a broker alarm", ErrUnavailable)
@@ -178,6 +238,7 @@ func (p *Publisher) Ready() error {
 // exponential backoff and jitter, until ctx ends.
 func (p *Publisher) run(ctx context.Context, first chan struct{}) {
 	defer close(p.done)
+	defer p.watchers.Wait()
 	wait := p.cfg.ReconnectMin
 	for attempt := 0; ; attempt++ {
 		s, err := p.connect(ctx)
@@ -203,28 +264,66 @@ func (p *Publisher) run(ctx context.Context, first chan struct{}) {
 		p.logger.Info("broker connected", "exchange", p.cfg.Exchange, "url", Redact(p.cfg.URL))
 		select {
 		case <-ctx.Done():
+			s.end(errStopping)
 			p.setSession(nil)
-			_ = s.conn.Close()
+			closeSession(s)
 			return
 		case <-s.closed:
 			p.setSession(nil)
-			_ = s.conn.Close()
-			p.logger.Warn("broker connection lost; reconnecting")
+			closeSession(s)
+			p.logger.Warn("broker connection lost; reconnecting", closeAttrs(s.cause)...)
 		}
 	}
+}
+
+// closeSession closes s's connection gracefully if it can within
+// closeTimeout, and closes its socket otherwise: the library's close waits
+// behind a write blocked on a broker that stopped reading.
+func closeSession(s *session) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = s.conn.CloseDeadline(time.Now().Add(closeTimeout))
+	}()
+	t := time.NewTimer(closeTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		s.wire.abort()
+		<-done
+	}
+}
+
+// closeAttrs are the log attributes of why a session ended.
+func closeAttrs(cause error) []any {
+	attrs := []any{"error", fmt.Sprint(cause)}
+	var ae *amqp.Error
+	if errors.As(cause, &ae) {
+		attrs = append(attrs, "code", ae.Code, "by_broker", ae.Server, "recoverable", ae.Recover)
+	}
+	return attrs
 }
 
 func (p *Publisher) setSession(s *session) {
 	p.mu.Lock()
 	p.sess = s
 	p.blocked = false
+	p.notifyLocked()
 	p.mu.Unlock()
 	p.cfg.OnConnected(s != nil)
+}
+
+// notifyLocked wakes every waitSession.
+func (p *Publisher) notifyLocked() {
+	close(p.changed)
+	p.changed = make(chan struct{})
 }
 
 func (p *Publisher) setBlocked(b amqp.Blocking) {
 	p.mu.Lock()
 	p.blocked = b.Active
+	p.notifyLocked()
 	p.mu.Unlock()
 	if b.Active {
 		p.logger.Warn("broker blocked publishing (memory or disk alarm); claiming paused", "reason", b.Reason)
@@ -236,15 +335,22 @@ func (p *Publisher) setBlocked(b amqp.Blocking) {
 // connect dials, opens a confirming channel and declares the exchange.
 func (p *Publisher) connect(ctx context.Context) (*session, error) {
 	var wire *corkedConn
+	stopDial := func() bool { return false }
 	dialer := amqp.Config{
-		// Well below the worker's shutdown timeout, so a stop never waits
-		// on a dial to a broker that does not answer.
 		Dial: func(network, addr string) (net.Conn, error) {
-			c, err := amqp.DefaultDial(5*time.Second)(network, addr)
+			d := net.Dialer{Timeout: dialTimeout}
+			c, err := d.DialContext(ctx, network, addr)
 			if err != nil {
 				return nil, err
 			}
-			wire = &corkedConn{Conn: c}
+			// The handshake's deadline; the library clears it once open.
+			if err := c.SetDeadline(time.Now().Add(dialTimeout)); err != nil {
+				_ = c.Close()
+				return nil, err
+			}
+			wire = &corkedConn{Conn: c, timeout: p.cfg.WriteTimeout}
+			// A stop ends a handshake with a broker that does not answer.
+			stopDial = context.AfterFunc(ctx, wire.abort)
 			return wire, nil
 		},
 		Heartbeat: 10 * time.Second,
@@ -254,6 +360,7 @@ func (p *Publisher) connect(ctx context.Context) (*session, error) {
 		},
 	}
 	conn, err := amqp.DialConfig(p.cfg.URL, dialer)
+	stopDial()
 	if err != nil {
 		return nil, fmt.Errorf("dial: %w", err)
 	}
@@ -263,6 +370,8 @@ func (p *Publisher) connect(ctx context.Context) (*session, error) {
 		return nil, err
 	}
 	s.wire = wire
+	s.frameMax = conn.Config.FrameSize
+	p.watchers.Add(1)
 	go p.watch(ctx, s)
 	return s, nil
 }
@@ -283,44 +392,45 @@ func (p *Publisher) open(conn *amqp.Connection) (*session, error) {
 		ch:   ch,
 		// Buffered for a whole window: the library hands a return over
 		// before it resolves that message's confirm, so once a window's
-		// confirms are in, its returns are already in this buffer.
+		// confirms are in, its returns are already in this buffer. A
+		// window takes them all, and a window that ends with confirms
+		// outstanding retires the session, so the buffer never holds more
+		// than one window's: the library, which waits 5 s on a full
+		// listener and then drops the return, never has to.
 		returns: ch.NotifyReturn(make(chan amqp.Return, p.cfg.Window)),
 		closed:  make(chan struct{}),
 	}
 	return s, nil
 }
 
-// watch closes s.closed when the connection or the channel goes away, and
-// tracks connection.blocked alarms meanwhile.
+// watch ends s when the connection or the channel goes away, and tracks
+// connection.blocked alarms meanwhile.
 func (p *Publisher) watch(ctx context.Context, s *session) {
+	defer p.watchers.Done()
 	connClosed := s.conn.NotifyClose(make(chan *amqp.Error, 1))
 	chClosed := s.ch.NotifyClose(make(chan *amqp.Error, 1))
 	blocked := s.conn.NotifyBlocked(make(chan amqp.Blocking, 4))
-	defer close(s.closed)
 	for {
 		select {
 		case <-ctx.Done():
+			s.end(errStopping)
+			return
+		case <-s.closed:
 			return
 		case err := <-connClosed:
-			p.logClose("connection", err)
+			s.end(closeCause("connection", err))
 			return
 		case err := <-chClosed:
-			p.logClose("channel", err)
+			s.end(closeCause("channel", err))
 			return
 		case b, ok := <-blocked:
 			if !ok {
+				s.end(closeCause("connection", nil))
 				return
 			}
 			p.setBlocked(b)
 		}
 	}
-}
-
-func (p *Publisher) logClose(what string, err *amqp.Error) {
-	if err == nil {
-		return
-	}
-	p.logger.Warn("broker "+what+" closed", "error", err.Error(), "code", err.Code, "recoverable", err.Recover)
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

@@ -33,7 +33,9 @@ type policy struct {
 
 // plan splits outcomes into the ids to mark PUBLISHED and the releases for
 // the rest, grouped so that each group is one write:
-//   - a poison event (events.InvalidError) fails at once;
+//   - a poison event (events.InvalidError, or broker.ErrRejected: the
+//     broker closed the channel on it even when published alone) fails at
+//     once;
 //   - a broker outage or a missing confirm puts the event back to NEW at
 //     once and refunds the attempt: it was not the event's fault;
 //   - a nack or a return retries later with backoff, until maxAttempts
@@ -81,6 +83,8 @@ func (p policy) decide(o outcome, retryAt func(attempts int) time.Time) release 
 	switch {
 	case errors.As(o.err, &invalid):
 		return release{events.Release{Status: events.StatusFailed, LastError: o.err.Error()}, metrics.ReasonInvalid}
+	case errors.Is(o.err, broker.ErrRejected):
+		return release{events.Release{Status: events.StatusFailed, LastError: o.err.Error()}, metrics.ReasonRejected}
 	case errors.Is(o.err, broker.ErrUnavailable):
 		return release{events.Release{Status: events.StatusNew, LastError: o.err.Error(), Refund: true}, metrics.ReasonBrokerUnavailable}
 	case errors.Is(o.err, broker.ErrUnconfirmed):

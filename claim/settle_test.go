@@ -28,6 +28,8 @@ func TestPlan(t *testing.T) {
 	unconfirmed := fmt.Errorf("%w: context deadline exceeded", broker.ErrUnconfirmed)
 	returned := fmt.Errorf("%w: 312 NO_ROUTE (routing key %q)", broker.ErrReturned, "order.created")
 	other := errors.New("something else")
+	rejected := fmt.Errorf("%w: channel closed by the broker: 406 PRECONDITION_FAILED - invalid message: "+
+		"{unacceptable_type_in_header,\"CC\",longstr} (published alone 2 times)", broker.ErrRejected)
 
 	tests := []struct {
 		name          string
@@ -60,6 +62,13 @@ func TestPlan(t *testing.T) {
 			wantReleases: []release{{events.Release{
 				IDs: []any{"a"}, Status: events.StatusFailed, LastError: wrappedPoison.Error(),
 			}, metrics.ReasonInvalid}},
+		},
+		{
+			name:     "rejected by the broker fails at once with the broker's reason",
+			outcomes: []outcome{{id: "a", attempts: 1, err: rejected}, {id: "b", attempts: 2, err: rejected}},
+			wantReleases: []release{{events.Release{
+				IDs: []any{"a", "b"}, Status: events.StatusFailed, LastError: rejected.Error(),
+			}, metrics.ReasonRejected}},
 		},
 		{
 			name:     "broker unavailable refunds without a retry time",

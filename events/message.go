@@ -17,7 +17,8 @@ const (
 // ContentType is the content type of every message body.
 const ContentType = "application/json"
 
-// maxShortString is AMQP's limit for a routing key or a header name.
+// maxShortString is AMQP's limit for a short string: a routing key, a
+// header name, or the message_id property.
 const maxShortString = 255
 
 // maxHeaderDepth bounds nested header tables.
@@ -112,6 +113,8 @@ func messageID(doc bson.Raw) (string, error) {
 			return "", malformed(FieldID, v)
 		case s == "":
 			return "", invalid(FieldID, "is an empty string")
+		case len(s) > maxShortString:
+			return "", invalid(FieldID, "is %d bytes; an AMQP message_id holds at most %d", len(s), maxShortString)
 		}
 		return s, nil
 	default:

@@ -151,6 +151,12 @@ func TestNewMessage(t *testing.T) {
 			wantBody: `{"n":1}`,
 		},
 		{
+			name:     "string _id of 255 bytes fits a message_id",
+			edits:    []docEdit{set(FieldID, strings.Repeat("i", 255))},
+			modify:   func(m *Message) { m.ID = strings.Repeat("i", 255) },
+			wantBody: `{"n":1}`,
+		},
+		{
 			name:     "type of 255 bytes fits a routing key",
 			edits:    []docEdit{set(FieldType, type255)},
 			modify:   func(m *Message) { m.Type = type255 },
@@ -366,6 +372,7 @@ func TestNewMessageInvalid(t *testing.T) {
 		{name: "_id missing", edits: []docEdit{unset(FieldID)}, wantField: FieldID},
 		{name: "_id an int32", edits: []docEdit{set(FieldID, int32(42))}, wantField: FieldID},
 		{name: "_id an empty string", edits: []docEdit{set(FieldID, "")}, wantField: FieldID},
+		{name: "string _id over 255 bytes", edits: []docEdit{set(FieldID, strings.Repeat("i", 256))}, wantField: FieldID},
 		{name: "type missing", edits: []docEdit{unset(FieldType)}, wantField: FieldType},
 		{name: "type empty", edits: []docEdit{set(FieldType, "")}, wantField: FieldType},
 		{name: "type not a string", edits: []docEdit{set(FieldType, int32(1))}, wantField: FieldType},
@@ -493,5 +500,21 @@ func TestNewMessageInvalidFieldIsStable(t *testing.T) {
 	}
 	if first != FieldAggregateType {
 		t.Errorf("Field = %q, want %q (checked first)", first, FieldAggregateType)
+	}
+}
+
+// A string _id longer than AMQP's short string fails naming its length and
+// the limit, so that the lastError tells the producer what to shorten.
+func TestNewMessageLongIDNamesLengthAndLimit(t *testing.T) {
+	t.Parallel()
+	_, err := NewMessage(eventDoc(t, set(FieldID, strings.Repeat("i", 300))), 0)
+	var invalid *InvalidError
+	if !errors.As(err, &invalid) || invalid.Field != FieldID {
+		t.Fatalf("NewMessage error = %v, want *InvalidError on %q", err, FieldID)
+	}
+	for _, want := range []string{"300", "255", "message_id"} {
+		if !strings.Contains(invalid.Reason, want) {
+			t.Errorf("reason %q does not mention %q", invalid.Reason, want)
+		}
 	}
 }

@@ -12,6 +12,7 @@ const namespace = "outbox"
 // Reasons an event is released back to NEW or fails.
 const (
 	ReasonInvalid           = "invalid"            // poison: cannot become a message
+	ReasonRejected          = "rejected"           // poison: published alone, the broker closed the channel every time
 	ReasonMaxAttempts       = "max_attempts"       // failed publishes used every attempt
 	ReasonStaleMaxAttempts  = "stale_max_attempts" // stale claim on its last attempt
 	ReasonNacked            = "nacked"
@@ -55,7 +56,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}),
 		Failed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "events_failed_total",
-			Help: "Events moved to FAILED, by reason (invalid, max_attempts, stale_max_attempts).",
+			Help: "Events moved to FAILED, by reason (invalid, rejected, max_attempts, stale_max_attempts).",
 		}, []string{"reason"}),
 		Released: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "events_released_total",

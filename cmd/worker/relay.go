@@ -69,10 +69,11 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	w := &worker{cfg: cfg, logger: logger, client: client}
 	w.store = mongo.New(client, mongo.Config{Database: cfg.MongoDatabase, Collection: cfg.MongoCollection, Logger: logger})
 	w.publisher, err = broker.New(broker.Config{
-		URL:      cfg.AMQPURL,
-		Exchange: cfg.AMQPExchange,
-		Window:   max(broker.WindowDefault, cfg.BatchSize),
-		Logger:   logger,
+		URL:          cfg.AMQPURL,
+		Exchange:     cfg.AMQPExchange,
+		Window:       max(broker.WindowDefault, cfg.BatchSize),
+		Logger:       logger,
+		WriteTimeout: cfg.PublishTimeout,
 		OnConnected: func(up bool) {
 			m.BrokerConnected.Set(map[bool]float64{true: 1}[up])
 		},

@@ -16,7 +16,7 @@ import (
 const proxyDialTimeout = 5 * time.Second
 
 // Proxy is an in-process TCP proxy for fault injection: put it between the
-// code under test and a server, then Cut and Restore the link.
+// code under test and a server, then Cut or Stall the link, and Restore it.
 type Proxy struct {
 	ctx    context.Context // canceled by close; bounds dials to the target
 	cancel context.CancelFunc
@@ -24,19 +24,23 @@ type Proxy struct {
 	ln     net.Listener
 	wg     sync.WaitGroup // the accept loop and every copying goroutine
 
-	mu     sync.Mutex
-	cut    bool
-	closed bool
-	conns  map[*proxyConn]struct{}
+	mu      sync.Mutex
+	cut     bool
+	closed  bool
+	stalled chan struct{} // non-nil while stalled; closed by Restore
+	conns   map[*proxyConn]struct{}
 }
 
 // proxyConn is one proxied connection: the accepted client side and the
 // dialed server side.
 type proxyConn struct {
 	client, server net.Conn
+	once           sync.Once
+	done           chan struct{} // closed by close
 }
 
 func (c *proxyConn) close() {
+	c.once.Do(func() { close(c.done) })
 	_ = c.client.Close()
 	_ = c.server.Close()
 }
@@ -80,11 +84,48 @@ func (p *Proxy) Cut() {
 	p.closeConnsLocked()
 }
 
-// Restore forwards new connections again after Cut.
+// Stall keeps every connection open, and still accepts new ones, but stops
+// reading from the clients until Restore: like a server that stopped
+// reading, a client's writes fill the socket buffers and then block. What
+// the server sends still reaches the clients. Bytes already read when Stall
+// is called are held back too.
+func (p *Proxy) Stall() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stalled == nil {
+		p.stalled = make(chan struct{})
+	}
+}
+
+// Restore forwards again after Cut or Stall: new connections after Cut, and
+// the clients' bytes held by Stall.
 func (p *Proxy) Restore() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.cut = false
+	if p.stalled != nil {
+		close(p.stalled)
+		p.stalled = nil
+	}
+}
+
+// waitUnstalled returns true once the proxy is not stalled, or false if c
+// is closed or the proxy stops first.
+func (p *Proxy) waitUnstalled(c *proxyConn) bool {
+	p.mu.Lock()
+	stalled := p.stalled
+	p.mu.Unlock()
+	if stalled == nil {
+		return true
+	}
+	select {
+	case <-stalled:
+		return true
+	case <-c.done:
+		return false
+	case <-p.ctx.Done():
+		return false
+	}
 }
 
 // Conns returns the number of connections currently proxied.
@@ -145,7 +186,7 @@ func (p *Proxy) serve(client net.Conn) {
 		_ = client.Close()
 		return
 	}
-	c := &proxyConn{client: client, server: server}
+	c := &proxyConn{client: client, server: server, done: make(chan struct{})}
 
 	p.mu.Lock()
 	if p.cut || p.closed { // cut while dialing
@@ -159,7 +200,7 @@ func (p *Proxy) serve(client net.Conn) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		pipe(server, client)
+		p.pipeFromClient(c)
 	}()
 	pipe(client, server)
 	<-done
@@ -170,10 +211,35 @@ func (p *Proxy) serve(client net.Conn) {
 	c.close()
 }
 
+// pipeFromClient copies the client's bytes to the server like pipe, but
+// neither reads nor writes while the proxy is stalled.
+func (p *Proxy) pipeFromClient(c *proxyConn) {
+	buf := make([]byte, 32<<10)
+	for p.waitUnstalled(c) {
+		n, err := c.client.Read(buf)
+		if n > 0 {
+			if !p.waitUnstalled(c) {
+				break
+			}
+			if _, werr := c.server.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	halfClose(c.server)
+}
+
 // pipe copies src to dst, then half-closes dst so that the peer sees EOF
 // while the other direction may still carry a reply.
 func pipe(dst, src net.Conn) {
 	_, _ = io.Copy(dst, src)
+	halfClose(dst)
+}
+
+func halfClose(dst net.Conn) {
 	if tcp, ok := dst.(*net.TCPConn); ok {
 		_ = tcp.CloseWrite()
 		return

@@ -262,3 +262,158 @@ func TestProxyServesDuringCleanup(t *testing.T) {
 		}
 	})
 }
+
+// startTarget starts a TCP server that hands each accepted connection to
+// the test, which then reads and writes the server's side itself.
+func startTarget(t *testing.T) (string, <-chan net.Conn) {
+	t.Helper()
+	var lc net.ListenConfig
+	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan net.Conn, 4)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { _ = c.Close() })
+			accepted <- c
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		<-done
+	})
+	return ln.Addr().String(), accepted
+}
+
+// sink reads everything from c in the background, counting the bytes and
+// keeping the last few.
+type sink struct {
+	mu    sync.Mutex
+	total int
+	tail  []byte
+	err   error
+}
+
+func drain(t *testing.T, c net.Conn) *sink {
+	t.Helper()
+	s := &sink{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := c.Read(buf)
+			s.mu.Lock()
+			s.total += n
+			s.tail = append(s.tail, buf[:n]...)
+			if len(s.tail) > 16 {
+				s.tail = s.tail[len(s.tail)-16:]
+			}
+			s.err = err
+			s.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		_ = c.Close()
+		<-done
+	})
+	return s
+}
+
+func (s *sink) get() (int, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.total, string(s.tail)
+}
+
+func TestProxyStallAndRestore(t *testing.T) {
+	t.Parallel()
+	addr, accepted := startTarget(t)
+	p := NewProxy(t, addr)
+	client := dial(t, p.Addr())
+	var server net.Conn
+	select {
+	case server = <-accepted:
+	case <-time.After(ioTimeout):
+		t.Fatal("the proxy did not connect to the target")
+	}
+	if err := client.SetReadDeadline(time.Now().Add(ioTimeout)); err != nil {
+		t.Fatal(err)
+	}
+
+	p.Stall()
+	// What the server sends still reaches the client.
+	if _, err := io.WriteString(server, "hello\n"); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(client).ReadString('\n')
+	if err != nil || line != "hello\n" {
+		t.Fatalf("client read while stalled = %q, %v; want the server's hello", line, err)
+	}
+	// The server reads all it is sent, yet the client's writes block once
+	// the socket buffers are full: far more than they hold cannot be
+	// written before a deadline, and none of it reaches the server.
+	received := drain(t, server)
+	if err := client.SetWriteDeadline(time.Now().Add(300 * time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	big := make([]byte, 64<<20)
+	n, err := client.Write(big)
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("client write of %d bytes while stalled: wrote %d, err %v; want it to block until its deadline", len(big), n, err)
+	}
+	if got, _ := received.get(); got != 0 {
+		t.Errorf("server received %d bytes while stalled, want 0", got)
+	}
+	if got := p.Conns(); got != 1 {
+		t.Errorf("Conns() while stalled = %d, want 1: Stall keeps connections open", got)
+	}
+
+	// After Restore every byte the client wrote arrives, then what it
+	// writes next.
+	p.Restore()
+	if err := client.SetWriteDeadline(time.Now().Add(ioTimeout)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(client, "after\n"); err != nil {
+		t.Fatalf("client write after Restore: %v", err)
+	}
+	want := n + len("after\n")
+	deadline := time.Now().Add(ioTimeout)
+	for {
+		got, tail := received.get()
+		if got == want && strings.HasSuffix(tail, "after\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server received %d bytes ending %q after Restore, want %d ending \"after\\n\"", got, tail, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Cut ends the connections of a stalled proxy too, and Restore after it
+// forwards new connections without a stall.
+func TestProxyCutWhileStalled(t *testing.T) {
+	t.Parallel()
+	p := NewProxy(t, startEcho(t))
+	c := dial(t, p.Addr())
+	p.Stall()
+	p.Cut()
+	requireClosed(t, c)
+	p.Restore()
+	got, err := roundTrip(dial(t, p.Addr()), "again")
+	if err != nil || got != "again" {
+		t.Fatalf("round trip after Cut and Restore of a stall = %q, %v", got, err)
+	}
+}

@@ -1,0 +1,188 @@
+package broker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/outboxrelay/outbox/broker"
+	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/testenv"
+)
+
+// ccPoison is an event RabbitMQ refuses: its CC header (extra routing keys)
+// is a string, not an array, so the broker closes the channel with 406
+// PRECONDITION_FAILED - invalid message: {unacceptable_type_in_header,"CC",longstr}.
+func ccPoison(t *testing.T, id string) events.Message {
+	t.Helper()
+	return message(t, bson.D{
+		{Key: "_id", Value: id},
+		{Key: "type", Value: "order.created"},
+		{Key: "payload", Value: bson.D{{Key: "id", Value: id}}},
+		{Key: "headers", Value: bson.D{{Key: "CC", Value: "audit"}}},
+		{Key: "status", Value: "NEW"},
+		{Key: "createdAt", Value: time.Now()},
+	})
+}
+
+// requireDelivered reads deliveries until every id in want has come (a
+// message republished after a close may come twice) and fails if an id in
+// never comes meanwhile.
+func requireDelivered(t *testing.T, deliveries <-chan amqp.Delivery, want map[string]bool, never map[string]bool) {
+	t.Helper()
+	missing := make(map[string]bool, len(want))
+	for id := range want {
+		missing[id] = true
+	}
+	timeout := time.After(waitTimeout)
+	for len(missing) > 0 {
+		select {
+		case d, ok := <-deliveries:
+			if !ok {
+				t.Fatalf("deliveries closed with %d messages missing", len(missing))
+			}
+			if never[d.MessageId] {
+				t.Errorf("message %q was delivered; it should have been rejected", d.MessageId)
+			}
+			delete(missing, d.MessageId)
+		case <-timeout:
+			t.Fatalf("%d confirmed messages never delivered, e.g. %v", len(missing), first(missing))
+		}
+	}
+}
+
+func first(m map[string]bool) string {
+	for k := range m {
+		return k
+	}
+	return ""
+}
+
+// TestPublishIsolatesPoison publishes a window in which two messages make
+// RabbitMQ close the channel. Each fails alone as ErrRejected carrying the
+// broker's code and reason; every other message is confirmed and
+// delivered; and the publisher goes on publishing.
+func TestPublishIsolatesPoison(t *testing.T) {
+	t.Parallel()
+	url := testenv.AMQPURL(t)
+	exchange := testenv.UniqueName(t, "ex_")
+	deliveries := testenv.Consume(t, url, exchange)
+	p := startPublisher(t, broker.Config{URL: url, Exchange: exchange, ReconnectMin: reconnectMin, ReconnectMax: reconnectMax})
+
+	const n = 200
+	poison := map[int]bool{20: true, 150: true}
+	msgs := make([]events.Message, n)
+	for i := range msgs {
+		id := fmt.Sprintf("m-%d", i)
+		if poison[i] {
+			msgs[i] = ccPoison(t, id)
+		} else {
+			msgs[i] = simpleMessage(t, id, "order.created")
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 4*waitTimeout)
+	defer cancel()
+	errs := p.Publish(ctx, msgs)
+
+	want, never := map[string]bool{}, map[string]bool{}
+	for i, err := range errs {
+		if !poison[i] {
+			if err != nil {
+				t.Errorf("message %d: %v, want confirmed: only the poison may fail", i, err)
+			}
+			want[msgs[i].ID] = true
+			continue
+		}
+		never[msgs[i].ID] = true
+		if !errors.Is(err, broker.ErrRejected) {
+			t.Errorf("poison message %d: %v, want ErrRejected", i, err)
+			continue
+		}
+		var amqpErr *amqp.Error
+		if !errors.As(err, &amqpErr) || amqpErr.Code != amqp.PreconditionFailed || !amqpErr.Server {
+			t.Errorf("poison message %d: %v, want it to wrap the broker's 406 close", i, err)
+		}
+		if !strings.Contains(err.Error(), "unacceptable_type_in_header") {
+			t.Errorf("poison message %d: %q does not carry the broker's reason", i, err)
+		}
+	}
+	t.Logf("poison: %v", errs[20])
+	requireDelivered(t, deliveries, want, never)
+
+	waitFor(t, waitTimeout, "ready after isolating the poison", func() bool { return p.Ready() == nil })
+	requireConfirmed(t, "publish after the poison", p.Publish(ctx, messages(t, "after", 3)))
+}
+
+// TestPublishIsolatesClientRefusal publishes, in a window, a message the
+// AMQP client refuses to encode (a message_id over 255 bytes, built by hand
+// past events.NewMessage's check): the client closes the connection, the
+// message fails alone as ErrRejected, and the others are confirmed.
+func TestPublishIsolatesClientRefusal(t *testing.T) {
+	t.Parallel()
+	url := testenv.AMQPURL(t)
+	exchange := testenv.UniqueName(t, "ex_")
+	deliveries := testenv.Consume(t, url, exchange)
+	p := startPublisher(t, broker.Config{URL: url, Exchange: exchange, ReconnectMin: reconnectMin, ReconnectMax: reconnectMax})
+
+	msgs := messages(t, "m", 20)
+	msgs[5].ID = strings.Repeat("x", 300)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*waitTimeout)
+	defer cancel()
+	errs := p.Publish(ctx, msgs)
+
+	want := map[string]bool{}
+	for i, err := range errs {
+		if i == 5 {
+			if !errors.Is(err, broker.ErrRejected) || !strings.Contains(err.Error(), "client") {
+				t.Errorf("message with a 300-byte id: %v, want ErrRejected by the client", err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("message %d: %v, want confirmed", i, err)
+		}
+		want[msgs[i].ID] = true
+	}
+	t.Logf("refused: %.200s", errs[5])
+	requireDelivered(t, deliveries, want, map[string]bool{msgs[5].ID: true})
+}
+
+// TestPublishOutageIsNotPoison cuts the link while a window waits for its
+// confirms: nothing is rejected, and what is unconfirmed is ErrUnavailable
+// (or ErrUnconfirmed), as before isolation existed.
+func TestPublishOutageIsNotPoison(t *testing.T) {
+	t.Parallel()
+	p, proxy, _, deliveries := proxiedPublisher(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*waitTimeout)
+	defer cancel()
+
+	msgs := messages(t, "m", 5000)
+	result := make(chan []error, 1)
+	go func() { result <- p.Publish(ctx, msgs) }()
+	select {
+	case <-deliveries:
+		proxy.Cut()
+	case <-ctx.Done():
+		t.Fatal("no delivery before the cut")
+	}
+	errs := <-result
+	failed := 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+		case errors.Is(err, broker.ErrUnavailable) || errors.Is(err, broker.ErrUnconfirmed):
+			failed++
+		default:
+			t.Errorf("message %d: %v, want nil, ErrUnavailable or ErrUnconfirmed", i, err)
+		}
+	}
+	if failed == 0 {
+		t.Errorf("no message failed: the cut came after the whole publish, so this run tested nothing")
+	}
+}
