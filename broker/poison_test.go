@@ -16,19 +16,23 @@ import (
 	"github.com/outboxrelay/outbox/internal/testenv"
 )
 
-// ccPoison is an event RabbitMQ refuses: its CC header (extra routing keys)
-// is a string, not an array, so the broker closes the channel with 406
+// ccPoison is a message RabbitMQ refuses: its CC header (extra routing
+// keys) is a string, not an array, so the broker closes the channel with 406
 // PRECONDITION_FAILED - invalid message: {unacceptable_type_in_header,"CC",longstr}.
+// events.NewMessage refuses such a document, so the header is set on the
+// message afterwards: this stands for any message the broker closes the
+// channel over that no check before publishing foresaw.
 func ccPoison(t *testing.T, id string) events.Message {
 	t.Helper()
-	return message(t, bson.D{
+	m := message(t, bson.D{
 		{Key: "_id", Value: id},
 		{Key: "type", Value: "order.created"},
 		{Key: "payload", Value: bson.D{{Key: "id", Value: id}}},
-		{Key: "headers", Value: bson.D{{Key: "CC", Value: "audit"}}},
 		{Key: "status", Value: "NEW"},
 		{Key: "createdAt", Value: time.Now()},
 	})
+	m.Headers = map[string]any{"CC": "audit"}
+	return m
 }
 
 // requireDelivered reads deliveries until every id in want has come (a

@@ -100,6 +100,9 @@ func (d Draft) Document(now time.Time) (bson.D, error) {
 		if v == "" {
 			return nil, fmt.Errorf("%w: id is an empty string", ErrInvalidDraft)
 		}
+		if len(v) > maxShortString {
+			return nil, fmt.Errorf("%w: id is %d bytes; an AMQP message_id holds at most %d", ErrInvalidDraft, len(v), maxShortString)
+		}
 	case bson.ObjectID:
 	default:
 		return nil, fmt.Errorf("%w: id must be a bson.ObjectID or a string, got %T", ErrInvalidDraft, d.ID)

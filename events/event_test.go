@@ -186,6 +186,12 @@ func TestDraftDocumentInvalid(t *testing.T) {
 		{name: "int ID", draft: Draft{ID: 7, Type: "order.created", Payload: payload}, wantMsg: "id"},
 		{name: "ObjectID pointer", draft: Draft{ID: &testObjectID, Type: "order.created", Payload: payload}, wantMsg: "id"},
 		{name: "empty string ID", draft: Draft{ID: "", Type: "order.created", Payload: payload}, wantMsg: "id"},
+		{name: "string ID over 255 bytes", draft: Draft{ID: strings.Repeat("i", 256), Type: "order.created", Payload: payload}, wantMsg: "255"},
+		{
+			name:    "CC header not an array",
+			draft:   Draft{Type: "order.created", Payload: payload, Headers: map[string]any{"CC": "audit"}},
+			wantMsg: "headers.CC",
+		},
 		{
 			name:    "header AMQP cannot carry",
 			draft:   Draft{Type: "order.created", Payload: payload, Headers: map[string]any{"re": bson.Regex{Pattern: "a"}}},

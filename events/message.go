@@ -236,6 +236,12 @@ func headerTable(path string, d bson.Raw, depth int) (map[string]any, error) {
 		if len(key) > maxShortString {
 			return nil, invalid(path, "has a key of %d bytes; AMQP allows %d", len(key), maxShortString)
 		}
+		if depth == 0 && routingHeaders[key] && e.Value().Type != bson.TypeArray {
+			// RabbitMQ reads CC and BCC as extra routing keys and closes the
+			// channel over any other type: refuse it here rather than cost a
+			// reconnect and an isolation to find it.
+			return nil, invalid(path+"."+key, "must be an array of routing keys, got %s; RabbitMQ closes the channel over any other type", e.Value().Type)
+		}
 		v, err := headerValue(path+"."+key, e.Value(), depth)
 		if err != nil {
 			return nil, err
@@ -244,6 +250,10 @@ func headerTable(path string, d bson.Raw, depth int) (map[string]any, error) {
 	}
 	return t, nil
 }
+
+// routingHeaders are the top-level headers RabbitMQ routes by (sender-selected
+// distribution): they must be arrays.
+var routingHeaders = map[string]bool{"CC": true, "BCC": true}
 
 // headerValue maps a BSON value to a Go value an AMQP table can carry, or
 // says which header RabbitMQ could not carry.

@@ -387,6 +387,8 @@ func TestNewMessageInvalid(t *testing.T) {
 		{name: "createdAt a timestamp", edits: []docEdit{set(FieldCreatedAt, bson.Timestamp{T: 1, I: 1})}, wantField: FieldCreatedAt},
 		{name: "headers a string", edits: []docEdit{set(FieldHeaders, "tenant=acme")}, wantField: FieldHeaders},
 		{name: "headers an array", edits: []docEdit{set(FieldHeaders, bson.A{"tenant"})}, wantField: FieldHeaders},
+		{name: "CC header a string", edits: []docEdit{set(FieldHeaders, bson.D{{Key: "CC", Value: "audit"}})}, wantField: "headers.CC"},
+		{name: "BCC header a number", edits: []docEdit{set(FieldHeaders, bson.D{{Key: "BCC", Value: 5}})}, wantField: "headers.BCC"},
 		{
 			name:      "header a regex",
 			edits:     []docEdit{set(FieldHeaders, bson.D{{Key: "re", Value: bson.Regex{Pattern: "^a", Options: "i"}}})},
