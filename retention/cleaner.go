@@ -92,6 +92,10 @@ func (c *Cleaner) Start(ctx context.Context) error {
 	return c.job.Start(ctx)
 }
 
+// Trigger asks for a run as soon as the current one, if any, is over, as
+// a tick of the schedule does.
+func (c *Cleaner) Trigger() { c.job.Trigger() }
+
 // Stop lets a run in flight finish. Idempotent; safe before Start.
 func (c *Cleaner) Stop(ctx context.Context) error { return c.job.Stop(ctx) }
 

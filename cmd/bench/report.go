@@ -88,6 +88,15 @@ func (r *Results) table() string {
 		}
 		add(fmt.Sprintf("Worker, %d replica%s, end to end (bin/worker, %s)", d.Replicas, plural(d.Replicas), d.Schedule), result, target)
 	}
+	if rt := r.Retention; rt != nil {
+		result := fmt.Sprintf("%s events/s (%s of %s in %.1f s, %d deletes)",
+			thousands(int(rt.PerSecond)), thousands(rt.Deleted), thousands(rt.History), rt.Seconds, rt.Batches)
+		if d, ok := r.drain(1); ok {
+			result += fmt.Sprintf(", %.0f%% of the 1-replica relay's %s events/s", 100*ratio(rt.PerSecond, d.PerSecond), thousands(int(d.PerSecond)))
+		}
+		add(fmt.Sprintf("Retention delete rate (retention.Cleaner at its defaults: %s, batches of %s; history older than the retention period)",
+			rt.Schedule, thousands(rt.BatchSize)), result, targetRetain)
+	}
 	for _, d := range r.Drains {
 		target := ""
 		if d.Replicas == 1 {

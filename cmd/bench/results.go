@@ -24,6 +24,8 @@ type Results struct {
 	Drains                []Drain      `json:"drains"`
 	Latency               []Latency    `json:"latency"`
 	Claim                 ClaimLatency `json:"claimLatency"`
+	// Retention is how fast the worker's retention deletes old history.
+	Retention *RetentionRate `json:"retention,omitempty"`
 	// SamplerStats times the worker's backlog sampler query (Stats) on
 	// the 1-replica run's collection before and after its drain.
 	SamplerStats []StatsCost `json:"samplerStats"`
@@ -140,6 +142,19 @@ type ClaimLatency struct {
 	Ratio            float64   `json:"ratio"`
 }
 
+// RetentionRate is retention.Cleaner over mongo.Store, at the worker's
+// default settings, deleting a PUBLISHED history older than the retention
+// period, watched for one period of its schedule or until none is left.
+type RetentionRate struct {
+	History   int     `json:"history"`
+	Deleted   int     `json:"deleted"`
+	Batches   int     `json:"deletes"`
+	Seconds   float64 `json:"seconds"`
+	PerSecond float64 `json:"perSecond"`
+	Schedule  string  `json:"schedule"`
+	BatchSize int     `json:"batchSize"`
+}
+
 // StatsCost is how long one mongo.Store.Stats took.
 type StatsCost struct {
 	Backlog string  `json:"backlog"` // NEW or PUBLISHED
@@ -190,6 +205,7 @@ const (
 	targetRSS      = "worker peak RSS"
 	targetP99      = "p99 latency at @every 100ms"
 	targetClaim    = "claim latency with history vs none"
+	targetRetain   = "retention delete rate vs 1-replica relay"
 )
 
 // target returns the target called name, if it was evaluated.
@@ -227,6 +243,11 @@ func (r *Results) evaluate() {
 	}
 	if l, ok := r.latencyAt("@every 100ms"); ok && l.Received > 0 {
 		add(targetP99, "< 300 ms", fmt.Sprintf("%.0f ms", l.P99ms), l.P99ms < 300)
+	}
+	if d, ok := r.drain(1); ok && r.Retention != nil && d.PerSecond > 0 {
+		ratio := r.Retention.PerSecond / d.PerSecond
+		add(targetRetain, ">= 100%",
+			fmt.Sprintf("%.0f%% (%.0f vs %.0f events/s)", 100*ratio, r.Retention.PerSecond, d.PerSecond), ratio >= 1)
 	}
 	if c := r.Claim; c.EmptyMs > 0 && c.WithHistoryMs > 0 {
 		add(targetClaim, "<= 2x",
