@@ -59,10 +59,11 @@ func (b *bench) retentionRate(ctx context.Context) error {
 		return err
 	}
 	n := b.cfg.RetentionEvents
-	// Published a day past the default retention period.
+	// Published a day past the default retention period, one event a
+	// millisecond, as a relay publishes them: in order.
 	old := time.Now().Add(-retention.RetentionDefault - 24*time.Hour)
 	if _, err := insertEvents(ctx, coll, n, 0, func(i int, _ time.Time) (bson.D, error) {
-		return publishedDoc(i, old)
+		return publishedDoc(i, old.Add(time.Duration(i)*time.Millisecond))
 	}); err != nil {
 		return err
 	}
