@@ -45,6 +45,10 @@ func defaultConfig() Config {
 		WorkerID:         defaultWorkerID(),
 		LogLevel:         slog.LevelInfo,
 		LogFormat:        "json",
+
+		MongoReadConcern:  "majority",
+		MongoWriteConcern: "majority",
+		MongoJournal:      true,
 	}
 }
 
@@ -83,8 +87,13 @@ func TestLoadConfig(t *testing.T) {
 				"OUTBOX_WORKER_ID":         "relay-7",
 				"OUTBOX_LOG_LEVEL":         "debug",
 				"OUTBOX_LOG_FORMAT":        "text",
+
+				"OUTBOX_MONGO_READ_CONCERN":  "local",
+				"OUTBOX_MONGO_WRITE_CONCERN": "2",
+				"OUTBOX_MONGO_JOURNAL":       "false",
 			},
 			want: func(c *Config) {
+				c.MongoReadConcern, c.MongoWriteConcern, c.MongoJournal = "local", "2", false
 				c.MongoURI = "mongodb://db.internal:27018/?replicaSet=rs0"
 				c.MongoDatabase = "shop"
 				c.MongoCollection = "outbox_events"
@@ -194,6 +203,14 @@ func TestLoadConfigRejects(t *testing.T) {
 			want: []string{"OUTBOX_LOG_LEVEL", `"loud"`}},
 		{name: "log format unknown", env: map[string]string{"OUTBOX_LOG_FORMAT": "xml"},
 			want: []string{"OUTBOX_LOG_FORMAT", `"xml"`}},
+		{name: "read concern unknown", env: map[string]string{"OUTBOX_MONGO_READ_CONCERN": "available"},
+			want: []string{"OUTBOX_MONGO_READ_CONCERN", `"available"`, "majority, local"}},
+		{name: "write concern unacknowledged", env: map[string]string{"OUTBOX_MONGO_WRITE_CONCERN": "0"},
+			want: []string{"OUTBOX_MONGO_WRITE_CONCERN", `"0"`, "not allowed"}},
+		{name: "write concern a word", env: map[string]string{"OUTBOX_MONGO_WRITE_CONCERN": "all"},
+			want: []string{"OUTBOX_MONGO_WRITE_CONCERN", `"all"`}},
+		{name: "journal not a boolean", env: map[string]string{"OUTBOX_MONGO_JOURNAL": "yes"},
+			want: []string{"OUTBOX_MONGO_JOURNAL", `"yes"`}},
 		{name: "max attempts zero", env: map[string]string{"OUTBOX_MAX_ATTEMPTS": "0"},
 			want: []string{"OUTBOX_MAX_ATTEMPTS", `"0"`}},
 		{name: "shutdown timeout below a second", env: map[string]string{"OUTBOX_SHUTDOWN_TIMEOUT": "500ms"},

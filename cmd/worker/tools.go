@@ -12,7 +12,6 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	driver "go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/outboxrelay/outbox/broker"
 	"github.com/outboxrelay/outbox/events"
@@ -25,12 +24,12 @@ const toolTimeout = 60 * time.Second
 // openStore connects for an operator command and returns the store and a
 // function that disconnects.
 func openStore(ctx context.Context, cfg Config) (*mongo.Store, func(), error) {
-	client, err := driver.Connect(options.Client().ApplyURI(cfg.MongoURI).SetAppName("outbox-worker-cli"))
+	client, err := driver.Connect(mongoClientOptions(cfg, "outbox-worker-cli"))
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: invalid OUTBOX_MONGO_URI %q: %v", ErrUsage, broker.Redact(cfg.MongoURI), err)
 	}
 	closeFn := func() { _ = client.Disconnect(context.WithoutCancel(ctx)) }
-	store := mongo.New(client, mongo.Config{Database: cfg.MongoDatabase, Collection: cfg.MongoCollection})
+	store := mongo.New(client, mongoStoreConfig(cfg, nil))
 	if err := store.Ping(ctx); err != nil {
 		closeFn()
 		return nil, nil, fmt.Errorf("connect to %s: %w", broker.Redact(cfg.MongoURI), err)
