@@ -3,7 +3,9 @@
 // processes) draining a backlog with 1, 2 and 4 replicas, its database
 // commands, CPU and memory per event, the publish stage alone, end-to-end
 // latency at two claim schedules, claim latency with and without
-// published history, and how fast retention deletes published history. It writes results/bench.json, bench.txt and bench.png.
+// published history, how fast retention deletes published history, claim
+// latency with events backing off at the head of the collection, and one
+// worker relaying 15 MiB documents. It writes results/bench.json, bench.txt and bench.png.
 //
 // By default it runs FerretDB embedded (PostgreSQL backend) on a TCP port
 // the worker processes can reach; with -mongo-uri (or
@@ -220,7 +222,9 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	stages = append(stages,
 		namedStage{"latency", "latency", b.latency},
 		namedStage{"claim", "claim latency", b.claimLatency},
-		namedStage{"retention", "retention delete rate", b.retentionRate})
+		namedStage{"retention", "retention delete rate", b.retentionRate},
+		namedStage{"claim-backoff", "claim latency with events backing off", b.claimBackoff},
+		namedStage{"large-docs", "large documents", b.largeDocuments})
 	for _, s := range stages {
 		if cfg.Only != nil && !cfg.Only[s.key] {
 			continue
@@ -235,7 +239,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 }
 
 // stageKeys are the -only names of the stages, in the order they run.
-var stageKeys = []string{"raw-broker", "publish", "raw-db", "drain", "latency", "claim", "retention"}
+var stageKeys = []string{"raw-broker", "publish", "raw-db", "drain", "latency", "claim", "retention", "claim-backoff", "large-docs"}
 
 // namedStage is one measurement of the run.
 type namedStage struct {

@@ -26,6 +26,11 @@ type Results struct {
 	Claim                 ClaimLatency `json:"claimLatency"`
 	// Retention is how fast the worker's retention deletes old history.
 	Retention *RetentionRate `json:"retention,omitempty"`
+	// ClaimBackoff is the claim's cost with events backing off at the
+	// head of the collection, against none.
+	ClaimBackoff *ClaimBackoff `json:"claimBackoff,omitempty"`
+	// LargeDocs is one worker relaying documents near the 16 MiB limit.
+	LargeDocs *LargeDocs `json:"largeDocuments,omitempty"`
 	// SamplerStats times the worker's backlog sampler query (Stats) on
 	// the 1-replica run's collection before and after its drain.
 	SamplerStats []StatsCost `json:"samplerStats"`
@@ -153,6 +158,43 @@ type RetentionRate struct {
 	PerSecond float64 `json:"perSecond"`
 	Schedule  string  `json:"schedule"`
 	BatchSize int     `json:"batchSize"`
+}
+
+// ClaimBackoff is mongo.Store.Claim of a batch on New claimable events,
+// without and with BackingOff NEW events whose retryAt is an hour ahead
+// and whose createdAt is older than every claimable one.
+type ClaimBackoff struct {
+	New        int       `json:"new"`
+	BatchSize  int       `json:"batchSize"`
+	BackingOff int       `json:"backingOff"`
+	Without    ClaimCost `json:"without"`
+	With       ClaimCost `json:"with"`
+	Ratio      float64   `json:"ratio"`
+}
+
+// ClaimCost is what one claim cost, over a few runs.
+type ClaimCost struct {
+	MedianMs float64   `json:"medianMs"`
+	RunsMs   []float64 `json:"runsMs"`
+	// Commands is the database commands per claim.
+	Commands float64 `json:"commandsPerClaim"`
+	// DocsExamined is per claim, from serverStatus; -1 where the server
+	// does not report it.
+	DocsExamined float64 `json:"docsExaminedPerClaim"`
+}
+
+// LargeDocs is one worker relaying Events documents whose payload is one
+// string of PayloadMiB.
+type LargeDocs struct {
+	Events        int     `json:"events"`
+	PayloadMiB    int     `json:"payloadMiB"`
+	Received      int     `json:"received"`
+	Deliveries    int     `json:"deliveries"`
+	WorkerEnv     string  `json:"workerEnv"`
+	InsertSeconds float64 `json:"insertSeconds"`
+	Seconds       float64 `json:"seconds"`
+	PeakRSSMB     float64 `json:"peakRssMB"`
+	CPUSeconds    float64 `json:"cpuSeconds"`
 }
 
 // StatsCost is how long one mongo.Store.Stats took.
