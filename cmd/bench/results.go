@@ -195,6 +195,8 @@ type LargeDocs struct {
 	Seconds       float64 `json:"seconds"`
 	PeakRSSMB     float64 `json:"peakRssMB"`
 	CPUSeconds    float64 `json:"cpuSeconds"`
+	// Error says why not all arrived, if they did not.
+	Error string `json:"error,omitempty"`
 }
 
 // StatsCost is how long one mongo.Store.Stats took.
