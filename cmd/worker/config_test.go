@@ -409,7 +409,7 @@ func TestRunBadSettingExitsTwo(t *testing.T) {
 		{name: "run mongo uri the driver rejects", args: []string{"run"},
 			env: map[string]string{"OUTBOX_MONGO_URI": "mongodb://user:secret@" + mongoLn.addr() + "/?connectTimeoutMS=soon"}, want: "OUTBOX_MONGO_URI"},
 		{name: "stats mongo uri", args: []string{"stats", "--json"}, env: map[string]string{"OUTBOX_MONGO_URI": "http://x"}, want: "OUTBOX_MONGO_URI"},
-		{name: "requeue without a filter", args: []string{"requeue"}, want: "--id, --type or --all"},
+		{name: "requeue without a filter", args: []string{"requeue"}, want: "--id, --ids-from, --type or --all"},
 		{name: "requeue log level", args: []string{"requeue", "--all"}, env: map[string]string{"OUTBOX_LOG_LEVEL": "loud"}, want: "OUTBOX_LOG_LEVEL"},
 		{name: "show without id", args: []string{"show"}, want: "--id"},
 		{name: "show mongo uri", args: []string{"show", "--id", "x"}, env: map[string]string{"OUTBOX_MONGO_URI": "mongodb://"}, want: "OUTBOX_MONGO_URI"},
