@@ -550,6 +550,6 @@ func (s *Store) inTransaction(ctx context.Context, fn func(ctx context.Context) 
 	defer sess.EndSession(ctx)
 	_, err = sess.WithTransaction(ctx, func(ctx context.Context) (any, error) {
 		return nil, fn(ctx)
-	})
+	}, s.txnOpts)
 	return err
 }

@@ -59,22 +59,36 @@ func (s *Store) RecoverStale(ctx context.Context, staleBefore, now time.Time, ma
 // DeletePublished deletes up to limit events PUBLISHED before the given
 // time and returns how many. Callers loop to delete more, so a large
 // backlog of history never holds the database for long.
+//
+// It costs two commands: a find of up to limit ids, then one delete of
+// exactly those. The delete's filter puts status equality first (the part
+// FerretDB pushes down to its backend, and the prefix of outbox_retention
+// on MongoDB), then publishedAt no later than the latest found: a server
+// that evaluates the filter itself, as FerretDB does for every PUBLISHED
+// event, rejects the younger history on one date comparison before it
+// compares the _id against the batch's ids.
 func (s *Store) DeletePublished(ctx context.Context, before time.Time, limit int) (int, error) {
 	filter := bson.D{
 		{Key: events.FieldStatus, Value: events.StatusPublished},
 		{Key: events.FieldPublishedAt, Value: bson.D{{Key: "$lt", Value: before}}},
 	}
 	opts := options.Find().
-		SetProjection(bson.D{{Key: events.FieldID, Value: 1}}).
+		SetProjection(bson.D{{Key: events.FieldID, Value: 1}, {Key: events.FieldPublishedAt, Value: 1}}).
 		SetLimit(int64(limit)).
-		SetBatchSize(int32(limit))
+		SetBatchSize(oneBatch(limit))
 	cur, err := s.coll.Find(ctx, filter, opts)
 	if err != nil {
 		return 0, fmt.Errorf("find published events to delete: %w", err)
 	}
-	var ids []any
+	var (
+		ids    []any
+		latest time.Time
+	)
 	for cur.Next(ctx) {
 		ids = append(ids, rawID(cur.Current.Lookup(events.FieldID)))
+		if at, ok := cur.Current.Lookup(events.FieldPublishedAt).TimeOK(); ok && at.After(latest) {
+			latest = at
+		}
 	}
 	_ = cur.Close(ctx)
 	if err := cur.Err(); err != nil || len(ids) == 0 {
@@ -82,6 +96,7 @@ func (s *Store) DeletePublished(ctx context.Context, before time.Time, limit int
 	}
 	res, err := s.coll.DeleteMany(ctx, bson.D{
 		{Key: events.FieldStatus, Value: events.StatusPublished},
+		{Key: events.FieldPublishedAt, Value: bson.D{{Key: "$lte", Value: latest}}},
 		{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: ids}}},
 	})
 	if err != nil {

@@ -10,6 +10,9 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
+	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/outboxrelay/outbox/events"
 )
@@ -30,6 +33,12 @@ type Config struct {
 	Collection string
 	// Logger receives the store's few log lines. Defaults to slog.Default().
 	Logger *slog.Logger
+	// ReadConcern and WriteConcern are those of the store's transactions,
+	// which also read from the primary: set on the transaction, they hold
+	// whatever the client's defaults are. Default to majority, and to
+	// majority with the journal.
+	ReadConcern  *readconcern.ReadConcern
+	WriteConcern *writeconcern.WriteConcern
 }
 
 func (c *Config) setDefaults() {
@@ -41,6 +50,13 @@ func (c *Config) setDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.ReadConcern == nil {
+		c.ReadConcern = readconcern.Majority()
+	}
+	if c.WriteConcern == nil {
+		journal := true
+		c.WriteConcern = &writeconcern.WriteConcern{W: "majority", Journal: &journal}
 	}
 }
 
@@ -55,6 +71,8 @@ type Store struct {
 	// index, so that one find costs it one pass over the NEW events.
 	splitClaim bool
 	skipped    skipSet
+	// txnOpts are the options of every transaction (inTransaction).
+	txnOpts *options.TransactionOptionsBuilder
 }
 
 // New returns a Store on client. It does no I/O: call Prepare before use.
@@ -64,6 +82,10 @@ func New(client *mongo.Client, cfg Config) *Store {
 		client: client,
 		coll:   client.Database(cfg.Database).Collection(cfg.Collection),
 		logger: cfg.Logger,
+		txnOpts: options.Transaction().
+			SetReadPreference(readpref.Primary()).
+			SetReadConcern(cfg.ReadConcern).
+			SetWriteConcern(cfg.WriteConcern),
 	}
 }
 

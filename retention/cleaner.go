@@ -1,12 +1,17 @@
 // Package retention deletes PUBLISHED events once they are older than the
 // retention period, in bounded batches so that it never holds the database
-// for long. FAILED events are never deleted: an operator decides.
+// for long. A run goes on while full batches come back, for at most
+// MaxRunTime, and between two batches it leaves the database to the relay
+// for as long as the last batch took: it keeps up with a relay that
+// publishes fast, and takes at most about half of a busy database.
+// FAILED events are never deleted: an operator decides.
 package retention
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/outboxrelay/outbox/metrics"
@@ -27,8 +32,13 @@ const (
 	ScheduleDefault = "@every 1m"
 	// BatchSizeDefault is how many events one delete removes.
 	BatchSizeDefault = 1000
-	// maxBatchesPerRun bounds one run; the next run goes on.
-	maxBatchesPerRun = 10
+	// MaxRunTimeDefault bounds one run: under the default schedule's
+	// minute, so that each run ends, and logs what it deleted, before the
+	// next tick.
+	MaxRunTimeDefault = 50 * time.Second
+	// maxPause bounds the pause between two batches, so that one slow
+	// delete does not stall the run.
+	maxPause = 10 * time.Second
 )
 
 // Config configures a Cleaner.
@@ -41,6 +51,9 @@ type Config struct {
 	Schedule string
 	// BatchSize is how many events one delete removes. Defaults to BatchSizeDefault.
 	BatchSize int
+	// MaxRunTime bounds one run: no batch starts after it. Defaults to
+	// MaxRunTimeDefault.
+	MaxRunTime time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Metrics defaults to an unregistered set.
@@ -53,6 +66,18 @@ type Cleaner struct {
 	store Store
 	job   *schedule.Job
 	now   func() time.Time
+	// pause waits d between two batches; false when the cleaner is
+	// stopping or ctx ends, which ends the run.
+	pause func(ctx context.Context, d time.Duration) bool
+
+	stopping chan struct{}
+	stopOnce sync.Once
+
+	// The run in progress, owned by the job's goroutine: when it started
+	// (zero between runs), what it deleted, and the last batch's duration.
+	runStart time.Time
+	runTotal int
+	lastTook time.Duration
 }
 
 // New returns a Cleaner; Start runs it.
@@ -62,6 +87,9 @@ func New(store Store, cfg Config) (*Cleaner, error) {
 	}
 	if cfg.BatchSize == 0 {
 		cfg.BatchSize = BatchSizeDefault
+	}
+	if cfg.MaxRunTime == 0 {
+		cfg.MaxRunTime = MaxRunTimeDefault
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -75,7 +103,11 @@ func New(store Store, cfg Config) (*Cleaner, error) {
 	if cfg.BatchSize < 1 {
 		return nil, fmt.Errorf("retention batch size %d: want at least 1", cfg.BatchSize)
 	}
-	c := &Cleaner{cfg: cfg, store: store, now: time.Now}
+	if cfg.MaxRunTime < 0 {
+		return nil, fmt.Errorf("retention max run time %s: want more than 0", cfg.MaxRunTime)
+	}
+	c := &Cleaner{cfg: cfg, store: store, now: time.Now, stopping: make(chan struct{})}
+	c.pause = c.wait
 	var err error
 	if c.job, err = schedule.New("retention", cfg.Schedule, c.runOnce, cfg.Logger); err != nil {
 		return nil, err
@@ -92,30 +124,66 @@ func (c *Cleaner) Start(ctx context.Context) error {
 	return c.job.Start(ctx)
 }
 
-// Stop lets a run in flight finish. Idempotent; safe before Start.
-func (c *Cleaner) Stop(ctx context.Context) error { return c.job.Stop(ctx) }
+// Trigger asks for a run as soon as the current one, if any, is over, as
+// a tick of the schedule does.
+func (c *Cleaner) Trigger() { c.job.Trigger() }
 
-// runOnce deletes up to maxBatchesPerRun batches. A larger history is
-// worked off run by run, leaving the database to the relay in between.
-func (c *Cleaner) runOnce(ctx context.Context) (bool, error) {
-	before := c.now().UTC().Add(-c.cfg.Retention)
-	total := 0
-	defer func() {
-		c.cfg.Metrics.Deleted.Add(float64(total))
-		if total > 0 {
-			c.cfg.Logger.Info("deleted published events", "count", total, "published_before", before)
-		}
-	}()
-	for range maxBatchesPerRun {
-		n, err := c.store.DeletePublished(ctx, before, c.cfg.BatchSize)
-		total += n
-		if err != nil {
-			c.cfg.Metrics.JobErrors.WithLabelValues("retention").Inc()
-			return false, fmt.Errorf("delete published events: %w", err)
-		}
-		if n < c.cfg.BatchSize {
-			return false, nil
-		}
+// Stop ends the run in flight after its current batch. Idempotent; safe
+// before Start.
+func (c *Cleaner) Stop(ctx context.Context) error {
+	c.stopOnce.Do(func() { close(c.stopping) })
+	return c.job.Stop(ctx)
+}
+
+// wait sleeps d unless the cleaner stops or ctx ends first.
+func (c *Cleaner) wait(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-c.stopping:
+		return false
+	case <-ctx.Done():
+		return false
 	}
-	return false, nil
+}
+
+// runOnce deletes one batch of a run. It reports more while full batches
+// come back and the run is younger than MaxRunTime; the schedule then
+// calls it again at once (checking for Stop in between), and it first
+// pauses as long as the last batch took, leaving the database to the
+// relay. A run that ends logs what it deleted.
+func (c *Cleaner) runOnce(ctx context.Context) (more bool, err error) {
+	if c.runStart.IsZero() {
+		c.runStart, c.runTotal = c.now(), 0
+	} else if !c.pause(ctx, min(c.lastTook, maxPause)) {
+		c.endRun()
+		return false, nil
+	}
+	start := c.now()
+	before := start.UTC().Add(-c.cfg.Retention)
+	n, err := c.store.DeletePublished(ctx, before, c.cfg.BatchSize)
+	c.lastTook = c.now().Sub(start)
+	c.runTotal += n
+	c.cfg.Metrics.Deleted.Add(float64(n))
+	if err != nil {
+		c.cfg.Metrics.JobErrors.WithLabelValues("retention").Inc()
+		c.endRun()
+		return false, fmt.Errorf("delete published events: %w", err)
+	}
+	if n < c.cfg.BatchSize || c.now().Sub(c.runStart) >= c.cfg.MaxRunTime {
+		c.endRun()
+		return false, nil
+	}
+	return true, nil
+}
+
+// endRun logs what the run deleted and forgets it.
+func (c *Cleaner) endRun() {
+	if c.runTotal > 0 {
+		c.cfg.Logger.Info("deleted published events", "count", c.runTotal,
+			"published_before", c.runStart.UTC().Add(-c.cfg.Retention), "took", c.now().Sub(c.runStart).String())
+	}
+	c.runStart, c.runTotal = time.Time{}, 0
 }

@@ -64,13 +64,42 @@ func count(t *testing.T, coll *driver.Collection, filter bson.D) int64 {
 	return n
 }
 
-func TestRunOnceDeletesOldPublishedInBoundedBatches(t *testing.T) {
+// drain calls runOnce as the schedule does: again at once while it
+// reports more. It returns how many calls one run took.
+func drain(t *testing.T, c *Cleaner) int {
+	t.Helper()
+	for calls := 1; ; calls++ {
+		more, err := c.runOnce(t.Context())
+		if err != nil {
+			t.Fatalf("runOnce call %d: %v", calls, err)
+		}
+		if !more {
+			return calls
+		}
+		if calls > 100 {
+			t.Fatal("runOnce reports more after 100 batches")
+		}
+	}
+}
+
+// pauses records the cleaner's pauses instead of sleeping.
+func pauses(c *Cleaner) *[]time.Duration {
+	var got []time.Duration
+	c.pause = func(_ context.Context, d time.Duration) bool {
+		got = append(got, d)
+		return true
+	}
+	return &got
+}
+
+func TestRunOnceDeletesOldPublishedWhileBatchesComeBackFull(t *testing.T) {
 	t.Parallel()
 	const batch = 3
 	c, coll, m := setup(t, Config{Retention: 24 * time.Hour, BatchSize: batch})
+	paused := pauses(c)
 	cutoff := clock.Add(-24 * time.Hour)
-	// More old events than one run deletes: 10 batches of 3 per run.
-	const old = maxBatchesPerRun*batch + 4
+	// More old events than the old limit of 10 batches per run.
+	const old = 12*batch + 1
 	var docs []any
 	for i := range old {
 		docs = append(docs, event(fmt.Sprintf("old-%02d", i), events.StatusPublished, publishedAt(cutoff.Add(-time.Duration(i+1)*time.Minute))))
@@ -84,16 +113,15 @@ func TestRunOnceDeletesOldPublishedInBoundedBatches(t *testing.T) {
 		t.Fatalf("insert: %v", err)
 	}
 
-	var deleted []float64
-	for range 3 {
-		more, err := c.runOnce(t.Context())
-		if more || err != nil {
-			t.Fatalf("runOnce = %t, %v; want false, nil (a run is bounded; the next goes on)", more, err)
-		}
-		deleted = append(deleted, testutil.ToFloat64(m.Deleted))
+	// One run: 12 full batches, then the partial one that ends it.
+	if calls := drain(t, c); calls != 13 {
+		t.Errorf("the run took %d batches, want 13 (12 full, 1 partial)", calls)
 	}
-	if diff := cmp.Diff([]float64{maxBatchesPerRun * batch, old, old}, deleted); diff != "" {
-		t.Errorf("deleted metric after each run (-want +got):\n%s", diff)
+	if len(*paused) != 12 {
+		t.Errorf("paused %d times, want 12 (before every batch but the first)", len(*paused))
+	}
+	if got := testutil.ToFloat64(m.Deleted); got != old {
+		t.Errorf("deleted metric = %v, want %d", got, old)
 	}
 	remaining := map[string]int64{
 		"PUBLISHED": count(t, coll, bson.D{{Key: events.FieldStatus, Value: events.StatusPublished}}),
@@ -103,6 +131,81 @@ func TestRunOnceDeletesOldPublishedInBoundedBatches(t *testing.T) {
 	}
 	if diff := cmp.Diff(map[string]int64{"PUBLISHED": 1, "FAILED": 1, "NEW": 1, "young": 1}, remaining); diff != "" {
 		t.Errorf("events left (-want +got):\n%s", diff)
+	}
+	// Nothing left to delete: the next run is one empty batch, no pause.
+	if calls := drain(t, c); calls != 1 || len(*paused) != 12 {
+		t.Errorf("a run with nothing to delete took %d batches and %d pauses, want 1 and 12", calls, len(*paused))
+	}
+}
+
+// slowStore always deletes a full batch, and each delete moves the
+// cleaner's clock on by took.
+type slowStore struct {
+	now   *time.Time
+	took  time.Duration
+	calls int
+}
+
+func (s *slowStore) DeletePublished(_ context.Context, _ time.Time, limit int) (int, error) {
+	s.calls++
+	*s.now = s.now.Add(s.took)
+	return limit, nil
+}
+
+func TestRunOnceIsBoundedByTimeAndPausesAsLongAsTheLastBatch(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name        string
+		took, limit time.Duration
+		wantPauses  []time.Duration
+	}{
+		// Batches end at 8 s, 16 s and 24 s of the run: the third is past 20 s.
+		{"bounded by time", 8 * time.Second, 20 * time.Second, []time.Duration{8 * time.Second, 8 * time.Second}},
+		// A very slow delete does not stall the run for as long.
+		{"pause capped", time.Hour, 3 * time.Hour, []time.Duration{maxPause, maxPause}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			now := clock
+			store := &slowStore{now: &now, took: tt.took}
+			c, err := New(store, Config{Retention: time.Hour, BatchSize: 5, MaxRunTime: tt.limit, Logger: discard})
+			if err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			c.now = func() time.Time { return now }
+			paused := pauses(c)
+			if calls := drain(t, c); calls != 3 {
+				t.Errorf("the run took %d batches, want 3", calls)
+			}
+			if diff := cmp.Diff(tt.wantPauses, *paused); diff != "" {
+				t.Errorf("pauses (-want +got):\n%s", diff)
+			}
+			// The next run starts afresh: no pause before its first batch.
+			if more, err := c.runOnce(t.Context()); !more || err != nil || len(*paused) != 2 {
+				t.Errorf("next run's first batch = %t, %v after %d pauses; want true, nil after 2", more, err, len(*paused))
+			}
+		})
+	}
+}
+
+func TestStopEndsTheRunDuringAPause(t *testing.T) {
+	t.Parallel()
+	now := clock
+	store := &slowStore{now: &now, took: time.Second}
+	c, err := New(store, Config{Retention: time.Hour, BatchSize: 5, Logger: discard})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	c.now = func() time.Time { return now }
+	if more, err := c.runOnce(t.Context()); !more || err != nil {
+		t.Fatalf("first batch = %t, %v; want true, nil", more, err)
+	}
+	if err := c.Stop(t.Context()); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	// The real pause: it must return at once, the cleaner being stopped.
+	if more, err := c.runOnce(t.Context()); more || err != nil || store.calls != 1 {
+		t.Errorf("after Stop: runOnce = %t, %v with %d deletes; want false, nil with 1", more, err, store.calls)
 	}
 }
 
@@ -125,6 +228,10 @@ func TestRunOnceCountsWhatItDeletedBeforeAnError(t *testing.T) {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
+	if more, err := c.runOnce(t.Context()); !more || err != nil {
+		t.Fatalf("first batch = %t, %v; want true, nil", more, err)
+	}
+	c.pause = func(context.Context, time.Duration) bool { return true }
 	if _, err := c.runOnce(t.Context()); err == nil || !strings.Contains(err.Error(), "connection reset") {
 		t.Errorf("runOnce = %v, want the store's error wrapped", err)
 	}
@@ -145,6 +252,7 @@ func TestNewValidatesConfig(t *testing.T) {
 		{Config{Retention: -time.Hour}, "retention -1h0m0s"},
 		{Config{Retention: time.Hour, BatchSize: -1}, "batch size -1"},
 		{Config{Retention: time.Hour, Schedule: "bogus"}, `"bogus"`},
+		{Config{Retention: time.Hour, MaxRunTime: -time.Second}, "max run time -1s"},
 	} {
 		_, err := New(&failingStore{}, tt.cfg)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
@@ -155,7 +263,8 @@ func TestNewValidatesConfig(t *testing.T) {
 	if err != nil {
 		t.Fatalf("New with defaults: %v", err)
 	}
-	if c.cfg.BatchSize != BatchSizeDefault || c.cfg.Schedule != ScheduleDefault {
-		t.Errorf("defaults: batch size %d, schedule %q; want %d, %q", c.cfg.BatchSize, c.cfg.Schedule, BatchSizeDefault, ScheduleDefault)
+	if c.cfg.BatchSize != BatchSizeDefault || c.cfg.Schedule != ScheduleDefault || c.cfg.MaxRunTime != MaxRunTimeDefault {
+		t.Errorf("defaults: batch size %d, schedule %q, max run time %s; want %d, %q, %s",
+			c.cfg.BatchSize, c.cfg.Schedule, c.cfg.MaxRunTime, BatchSizeDefault, ScheduleDefault, MaxRunTimeDefault)
 	}
 }

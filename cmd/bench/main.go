@@ -2,8 +2,10 @@
 // the raw broker and database limits, the worker (bin/worker, as separate
 // processes) draining a backlog with 1, 2 and 4 replicas, its database
 // commands, CPU and memory per event, the publish stage alone, end-to-end
-// latency at two claim schedules, and claim latency with and without
-// published history. It writes results/bench.json, bench.txt and bench.png.
+// latency at two claim schedules, claim latency with and without
+// published history, how fast retention deletes published history, claim
+// latency with events backing off at the head of the collection, and one
+// worker relaying 15 MiB documents. It writes results/bench.json, bench.txt and bench.png.
 //
 // By default it runs FerretDB embedded (PostgreSQL backend) on a TCP port
 // the worker processes can reach; with -mongo-uri (or
@@ -56,6 +58,9 @@ type config struct {
 	Replot       string
 	WorkerEnv    []string
 	Only         map[string]bool
+
+	// RetentionEvents is the PUBLISHED history of the retention stage.
+	RetentionEvents int
 }
 
 func main() {
@@ -94,12 +99,13 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	fs.IntVar(&c.ClaimNew, "claim-new", 2000, "NEW events in the collection when claim latency is measured")
 	fs.IntVar(&c.ClaimRuns, "claim-runs", 7, "claims per claim-latency figure (the median is reported)")
 	fs.IntVar(&c.Published, "published", 200000, "PUBLISHED events inserted for the second claim-latency figure")
+	fs.IntVar(&c.RetentionEvents, "retention-events", 20000, "PUBLISHED events, older than the retention period, that the retention stage deletes")
 	fs.DurationVar(&c.InsertBudget, "insert-budget", 100*time.Second, "most time spent inserting those PUBLISHED events; fewer are used if it runs out")
 	fs.BoolVar(&c.Profile, "profile", true, "CPU-profile the 1-replica worker during its drain (raw/worker-x1.cpu.prof)")
 	fs.DurationVar(&c.Budget, "budget", 10*time.Minute, "time for the whole run; the PUBLISHED insert of the claim stage stops early to keep within it")
 	fs.StringVar(&c.Replot, "replot", "", "read this bench.json and only rewrite the table and chart next to it (no measurements)")
 	workerEnv := fs.String("worker-env", "", "extra environment of the worker processes, comma-separated KEY=VALUE (e.g. GOMAXPROCS=1)")
-	only := fs.String("only", "", "comma-separated stages to run (raw-broker, publish, raw-db, drain, latency, claim, inbox); empty runs all")
+	only := fs.String("only", "", "comma-separated stages to run ("+strings.Join(stageKeys, ", ")+"); empty runs all")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -138,6 +144,8 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 		return config{}, fmt.Errorf("-batch-size %d: want 1 to 10000", c.BatchSize)
 	case c.LatencyRate <= 0 || c.LatencyFor <= 0:
 		return config{}, errors.New("-latency-rate and -latency-for must be positive")
+	case c.RetentionEvents < 1:
+		return config{}, fmt.Errorf("-retention-events %d: want at least 1", c.RetentionEvents)
 	case c.ClaimNew < c.BatchSize || c.ClaimRuns < 1:
 		return config{}, fmt.Errorf("-claim-new %d must be at least -batch-size and -claim-runs at least 1", c.ClaimNew)
 	}
@@ -214,6 +222,9 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	stages = append(stages,
 		namedStage{"latency", "latency", b.latency},
 		namedStage{"claim", "claim latency", b.claimLatency},
+		namedStage{"retention", "retention delete rate", b.retentionRate},
+		namedStage{"claim-backoff", "claim latency with events backing off", b.claimBackoff},
+		namedStage{"large-docs", "large documents", b.largeDocuments},
 		namedStage{"inbox", "inbox consumer", b.inboxStage})
 	for _, s := range stages {
 		if cfg.Only != nil && !cfg.Only[s.key] {
@@ -229,7 +240,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 }
 
 // stageKeys are the -only names of the stages, in the order they run.
-var stageKeys = []string{"raw-broker", "publish", "raw-db", "drain", "latency", "claim", "inbox"}
+var stageKeys = []string{"raw-broker", "publish", "raw-db", "drain", "latency", "claim", "retention", "claim-backoff", "large-docs", "inbox"}
 
 // namedStage is one measurement of the run.
 type namedStage struct {

@@ -88,6 +88,15 @@ func (r *Results) table() string {
 		}
 		add(fmt.Sprintf("Worker, %d replica%s, end to end (bin/worker, %s)", d.Replicas, plural(d.Replicas), d.Schedule), result, target)
 	}
+	if rt := r.Retention; rt != nil {
+		result := fmt.Sprintf("%s events/s (%s of %s in %.1f s, %d deletes)",
+			thousands(int(rt.PerSecond)), thousands(rt.Deleted), thousands(rt.History), rt.Seconds, rt.Batches)
+		if d, ok := r.drain(1); ok {
+			result += fmt.Sprintf(", %.0f%% of the 1-replica relay's %s events/s", 100*ratio(rt.PerSecond, d.PerSecond), thousands(int(d.PerSecond)))
+		}
+		add(fmt.Sprintf("Retention delete rate (retention.Cleaner at its defaults: %s, batches of %s; history older than the retention period)",
+			rt.Schedule, thousands(rt.BatchSize)), result, targetRetain)
+	}
 	for _, d := range r.Drains {
 		target := ""
 		if d.Replicas == 1 {
@@ -137,6 +146,23 @@ func (r *Results) table() string {
 		fmt.Sprintf("median %.0f ms of %d", cl.EmptyMs, len(cl.EmptyRunsMs)), "")
 	add(fmt.Sprintf("Claim latency, same with %s PUBLISHED events (inserted in %.0f s)", thousands(cl.Published), cl.InsertSeconds),
 		fmt.Sprintf("median %.0f ms of %d, %.2fx", cl.WithHistoryMs, len(cl.WithHistoryRunMs), cl.Ratio), targetClaim)
+	if cb := r.ClaimBackoff; cb != nil {
+		for i, x := range []struct {
+			name string
+			cost ClaimCost
+		}{{"no events backing off", cb.Without}, {fmt.Sprintf("%s NEW events backing off (retryAt +1 h) at the head", thousands(cb.BackingOff)), cb.With}} {
+			result := fmt.Sprintf("median %.0f ms of %d, %.1f commands per claim, docs examined %s",
+				x.cost.MedianMs, len(x.cost.RunsMs), x.cost.Commands, examined(x.cost.DocsExamined))
+			if i == 1 && cb.Ratio > 0 {
+				result += fmt.Sprintf(", %.2fx", cb.Ratio)
+			}
+			add(fmt.Sprintf("Claim latency, store.Claim of %d on %s NEW, %s", cb.BatchSize, thousands(cb.New), x.name), result, "")
+		}
+	}
+	if ld := r.LargeDocs; ld != nil {
+		add(fmt.Sprintf("Large documents: %d events of %d MiB, 1 worker (%s)", ld.Events, ld.PayloadMiB, ld.WorkerEnv),
+			fmt.Sprintf("%d of %d received in %.1f s; worker peak RSS %.1f MB, CPU %.1f s%s", ld.Received, ld.Events, ld.Seconds, ld.PeakRSSMB, ld.CPUSeconds, prefixed("; NOT ALL: ", ld.Error)), "")
+	}
 
 	var sb strings.Builder
 	m := r.Machine

@@ -24,6 +24,13 @@ type Results struct {
 	Drains                []Drain      `json:"drains"`
 	Latency               []Latency    `json:"latency"`
 	Claim                 ClaimLatency `json:"claimLatency"`
+	// Retention is how fast the worker's retention deletes old history.
+	Retention *RetentionRate `json:"retention,omitempty"`
+	// ClaimBackoff is the claim's cost with events backing off at the
+	// head of the collection, against none.
+	ClaimBackoff *ClaimBackoff `json:"claimBackoff,omitempty"`
+	// LargeDocs is one worker relaying documents near the 16 MiB limit.
+	LargeDocs *LargeDocs `json:"largeDocuments,omitempty"`
 	// SamplerStats times the worker's backlog sampler query (Stats) on
 	// the 1-replica run's collection before and after its drain.
 	SamplerStats []StatsCost `json:"samplerStats"`
@@ -140,6 +147,58 @@ type ClaimLatency struct {
 	Ratio            float64   `json:"ratio"`
 }
 
+// RetentionRate is retention.Cleaner over mongo.Store, at the worker's
+// default settings, deleting a PUBLISHED history older than the retention
+// period, watched for one period of its schedule or until none is left.
+type RetentionRate struct {
+	History   int     `json:"history"`
+	Deleted   int     `json:"deleted"`
+	Batches   int     `json:"deletes"`
+	Seconds   float64 `json:"seconds"`
+	PerSecond float64 `json:"perSecond"`
+	Schedule  string  `json:"schedule"`
+	BatchSize int     `json:"batchSize"`
+}
+
+// ClaimBackoff is mongo.Store.Claim of a batch on New claimable events,
+// without and with BackingOff NEW events whose retryAt is an hour ahead
+// and whose createdAt is older than every claimable one.
+type ClaimBackoff struct {
+	New        int       `json:"new"`
+	BatchSize  int       `json:"batchSize"`
+	BackingOff int       `json:"backingOff"`
+	Without    ClaimCost `json:"without"`
+	With       ClaimCost `json:"with"`
+	Ratio      float64   `json:"ratio"`
+}
+
+// ClaimCost is what one claim cost, over a few runs.
+type ClaimCost struct {
+	MedianMs float64   `json:"medianMs"`
+	RunsMs   []float64 `json:"runsMs"`
+	// Commands is the database commands per claim.
+	Commands float64 `json:"commandsPerClaim"`
+	// DocsExamined is per claim, from serverStatus; -1 where the server
+	// does not report it.
+	DocsExamined float64 `json:"docsExaminedPerClaim"`
+}
+
+// LargeDocs is one worker relaying Events documents whose payload is one
+// string of PayloadMiB.
+type LargeDocs struct {
+	Events        int     `json:"events"`
+	PayloadMiB    int     `json:"payloadMiB"`
+	Received      int     `json:"received"`
+	Deliveries    int     `json:"deliveries"`
+	WorkerEnv     string  `json:"workerEnv"`
+	InsertSeconds float64 `json:"insertSeconds"`
+	Seconds       float64 `json:"seconds"`
+	PeakRSSMB     float64 `json:"peakRssMB"`
+	CPUSeconds    float64 `json:"cpuSeconds"`
+	// Error says why not all arrived, if they did not.
+	Error string `json:"error,omitempty"`
+}
+
 // StatsCost is how long one mongo.Store.Stats took.
 type StatsCost struct {
 	Backlog string  `json:"backlog"` // NEW or PUBLISHED
@@ -190,6 +249,7 @@ const (
 	targetRSS      = "worker peak RSS"
 	targetP99      = "p99 latency at @every 100ms"
 	targetClaim    = "claim latency with history vs none"
+	targetRetain   = "retention delete rate vs 1-replica relay"
 )
 
 // target returns the target called name, if it was evaluated.
@@ -227,6 +287,11 @@ func (r *Results) evaluate() {
 	}
 	if l, ok := r.latencyAt("@every 100ms"); ok && l.Received > 0 {
 		add(targetP99, "< 300 ms", fmt.Sprintf("%.0f ms", l.P99ms), l.P99ms < 300)
+	}
+	if d, ok := r.drain(1); ok && r.Retention != nil && d.PerSecond > 0 {
+		ratio := r.Retention.PerSecond / d.PerSecond
+		add(targetRetain, ">= 100%",
+			fmt.Sprintf("%.0f%% (%.0f vs %.0f events/s)", 100*ratio, r.Retention.PerSecond, d.PerSecond), ratio >= 1)
 	}
 	if c := r.Claim; c.EmptyMs > 0 && c.WithHistoryMs > 0 {
 		add(targetClaim, "<= 2x",

@@ -35,6 +35,7 @@ type workerOpts struct {
 	collection string
 	exchange   string
 	schedule   string
+	env        []string // more environment, after the harness's -worker-env
 }
 
 // startWorker starts bin/worker run against the harness's database and
@@ -64,6 +65,7 @@ func (b *bench) startWorker(opts workerOpts) (*workerProc, error) {
 		"OUTBOX_LOG_FORMAT=text",
 	)
 	cmd.Env = append(cmd.Env, b.cfg.WorkerEnv...)
+	cmd.Env = append(cmd.Env, opts.env...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		_ = logFile.Close()

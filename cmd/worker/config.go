@@ -13,6 +13,9 @@ import (
 	"strings"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
+	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
+
 	"github.com/outboxrelay/outbox/broker"
 	"github.com/outboxrelay/outbox/claim"
 	"github.com/outboxrelay/outbox/mongo"
@@ -47,6 +50,12 @@ type Config struct {
 	LogLevel         slog.Level
 	LogFormat        string
 	Pprof            bool
+
+	// MongoReadConcern, MongoWriteConcern and MongoJournal pin how the
+	// worker's client reads and writes, whatever the URI says.
+	MongoReadConcern  string
+	MongoWriteConcern string
+	MongoJournal      bool
 }
 
 // setting binds one Config field to its flag and environment variable.
@@ -67,6 +76,12 @@ func settings() []setting {
 			usage: "database of the outbox collection", parse: func(c *Config, v string) error { return nonEmpty(&c.MongoDatabase, v) }},
 		{env: "OUTBOX_MONGO_COLLECTION", flag: "mongo-collection", def: mongo.CollectionDefault, storeOnly: true,
 			usage: "outbox collection", parse: func(c *Config, v string) error { return nonEmpty(&c.MongoCollection, v) }},
+		{env: "OUTBOX_MONGO_READ_CONCERN", flag: "mongo-read-concern", def: "majority", storeOnly: true,
+			usage: "read concern of every read (overrides the URI's readConcernLevel)", parse: func(c *Config, v string) error { return oneOf(&c.MongoReadConcern, v, "majority", "local") }},
+		{env: "OUTBOX_MONGO_WRITE_CONCERN", flag: "mongo-write-concern", def: "majority", storeOnly: true,
+			usage: "write concern w of every write (overrides the URI's w)", parse: func(c *Config, v string) error { return parseWriteConcern(&c.MongoWriteConcern, v) }},
+		{env: "OUTBOX_MONGO_JOURNAL", flag: "mongo-journal", def: "true", storeOnly: true,
+			usage: "writes wait for the journal (overrides the URI's journal)", parse: func(c *Config, v string) error { return parseBool(&c.MongoJournal, v) }},
 		{env: "OUTBOX_AMQP_URL", flag: "amqp-url", def: "amqp://guest:guest@localhost:5672/",
 			usage: "RabbitMQ URL", parse: func(c *Config, v string) error { return parseAMQPURL(&c.AMQPURL, v) }},
 		{env: "OUTBOX_AMQP_EXCHANGE", flag: "amqp-exchange", def: broker.ExchangeDefault,
@@ -249,6 +264,36 @@ func parseMongoURI(dst *string, v string) error {
 	}
 	*dst = v
 	return nil
+}
+
+// parseWriteConcern accepts "majority" or a number of members from 1 to
+// 50. w: 0 is refused: an unacknowledged write would hide whether a claim
+// or a fenced mark took.
+func parseWriteConcern(dst *string, v string) error {
+	if v == "majority" {
+		*dst = v
+		return nil
+	}
+	if n, err := strconv.Atoi(v); err == nil && n >= 1 && n <= 50 {
+		*dst = strconv.Itoa(n)
+		return nil
+	}
+	return errors.New("want majority or a number of members from 1 to 50 (0, unacknowledged, is not allowed)")
+}
+
+// mongoReadConcern is the read concern of OUTBOX_MONGO_READ_CONCERN.
+func (c Config) mongoReadConcern() *readconcern.ReadConcern {
+	return &readconcern.ReadConcern{Level: c.MongoReadConcern}
+}
+
+// mongoWriteConcern is the write concern of OUTBOX_MONGO_WRITE_CONCERN and
+// OUTBOX_MONGO_JOURNAL.
+func (c Config) mongoWriteConcern() *writeconcern.WriteConcern {
+	wc := &writeconcern.WriteConcern{W: c.MongoWriteConcern, Journal: &c.MongoJournal}
+	if n, err := strconv.Atoi(c.MongoWriteConcern); err == nil {
+		wc.W = n
+	}
+	return wc
 }
 
 func parseAMQPURL(dst *string, v string) error {

@@ -46,6 +46,10 @@ func defaultConfig() Config {
 		WorkerID:         defaultWorkerID(),
 		LogLevel:         slog.LevelInfo,
 		LogFormat:        "json",
+
+		MongoReadConcern:  "majority",
+		MongoWriteConcern: "majority",
+		MongoJournal:      true,
 	}
 }
 
@@ -85,8 +89,13 @@ func TestLoadConfig(t *testing.T) {
 				"OUTBOX_WORKER_ID":         "relay-7",
 				"OUTBOX_LOG_LEVEL":         "debug",
 				"OUTBOX_LOG_FORMAT":        "text",
+
+				"OUTBOX_MONGO_READ_CONCERN":  "local",
+				"OUTBOX_MONGO_WRITE_CONCERN": "2",
+				"OUTBOX_MONGO_JOURNAL":       "false",
 			},
 			want: func(c *Config) {
+				c.MongoReadConcern, c.MongoWriteConcern, c.MongoJournal = "local", "2", false
 				c.MongoURI = "mongodb://db.internal:27018/?replicaSet=rs0"
 				c.MongoDatabase = "shop"
 				c.MongoCollection = "outbox_events"
@@ -201,6 +210,14 @@ func TestLoadConfigRejects(t *testing.T) {
 			want: []string{"OUTBOX_LOG_LEVEL", `"loud"`}},
 		{name: "log format unknown", env: map[string]string{"OUTBOX_LOG_FORMAT": "xml"},
 			want: []string{"OUTBOX_LOG_FORMAT", `"xml"`}},
+		{name: "read concern unknown", env: map[string]string{"OUTBOX_MONGO_READ_CONCERN": "available"},
+			want: []string{"OUTBOX_MONGO_READ_CONCERN", `"available"`, "majority, local"}},
+		{name: "write concern unacknowledged", env: map[string]string{"OUTBOX_MONGO_WRITE_CONCERN": "0"},
+			want: []string{"OUTBOX_MONGO_WRITE_CONCERN", `"0"`, "not allowed"}},
+		{name: "write concern a word", env: map[string]string{"OUTBOX_MONGO_WRITE_CONCERN": "all"},
+			want: []string{"OUTBOX_MONGO_WRITE_CONCERN", `"all"`}},
+		{name: "journal not a boolean", env: map[string]string{"OUTBOX_MONGO_JOURNAL": "yes"},
+			want: []string{"OUTBOX_MONGO_JOURNAL", `"yes"`}},
 		{name: "max attempts zero", env: map[string]string{"OUTBOX_MAX_ATTEMPTS": "0"},
 			want: []string{"OUTBOX_MAX_ATTEMPTS", `"0"`}},
 		{name: "shutdown timeout below a second", env: map[string]string{"OUTBOX_SHUTDOWN_TIMEOUT": "500ms"},
@@ -399,7 +416,7 @@ func TestRunBadSettingExitsTwo(t *testing.T) {
 		{name: "run mongo uri the driver rejects", args: []string{"run"},
 			env: map[string]string{"OUTBOX_MONGO_URI": "mongodb://user:secret@" + mongoLn.addr() + "/?connectTimeoutMS=soon"}, want: "OUTBOX_MONGO_URI"},
 		{name: "stats mongo uri", args: []string{"stats", "--json"}, env: map[string]string{"OUTBOX_MONGO_URI": "http://x"}, want: "OUTBOX_MONGO_URI"},
-		{name: "requeue without a filter", args: []string{"requeue"}, want: "--id, --type or --all"},
+		{name: "requeue without a filter", args: []string{"requeue"}, want: "--id, --ids-from, --type or --all"},
 		{name: "requeue log level", args: []string{"requeue", "--all"}, env: map[string]string{"OUTBOX_LOG_LEVEL": "loud"}, want: "OUTBOX_LOG_LEVEL"},
 		{name: "show without id", args: []string{"show"}, want: "--id"},
 		{name: "show mongo uri", args: []string{"show", "--id", "x"}, env: map[string]string{"OUTBOX_MONGO_URI": "mongodb://"}, want: "OUTBOX_MONGO_URI"},

@@ -71,7 +71,7 @@ const usage = `worker relays outbox events from MongoDB to RabbitMQ.
 Commands:
   run       relay events (the default)
   stats     print counts by status, the oldest NEW event's age and stale claims (--json)
-  requeue   move FAILED events back to NEW (--id ID (repeatable), --type TYPE, --all, --dry-run)
+  requeue   move FAILED events back to NEW (--id ID (repeatable), --ids-from FILE|- (one id a line), --type TYPE, --all, --dry-run)
   show      print one event document (--id ID)
 
 Every setting is an environment variable and a flag of the same name, e.g.

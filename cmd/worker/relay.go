@@ -6,12 +6,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	driver "go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 
 	"github.com/outboxrelay/outbox/broker"
 	"github.com/outboxrelay/outbox/claim"
@@ -59,15 +63,15 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg)
 
-	client, err := driver.Connect(options.Client().
-		ApplyURI(cfg.MongoURI).
-		SetAppName("outbox-worker").
-		SetMonitor(m.CommandMonitor()))
+	client, err := driver.Connect(mongoClientOptions(cfg, "outbox-worker").SetMonitor(m.CommandMonitor()))
 	if err != nil {
 		return nil, fmt.Errorf("%w: invalid OUTBOX_MONGO_URI %q: %v", ErrUsage, broker.Redact(cfg.MongoURI), err)
 	}
 	w := &worker{cfg: cfg, logger: logger, client: client}
-	w.store = mongo.New(client, mongo.Config{Database: cfg.MongoDatabase, Collection: cfg.MongoCollection, Logger: logger})
+	w.store = mongo.New(client, mongoStoreConfig(cfg, logger))
+	for _, o := range overriddenURIOptions(cfg.MongoURI) {
+		logger.Warn("the MongoDB URI's option is overridden by a setting", "option", o.option, "setting", o.setting)
+	}
 	w.publisher, err = broker.New(broker.Config{
 		URL:          cfg.AMQPURL,
 		Exchange:     cfg.AMQPExchange,
@@ -120,6 +124,57 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 		Pprof: cfg.Pprof,
 	})
 	return w, nil
+}
+
+// mongoClientOptions is the client of the worker and of its operator
+// commands. Read preference, read concern and write concern are set on the
+// client, after the URI, so that they override whatever the URI says: the
+// claim must read what a failover cannot roll back, from the primary, and
+// every write must be on a majority (and its journal) before the worker
+// acts on it, or a PUBLISHED mark could be rolled back and the event
+// published again. The settings can weaken them; the URI cannot.
+func mongoClientOptions(cfg Config, appName string) *options.ClientOptions {
+	return options.Client().
+		ApplyURI(cfg.MongoURI).
+		SetAppName(appName).
+		SetReadPreference(readpref.Primary()).
+		SetReadConcern(cfg.mongoReadConcern()).
+		SetWriteConcern(cfg.mongoWriteConcern())
+}
+
+// mongoStoreConfig is the store's configuration, its transactions pinned
+// as the client is.
+func mongoStoreConfig(cfg Config, logger *slog.Logger) mongo.Config {
+	return mongo.Config{
+		Database: cfg.MongoDatabase, Collection: cfg.MongoCollection, Logger: logger,
+		ReadConcern: cfg.mongoReadConcern(), WriteConcern: cfg.mongoWriteConcern(),
+	}
+}
+
+// uriOverride is a URI option that a setting overrides.
+type uriOverride struct{ option, setting string }
+
+// overriddenURIOptions lists the options of uri that the worker's settings
+// override, so that an operator who wrote them hears that they do nothing.
+func overriddenURIOptions(uri string) []uriOverride {
+	u, err := url.Parse(uri)
+	if err != nil {
+		return nil
+	}
+	settingOf := map[string]string{
+		"readpreference":   "read preference primary (fixed)",
+		"readconcernlevel": "OUTBOX_MONGO_READ_CONCERN",
+		"w":                "OUTBOX_MONGO_WRITE_CONCERN",
+		"journal":          "OUTBOX_MONGO_JOURNAL",
+	}
+	var out []uriOverride
+	for k := range u.Query() {
+		if s, ok := settingOf[strings.ToLower(k)]; ok {
+			out = append(out, uriOverride{option: k, setting: s})
+		}
+	}
+	slices.SortFunc(out, func(a, b uriOverride) int { return strings.Compare(a.option, b.option) })
+	return out
 }
 
 // run starts the worker, waits for ctx to end (a signal), and stops it.

@@ -1,18 +1,20 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	driver "go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/outboxrelay/outbox/broker"
 	"github.com/outboxrelay/outbox/events"
@@ -25,12 +27,12 @@ const toolTimeout = 60 * time.Second
 // openStore connects for an operator command and returns the store and a
 // function that disconnects.
 func openStore(ctx context.Context, cfg Config) (*mongo.Store, func(), error) {
-	client, err := driver.Connect(options.Client().ApplyURI(cfg.MongoURI).SetAppName("outbox-worker-cli"))
+	client, err := driver.Connect(mongoClientOptions(cfg, "outbox-worker-cli"))
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: invalid OUTBOX_MONGO_URI %q: %v", ErrUsage, broker.Redact(cfg.MongoURI), err)
 	}
 	closeFn := func() { _ = client.Disconnect(context.WithoutCancel(ctx)) }
-	store := mongo.New(client, mongo.Config{Database: cfg.MongoDatabase, Collection: cfg.MongoCollection})
+	store := mongo.New(client, mongoStoreConfig(cfg, nil))
 	if err := store.Ping(ctx); err != nil {
 		closeFn()
 		return nil, nil, fmt.Errorf("connect to %s: %w", broker.Redact(cfg.MongoURI), err)
@@ -101,15 +103,52 @@ func (l *listFlag) Set(v string) error {
 	return nil
 }
 
+// stdin is what `--ids-from -` reads; a variable so that a test can give
+// the command its input.
+var stdin io.Reader = os.Stdin
+
+// requeueChunk is how many ids one requeue command names, so that a long
+// list read from a file stays far below MongoDB's 16 MiB command limit.
+const requeueChunk = 1000
+
+// readIDs reads one id per line from path, or from standard input when
+// path is "-". A line is the id exactly, commas and spaces included; only
+// its line ending (\n or \r\n) is dropped, and empty lines are skipped.
+func readIDs(path string) ([]string, error) {
+	r := stdin
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --ids-from: %v", ErrUsage, err)
+		}
+		defer f.Close()
+		r = f
+	}
+	var ids []string
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if id := strings.TrimSuffix(sc.Text(), "\r"); id != "" {
+			ids = append(ids, id)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read ids from %s: %w", path, err)
+	}
+	return ids, nil
+}
+
 // requeueCommand is `worker requeue`.
 func requeueCommand(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
 	var (
-		f      mongo.RequeueFilter
-		ids    listFlag
-		dryRun bool
+		f       mongo.RequeueFilter
+		ids     listFlag
+		idsFrom string
+		dryRun  bool
 	)
 	cfg, _, err := loadConfig("requeue", args, getenv, true, func(fs *flag.FlagSet) {
-		fs.Var(&ids, "id", "event _id to requeue (repeatable)")
+		fs.Var(&ids, "id", "event _id to requeue (repeatable; commas separate ids)")
+		fs.StringVar(&idsFrom, "ids-from", "", "file of event _ids to requeue, one per line, exactly (commas and spaces are part of an id); - reads standard input")
 		fs.StringVar(&f.Type, "type", "", "requeue FAILED events of this type")
 		fs.BoolVar(&f.All, "all", false, "requeue every FAILED event")
 		fs.BoolVar(&dryRun, "dry-run", false, "only count what would be requeued")
@@ -118,9 +157,20 @@ func requeueCommand(ctx context.Context, args []string, getenv func(string) stri
 		return err
 	}
 	f.IDs = ids
-	if len(f.IDs) == 0 && f.Type == "" && !f.All {
-		return fmt.Errorf("%w: requeue needs --id, --type or --all", ErrUsage)
+	if idsFrom != "" {
+		more, err := readIDs(idsFrom)
+		if err != nil {
+			return err
+		}
+		if len(more) == 0 {
+			return fmt.Errorf("%w: --ids-from %s holds no id", ErrUsage, idsFrom)
+		}
+		f.IDs = append(f.IDs, more...)
 	}
+	if len(f.IDs) == 0 && f.Type == "" && !f.All {
+		return fmt.Errorf("%w: requeue needs --id, --ids-from, --type or --all", ErrUsage)
+	}
+	f.IDs = distinct(f.IDs) // an id named twice must not count twice in a dry run
 	ctx, cancel := context.WithTimeout(ctx, toolTimeout)
 	defer cancel()
 	store, closeFn, err := openStore(ctx, cfg)
@@ -128,7 +178,7 @@ func requeueCommand(ctx context.Context, args []string, getenv func(string) stri
 		return err
 	}
 	defer closeFn()
-	n, err := store.Requeue(ctx, f, dryRun)
+	n, err := requeueInChunks(ctx, store, f, dryRun)
 	if err != nil {
 		return err
 	}
@@ -138,6 +188,36 @@ func requeueCommand(ctx context.Context, args []string, getenv func(string) stri
 	}
 	fmt.Fprintf(stdout, "requeued %d FAILED events to NEW\n", n)
 	return nil
+}
+
+// distinct returns ids without repeats, in their first order.
+func distinct(ids []string) []string {
+	seen := make(map[string]bool, len(ids))
+	out := ids[:0:0]
+	for _, id := range ids {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// requeueInChunks requeues what f chooses, its ids requeueChunk at a time.
+func requeueInChunks(ctx context.Context, store *mongo.Store, f mongo.RequeueFilter, dryRun bool) (int, error) {
+	if len(f.IDs) == 0 {
+		return store.Requeue(ctx, f, dryRun)
+	}
+	all, total := f.IDs, 0
+	for chunk := range slices.Chunk(all, requeueChunk) {
+		f.IDs = chunk
+		n, err := store.Requeue(ctx, f, dryRun)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("after %d requeued: %w", total, err)
+		}
+	}
+	return total, nil
 }
 
 // showCommand is `worker show --id ID`.
