@@ -425,8 +425,9 @@ func TestHostileFuzzCorpus(t *testing.T) {
 			for _, f := range append(slices.Clone(hostileFields), events.FieldDocument) {
 				switch f {
 				case events.FieldType, events.FieldPayload, events.FieldHeaders, "extra":
-					// Words an error may use for other reasons: quoted only.
-					fields = append(fields, `"`+f+`"`, "'"+f+"'")
+					// Words an error may use for other reasons: quoted only,
+					// alone or as the start of a path ("headers.CC").
+					fields = append(fields, `"`+f+`"`, "'"+f+"'", `"`+f+`.`, `"`+f+`[`)
 				default:
 					fields = append(fields, f)
 				}
