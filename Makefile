@@ -7,6 +7,9 @@ GOLANGCI_LINT ?= golangci-lint
 BIN           := bin
 PKGS          := ./...
 TEST_FLAGS    ?= -count=1 -timeout 20m
+# The packages whose goroutines share state (publisher, claimer, schedules,
+# HTTP server, inbox): make test runs them under the race detector too.
+RACE_PKGS     := ./broker/... ./claim/... ./schedule/... ./ops/... ./inbox/... ./retention/... ./recovery/...
 
 .DEFAULT_GOAL := help
 
@@ -22,8 +25,9 @@ build: ## Build all packages and bin/worker
 # deploy/'s tests run promtool on the alert rules: with CI set they fail
 # when promtool is missing, elsewhere they skip with a message.
 .PHONY: test
-test: ## Run all tests (needs PostgreSQL and RabbitMQ, and promtool for the alert rules; see .ci/run)
+test: ## Run all tests, then the concurrent packages again under the race detector (needs PostgreSQL, RabbitMQ and promtool; see .ci/run)
 	$(GO) test $(TEST_FLAGS) $(PKGS)
+	$(GO) test -race $(TEST_FLAGS) $(RACE_PKGS)
 
 .PHONY: test-race
 test-race: ## Run all tests with the race detector
