@@ -305,6 +305,7 @@ func truncateError(s string) string {
 // which plans neither with an index and decodes every NEW event of each
 // find, one find with the same result costs half as much.
 func (s *Store) findClaimable(ctx context.Context, now time.Time, limit events.ClaimLimit) (docs []bson.Raw, more bool, err error) {
+	defer func() { s.noteReplySizes(docs, err) }()
 	skipped := s.skipped.list()
 	filter := func(retryAt any) bson.D {
 		f := bson.D{
@@ -319,7 +320,7 @@ func (s *Store) findClaimable(ctx context.Context, now time.Time, limit events.C
 	opts := options.Find().
 		SetSort(bson.D{{Key: events.FieldCreatedAt, Value: 1}}).
 		SetLimit(int64(limit.Events)).
-		SetBatchSize(oneBatch(limit.Events))
+		SetBatchSize(s.findBatch(limit.Events))
 	notLater := bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: now}}}}
 	var filters []bson.D
 	if s.splitClaim {
@@ -428,7 +429,7 @@ func (s *Store) findLeased(ctx context.Context, lease events.Lease, limit int) (
 		{Key: events.FieldClaimToken, Value: lease.Token},
 		{Key: events.FieldWorkerID, Value: lease.WorkerID},
 	}
-	opts := options.Find().SetBatchSize(oneBatch(limit))
+	opts := options.Find().SetBatchSize(s.findBatch(limit))
 	cur, err := s.coll.Find(ctx, filter, opts)
 	if err != nil {
 		return nil, fmt.Errorf("find claimed events: %w", err)
@@ -444,6 +445,41 @@ func (s *Store) findLeased(ctx context.Context, lease events.Lease, limit int) (
 		return nil, fmt.Errorf("read claimed events: %w", err)
 	}
 	return out, nil
+}
+
+// replyBudget bounds the bytes of documents one reply of a claim's find
+// carries. MongoDB caps a reply batch at 16 MiB itself; FerretDB does not,
+// and a reply over the driver's message limit (48 MB) fails the find
+// whatever the byte bound of the batch, every time: a backlog of large
+// documents would stall.
+const replyBudget = 16 << 20
+
+// findBatch is the batch size of a claim's finds: one reply for a whole
+// batch of ordinary documents, fewer documents per reply once the claims
+// have met large ones.
+func (s *Store) findBatch(limit int) int32 {
+	n := oneBatch(limit)
+	if largest := s.largestDoc.Load(); largest > 0 {
+		n = min(n, int32(max(1, replyBudget/largest)))
+	}
+	return n
+}
+
+// noteReplySizes keeps what findBatch needs: the largest document a
+// successful claim read. After a failed find the next claim reads one
+// document per reply, since a reply too large to read fails the same way
+// every time; the claim after a success goes back to whole batches. An
+// outage thus costs one claim of small replies once it is over.
+func (s *Store) noteReplySizes(docs []bson.Raw, err error) {
+	if err != nil {
+		s.largestDoc.Store(replyBudget)
+		return
+	}
+	var largest int64
+	for _, d := range docs {
+		largest = max(largest, int64(len(d)))
+	}
+	s.largestDoc.Store(largest)
 }
 
 // oneBatch is the batch size that returns up to limit documents in the

@@ -256,3 +256,31 @@ func TestClaimByteBound(t *testing.T) {
 		})
 	}
 }
+
+// A backlog of large documents must not stall the claim: FerretDB, unlike
+// MongoDB, puts every document a find asks for into one reply, and four of
+// 13 MiB make a reply over the driver's 48 MB message limit. The claim that
+// meets it fails; the next reads one document per reply and takes the
+// batch its byte bound allows.
+func TestClaimLargeDocumentsShrinkTheReply(t *testing.T) {
+	t.Parallel()
+	s, coll := setup(t)
+	const docs, size = 4, 13 << 20
+	for i := range docs {
+		id := fmt.Sprintf("big%d", i)
+		insert(t, coll, ev(id, events.StatusNew, ago(time.Duration(docs-i)*time.Minute), field("pad", strings.Repeat("x", size))))
+	}
+	limit := events.ClaimLimit{Events: 100, Bytes: 64 << 20}
+	var claimed int
+	for run := 0; run < 3 && claimed < docs; run++ {
+		res, err := s.Claim(t.Context(), lease("a"), limit)
+		if err != nil {
+			t.Logf("claim %d: %v", run, err)
+			continue
+		}
+		claimed += len(res.Claimed)
+	}
+	if claimed != docs {
+		t.Fatalf("claimed %d of %d large documents in three claims", claimed, docs)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -71,6 +72,10 @@ type Store struct {
 	// index, so that one find costs it one pass over the NEW events.
 	splitClaim bool
 	skipped    skipSet
+	// largestDoc is the largest document the last claim read, in bytes,
+	// or a guess after a claim's find failed: it bounds the claim's
+	// reply batches (see findBatch).
+	largestDoc atomic.Int64
 	// txnOpts are the options of every transaction (inTransaction).
 	txnOpts *options.TransactionOptionsBuilder
 }
