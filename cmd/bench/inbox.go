@@ -140,6 +140,10 @@ func (b *bench) inboxStage(ctx context.Context) error {
 		return err
 	}
 	fmt.Fprintf(b.out, "   transactions: %v (inbox insert and commit per message with them; lookup and insert without)\n", runs[len(runs)-1].transaction)
+	for _, r := range runs {
+		b.res.Inbox = append(b.res.Inbox, InboxRun{Name: r.name, PerSecond: round(r.perSecond, 0),
+			CommandsPer: round(r.cmdsPerMsg, 2), Commands: r.cmdsByName, Transactions: r.transaction})
+	}
 	var sb strings.Builder
 	for _, r := range runs {
 		fmt.Fprintf(&sb, "%s\t%.0f msg/s\t%.2f db commands/msg\t%s\n", r.name, r.perSecond, r.cmdsPerMsg, r.cmdsByName)

@@ -163,6 +163,13 @@ func (r *Results) table() string {
 		add(fmt.Sprintf("Large documents: %d events of %d MiB, 1 worker (%s)", ld.Events, ld.PayloadMiB, ld.WorkerEnv),
 			fmt.Sprintf("%d of %d received in %.1f s; worker peak RSS %.1f MB, CPU %.1f s%s", ld.Received, ld.Events, ld.Seconds, ld.PeakRSSMB, ld.CPUSeconds, prefixed("; NOT ALL: ", ld.Error)), "")
 	}
+	for _, in := range r.Inbox {
+		result := fmt.Sprintf("%.0f msg/s", in.PerSecond)
+		if in.CommandsPer > 0 {
+			result += fmt.Sprintf(", %.2f database commands per message (%s)", in.CommandsPer, in.Commands)
+		}
+		add(fmt.Sprintf("Consumer: %s (transactions: %t)", in.Name, in.Transactions), result, "")
+	}
 
 	var sb strings.Builder
 	m := r.Machine

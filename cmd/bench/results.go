@@ -31,6 +31,8 @@ type Results struct {
 	ClaimBackoff *ClaimBackoff `json:"claimBackoff,omitempty"`
 	// LargeDocs is one worker relaying documents near the 16 MiB limit.
 	LargeDocs *LargeDocs `json:"largeDocuments,omitempty"`
+	// Inbox is a consumer's rate with the inbox against a plain one.
+	Inbox []InboxRun `json:"inbox,omitempty"`
 	// SamplerStats times the worker's backlog sampler query (Stats) on
 	// the 1-replica run's collection before and after its drain.
 	SamplerStats []StatsCost `json:"samplerStats"`
@@ -181,6 +183,15 @@ type ClaimCost struct {
 	// DocsExamined is per claim, from serverStatus; -1 where the server
 	// does not report it.
 	DocsExamined float64 `json:"docsExaminedPerClaim"`
+}
+
+// InboxRun is one pass of a consumer over the same queued messages.
+type InboxRun struct {
+	Name         string  `json:"name"`
+	PerSecond    float64 `json:"perSecond"`
+	CommandsPer  float64 `json:"databaseCommandsPerMessage"`
+	Commands     string  `json:"commands,omitempty"`
+	Transactions bool    `json:"transactions"`
 }
 
 // LargeDocs is one worker relaying Events documents whose payload is one
