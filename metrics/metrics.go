@@ -20,6 +20,7 @@ const (
 	ReasonUnconfirmed       = "unconfirmed"
 	ReasonBrokerUnavailable = "broker_unavailable"
 	ReasonError             = "error"
+	ReasonHeldBack          = "held_back" // not published: an earlier event of its aggregate in the batch was not
 )
 
 // Metrics holds every collector the worker updates.
