@@ -33,13 +33,27 @@ import (
 // every NEW event of each find, one find with the same result costs half
 // as much.
 func (s *Store) findClaimable(ctx context.Context, now time.Time, limit events.ClaimLimit) (docs []bson.Raw, more bool, err error) {
-	var held map[string]bool
-	var exclude bson.A
-	if limit.Ordered {
-		if held, exclude, err = s.heldKeys(ctx, now, limit.FailedHolds); err != nil {
-			return nil, false, err
-		}
+	if !limit.Ordered {
+		return s.readHead(ctx, now, limit, nil, nil)
 	}
+	// An idle outbox costs one find: the held aggregates are read only
+	// when the head has something this worker may claim. They must be
+	// read before the head that is claimed from (see heldKeys).
+	probe := limit
+	probe.Events, probe.Bytes = 1, 0
+	if docs, _, err := s.readHead(ctx, now, probe, nil, nil); err != nil || len(docs) == 0 {
+		return nil, false, err
+	}
+	held, exclude, err := s.heldKeys(ctx, now, limit.FailedHolds)
+	if err != nil {
+		return nil, false, err
+	}
+	return s.readHead(ctx, now, limit, held, exclude)
+}
+
+// readHead reads NEW due events in claim order and keeps those of owned
+// partitions whose key is not held, up to limit; see findClaimable.
+func (s *Store) readHead(ctx context.Context, now time.Time, limit events.ClaimLimit, held map[string]bool, exclude bson.A) (docs []bson.Raw, more bool, err error) {
 	owned := 0
 	for _, o := range limit.Owned {
 		if o {
@@ -72,7 +86,7 @@ func (s *Store) findClaimable(ctx context.Context, now time.Time, limit events.C
 		if owned > 0 {
 			window = limit.Events * events.Partitions / owned
 		}
-		opts.SetBatchSize(oneBatch(min(window, 1<<16)))
+		opts.SetBatchSize(oneBatch(min(max(window, 100), 1<<16)))
 	} else {
 		opts.SetLimit(int64(limit.Events)).SetBatchSize(oneBatch(limit.Events))
 	}

@@ -77,6 +77,11 @@ type Config struct {
 	// Local is the local clock an owner measures its deadline with.
 	// Defaults to time.Now (monotonic).
 	Local func() time.Time
+	// Ready, when set, says whether this replica can publish now (the
+	// broker's Ready). A replica that cannot gives its partitions back
+	// and withdraws its heartbeat, so that the others take its share
+	// instead of leaving it waiting. Defaults to nil: always ready.
+	Ready func() error
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -199,6 +204,14 @@ func (m *Manager) Owned() []int {
 // up to the share, prune old terms.
 func (m *Manager) Tick(ctx context.Context) error {
 	me := m.cfg.WorkerID
+	if m.cfg.Ready != nil {
+		if why := m.cfg.Ready(); why != nil {
+			if len(m.Owned()) > 0 {
+				m.cfg.Logger.Warn("giving partitions back while this worker cannot publish", "error", why)
+			}
+			return m.Release(ctx)
+		}
+	}
 	terms, members, err := m.table.Read(ctx)
 	if err != nil {
 		return fmt.Errorf("read owners: %w", err)

@@ -317,3 +317,43 @@ func TestPrunable(t *testing.T) {
 		t.Errorf("Prunable = %v, %v; want [1/1], [old]", old, gone)
 	}
 }
+
+func TestNotReadyGivesBack(t *testing.T) {
+	t.Parallel()
+	table := newMemTable()
+	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	var ready error
+	a, err := New(table, Config{WorkerID: "a", TermLength: term, Now: clock.Now, Local: clock.Now,
+		Ready: func() error { return ready }, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newManager(t, table, clock, "b")
+	tick(t, a, b)
+	clock.Advance(term / 8)
+	tick(t, a, b)
+	clock.Advance(term / 8)
+	tick(t, a, b)
+	if na, nb := len(holding(a)), len(holding(b)); na != 32 || nb != 32 {
+		t.Fatalf("a holds %d, b %d; want 32 each", na, nb)
+	}
+	ready = context.DeadlineExceeded // a's broker is gone
+	tick(t, a)
+	if n := len(holding(a)); n != 0 {
+		t.Errorf("a, not ready, holds %d", n)
+	}
+	clock.Advance(term / 8)
+	tick(t, b)
+	if n := len(holding(b)); n != events.Partitions {
+		t.Errorf("b holds %d after a gave back, want %d", n, events.Partitions)
+	}
+	// a is back: it gets its share again.
+	ready = nil
+	for range 3 {
+		tick(t, a, b)
+		clock.Advance(term / 8)
+	}
+	if na, nb := len(holding(a)), len(holding(b)); na != 32 || nb != 32 {
+		t.Errorf("after a is ready again: a holds %d, b %d; want 32 each", na, nb)
+	}
+}

@@ -94,7 +94,7 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	// period. Terms and leases are timed by the database server's clock.
 	w.clock = mongo.NewClock(client, logger)
 	w.owner, err = ownership.New(w.store.Owners(), ownership.Config{
-		WorkerID: cfg.WorkerID, TermLength: cfg.StaleAfter / 2, Now: w.clock.Now, Logger: logger,
+		WorkerID: cfg.WorkerID, TermLength: cfg.StaleAfter / 2, Now: w.clock.Now, Ready: w.publisher.Ready, Logger: logger,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
