@@ -418,7 +418,9 @@ func (c *Claimer) publishAll(ctx context.Context, msgs []*events.Message, outcom
 // lease could be taken back, since after that a fenced write may match
 // nothing; and they give up when a stop's time is up.
 func (c *Claimer) settleContext(ctx context.Context, lease events.Lease) (context.Context, context.CancelFunc) {
-	settleCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), lease.At.Add(c.cfg.StaleAfter))
+	// The lease is timed by Config.Now (the server's clock); a context's
+	// deadline by the local one: carry over what is left of the lease.
+	settleCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lease.At.Add(c.cfg.StaleAfter).Sub(c.now()))
 	go func() {
 		select {
 		case <-c.halted:
