@@ -567,3 +567,38 @@ func TestOwnershipJoinAndDeath(t *testing.T) {
 		t.Errorf("a owns %d after b's terms ran out, want all %d (b had %v)", n, events.Partitions, bOwned)
 	}
 }
+
+// TestOrderingNone: without ordering a returned event holds nothing back:
+// its successors in the batch are published, and so are later events of
+// its aggregate while it backs off.
+func TestOrderingNone(t *testing.T) {
+	t.Parallel()
+	store := newStore(t)
+	coll := store.Collection()
+	exchange := testenv.UniqueName(t, "ex_")
+	in := startInbox(t, testenv.Consume(t, testenv.AMQPURL(t), exchange))
+	want := insertInterleaved(t, coll, 12, 2)
+	var first string
+	for _, e := range want {
+		if e.aggregate == "agg-0" && e.seq == 0 {
+			first = e.id
+		}
+	}
+	pub := &faultPublisher{Publisher: newPublisher(t, exchange),
+		fail: failFirst(fmt.Errorf("%w: NO_ROUTE", broker.ErrReturned), first)}
+	c, _ := newClaimer(t, store, pub, Config{Ordering: OrderingNone, RetryMin: time.Minute, RetryMax: time.Hour})
+	runOnce(t, c)
+	deadline := time.Now().Add(waitFor)
+	for in.distinct() < len(want)-1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	for id, e := range allEvents(t, coll) {
+		wantStatus := events.StatusPublished
+		if id == first {
+			wantStatus = events.StatusNew
+		}
+		if e.Status != wantStatus {
+			t.Errorf("event %s: %s, want %s", id, e.Status, wantStatus)
+		}
+	}
+}
