@@ -44,7 +44,7 @@ func (s *Store) Held(ctx context.Context, now time.Time, failedHolds bool) (Held
 	holders := map[string]bool{}
 	var queries []bson.D
 	if failedHolds {
-		queries = append(queries, bson.D{{Key: events.FieldStatus, Value: events.StatusFailed}})
+		queries = append(queries, bson.D{{Key: events.FieldStatus, Value: events.StatusFailed}, {Key: events.FieldSkippedAt, Value: nil}})
 	}
 	queries = append(queries, bson.D{
 		{Key: events.FieldStatus, Value: events.StatusNew},

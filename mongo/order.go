@@ -212,7 +212,11 @@ func (s *Store) heldKeys(ctx context.Context, now time.Time, failedHolds bool) (
 	})
 	queries := []heldQuery{{filter: bson.D{{Key: events.FieldStatus, Value: events.StatusProcessing}}}}
 	if failedHolds {
-		queries = append(queries, heldQuery{filter: bson.D{{Key: events.FieldStatus, Value: events.StatusFailed}}, long: true})
+		// Skipped events hold nothing: left out by the server where it can.
+		queries = append(queries, heldQuery{filter: bson.D{
+			{Key: events.FieldStatus, Value: events.StatusFailed},
+			{Key: events.FieldSkippedAt, Value: nil},
+		}, long: true})
 	}
 	queries = append(queries, heldQuery{filter: bson.D{
 		{Key: events.FieldStatus, Value: events.StatusNew},
