@@ -357,3 +357,31 @@ func TestNotReadyGivesBack(t *testing.T) {
 		t.Errorf("after a is ready again: a holds %d, b %d; want 32 each", na, nb)
 	}
 }
+
+// TestReleaseWaitsForClaim: a partition is not given away while a claim
+// that was handed it is still running.
+func TestReleaseWaitsForClaim(t *testing.T) {
+	t.Parallel()
+	table := newMemTable()
+	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	a := newManager(t, table, clock, "a")
+	tick(t, a)
+	owned, _, done := a.Hold()
+	if !owned[0] {
+		t.Fatal("a holds no partition 0")
+	}
+	released := make(chan error, 1)
+	go func() { released <- a.Release(context.Background()) }()
+	select {
+	case err := <-released:
+		t.Fatalf("Release returned (%v) while a claim held the partitions", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	done()
+	if err := <-released; err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if n := len(holding(a)); n != 0 {
+		t.Errorf("a holds %d after Release", n)
+	}
+}
