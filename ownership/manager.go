@@ -380,9 +380,28 @@ func (m *Manager) take(ctx context.Context, latest map[int]Term, share int, serv
 
 // insert inserts terms and records those won, with a deadline measured
 // from before the insert was sent; a lost term's partition is forgotten.
+//
+// A won term is kept only if no later term of its partition exists: old
+// terms are pruned, so a replica that paused between its read and its
+// insert for longer than a few terms could otherwise win an _id that was
+// deleted under a newer owner. The later term is never pruned, so one read
+// after the insert tells.
 func (m *Manager) insert(ctx context.Context, terms []Term) ([]bool, error) {
 	sent := m.cfg.Local()
 	won, err := m.table.Insert(ctx, terms)
+	if err == nil && slices.Contains(won, true) {
+		var after []Term
+		if after, _, err = m.table.Read(ctx); err == nil {
+			latest := Latest(after)
+			for i, t := range terms {
+				if won[i] && latest[t.Partition].Term > t.Term {
+					m.cfg.Logger.Warn("a term won after a pause is behind a newer owner's; not claiming in it",
+						"partition", t.Partition, "term", t.Term, "owner", latest[t.Partition].Owner)
+					won[i] = false
+				}
+			}
+		}
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err != nil {

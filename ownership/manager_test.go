@@ -385,3 +385,29 @@ func TestReleaseWaitsForClaim(t *testing.T) {
 		t.Errorf("a holds %d after Release", n)
 	}
 }
+
+// TestStaleRenewalAfterPrune: a read the renewal acted on went stale
+// during a long pause, and the term it inserts was pruned under a newer
+// owner; the insert wins the _id, but the later term shows it is behind,
+// and the replica does not claim in the partition.
+func TestStaleRenewalAfterPrune(t *testing.T) {
+	t.Parallel()
+	table := newMemTable()
+	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	a := newManager(t, table, clock, "a")
+	// a believes it holds term 11 of partition 7; b holds 13 and 14,
+	// and 11 and 12 were pruned.
+	a.owned[7] = held{term: 11, deadline: clock.Now().Add(term / 3)}
+	for _, x := range []Term{{Partition: 7, Term: 13, Owner: "b", ExpiresAt: clock.Now()}, {Partition: 7, Term: 14, Owner: "b", ExpiresAt: clock.Now().Add(term)}} {
+		table.terms[x.ID()] = x
+	}
+	if err := a.renew(t.Context(), clock.Now()); err != nil {
+		t.Fatalf("renew: %v", err)
+	}
+	if _, ok := table.terms["7/12"]; !ok {
+		t.Fatal("the stale renewal's insert of 7/12 did not win; the test does not test the case")
+	}
+	if holding(a)[7] {
+		t.Error("a claims in partition 7 with term 12 while b holds term 14")
+	}
+}
