@@ -92,3 +92,29 @@ func TestCompareOrder(t *testing.T) {
 		}
 	}
 }
+
+func TestHeld(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		status      Status
+		retryAt     time.Time
+		skipped     bool
+		failedHolds bool
+		want        bool
+	}{
+		{StatusProcessing, time.Time{}, false, false, true},
+		{StatusNew, time.Time{}, false, true, false},
+		{StatusNew, now.Add(time.Second), false, false, true},
+		{StatusNew, now, false, false, false},
+		{StatusFailed, time.Time{}, false, true, true},
+		{StatusFailed, time.Time{}, true, true, false},
+		{StatusFailed, time.Time{}, false, false, false},
+		{StatusPublished, time.Time{}, false, true, false},
+	} {
+		if got := Held(tc.status, tc.retryAt, tc.skipped, now, tc.failedHolds); got != tc.want {
+			t.Errorf("Held(%s, retryAt %s, skipped %t, failedHolds %t) = %t, want %t",
+				tc.status, tc.retryAt, tc.skipped, tc.failedHolds, got, tc.want)
+		}
+	}
+}

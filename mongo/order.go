@@ -208,6 +208,7 @@ func (s *Store) heldKeys(ctx context.Context, now time.Time, failedHolds bool) (
 	held = map[string]bool{}
 	proj := options.Find().SetProjection(bson.D{
 		{Key: events.FieldAggregateType, Value: 1}, {Key: events.FieldAggregateID, Value: 1},
+		{Key: events.FieldStatus, Value: 1}, {Key: events.FieldRetryAt, Value: 1},
 		{Key: events.FieldSkippedAt, Value: 1},
 	})
 	queries := []heldQuery{{filter: bson.D{{Key: events.FieldStatus, Value: events.StatusProcessing}}}}
@@ -233,8 +234,13 @@ func (s *Store) heldKeys(ctx context.Context, now time.Time, failedHolds bool) (
 			if !ok || held[key] {
 				continue
 			}
-			if _, err := doc.LookupErr(events.FieldSkippedAt); err == nil {
-				continue // an operator skipped it: it holds nothing
+			// The finds select by the rule; it is applied here too, so
+			// that it is stated once (a skipped event holds nothing).
+			status, _ := doc.Lookup(events.FieldStatus).StringValueOK()
+			retryAt, _ := doc.Lookup(events.FieldRetryAt).TimeOK()
+			_, err := doc.LookupErr(events.FieldSkippedAt)
+			if !events.Held(events.Status(status), retryAt, err == nil, now, failedHolds) {
+				continue
 			}
 			held[key] = true
 			typ, isString := doc.Lookup(events.FieldAggregateType).StringValueOK()
