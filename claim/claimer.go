@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -50,6 +51,17 @@ const (
 	// StaleAfterDefault is how long a claim stands before recovery may take
 	// it back: recovery.StaleAfterDefault.
 	StaleAfterDefault = 60 * time.Second
+	// OrderingAggregate publishes the events of one aggregate in order
+	// (OUTBOX_ORDERING=aggregate): the default.
+	OrderingAggregate = "aggregate"
+	// OrderingNone publishes without regard to order (OUTBOX_ORDERING=none).
+	OrderingNone = "none"
+	// AfterFailedWait holds an aggregate's later events while an earlier
+	// one is FAILED and not skipped (OUTBOX_ORDERING_AFTER_FAILED=wait):
+	// the default.
+	AfterFailedWait = "wait"
+	// AfterFailedContinue lets them flow past a FAILED event.
+	AfterFailedContinue = "continue"
 	// settleReserve is the part of a stop's time kept back for writing the
 	// outcome of the batch in flight once its confirms are given up.
 	settleReserve = 5 * time.Second
@@ -94,10 +106,35 @@ type Config struct {
 	// database outage or failover shorter than that costs no duplicate.
 	// Must exceed PublishTimeout. Defaults to StaleAfterDefault.
 	StaleAfter time.Duration
+	// Ordering is OrderingAggregate: events with an aggregateId are
+	// claimed and published in createdAt (then _id) order per aggregate,
+	// a retried or held event holding back the later events of its
+	// aggregate; or OrderingNone. Defaults to OrderingAggregate.
+	Ordering string
+	// AfterFailed is what a FAILED event means for the later events of its
+	// aggregate when ordering: AfterFailedWait (they wait until it is
+	// requeued or skipped) or AfterFailedContinue. Defaults to
+	// AfterFailedWait.
+	AfterFailed string
+	// Owner, when set, says which partitions this worker may claim in
+	// (ownership.Manager). Without it the worker claims in all, which is
+	// right only for a single worker. Defaults to nil.
+	Owner Owner
+	// Now is the clock of leases and retry times; the worker passes the
+	// database server's (mongo.Clock). Defaults to time.Now.
+	Now func() time.Time
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Metrics defaults to an unregistered set.
 	Metrics *metrics.Metrics
+}
+
+// Owner is the partition ownership as the claimer needs it.
+type Owner interface {
+	// Hold returns the partitions this worker may claim in now
+	// (events.Partitions entries), how long it may, and a function to
+	// call once the claim is written.
+	Hold() (owned []bool, validFor time.Duration, done func())
 }
 
 func (c *Config) setDefaults() {
@@ -128,6 +165,15 @@ func (c *Config) setDefaults() {
 	if c.StaleAfter == 0 {
 		c.StaleAfter = StaleAfterDefault
 	}
+	if c.Ordering == "" {
+		c.Ordering = OrderingAggregate
+	}
+	if c.AfterFailed == "" {
+		c.AfterFailed = AfterFailedWait
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -155,6 +201,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("retry backoff %s..%s: want 0 < min <= max", c.RetryMin, c.RetryMax)
 	case c.StaleAfter <= c.PublishTimeout:
 		return fmt.Errorf("stale after %s: want more than the publish timeout %s", c.StaleAfter, c.PublishTimeout)
+	case c.Ordering != OrderingAggregate && c.Ordering != OrderingNone:
+		return fmt.Errorf("ordering %q: want %s or %s", c.Ordering, OrderingAggregate, OrderingNone)
+	case c.AfterFailed != AfterFailedWait && c.AfterFailed != AfterFailedContinue:
+		return fmt.Errorf("ordering after failed %q: want %s or %s", c.AfterFailed, AfterFailedWait, AfterFailedContinue)
 	}
 	if _, err := schedule.Parse(c.Schedule); err != nil {
 		return err
@@ -201,7 +251,7 @@ func New(store Store, pub Publisher, cfg Config) (*Claimer, error) {
 			retryMax:    cfg.RetryMax,
 			jitter:      randomJitter,
 		},
-		now:      time.Now,
+		now:      cfg.Now,
 		halted:   make(chan struct{}),
 		stopping: make(chan struct{}),
 	}
@@ -266,7 +316,7 @@ func (c *Claimer) runOnce(ctx context.Context) (more bool, err error) {
 		Token:    newToken(),
 		At:       c.now().UTC().Truncate(time.Millisecond),
 	}
-	res, err := c.store.Claim(ctx, lease, events.ClaimLimit{Events: c.cfg.BatchSize, Bytes: c.cfg.BatchBytes})
+	res, err := c.claim(ctx, lease)
 	if err != nil {
 		c.metrics.JobErrors.WithLabelValues("claim").Inc()
 		return false, fmt.Errorf("claim batch: %w", err)
@@ -285,11 +335,41 @@ func (c *Claimer) runOnce(ctx context.Context) (more bool, err error) {
 	return full, nil
 }
 
+// ordered reports whether batches are claimed and published in order.
+func (c *Claimer) ordered() bool { return c.cfg.Ordering == OrderingAggregate }
+
+// claim claims a batch in the partitions this worker owns, if it owns
+// any. The claim's write must land while the partitions are still owned:
+// it is bounded by their validity, and no partition is given away until
+// it returns.
+func (c *Claimer) claim(ctx context.Context, lease events.Lease) (events.ClaimResult, error) {
+	limit := events.ClaimLimit{
+		Events:      c.cfg.BatchSize,
+		Bytes:       c.cfg.BatchBytes,
+		Ordered:     c.ordered(),
+		FailedHolds: c.cfg.AfterFailed == AfterFailedWait,
+	}
+	if c.cfg.Owner == nil {
+		return c.store.Claim(ctx, lease, limit)
+	}
+	owned, validFor, done := c.cfg.Owner.Hold()
+	defer done()
+	if validFor <= 0 || !slices.Contains(owned, true) {
+		return events.ClaimResult{}, nil
+	}
+	limit.Owned = owned
+	claimCtx, cancel := context.WithTimeout(ctx, validFor)
+	defer cancel()
+	return c.store.Claim(claimCtx, lease, limit)
+}
+
 // relay publishes a claimed batch and writes every outcome.
 func (c *Claimer) relay(ctx context.Context, lease events.Lease, claimed []events.Claimed) error {
+	if c.ordered() {
+		slices.SortStableFunc(claimed, func(a, b events.Claimed) int { return events.CompareOrder(a.Doc, b.Doc) })
+	}
 	outcomes := make([]outcome, len(claimed))
-	msgs := make([]events.Message, 0, len(claimed))
-	sent := make([]int, 0, len(claimed)) // outcomes index of each message
+	msgs := make([]*events.Message, len(claimed))
 	for i, cl := range claimed {
 		outcomes[i] = outcome{id: cl.ID, attempts: cl.Attempts}
 		m, err := events.NewMessage(cl.Doc, c.cfg.MaxBodyBytes)
@@ -297,23 +377,41 @@ func (c *Claimer) relay(ctx context.Context, lease events.Lease, claimed []event
 			outcomes[i].err = err
 			continue
 		}
-		msgs = append(msgs, m)
-		sent = append(sent, i)
+		msgs[i] = &m
 	}
 
 	pubCtx, cancel := context.WithTimeout(ctx, c.cfg.PublishTimeout)
-	errs := c.pub.Publish(pubCtx, msgs)
+	if c.ordered() {
+		c.publishInRounds(pubCtx, claimed, msgs, outcomes)
+	} else {
+		c.publishAll(pubCtx, msgs, outcomes)
+	}
 	cancel()
+	confirmedAt := c.now()
+	settleCtx, cancel := c.settleContext(ctx, lease)
+	defer cancel()
+	return c.settle(settleCtx, lease, outcomes, confirmedAt.UTC())
+}
+
+// publishAll publishes the valid messages of a batch in one pipelined
+// call, without regard to order (OrderingNone).
+func (c *Claimer) publishAll(ctx context.Context, msgs []*events.Message, outcomes []outcome) {
+	batch := make([]events.Message, 0, len(msgs))
+	sent := make([]int, 0, len(msgs))
+	for i, m := range msgs {
+		if m != nil {
+			batch = append(batch, *m)
+			sent = append(sent, i)
+		}
+	}
+	errs := c.pub.Publish(ctx, batch)
 	confirmedAt := c.now()
 	for j, err := range errs {
 		outcomes[sent[j]].err = err
 		if err == nil {
-			c.metrics.PublishLatency.Observe(confirmedAt.Sub(msgs[j].Timestamp).Seconds())
+			c.metrics.PublishLatency.Observe(confirmedAt.Sub(batch[j].Timestamp).Seconds())
 		}
 	}
-	settleCtx, cancel := c.settleContext(ctx, lease)
-	defer cancel()
-	return c.settle(settleCtx, lease, outcomes, confirmedAt.UTC())
 }
 
 // settleContext bounds the writes that record a batch's outcome. They go
@@ -322,7 +420,9 @@ func (c *Claimer) relay(ctx context.Context, lease events.Lease, claimed []event
 // lease could be taken back, since after that a fenced write may match
 // nothing; and they give up when a stop's time is up.
 func (c *Claimer) settleContext(ctx context.Context, lease events.Lease) (context.Context, context.CancelFunc) {
-	settleCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), lease.At.Add(c.cfg.StaleAfter))
+	// The lease is timed by Config.Now (the server's clock); a context's
+	// deadline by the local one: carry over what is left of the lease.
+	settleCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lease.At.Add(c.cfg.StaleAfter).Sub(c.now()))
 	go func() {
 		select {
 		case <-c.halted:

@@ -36,6 +36,8 @@ type policy struct {
 //   - a poison event (events.InvalidError, or broker.ErrRejected: the
 //     broker closed the channel on it even when published alone) fails at
 //     once;
+//   - an event held back behind an earlier event of its aggregate in the
+//     batch (errHeldBack) goes back to NEW with its attempt refunded;
 //   - a broker outage or a missing confirm puts the event back to NEW at
 //     once and refunds the attempt: it was not the event's fault;
 //   - a nack or a return retries later with backoff, until maxAttempts
@@ -87,6 +89,8 @@ func (p policy) decide(o outcome, retryAt func(attempts int) time.Time) release 
 		return release{events.Release{Status: events.StatusFailed, LastError: o.err.Error()}, metrics.ReasonRejected}
 	case errors.Is(o.err, broker.ErrUnavailable):
 		return release{events.Release{Status: events.StatusNew, LastError: o.err.Error(), Refund: true}, metrics.ReasonBrokerUnavailable}
+	case errors.Is(o.err, errHeldBack):
+		return release{events.Release{Status: events.StatusNew, LastError: o.err.Error(), Refund: true}, metrics.ReasonHeldBack}
 	case errors.Is(o.err, broker.ErrUnconfirmed):
 		return release{events.Release{Status: events.StatusNew, LastError: o.err.Error(), Refund: true}, metrics.ReasonUnconfirmed}
 	}

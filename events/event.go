@@ -30,6 +30,11 @@ const (
 	FieldLastError    = "lastError"
 	FieldRetryAt      = "retryAt"
 	FieldFailedAt     = "failedAt"
+	// An operator's skip of a FAILED event, so that later events of its
+	// aggregate flow (worker skip).
+	FieldSkippedBy  = "skippedBy"
+	FieldSkippedAt  = "skippedAt"
+	FieldSkipReason = "skipReason"
 )
 
 // Event is the stored outbox document, as the worker and its tools read it.
@@ -51,6 +56,9 @@ type Event struct {
 	LastError    string    `bson:"lastError,omitempty"`
 	RetryAt      time.Time `bson:"retryAt,omitempty"`
 	FailedAt     time.Time `bson:"failedAt,omitempty"`
+	SkippedBy    string    `bson:"skippedBy,omitempty"`
+	SkippedAt    time.Time `bson:"skippedAt,omitempty"`
+	SkipReason   string    `bson:"skipReason,omitempty"`
 }
 
 // Draft is an event a producer wants to publish.

@@ -50,6 +50,32 @@ type ClaimLimit struct {
 	// next claim, except the first, which is taken whatever its size.
 	// Zero means no bound.
 	Bytes int
+	// Owned, when not nil, limits the claim to the events of the
+	// partitions it marks true (see Partition); it has Partitions entries.
+	// nil means every partition.
+	Owned []bool
+	// Ordered claims in order per aggregate: an event whose ordering key
+	// is held (see Held) is not claimed, nor is any later event of its key.
+	Ordered bool
+	// FailedHolds makes a FAILED event that was not skipped hold its key
+	// (OUTBOX_ORDERING_AFTER_FAILED=wait). Only with Ordered.
+	FailedHolds bool
+}
+
+// Held is the rule of ordered claiming: an ordering key is held while one
+// of its events is PROCESSING, NEW with a retryAt still to come (backing
+// off), or FAILED without skippedAt when failedHolds. No event of a held
+// key is claimed; everything else flows.
+func Held(status Status, retryAt time.Time, skipped bool, now time.Time, failedHolds bool) bool {
+	switch status {
+	case StatusProcessing:
+		return true
+	case StatusNew:
+		return retryAt.After(now)
+	case StatusFailed:
+		return failedHolds && !skipped
+	}
+	return false
 }
 
 // ClaimResult is what one claim did.

@@ -20,6 +20,7 @@ const (
 	ReasonUnconfirmed       = "unconfirmed"
 	ReasonBrokerUnavailable = "broker_unavailable"
 	ReasonError             = "error"
+	ReasonHeldBack          = "held_back" // not published: an earlier event of its aggregate in the batch was not
 )
 
 // Metrics holds every collector the worker updates.
@@ -37,6 +38,8 @@ type Metrics struct {
 	Events          *prometheus.GaugeVec
 	OldestNewAge    prometheus.Gauge
 	StaleProcessing prometheus.Gauge
+	HeldAggregates  prometheus.Gauge
+	OldestHeldAge   prometheus.Gauge
 	BrokerConnected prometheus.Gauge
 	JobErrors       *prometheus.CounterVec
 	DBCommands      *prometheus.CounterVec
@@ -100,6 +103,14 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: namespace, Name: "stale_processing_events",
 			Help: "PROCESSING events claimed longer ago than the stale threshold, sampled on a schedule.",
 		}),
+		HeldAggregates: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "held_aggregates",
+			Help: "Aggregates whose later events wait behind an event backing off before a retry or FAILED and not skipped, sampled on a schedule.",
+		}),
+		OldestHeldAge: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "oldest_held_event_age_seconds",
+			Help: "Age of the oldest event waiting behind a held aggregate, sampled on a schedule; 0 when there is none.",
+		}),
 		BrokerConnected: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "broker_connected",
 			Help: "1 while this worker has a connection and channel to the broker.",
@@ -116,7 +127,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.Claimed, m.Published, m.Failed, m.Released, m.Recovered, m.Deleted,
 			m.LostClaims, m.Skipped, m.PublishLatency, m.ClaimBatchSize, m.Events, m.OldestNewAge,
-			m.StaleProcessing, m.BrokerConnected, m.JobErrors, m.DBCommands)
+			m.StaleProcessing, m.HeldAggregates, m.OldestHeldAge, m.BrokerConnected, m.JobErrors, m.DBCommands)
 	}
 	return m
 }

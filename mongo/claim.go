@@ -31,6 +31,11 @@ import (
 //
 // When another worker won some of what it read, Claim reads back exactly
 // what this lease holds: one more command.
+//
+// With limit.Ordered, the claim first reads which aggregates are held
+// (heldKeys: up to three projected finds) and claims no event of those.
+// The events claimed come back in no particular order; the claimer sorts
+// them (events.CompareOrder).
 func (s *Store) Claim(ctx context.Context, lease events.Lease, limit events.ClaimLimit) (events.ClaimResult, error) {
 	docs, more, err := s.findClaimable(ctx, lease.At, limit)
 	if err != nil || len(docs) == 0 {
@@ -40,7 +45,21 @@ func (s *Store) Claim(ctx context.Context, lease events.Lease, limit events.Clai
 	reserve := events.ManagedReserveBytes + len(lease.WorkerID)
 	var plain, nullAttempts []events.Claimed
 	var refused []refusal
+	// An event refused here becomes FAILED; where that holds its key, the
+	// later events of the key read with it are left NEW, to wait behind it.
+	var stopped map[string]bool
+	stop := func(doc bson.Raw) {
+		if key, ok := events.OrderingKey(doc); ok && limit.Ordered && limit.FailedHolds {
+			if stopped == nil {
+				stopped = map[string]bool{}
+			}
+			stopped[key] = true
+		}
+	}
 	for _, doc := range docs {
+		if key, ok := events.OrderingKey(doc); ok && stopped[key] {
+			continue
+		}
 		c := events.Claimed{Doc: doc}
 		if v, err := doc.LookupErr(events.FieldID); err == nil {
 			c.ID = rawID(v)
@@ -50,11 +69,13 @@ func (s *Store) Claim(ctx context.Context, lease events.Lease, limit events.Clai
 			err = events.CheckSize(len(doc), reserve)
 			if err != nil {
 				refused = append(refused, refusal{id: c.ID, lastError: err.Error(), large: true})
+				stop(doc)
 				continue
 			}
 		}
 		if err != nil {
 			refused = append(refused, refusal{id: c.ID, lastError: err.Error()})
+			stop(doc)
 			continue
 		}
 		c.Attempts = m.Attempts + 1
@@ -290,139 +311,6 @@ func truncateError(s string) string {
 	return s[:cut] + more
 }
 
-// findClaimable reads the claim's candidates: NEW events whose retry time
-// has come, oldest first, up to limit's count and bytes. more reports that
-// it stopped at a bound.
-//
-// On MongoDB it runs two finds on the index {status, retryAt, createdAt},
-// merged by createdAt: events never retried ({retryAt: null}, in index
-// order, so it examines what it returns), and events with a retryAt that
-// is not in the future (due retries, usually few, and a retryAt of the
-// wrong type, which the claim then fails). Events backing off are outside
-// both index ranges and never examined, however many sit at the head. A
-// single find cannot do both: with retryAt as a range, the index no longer
-// gives createdAt order and the server sorts every candidate. On FerretDB,
-// which plans neither with an index and decodes every NEW event of each
-// find, one find with the same result costs half as much.
-func (s *Store) findClaimable(ctx context.Context, now time.Time, limit events.ClaimLimit) (docs []bson.Raw, more bool, err error) {
-	defer func() { s.noteReplySizes(docs, err) }()
-	skipped := s.skipped.list()
-	filter := func(retryAt any) bson.D {
-		f := bson.D{
-			{Key: events.FieldStatus, Value: events.StatusNew},
-			{Key: events.FieldRetryAt, Value: retryAt},
-		}
-		if len(skipped) > 0 {
-			f = append(f, bson.E{Key: events.FieldID, Value: bson.D{{Key: "$nin", Value: skipped}}})
-		}
-		return f
-	}
-	opts := options.Find().
-		SetSort(bson.D{{Key: events.FieldCreatedAt, Value: 1}}).
-		SetLimit(int64(limit.Events)).
-		SetBatchSize(s.findBatch(limit.Events))
-	notLater := bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: now}}}}
-	var filters []bson.D
-	if s.splitClaim {
-		opts.SetHint(claimIndex)
-		filters = []bson.D{
-			filter(nil),
-			filter(append(bson.D{{Key: "$ne", Value: nil}}, notLater...)),
-		}
-	} else {
-		filters = []bson.D{filter(notLater)}
-	}
-	var heads []*head
-	defer func() {
-		for _, h := range heads {
-			h.cur.Close(ctx)
-		}
-	}()
-	for _, f := range filters {
-		cur, err := s.coll.Find(ctx, f, opts)
-		if err != nil {
-			return nil, false, fmt.Errorf("find events to claim: %w", err)
-		}
-		h := &head{cur: cur}
-		heads = append(heads, h)
-		if err := h.next(ctx); err != nil {
-			return nil, false, err
-		}
-	}
-	total := 0
-	for {
-		var first *head
-		for _, h := range heads {
-			if h.doc != nil && (first == nil || h.before(first)) {
-				first = h
-			}
-		}
-		if first == nil {
-			return docs, false, nil
-		}
-		if len(docs) > 0 && limit.Bytes > 0 && total+len(first.doc) > limit.Bytes {
-			return docs, true, nil
-		}
-		docs = append(docs, first.doc)
-		total += len(first.doc)
-		if len(docs) >= limit.Events {
-			return docs, true, nil
-		}
-		if err := first.next(ctx); err != nil {
-			return nil, false, err
-		}
-	}
-}
-
-// head is a find's cursor and the next document it gives.
-type head struct {
-	cur  *mongo.Cursor
-	doc  bson.Raw // nil once the cursor is exhausted
-	rank int
-	at   int64
-}
-
-func (h *head) next(ctx context.Context) error {
-	if !h.cur.Next(ctx) {
-		h.doc = nil
-		if err := h.cur.Err(); err != nil {
-			return fmt.Errorf("read events to claim: %w", err)
-		}
-		return nil
-	}
-	h.doc = make(bson.Raw, len(h.cur.Current))
-	copy(h.doc, h.cur.Current)
-	h.rank, h.at = sortKey(h.doc)
-	return nil
-}
-
-func (h *head) before(o *head) bool {
-	return h.rank < o.rank || h.rank == o.rank && h.at < o.at
-}
-
-// sortKey places a document's createdAt in MongoDB's sort order well
-// enough to merge two sorted finds: missing or null first, then the types
-// that sort before dates, then dates by time, then the rest. It ranks a
-// createdAt of the wrong type only roughly, which can change only the
-// order of such events, never which events are claimable.
-func sortKey(doc bson.Raw) (rank int, at int64) {
-	v, err := doc.LookupErr(events.FieldCreatedAt)
-	if err != nil {
-		return 0, 0
-	}
-	switch v.Type {
-	case bson.TypeNull, bson.TypeUndefined, bson.TypeMinKey:
-		return 0, 0
-	case bson.TypeDateTime:
-		ms, _ := v.DateTimeOK()
-		return 2, ms
-	case bson.TypeTimestamp, bson.TypeRegex, bson.TypeMaxKey:
-		return 3, 0
-	default:
-		return 1, 0
-	}
-}
-
 func (s *Store) findLeased(ctx context.Context, lease events.Lease, limit int) ([]events.Claimed, error) {
 	filter := bson.D{
 		{Key: events.FieldStatus, Value: events.StatusProcessing},
@@ -457,8 +345,11 @@ const replyBudget = 16 << 20
 // findBatch is the batch size of a claim's finds: one reply for a whole
 // batch of ordinary documents, fewer documents per reply once the claims
 // have met large ones.
-func (s *Store) findBatch(limit int) int32 {
-	n := oneBatch(limit)
+func (s *Store) findBatch(limit int) int32 { return s.capBatch(oneBatch(limit)) }
+
+// capBatch lowers a batch size n so that a reply of the largest documents
+// the claims have met stays within replyBudget.
+func (s *Store) capBatch(n int32) int32 {
 	if largest := s.largestDoc.Load(); largest > 0 {
 		n = min(n, int32(max(1, replyBudget/largest)))
 	}

@@ -237,6 +237,11 @@ func (s *Store) Requeue(ctx context.Context, f RequeueFilter, dryRun bool) (int,
 			{Key: events.FieldClaimToken, Value: ""},
 			{Key: events.FieldRetryAt, Value: ""},
 			{Key: events.FieldFailedAt, Value: ""},
+			// A requeued event is no longer skipped: it holds its
+			// aggregate again until it is published.
+			{Key: events.FieldSkippedBy, Value: ""},
+			{Key: events.FieldSkippedAt, Value: ""},
+			{Key: events.FieldSkipReason, Value: ""},
 		}},
 	}
 	res, err := s.coll.UpdateMany(ctx, q, update)

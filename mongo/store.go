@@ -165,6 +165,11 @@ func (s *Store) ensureIndexes(ctx context.Context) error {
 		// examined. See findClaimable.
 		{Keys: bson.D{{Key: events.FieldStatus, Value: 1}, {Key: events.FieldRetryAt, Value: 1}, {Key: events.FieldCreatedAt, Value: 1}},
 			Options: options.Index().SetName(claimIndex)},
+		// Ordered claim: as outbox_claim_retry, with the _id tiebreak of
+		// events created in the same millisecond, so that the sort
+		// {createdAt, _id} comes from the index. See findClaimable.
+		{Keys: bson.D{{Key: events.FieldStatus, Value: 1}, {Key: events.FieldRetryAt, Value: 1}, {Key: events.FieldCreatedAt, Value: 1}, {Key: events.FieldID, Value: 1}},
+			Options: options.Index().SetName(claimOrderIndex)},
 		// Recovery: PROCESSING events by claim time.
 		{Keys: bson.D{{Key: events.FieldStatus, Value: 1}, {Key: events.FieldProcessingAt, Value: 1}},
 			Options: options.Index().SetName("outbox_stale")},
@@ -184,8 +189,12 @@ func (s *Store) ensureIndexes(ctx context.Context) error {
 	return nil
 }
 
-// claimIndex is the index the split claim's finds name as their hint.
+// claimIndex is the index the split claim's finds named as their hint
+// before the ordered claim; kept for a rolling upgrade.
 const claimIndex = "outbox_claim_retry"
+
+// claimOrderIndex is the index the split claim's finds name as their hint.
+const claimOrderIndex = "outbox_claim_order"
 
 // skipSetMax bounds the events one store skips: each is a document so
 // close to the size limit that no write fits, which a sane producer never

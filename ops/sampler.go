@@ -21,6 +21,11 @@ type StatsSource interface {
 	Stats(ctx context.Context, staleBefore time.Time) (mongo.Stats, error)
 }
 
+// HeldSource reads the held aggregates (see mongo.HeldStats).
+type HeldSource interface {
+	Held(ctx context.Context, now time.Time, failedHolds bool) (mongo.HeldStats, error)
+}
+
 // SampleScheduleDefault is how often the backlog gauges are refreshed.
 const SampleScheduleDefault = "@every 15s"
 
@@ -30,6 +35,16 @@ type Sampler struct {
 	staleAfter time.Duration
 	metrics    *metrics.Metrics
 	job        *schedule.Job
+	// held, when set, keeps the held-aggregates gauges current too.
+	held        HeldSource
+	failedHolds bool
+}
+
+// TrackHeld makes the sampler keep the held-aggregates gauges current
+// from src, FAILED events holding their aggregates when failedHolds
+// (OUTBOX_ORDERING_AFTER_FAILED=wait). Call before Start.
+func (s *Sampler) TrackHeld(src HeldSource, failedHolds bool) {
+	s.held, s.failedHolds = src, failedHolds
 }
 
 // NewSampler returns a Sampler; Start runs it.
@@ -71,5 +86,14 @@ func (s *Sampler) runOnce(ctx context.Context) (bool, error) {
 	}
 	s.metrics.OldestNewAge.Set(st.OldestNewAge(now).Seconds())
 	s.metrics.StaleProcessing.Set(float64(st.Stale))
+	if s.held != nil {
+		h, err := s.held.Held(ctx, now, s.failedHolds)
+		if err != nil {
+			s.metrics.JobErrors.WithLabelValues("sampler").Inc()
+			return false, fmt.Errorf("sample held aggregates: %w", err)
+		}
+		s.metrics.HeldAggregates.Set(float64(h.Aggregates))
+		s.metrics.OldestHeldAge.Set(h.OldestAge(now).Seconds())
+	}
 	return false, nil
 }

@@ -48,8 +48,12 @@ type ServerConfig struct {
 		Trigger()
 	}
 	Recovery Job
-	Gatherer prometheus.Gatherer
-	Logger   *slog.Logger
+	// Held, when set, adds the held aggregates to /status, FAILED events
+	// holding their aggregates when FailedHolds.
+	Held        HeldSource
+	FailedHolds bool
+	Gatherer    prometheus.Gatherer
+	Logger      *slog.Logger
 	// Pprof serves net/http/pprof under /debug/pprof/ when set.
 	Pprof bool
 }
@@ -153,12 +157,14 @@ func (s *Server) notReady(ctx context.Context) string {
 
 // statusBody is the JSON of GET /status.
 type statusBody struct {
-	WorkerID            string           `json:"workerId"`
-	Counts              map[string]int64 `json:"counts"`
-	OldestNewAgeSeconds float64          `json:"oldestNewAgeSeconds"`
-	StaleProcessing     int64            `json:"staleProcessing"`
-	LastClaimAt         *time.Time       `json:"lastClaimAt"`
-	LastRecoveryAt      *time.Time       `json:"lastRecoveryAt"`
+	WorkerID             string           `json:"workerId"`
+	Counts               map[string]int64 `json:"counts"`
+	OldestNewAgeSeconds  float64          `json:"oldestNewAgeSeconds"`
+	StaleProcessing      int64            `json:"staleProcessing"`
+	HeldAggregates       int64            `json:"heldAggregates"`
+	OldestHeldAgeSeconds float64          `json:"oldestHeldAgeSeconds"`
+	LastClaimAt          *time.Time       `json:"lastClaimAt"`
+	LastRecoveryAt       *time.Time       `json:"lastRecoveryAt"`
 }
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {
@@ -181,6 +187,15 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, status := range events.Statuses {
 		body.Counts[string(status)] = stats.Counts[status]
+	}
+	if s.cfg.Held != nil {
+		held, err := s.cfg.Held.Held(ctx, now, s.cfg.FailedHolds)
+		if err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": err.Error()})
+			return
+		}
+		body.HeldAggregates = held.Aggregates
+		body.OldestHeldAgeSeconds = held.OldestAge(now).Seconds()
 	}
 	writeJSON(w, http.StatusOK, body)
 }

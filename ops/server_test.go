@@ -42,6 +42,15 @@ type fakeStore struct {
 	statsErr    error
 	stats       mongo.Stats
 	staleBefore time.Time // as last asked by Stats
+	held        mongo.HeldStats
+	failedHolds bool // as last asked by Held
+}
+
+func (s *fakeStore) Held(_ context.Context, _ time.Time, failedHolds bool) (mongo.HeldStats, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failedHolds = failedHolds
+	return s.held, s.statsErr
 }
 
 func (s *fakeStore) Ping(context.Context) error {
@@ -385,7 +394,7 @@ func TestStatus(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("GET /status = %d, want 200 (body %v)", code, body)
 	}
-	wantKeys := []string{"counts", "lastClaimAt", "lastRecoveryAt", "oldestNewAgeSeconds", "staleProcessing", "workerId"}
+	wantKeys := []string{"counts", "heldAggregates", "lastClaimAt", "lastRecoveryAt", "oldestHeldAgeSeconds", "oldestNewAgeSeconds", "staleProcessing", "workerId"}
 	if diff := cmp.Diff(wantKeys, slices.Sorted(maps.Keys(body))); diff != "" {
 		t.Errorf("GET /status fields (-want +got):\n%s", diff)
 	}
@@ -511,6 +520,53 @@ func TestSamplerSetsGauges(t *testing.T) {
 	if d := time.Since(store.lastStaleBefore()) - time.Minute; d < -5*time.Second || d > 5*time.Second {
 		t.Errorf("Stats asked with staleBefore %s, want about now - 1m", store.lastStaleBefore())
 	}
+}
+
+func TestStatusHeldAggregates(t *testing.T) {
+	t.Parallel()
+	var store *fakeStore
+	s := startServer(t, func(cfg *ops.ServerConfig) {
+		store = cfg.Store.(*fakeStore)
+		cfg.Held, cfg.FailedHolds = store, true
+	})
+	store.mu.Lock()
+	store.held = mongo.HeldStats{Aggregates: 3, OldestWaiting: time.Now().Add(-10 * time.Minute)}
+	store.mu.Unlock()
+	code, body := getJSON(t, s.base+"/status")
+	if code != http.StatusOK {
+		t.Fatalf("GET /status = %d", code)
+	}
+	if body["heldAggregates"] != 3.0 {
+		t.Errorf("heldAggregates = %v, want 3", body["heldAggregates"])
+	}
+	if age, _ := body["oldestHeldAgeSeconds"].(float64); age < 600 || age > 610 {
+		t.Errorf("oldestHeldAgeSeconds = %v, want about 600", body["oldestHeldAgeSeconds"])
+	}
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	if !store.failedHolds {
+		t.Error("Held asked without failedHolds, want the configured policy")
+	}
+}
+
+func TestSamplerSetsHeldGauges(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(nil)
+	store := &fakeStore{stats: mongo.Stats{Counts: map[events.Status]int64{}},
+		held: mongo.HeldStats{Aggregates: 2, OldestWaiting: time.Now().Add(-time.Hour)}}
+	s, err := ops.NewSampler(store, time.Minute, "@every 1h", m, discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.TrackHeld(store, true)
+	if err := s.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	poll(t, "held gauges set", func() bool {
+		age := testutil.ToFloat64(m.OldestHeldAge)
+		return testutil.ToFloat64(m.HeldAggregates) == 2 && age >= 3600 && age < 3610
+	})
 }
 
 func TestSamplerCountsFailure(t *testing.T) {

@@ -50,6 +50,10 @@ type Config struct {
 	LogLevel         slog.Level
 	LogFormat        string
 	Pprof            bool
+	// Ordering and OrderingAfterFailed are claim.Config's Ordering and
+	// AfterFailed.
+	Ordering            string
+	OrderingAfterFailed string
 
 	// MongoReadConcern, MongoWriteConcern and MongoJournal pin how the
 	// worker's client reads and writes, whatever the URI says.
@@ -118,6 +122,14 @@ func settings() []setting {
 			usage: "debug, info, warn or error", parse: func(c *Config, v string) error { return c.LogLevel.UnmarshalText([]byte(v)) }},
 		{env: "OUTBOX_LOG_FORMAT", flag: "log-format", def: "json", storeOnly: true,
 			usage: "json or text", parse: func(c *Config, v string) error { return oneOf(&c.LogFormat, v, "json", "text") }},
+		{env: "OUTBOX_ORDERING", flag: "ordering", def: claim.OrderingAggregate,
+			usage: "aggregate: events of one aggregate are published in createdAt order; none: no order", parse: func(c *Config, v string) error {
+				return oneOf(&c.Ordering, v, claim.OrderingAggregate, claim.OrderingNone)
+			}},
+		{env: "OUTBOX_ORDERING_AFTER_FAILED", flag: "ordering-after-failed", def: claim.AfterFailedWait, storeOnly: true,
+			usage: "wait: later events of an aggregate wait behind a FAILED one until it is requeued or skipped; continue: they flow", parse: func(c *Config, v string) error {
+				return oneOf(&c.OrderingAfterFailed, v, claim.AfterFailedWait, claim.AfterFailedContinue)
+			}},
 		{env: "OUTBOX_PPROF", flag: "pprof", def: "false",
 			usage: "serve /debug/pprof/ on the HTTP address (for profiling; keep the address private)", parse: func(c *Config, v string) error { return parseBool(&c.Pprof, v) }},
 	}

@@ -47,6 +47,9 @@ func defaultConfig() Config {
 		LogLevel:         slog.LevelInfo,
 		LogFormat:        "json",
 
+		Ordering:            claim.OrderingAggregate,
+		OrderingAfterFailed: claim.AfterFailedWait,
+
 		MongoReadConcern:  "majority",
 		MongoWriteConcern: "majority",
 		MongoJournal:      true,
@@ -89,6 +92,9 @@ func TestLoadConfig(t *testing.T) {
 				"OUTBOX_WORKER_ID":         "relay-7",
 				"OUTBOX_LOG_LEVEL":         "debug",
 				"OUTBOX_LOG_FORMAT":        "text",
+				"OUTBOX_ORDERING":          "none",
+
+				"OUTBOX_ORDERING_AFTER_FAILED": "continue",
 
 				"OUTBOX_MONGO_READ_CONCERN":  "local",
 				"OUTBOX_MONGO_WRITE_CONCERN": "2",
@@ -117,6 +123,7 @@ func TestLoadConfig(t *testing.T) {
 				c.WorkerID = "relay-7"
 				c.LogLevel = slog.LevelDebug
 				c.LogFormat = "text"
+				c.Ordering, c.OrderingAfterFailed = claim.OrderingNone, claim.AfterFailedContinue
 			},
 		},
 		{
@@ -210,6 +217,10 @@ func TestLoadConfigRejects(t *testing.T) {
 			want: []string{"OUTBOX_LOG_LEVEL", `"loud"`}},
 		{name: "log format unknown", env: map[string]string{"OUTBOX_LOG_FORMAT": "xml"},
 			want: []string{"OUTBOX_LOG_FORMAT", `"xml"`}},
+		{name: "ordering unknown", env: map[string]string{"OUTBOX_ORDERING": "strict"},
+			want: []string{"OUTBOX_ORDERING", `"strict"`, "aggregate, none"}},
+		{name: "ordering after failed unknown", env: map[string]string{"OUTBOX_ORDERING_AFTER_FAILED": "skip"},
+			want: []string{"OUTBOX_ORDERING_AFTER_FAILED", `"skip"`, "wait, continue"}},
 		{name: "read concern unknown", env: map[string]string{"OUTBOX_MONGO_READ_CONCERN": "available"},
 			want: []string{"OUTBOX_MONGO_READ_CONCERN", `"available"`, "majority, local"}},
 		{name: "write concern unacknowledged", env: map[string]string{"OUTBOX_MONGO_WRITE_CONCERN": "0"},

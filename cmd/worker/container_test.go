@@ -53,6 +53,10 @@ func TestContainers(t *testing.T) {
 		t.Parallel()
 		claimExplainScenario(t, s)
 	})
+	t.Run("ownership-fencing", func(t *testing.T) {
+		t.Parallel()
+		ownershipFencingScenario(t, s, 3000)
+	})
 }
 
 // claimExplainScenario: with 10,000 events backing off at the head of the

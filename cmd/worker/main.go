@@ -3,6 +3,7 @@
 //	worker [run] [flags]     relay events (the default command)
 //	worker stats [--json]    counts by status, oldest NEW age, stale claims
 //	worker requeue ...       move FAILED events back to NEW
+//	worker skip ...          let an aggregate's later events pass a FAILED one
 //	worker show --id ID      print one event document
 //
 // Every setting is a flag and an environment variable; see
@@ -44,6 +45,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		err = statsCommand(ctx, args, getenv, stdout)
 	case "requeue":
 		err = requeueCommand(ctx, args, getenv, stdout)
+	case "skip":
+		err = skipCommand(ctx, args, getenv, stdout, stderr)
 	case "show":
 		err = showCommand(ctx, args, getenv, stdout)
 	case "help", "-h", "--help":
@@ -70,8 +73,9 @@ const usage = `worker relays outbox events from MongoDB to RabbitMQ.
 
 Commands:
   run       relay events (the default)
-  stats     print counts by status, the oldest NEW event's age and stale claims (--json)
+  stats     print counts by status, the oldest NEW event's age, stale claims and held aggregates (--json)
   requeue   move FAILED events back to NEW (--id ID (repeatable), --ids-from FILE|- (one id a line), --type TYPE, --all, --dry-run)
+  skip      mark FAILED events skipped so that later events of their aggregates flow (--id ID (repeatable), --by NAME, --reason TEXT, --dry-run)
   show      print one event document (--id ID)
 
 Every setting is an environment variable and a flag of the same name, e.g.

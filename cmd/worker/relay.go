@@ -22,6 +22,7 @@ import (
 	"github.com/outboxrelay/outbox/metrics"
 	"github.com/outboxrelay/outbox/mongo"
 	"github.com/outboxrelay/outbox/ops"
+	"github.com/outboxrelay/outbox/ownership"
 	"github.com/outboxrelay/outbox/recovery"
 	"github.com/outboxrelay/outbox/retention"
 )
@@ -54,6 +55,8 @@ type worker struct {
 	store     *mongo.Store
 	publisher *broker.Publisher
 	claimer   *claim.Claimer
+	clock     *mongo.Clock
+	owner     *ownership.Manager
 	jobs      []service // recovery, retention, sampler
 	http      *ops.Server
 }
@@ -85,6 +88,17 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
+	// Partitions are owned for terms of half the stale threshold, so that
+	// a dead replica's partitions are free before its claims go stale:
+	// its share is taken over within OUTBOX_STALE_AFTER plus a recovery
+	// period. Terms and leases are timed by the database server's clock.
+	w.clock = mongo.NewClock(client, logger)
+	w.owner, err = ownership.New(w.store.Owners(), ownership.Config{
+		WorkerID: cfg.WorkerID, TermLength: cfg.StaleAfter / 2, Now: w.clock.Now, Ready: w.publisher.Ready, Logger: logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
+	}
 	w.claimer, err = claim.New(w.store, w.publisher, claim.Config{
 		WorkerID:       cfg.WorkerID,
 		Schedule:       cfg.ClaimSchedule,
@@ -96,6 +110,10 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 		RetryMin:       cfg.RetryMin,
 		RetryMax:       cfg.RetryMax,
 		StaleAfter:     cfg.StaleAfter,
+		Ordering:       cfg.Ordering,
+		AfterFailed:    cfg.OrderingAfterFailed,
+		Owner:          w.owner,
+		Now:            w.clock.Now,
 		Logger:         logger,
 		Metrics:        m,
 	})
@@ -117,13 +135,33 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	w.jobs = []service{recoverer, cleaner, sampler}
+	failedHolds := cfg.Ordering == claim.OrderingAggregate && cfg.OrderingAfterFailed == claim.AfterFailedWait
+	var held ops.HeldSource
+	if cfg.Ordering == claim.OrderingAggregate {
+		held = w.store
+		sampler.TrackHeld(w.store, failedHolds)
+	}
+	w.jobs = []service{ownerService{w.owner}, w.clock, recoverer, cleaner, sampler}
 	w.http = ops.NewServer(ops.ServerConfig{
 		Addr: cfg.HTTPAddr, WorkerID: cfg.WorkerID, Store: w.store, Broker: w.publisher,
 		StaleAfter: cfg.StaleAfter, Claimer: w.claimer, Recovery: recoverer, Gatherer: reg, Logger: logger,
-		Pprof: cfg.Pprof,
+		Pprof: cfg.Pprof, Held: held, FailedHolds: failedHolds,
 	})
 	return w, nil
+}
+
+// ownerService stops the partition ownership after the claimer and gives
+// the partitions back, so that the other replicas take this one's share
+// at once rather than after its terms run out.
+type ownerService struct{ m *ownership.Manager }
+
+func (o ownerService) Start(ctx context.Context) error { return o.m.Start(ctx) }
+
+func (o ownerService) Stop(ctx context.Context) error {
+	if err := o.m.Stop(ctx); err != nil {
+		return err
+	}
+	return o.m.Release(ctx)
 }
 
 // mongoClientOptions is the client of the worker and of its operator
@@ -226,6 +264,9 @@ func (w *worker) prepareStore(ctx context.Context) error {
 		}
 		wait = min(2*wait, 30*time.Second)
 	}
+	if err := w.clock.Sync(ctx); err != nil {
+		w.logger.Warn("database clock offset not measured; partition terms use the local clock until it is", "error", err)
+	}
 	if w.store.SupportsTransactions() {
 		w.logger.Info("mongodb supports transactions: PUBLISHED writes run in a transaction")
 	} else {
@@ -237,7 +278,8 @@ func (w *worker) prepareStore(ctx context.Context) error {
 // stop shuts the worker down within the shutdown timeout. The order
 // matters: first stop claiming and let the batch in flight finish (its
 // confirms awaited, its outcomes written, what is unconfirmed released to
-// NEW); then stop recovery, retention and the sampler; then close the broker
+// NEW); then give back the partitions (no claim runs any more), stop the
+// clock, recovery, retention and the sampler; then close the broker
 // connection, which nothing uses any more; then the HTTP server, so that
 // health answers until the end; last the database client.
 func (w *worker) stop(cause error) error {

@@ -17,6 +17,7 @@ import (
 	driver "go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/outboxrelay/outbox/broker"
+	"github.com/outboxrelay/outbox/claim"
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/mongo"
 )
@@ -61,12 +62,18 @@ func statsCommand(ctx context.Context, args []string, getenv func(string) string
 	if err != nil {
 		return err
 	}
+	held, err := store.Held(ctx, now, cfg.OrderingAfterFailed == claim.AfterFailedWait)
+	if err != nil {
+		return err
+	}
 	if asJSON {
 		out := map[string]any{
-			"counts":              st.Counts,
-			"oldestNewAgeSeconds": st.OldestNewAge(now).Seconds(),
-			"staleProcessing":     st.Stale,
-			"staleAfterSeconds":   cfg.StaleAfter.Seconds(),
+			"counts":               st.Counts,
+			"oldestNewAgeSeconds":  st.OldestNewAge(now).Seconds(),
+			"staleProcessing":      st.Stale,
+			"staleAfterSeconds":    cfg.StaleAfter.Seconds(),
+			"heldAggregates":       held.Aggregates,
+			"oldestHeldAgeSeconds": held.OldestAge(now).Seconds(),
 		}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -80,6 +87,8 @@ func statsCommand(ctx context.Context, args []string, getenv func(string) string
 	fmt.Fprintln(tw)
 	fmt.Fprintf(tw, "oldest NEW event\t%s\n", ageOrNone(st.OldestNewAge(now), st.OldestNew.IsZero()))
 	fmt.Fprintf(tw, "stale PROCESSING (older than %s)\t%d\n", cfg.StaleAfter, st.Stale)
+	fmt.Fprintf(tw, "held aggregates\t%d\n", held.Aggregates)
+	fmt.Fprintf(tw, "oldest held event\t%s\n", ageOrNone(held.OldestAge(now), held.OldestWaiting.IsZero()))
 	return tw.Flush()
 }
 
@@ -218,6 +227,55 @@ func requeueInChunks(ctx context.Context, store *mongo.Store, f mongo.RequeueFil
 		}
 	}
 	return total, nil
+}
+
+// skipCommand is `worker skip`: it marks FAILED events as skipped by an
+// operator, so that the later events of their aggregates flow, and
+// records and logs who skipped what, when and why.
+func skipCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var (
+		ids    listFlag
+		by     string
+		reason string
+		dryRun bool
+	)
+	cfg, _, err := loadConfig("skip", args, getenv, true, func(fs *flag.FlagSet) {
+		fs.Var(&ids, "id", "FAILED event _id to skip (repeatable; commas separate ids)")
+		fs.StringVar(&by, "by", "", "who skips them (recorded as skippedBy)")
+		fs.StringVar(&reason, "reason", "", "why (recorded as skipReason)")
+		fs.BoolVar(&dryRun, "dry-run", false, "only count what would be skipped")
+	})
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(ids) == 0:
+		return fmt.Errorf("%w: skip needs --id", ErrUsage)
+	case strings.TrimSpace(by) == "":
+		return fmt.Errorf("%w: skip needs --by NAME (who skips)", ErrUsage)
+	case strings.TrimSpace(reason) == "":
+		return fmt.Errorf("%w: skip needs --reason TEXT (why)", ErrUsage)
+	}
+	ids = distinct(ids)
+	ctx, cancel := context.WithTimeout(ctx, toolTimeout)
+	defer cancel()
+	store, closeFn, err := openStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	n, err := store.Skip(ctx, ids, by, reason, time.Now(), dryRun)
+	if err != nil {
+		return err
+	}
+	if dryRun {
+		fmt.Fprintf(stdout, "%d FAILED events would be skipped\n", n)
+		return nil
+	}
+	newLogger(cfg, stderr).Info("FAILED events skipped; later events of their aggregates flow",
+		"event_ids", []string(ids), "skipped", n, "skipped_by", by, "skip_reason", reason)
+	fmt.Fprintf(stdout, "skipped %d FAILED events (of %d named; events not FAILED or already skipped are left alone)\n", n, len(ids))
+	return nil
 }
 
 // showCommand is `worker show --id ID`.

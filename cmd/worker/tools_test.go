@@ -94,3 +94,54 @@ func runToolStdin(ctx context.Context, t *testing.T, env map[string]string, inpu
 	}
 	return stdout.String()
 }
+
+// TestSkip marks a FAILED event skipped and records who and why; it
+// leaves an event that is not FAILED alone, and refuses to run without
+// --by or --reason.
+func TestSkip(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	db := testenv.Database(t)
+	coll := db.Collection(mongo.CollectionDefault)
+	now := time.Now().UTC()
+	var docs []any
+	for id, status := range map[string]events.Status{"bad-1": events.StatusFailed, "new-1": events.StatusNew} {
+		d, err := events.Draft{ID: id, Type: "t", AggregateType: "order", AggregateID: "7", Payload: bson.D{{Key: "n", Value: 1}}}.Document(now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, setFields(d, bson.E{Key: events.FieldStatus, Value: status}))
+	}
+	if _, err := coll.InsertMany(ctx, docs); err != nil {
+		t.Fatalf("insert: %v", err)
+	}
+	env := map[string]string{"OUTBOX_MONGO_URI": testenv.MongoURI(t), "OUTBOX_MONGO_DATABASE": db.Name()}
+
+	runToolStdin(ctx, t, env, "", 2, "skip", "--id", "bad-1", "--reason", "compensated")
+	runToolStdin(ctx, t, env, "", 2, "skip", "--id", "bad-1", "--by", "alice")
+	if out := runToolStdin(ctx, t, env, "", 0, "skip", "--id", "bad-1,new-1", "--by", "alice", "--reason", "compensated", "--dry-run"); out != "1 FAILED events would be skipped\n" {
+		t.Errorf("dry run printed %q", out)
+	}
+	out := runToolStdin(ctx, t, env, "", 0, "skip", "--id", "bad-1", "--id", "new-1", "--by", "alice", "--reason", "compensated by hand")
+	if !strings.HasPrefix(out, "skipped 1 FAILED events") {
+		t.Errorf("skip printed %q", out)
+	}
+	var got []events.Event
+	cur, err := coll.Find(ctx, bson.D{})
+	if err != nil || cur.All(ctx, &got) != nil {
+		t.Fatalf("find: %v", err)
+	}
+	for _, e := range got {
+		switch e.ID {
+		case "bad-1":
+			if e.Status != events.StatusFailed || e.SkippedBy != "alice" || e.SkipReason != "compensated by hand" || e.SkippedAt.IsZero() {
+				t.Errorf("skipped event: %s by %q because %q at %s; want FAILED, alice, the reason, a time", e.Status, e.SkippedBy, e.SkipReason, e.SkippedAt)
+			}
+		case "new-1":
+			if e.Status != events.StatusNew || e.SkippedBy != "" {
+				t.Errorf("NEW event after skip: %s skipped by %q; want untouched", e.Status, e.SkippedBy)
+			}
+		}
+	}
+}

@@ -1,0 +1,604 @@
+package claim
+
+// Per-aggregate order and work sharing against the real store and broker:
+// several in-process claimers, each with its own publisher and its own
+// ownership manager, on one outbox.
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	driver "go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/outboxrelay/outbox/broker"
+	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/testenv"
+	"github.com/outboxrelay/outbox/mongo"
+	"github.com/outboxrelay/outbox/ownership"
+)
+
+// ordered is one event the ordering tests insert.
+type ordered struct {
+	id        string
+	aggregate string // "" for an unordered event
+	seq       int    // its place in its aggregate
+}
+
+// insertInterleaved inserts n events spread round-robin over aggregates
+// (aggregate "agg-<k>", type "order"), two events to a millisecond so that
+// the _id tiebreak matters, plus every fifth event without an aggregate.
+// It returns them in insert order.
+func insertInterleaved(t *testing.T, coll *driver.Collection, n, aggregates int) []ordered {
+	t.Helper()
+	start := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	out := make([]ordered, 0, n)
+	docs := make([]any, 0, n)
+	seqs := map[string]int{}
+	for i := range n {
+		id := bson.NewObjectID() // increasing: the tiebreak follows insert order
+		d := events.Draft{ID: id, Type: "order.changed", Payload: bson.D{{Key: "n", Value: i}}}
+		e := ordered{id: id.Hex()}
+		if i%5 != 4 {
+			e.aggregate = fmt.Sprintf("agg-%d", i%aggregates)
+			d.AggregateType, d.AggregateID = "order", e.aggregate
+			e.seq = seqs[e.aggregate]
+			seqs[e.aggregate]++
+		}
+		doc, err := d.Document(start.Add(time.Duration(i/2) * time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, e)
+		docs = append(docs, doc)
+	}
+	if _, err := coll.InsertMany(t.Context(), docs); err != nil {
+		t.Fatalf("insert %d events: %v", n, err)
+	}
+	return out
+}
+
+// inbox records deliveries in arrival order.
+type inbox struct {
+	mu    sync.Mutex
+	order []string
+	count map[string]int
+}
+
+func startInbox(t *testing.T, deliveries <-chan amqp.Delivery) *inbox {
+	t.Helper()
+	in := &inbox{count: map[string]int{}}
+	go func() {
+		for d := range deliveries {
+			in.mu.Lock()
+			in.order = append(in.order, d.MessageId)
+			in.count[d.MessageId]++
+			in.mu.Unlock()
+		}
+	}()
+	return in
+}
+
+func (in *inbox) distinct() int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return len(in.count)
+}
+
+// checkOrder fails for every event whose first delivery came before the
+// first delivery of an earlier event of its aggregate, for every missing
+// event, and for every duplicate when noDuplicates.
+func (in *inbox) checkOrder(t *testing.T, want []ordered, noDuplicates bool) {
+	t.Helper()
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	first := map[string]int{}
+	for i, id := range in.order {
+		if _, ok := first[id]; !ok {
+			first[id] = i
+		}
+	}
+	last := map[string]ordered{} // per aggregate, the previous event checked
+	inversions := 0
+	for _, e := range want {
+		pos, ok := first[e.id]
+		if !ok {
+			t.Errorf("event %s (aggregate %q, #%d) never delivered", e.id, e.aggregate, e.seq)
+			continue
+		}
+		if noDuplicates && in.count[e.id] > 1 {
+			t.Errorf("event %s delivered %d times", e.id, in.count[e.id])
+		}
+		if e.aggregate == "" {
+			continue
+		}
+		if prev, ok := last[e.aggregate]; ok && first[prev.id] > pos {
+			inversions++
+			if inversions <= 5 {
+				t.Errorf("aggregate %s: event #%d delivered before event #%d", e.aggregate, e.seq, prev.seq)
+			}
+		}
+		last[e.aggregate] = e
+	}
+	if inversions > 0 {
+		t.Errorf("%d inversions in all", inversions)
+	}
+}
+
+// fakeClock is the ownership managers' clock (server and local alike),
+// moved by hand so that terms expire when a test says.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{now: time.Now()} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+const testTerm = 30 * time.Second
+
+func newOwner(t *testing.T, store *mongo.Store, clock *fakeClock, id string) *ownership.Manager {
+	t.Helper()
+	m, err := ownership.New(store.Owners(), ownership.Config{WorkerID: id, TermLength: testTerm,
+		Now: clock.Now, Local: clock.Now, Logger: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// settleOwnership runs ownership rounds, the clock moving past the margin
+// between them, until every partition has an owner and the managers hold
+// about equal shares.
+func settleOwnership(t *testing.T, clock *fakeClock, ms ...*ownership.Manager) {
+	t.Helper()
+	for range 8 {
+		balanced := true
+		owned := map[int]bool{}
+		for _, m := range ms {
+			if err := m.Tick(t.Context()); err != nil {
+				t.Fatalf("Tick: %v", err)
+			}
+		}
+		for _, m := range ms {
+			if len(m.Owned()) < ownership.Share(len(ms))-len(ms)+1 {
+				balanced = false
+			}
+			for _, p := range m.Owned() {
+				if owned[p] {
+					t.Fatalf("partition %d owned twice", p)
+				}
+				owned[p] = true
+			}
+		}
+		if len(owned) == events.Partitions && balanced {
+			return
+		}
+		clock.Advance(testTerm / 8)
+	}
+	t.Fatal("ownership did not settle in 8 rounds")
+}
+
+// TestOrderedThreeClaimersInterleaved relays interleaved aggregates with
+// three claimers running at once, each on its own publisher and its share
+// of the partitions: every aggregate arrives in order, and no event is
+// delivered twice (only the owner of a partition claims in it, so the
+// guarded update has no racer, even on FerretDB).
+func TestOrderedThreeClaimersInterleaved(t *testing.T) {
+	t.Parallel()
+	store := newStore(t)
+	coll := store.Collection()
+	exchange := testenv.UniqueName(t, "ex_")
+	in := startInbox(t, testenv.Consume(t, testenv.AMQPURL(t), exchange))
+	want := insertInterleaved(t, coll, 300, 30)
+
+	clock := newFakeClock()
+	var owners []*ownership.Manager
+	var claimers []*Claimer
+	for _, id := range []string{"worker-a", "worker-b", "worker-c"} {
+		o := newOwner(t, store, clock, id)
+		owners = append(owners, o)
+		c, _ := newClaimer(t, store, newPublisher(t, exchange), Config{WorkerID: id, BatchSize: 50, Owner: o})
+		claimers = append(claimers, c)
+	}
+	settleOwnership(t, clock, owners...)
+	for _, o := range owners {
+		if n := len(o.Owned()); n < 20 || n > 22 {
+			t.Errorf("a claimer owns %d partitions, want 20 to 22", n)
+		}
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, c := range claimers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				if _, err := c.runOnce(ctx); err != nil && ctx.Err() == nil {
+					t.Errorf("runOnce: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	deadline := time.Now().Add(waitFor)
+	for in.distinct() < len(want) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	wg.Wait()
+	in.checkOrder(t, want, true)
+	for id, e := range allEvents(t, coll) {
+		if e.Status != events.StatusPublished || e.Attempts != 1 {
+			t.Errorf("event %s: %s after %d attempts, want PUBLISHED after 1", id, e.Status, e.Attempts)
+		}
+	}
+}
+
+// failFirst fails the first publish of the given events with err.
+func failFirst(err error, ids ...string) func(events.Message) error {
+	var mu sync.Mutex
+	pending := map[string]bool{}
+	for _, id := range ids {
+		pending[id] = true
+	}
+	return func(m events.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if pending[m.ID] {
+			delete(pending, m.ID)
+			return err
+		}
+		return nil
+	}
+}
+
+// TestOrderedReturnHoldsSuccessors: the first event of an aggregate is
+// returned; its successors in the same batch are not published and go
+// back to NEW with their attempt refunded, later batches leave them while
+// it backs off, other aggregates flow, and once it is due the aggregate
+// is delivered in order.
+func TestOrderedReturnHoldsSuccessors(t *testing.T) {
+	t.Parallel()
+	store := newStore(t)
+	coll := store.Collection()
+	exchange := testenv.UniqueName(t, "ex_")
+	in := startInbox(t, testenv.Consume(t, testenv.AMQPURL(t), exchange))
+	want := insertInterleaved(t, coll, 40, 4)
+	var first string // agg-0's first event
+	for _, e := range want {
+		if e.aggregate == "agg-0" && e.seq == 0 {
+			first = e.id
+		}
+	}
+	pub := &faultPublisher{Publisher: newPublisher(t, exchange),
+		fail: failFirst(fmt.Errorf("%w: NO_ROUTE", broker.ErrReturned), first)}
+	c, _ := newClaimer(t, store, pub, Config{BatchSize: 500, RetryMin: time.Minute, RetryMax: time.Hour})
+
+	runOnce(t, c)
+	all := allEvents(t, coll)
+	for _, e := range want {
+		got := all[e.id]
+		switch {
+		case e.id == first:
+			if got.Status != events.StatusNew || got.Attempts != 1 || got.RetryAt.IsZero() {
+				t.Errorf("returned event: %s, %d attempts, retryAt %s; want NEW backing off after 1 attempt", got.Status, got.Attempts, got.RetryAt)
+			}
+		case e.aggregate == "agg-0":
+			if got.Status != events.StatusNew || got.Attempts != 0 || !got.RetryAt.IsZero() {
+				t.Errorf("agg-0 #%d: %s, %d attempts, retryAt %s; want NEW, attempt refunded, no retry time", e.seq, got.Status, got.Attempts, got.RetryAt)
+			}
+		default:
+			if got.Status != events.StatusPublished {
+				t.Errorf("event %s of %q: %s, want PUBLISHED", e.id, e.aggregate, got.Status)
+			}
+		}
+	}
+
+	// While the first backs off, later claims leave agg-0 alone, one
+	// event at a time as well as in a batch.
+	c.cfg.BatchSize = 1
+	for range 3 {
+		runOnce(t, c)
+	}
+	for _, e := range want {
+		if e.aggregate == "agg-0" && allEvents(t, coll)[e.id].Status != events.StatusNew {
+			t.Fatalf("agg-0 #%d claimed while #0 backs off", e.seq)
+		}
+	}
+
+	// Due: the aggregate goes, in order.
+	c.cfg.BatchSize = 500
+	c.now = func() time.Time { return time.Now().Add(2 * time.Hour) }
+	runOnce(t, c)
+	deadline := time.Now().Add(waitFor)
+	for in.distinct() < len(want) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	in.checkOrder(t, want, true)
+}
+
+// TestOrderedFailedHoldsUntilRequeueOrSkip: a FAILED event holds the
+// later events of its aggregate (policy wait) while others flow, until an
+// operator skips it; a requeued one is published first; with policy
+// continue they flow past it.
+func TestOrderedFailedHoldsUntilRequeueOrSkip(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name        string
+		afterFailed string
+		unblock     func(t *testing.T, s *mongo.Store, id string)
+	}{
+		{"skip", AfterFailedWait, func(t *testing.T, s *mongo.Store, id string) {
+			if n, err := s.Skip(t.Context(), []string{id}, "alice", "bad payload, compensated by hand", time.Now(), false); err != nil || n != 1 {
+				t.Fatalf("Skip = %d, %v; want 1", n, err)
+			}
+		}},
+		{"requeue", AfterFailedWait, func(t *testing.T, s *mongo.Store, id string) {
+			if n, err := s.Requeue(t.Context(), mongo.RequeueFilter{IDs: []string{id}}, false); err != nil || n != 1 {
+				t.Fatalf("Requeue = %d, %v; want 1", n, err)
+			}
+		}},
+		{"continue", AfterFailedContinue, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			store := newStore(t)
+			coll := store.Collection()
+			exchange := testenv.UniqueName(t, "ex_")
+			in := startInbox(t, testenv.Consume(t, testenv.AMQPURL(t), exchange))
+			want := insertInterleaved(t, coll, 20, 2)
+			var failed string
+			for _, e := range want {
+				if e.aggregate == "agg-0" && e.seq == 0 {
+					failed = e.id
+				}
+			}
+			if _, err := coll.UpdateOne(t.Context(), bson.D{{Key: events.FieldID, Value: oid(t, failed)}},
+				bson.D{{Key: "$set", Value: bson.D{{Key: events.FieldStatus, Value: events.StatusFailed}, {Key: events.FieldLastError, Value: "gave up"}}}}); err != nil {
+				t.Fatal(err)
+			}
+			c, _ := newClaimer(t, store, newPublisher(t, exchange), Config{AfterFailed: tc.afterFailed})
+			runOnce(t, c)
+			held, err := store.Held(t.Context(), time.Now(), tc.afterFailed == AfterFailedWait)
+			if err != nil {
+				t.Fatal(err)
+			}
+			all := allEvents(t, coll)
+			for _, e := range want {
+				if e.id == failed {
+					continue
+				}
+				wantStatus := events.StatusPublished
+				if e.aggregate == "agg-0" && tc.afterFailed == AfterFailedWait {
+					wantStatus = events.StatusNew
+				}
+				if got := all[e.id].Status; got != wantStatus {
+					t.Errorf("event %q #%d: %s, want %s", e.aggregate, e.seq, got, wantStatus)
+				}
+			}
+			if tc.unblock == nil {
+				if held.Aggregates != 0 {
+					t.Errorf("held aggregates = %d under continue, want 0", held.Aggregates)
+				}
+				return
+			}
+			if held.Aggregates != 1 || held.OldestWaiting.IsZero() {
+				t.Errorf("Held = %+v, want 1 aggregate with an oldest event", held)
+			}
+			tc.unblock(t, store, failed)
+			runOnce(t, c)
+			for id, e := range allEvents(t, coll) {
+				if id != failed && e.Status != events.StatusPublished {
+					t.Errorf("event %s after %s: %s, want PUBLISHED", id, tc.name, e.Status)
+				}
+			}
+			if tc.name == "requeue" {
+				deadline := time.Now().Add(waitFor)
+				for in.distinct() < len(want) && time.Now().Before(deadline) {
+					time.Sleep(10 * time.Millisecond)
+				}
+				in.checkOrder(t, want, true)
+			}
+		})
+	}
+}
+
+// TestOrderedHotAggregate: one aggregate's events, a batch of them at a
+// time, go out in order, one round per event.
+func TestOrderedHotAggregate(t *testing.T) {
+	t.Parallel()
+	store := newStore(t)
+	coll := store.Collection()
+	exchange := testenv.UniqueName(t, "ex_")
+	in := startInbox(t, testenv.Consume(t, testenv.AMQPURL(t), exchange))
+	const n = 1000 // the 10,000 of the container suite, scaled down for FerretDB
+	start := time.Now().Add(-time.Hour)
+	want := make([]ordered, n)
+	docs := make([]any, n)
+	for i := range n {
+		id := bson.NewObjectID()
+		doc, err := events.Draft{ID: id, Type: "account.moved", AggregateType: "account", AggregateID: "hot",
+			Payload: bson.D{{Key: "n", Value: i}}}.Document(start.Add(time.Duration(i/3) * time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[i], docs[i] = ordered{id: id.Hex(), aggregate: "hot", seq: i}, doc
+	}
+	if _, err := coll.InsertMany(t.Context(), docs); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := newClaimer(t, store, newPublisher(t, exchange), Config{BatchSize: 500})
+	for range 4 {
+		if !runOnce(t, c) {
+			break
+		}
+	}
+	deadline := time.Now().Add(waitFor)
+	for in.distinct() < n && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	in.checkOrder(t, want, true)
+}
+
+// TestFencingOldOwnerClaimsNothing is the interleaving of a paused owner:
+// a owns every partition and claims a batch; a pauses past its term;
+// recovery takes the batch back; b takes the partitions and claims the
+// events again; a, awake, claims nothing, loses its renewals, and its late
+// writes for the batch it held change nothing.
+func TestFencingOldOwnerClaimsNothing(t *testing.T) {
+	t.Parallel()
+	store := newStore(t)
+	coll := store.Collection()
+	ids := insertEvents(t, coll, 10, "order.created")
+	extra := insertEvents(t, coll, 5, "order.updated") // still NEW when a wakes up
+	clock := newFakeClock()
+	ownerA, ownerB := newOwner(t, store, clock, "worker-a"), newOwner(t, store, clock, "worker-b")
+	settleOwnership(t, clock, ownerA)
+
+	// a claims the first ten under its ownership.
+	owned, validFor, done := ownerA.Hold()
+	if validFor <= 0 {
+		t.Fatal("a holds nothing")
+	}
+	a := fenceLease("worker-a", "token-a", time.Now())
+	resA, err := store.Claim(t.Context(), a, events.ClaimLimit{Events: 10, Owned: owned, Ordered: true, FailedHolds: true})
+	done()
+	if err != nil || len(resA.Claimed) != 10 {
+		t.Fatalf("a's Claim = %d events, %v; want 10", len(resA.Claimed), err)
+	}
+
+	// a pauses; its terms run out; recovery resets its batch; b takes over.
+	clock.Advance(testTerm + testTerm/5)
+	if reset, _, err := store.RecoverStale(t.Context(), a.At.Add(time.Minute), a.At.Add(time.Minute), 10); err != nil || reset != 10 {
+		t.Fatalf("RecoverStale = %d, %v; want 10", reset, err)
+	}
+	settleOwnership(t, clock, ownerB)
+
+	// a wakes up: its claimer finds no partition to claim in, even after
+	// its ownership round, which loses every renewal.
+	cA, _ := newClaimer(t, store, idlePublisher{t}, Config{WorkerID: "worker-a", Owner: ownerA})
+	if err := ownerA.Tick(t.Context()); err != nil {
+		t.Fatalf("a's Tick: %v", err)
+	}
+	if n := len(ownerA.Owned()); n != 0 {
+		t.Errorf("a owns %d partitions after b's takeover, want 0", n)
+	}
+	runOnce(t, cA)
+	for _, id := range append(append([]string{}, ids...), extra...) {
+		if e := allEvents(t, coll)[id]; e.WorkerID == "worker-a" {
+			t.Errorf("event %s claimed by a after it lost its partitions: %s", id, e.Status)
+		}
+	}
+	// b claims them; a's late writes for its old batch change nothing.
+	owned, _, done = ownerB.Hold()
+	b := fenceLease("worker-b", "token-b", time.Now())
+	resB, err := store.Claim(t.Context(), b, events.ClaimLimit{Events: 100, Owned: owned, Ordered: true, FailedHolds: true})
+	done()
+	if err != nil || len(resB.Claimed) != 15 {
+		t.Fatalf("b's Claim = %d events, %v; want 15", len(resB.Claimed), err)
+	}
+	if n, err := store.MarkPublished(t.Context(), a, claimedIDs(resA.Claimed), time.Now()); err != nil || n != 0 {
+		t.Errorf("a's late MarkPublished = %d, %v; want 0", n, err)
+	}
+	if n, err := store.Release(t.Context(), a, events.Release{IDs: claimedIDs(resA.Claimed), Status: events.StatusNew, Refund: true}); err != nil || n != 0 {
+		t.Errorf("a's late Release = %d, %v; want 0", n, err)
+	}
+	var twice, once []string
+	for _, id := range append(ids, extra...) {
+		if claimedHex(resA.Claimed)[id] > 0 {
+			twice = append(twice, id)
+		} else {
+			once = append(once, id)
+		}
+	}
+	ownedBy(t, coll, b, 2, twice)
+	ownedBy(t, coll, b, 1, once)
+}
+
+// TestOwnershipJoinAndDeath: a replica that joins gets its share within a
+// few rounds, and the partitions of one that died are taken over once its
+// terms run out; the events in them are claimed by the survivors.
+func TestOwnershipJoinAndDeath(t *testing.T) {
+	t.Parallel()
+	store := newStore(t)
+	clock := newFakeClock()
+	a, b := newOwner(t, store, clock, "worker-a"), newOwner(t, store, clock, "worker-b")
+	settleOwnership(t, clock, a)
+	// b joins.
+	settleOwnership(t, clock, a, b)
+	if na, nb := len(a.Owned()), len(b.Owned()); na != 32 || nb != 32 {
+		t.Errorf("after b joined: a owns %d, b %d; want 32 each", na, nb)
+	}
+	// b dies: a takes all once b's terms have run out, not before.
+	bOwned := b.Owned()
+	clock.Advance(testTerm / 3)
+	if err := a.Tick(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(a.Owned()); n != 32 {
+		t.Errorf("a owns %d while b's terms stand, want 32", n)
+	}
+	// a keeps ticking every third of a term, as its loop does.
+	for range 4 {
+		clock.Advance(testTerm / 3)
+		if err := a.Tick(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(a.Owned()); n != events.Partitions {
+		t.Errorf("a owns %d after b's terms ran out, want all %d (b had %v)", n, events.Partitions, bOwned)
+	}
+}
+
+// TestOrderingNone: without ordering a returned event holds nothing back:
+// its successors in the batch are published, and so are later events of
+// its aggregate while it backs off.
+func TestOrderingNone(t *testing.T) {
+	t.Parallel()
+	store := newStore(t)
+	coll := store.Collection()
+	exchange := testenv.UniqueName(t, "ex_")
+	in := startInbox(t, testenv.Consume(t, testenv.AMQPURL(t), exchange))
+	want := insertInterleaved(t, coll, 12, 2)
+	var first string
+	for _, e := range want {
+		if e.aggregate == "agg-0" && e.seq == 0 {
+			first = e.id
+		}
+	}
+	pub := &faultPublisher{Publisher: newPublisher(t, exchange),
+		fail: failFirst(fmt.Errorf("%w: NO_ROUTE", broker.ErrReturned), first)}
+	c, _ := newClaimer(t, store, pub, Config{Ordering: OrderingNone, RetryMin: time.Minute, RetryMax: time.Hour})
+	runOnce(t, c)
+	deadline := time.Now().Add(waitFor)
+	for in.distinct() < len(want)-1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	for id, e := range allEvents(t, coll) {
+		wantStatus := events.StatusPublished
+		if id == first {
+			wantStatus = events.StatusNew
+		}
+		if e.Status != wantStatus {
+			t.Errorf("event %s: %s, want %s", id, e.Status, wantStatus)
+		}
+	}
+}

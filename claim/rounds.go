@@ -1,0 +1,79 @@
+package claim
+
+import (
+	"context"
+	"errors"
+
+	"github.com/outboxrelay/outbox/events"
+)
+
+// errHeldBack is the outcome of an event that was not published because
+// an earlier event of its aggregate in the same batch was not confirmed:
+// it goes back to NEW with its attempt refunded, to wait behind that one.
+var errHeldBack = errors.New("held back: an earlier event of its aggregate in the batch was not published")
+
+// planRounds splits a batch, sorted in claim order, into rounds: round r
+// holds the r-th event of every ordering key in the batch, and round 0
+// also holds every event without a key. keys[i] is event i's key, "" for
+// none. Publishing round by round, each after the previous one's confirms
+// (and returns) are in, no event can reach the broker before an earlier
+// event of its aggregate has been confirmed.
+func planRounds(claimed []events.Claimed) (rounds [][]int, keys []string) {
+	keys = make([]string, len(claimed))
+	seen := map[string]int{}
+	for i, c := range claimed {
+		r := 0
+		if key, ok := events.OrderingKey(c.Doc); ok {
+			keys[i] = key
+			r = seen[key]
+			seen[key]++
+		}
+		for len(rounds) <= r {
+			rounds = append(rounds, nil)
+		}
+		rounds[r] = append(rounds[r], i)
+	}
+	return rounds, keys
+}
+
+// publishInRounds publishes the batch round by round (planRounds). An
+// event whose publish failed, or that could not become a message, stops
+// its key: the key's later events are not published and get errHeldBack.
+// Events without a key never stop anything. ctx bounds all the rounds.
+func (c *Claimer) publishInRounds(ctx context.Context, claimed []events.Claimed, msgs []*events.Message, outcomes []outcome) {
+	rounds, keys := planRounds(claimed)
+	stopped := map[string]bool{}
+	for _, round := range rounds {
+		batch := make([]events.Message, 0, len(round))
+		sent := make([]int, 0, len(round))
+		for _, i := range round {
+			key := keys[i]
+			switch {
+			case key != "" && stopped[key]:
+				outcomes[i].err = errHeldBack
+				continue
+			case outcomes[i].err != nil: // not a valid message
+				if key != "" {
+					stopped[key] = true
+				}
+				continue
+			}
+			batch = append(batch, *msgs[i])
+			sent = append(sent, i)
+		}
+		if len(batch) == 0 {
+			continue
+		}
+		errs := c.pub.Publish(ctx, batch)
+		confirmedAt := c.now()
+		for j, err := range errs {
+			i := sent[j]
+			outcomes[i].err = err
+			if err == nil {
+				c.metrics.PublishLatency.Observe(confirmedAt.Sub(batch[j].Timestamp).Seconds())
+			} else if keys[i] != "" {
+				stopped[keys[i]] = true
+			}
+		}
+	}
+}

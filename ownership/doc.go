@@ -1,0 +1,26 @@
+// Package ownership divides the outbox's partitions (events.Partitions)
+// between the worker's replicas, so that each partition has at most one
+// claimer at a time and the claim's guarded update never races.
+//
+// Ownership is a sequence of terms per partition. A term is a document
+// whose _id is "<partition>/<term>" in the owners collection; inserting it
+// is the only way to take or renew a partition, and a unique _id lets
+// exactly one insert win, on MongoDB and on FerretDB alike (a guarded
+// update is not atomic on FerretDB). A term ends at its expiresAt, by the
+// database server's clock; its owner renews it by inserting the next term
+// before then, and anyone may insert the next term once it has expired.
+//
+// Fencing: an owner claims in a partition only until its own deadline,
+// measured on its local monotonic clock from the moment it sent the
+// winning insert, TermLength less Margin; a replica that did not hear from
+// the database (a pause, a partition, a lost renewal) stops claiming on
+// its own. Another replica takes the partition only Margin after the
+// term's expiresAt. Margin covers the clock offset's uncertainty and the
+// duration of one claim.
+//
+// Balance: every replica announces itself with a heartbeat document it
+// alone writes; each aims for ceil(Partitions / live replicas) partitions,
+// gives back its excess by inserting a term that expires at once, and
+// takes free partitions up to its share. A join or a death settles within
+// about one term.
+package ownership

@@ -1,0 +1,491 @@
+package ownership
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/schedule"
+)
+
+// Term is one term of one partition's ownership.
+type Term struct {
+	Partition int
+	Term      int64
+	Owner     string
+	// ExpiresAt is when the term ends, by the database server's clock.
+	ExpiresAt time.Time
+	// Released marks a term its owner inserted to give the partition
+	// away: it expires as it is written.
+	Released bool
+}
+
+// ID is the term's unique _id, "<partition>/<term>": two inserts of the
+// same term cannot both win.
+func (t Term) ID() string { return fmt.Sprintf("%d/%d", t.Partition, t.Term) }
+
+// Member is one replica's heartbeat.
+type Member struct {
+	WorkerID string
+	// SeenAt is the server's time of its last heartbeat.
+	SeenAt time.Time
+}
+
+// Table is the owners collection as a Manager needs it.
+type Table interface {
+	// Read returns every term and every member.
+	Read(ctx context.Context) ([]Term, []Member, error)
+	// Insert inserts each term with a unique insert and reports which it
+	// won; a term whose _id exists is lost, never an error.
+	Insert(ctx context.Context, terms []Term) (won []bool, err error)
+	// Heartbeat records that m is alive. Only m's own worker writes it.
+	Heartbeat(ctx context.Context, m Member) error
+	// Prune deletes terms and members that no decision needs any more.
+	Prune(ctx context.Context, terms []Term, members []string) error
+}
+
+const (
+	// marginFraction is the part of TermLength that Margin defaults to.
+	marginFraction = 10
+	// memberForget is how many term lengths a silent member's heartbeat
+	// is kept before Prune deletes it.
+	memberForget = 10
+)
+
+// Config configures a Manager.
+type Config struct {
+	// WorkerID names this replica on its terms. Required.
+	WorkerID string
+	// TermLength is how long a term lasts: a dead replica's partitions
+	// are free this long (plus Margin) after its last renewal. The worker
+	// uses half of OUTBOX_STALE_AFTER. Required.
+	TermLength time.Duration
+	// Margin is subtracted from an owner's own deadline and added to
+	// others' view of a term's expiry: it covers the uncertainty of the
+	// server clock's offset and one claim's duration. Defaults to a tenth
+	// of TermLength.
+	Margin time.Duration
+	// Now is the database server's time (mongo.Clock's Now). Defaults to
+	// time.Now.
+	Now func() time.Time
+	// Local is the local clock an owner measures its deadline with.
+	// Defaults to time.Now (monotonic).
+	Local func() time.Time
+	// Ready, when set, says whether this replica can publish now (the
+	// broker's Ready). A replica that cannot gives its partitions back
+	// and withdraws its heartbeat, so that the others take its share
+	// instead of leaving it waiting. Defaults to nil: always ready.
+	Ready func() error
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.Margin == 0 {
+		c.Margin = c.TermLength / marginFraction
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Local == nil {
+		c.Local = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports the first bad field.
+func (c Config) Validate() error {
+	switch {
+	case c.WorkerID == "":
+		return errors.New("ownership: worker id is empty")
+	case c.TermLength <= 0:
+		return fmt.Errorf("ownership: term length %s: want more than 0", c.TermLength)
+	case c.Margin < 0 || 3*c.Margin >= c.TermLength:
+		return fmt.Errorf("ownership: margin %s: want 0 to a third of the term length %s", c.Margin, c.TermLength)
+	}
+	return nil
+}
+
+// held is a partition this replica owns.
+type held struct {
+	term int64
+	// deadline is when this replica stops claiming in it, on Local.
+	deadline time.Time
+}
+
+// Manager takes, renews, balances and gives back partitions for one
+// replica. Tick runs one round; Start runs it every third of a term.
+type Manager struct {
+	cfg   Config
+	table Table
+	job   *schedule.Job
+
+	// mu is held for reading by a claim (Hold) and for writing while a
+	// partition is given away, so that no claim runs in a partition after
+	// its release was written.
+	mu    sync.RWMutex
+	owned map[int]held
+}
+
+// New returns a Manager; Start runs it.
+func New(table Table, cfg Config) (*Manager, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m := &Manager{cfg: cfg, table: table, owned: map[int]held{}}
+	spec := fmt.Sprintf("@every %s", max(cfg.TermLength/3, time.Millisecond))
+	var err error
+	if m.job, err = schedule.New("ownership", spec, func(ctx context.Context) (bool, error) {
+		return false, m.Tick(ctx)
+	}, cfg.Logger); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Start runs a first Tick at once, then one every third of a term.
+func (m *Manager) Start(ctx context.Context) error {
+	if err := m.job.Start(ctx); err != nil {
+		return err
+	}
+	m.job.Trigger()
+	return nil
+}
+
+// Stop ends the ticks. The terms it holds expire on their own; Release
+// gives them back at once. Idempotent; safe before Start.
+func (m *Manager) Stop(ctx context.Context) error { return m.job.Stop(ctx) }
+
+// Hold returns the partitions this replica may claim in now (Partitions
+// entries), how long it may, and a function to call once the claim's
+// writes are done: no partition is given away in between. A partition
+// whose deadline is less than Margin away is not returned.
+func (m *Manager) Hold() (owned []bool, validFor time.Duration, done func()) {
+	m.mu.RLock()
+	now := m.cfg.Local()
+	owned = make([]bool, events.Partitions)
+	validFor = -1
+	for p, h := range m.owned {
+		left := h.deadline.Sub(now) - m.cfg.Margin
+		if left <= 0 {
+			continue
+		}
+		owned[p] = true
+		if validFor < 0 || left < validFor {
+			validFor = left
+		}
+	}
+	return owned, max(validFor, 0), m.mu.RUnlock
+}
+
+// Owned returns the partitions this replica holds, ascending.
+func (m *Manager) Owned() []int {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]int, 0, len(m.owned))
+	for p := range m.owned {
+		out = append(out, p)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Tick runs one round: heartbeat, drop what was lost or ran out, give
+// back the excess over the share, renew what is due, take free partitions
+// up to the share, prune old terms.
+func (m *Manager) Tick(ctx context.Context) error {
+	me := m.cfg.WorkerID
+	if m.cfg.Ready != nil {
+		if why := m.cfg.Ready(); why != nil {
+			if len(m.Owned()) > 0 {
+				m.cfg.Logger.Warn("giving partitions back while this worker cannot publish", "error", why)
+			}
+			return m.Release(ctx)
+		}
+	}
+	terms, members, err := m.table.Read(ctx)
+	if err != nil {
+		return fmt.Errorf("read owners: %w", err)
+	}
+	serverNow := m.cfg.Now()
+	if err := m.table.Heartbeat(ctx, Member{WorkerID: me, SeenAt: serverNow}); err != nil {
+		return fmt.Errorf("heartbeat: %w", err)
+	}
+	latest := Latest(terms)
+
+	m.mu.Lock()
+	m.dropLost(latest)
+	share := Share(Live(me, latest, members, serverNow, m.cfg.TermLength, m.cfg.Margin))
+	excess := m.excess(share)
+	m.mu.Unlock()
+	if len(excess) > 0 {
+		if err := m.release(ctx, excess, serverNow); err != nil {
+			return err
+		}
+	}
+	if err := m.renew(ctx, serverNow); err != nil {
+		return err
+	}
+	if err := m.take(ctx, latest, share, serverNow); err != nil {
+		return err
+	}
+	if old, gone := Prunable(terms, members, serverNow, memberForget*m.cfg.TermLength); len(old)+len(gone) > 0 {
+		if err := m.table.Prune(ctx, old, gone); err != nil {
+			m.cfg.Logger.Warn("old ownership terms not deleted; the next round tries again", "error", err)
+		}
+	}
+	return nil
+}
+
+// dropLost forgets partitions whose latest term is someone else's, or
+// whose deadline has passed. Call with mu held.
+func (m *Manager) dropLost(latest map[int]Term) {
+	now := m.cfg.Local()
+	for p, h := range m.owned {
+		t, ok := latest[p]
+		switch {
+		case ok && t.Term > h.term && t.Owner != m.cfg.WorkerID:
+			m.cfg.Logger.Warn("partition taken over by another worker", "partition", p, "owner", t.Owner, "term", t.Term)
+			delete(m.owned, p)
+		case !h.deadline.After(now):
+			m.cfg.Logger.Warn("partition's term ran out before its renewal; claiming in it stopped", "partition", p, "term", h.term)
+			delete(m.owned, p)
+		}
+	}
+}
+
+// excess picks the partitions over share to give back: the highest ones.
+// Call with mu held.
+func (m *Manager) excess(share int) []int {
+	if len(m.owned) <= share {
+		return nil
+	}
+	ps := make([]int, 0, len(m.owned))
+	for p := range m.owned {
+		ps = append(ps, p)
+	}
+	slices.Sort(ps)
+	return ps[share:]
+}
+
+// release gives partitions back by inserting their next term, expired as
+// it is written. The write lock keeps claims out until the partitions are
+// no longer this replica's. A release that loses means the partition was
+// already taken.
+func (m *Manager) release(ctx context.Context, ps []int, serverNow time.Time) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	terms := make([]Term, 0, len(ps))
+	for _, p := range ps {
+		if h, ok := m.owned[p]; ok {
+			terms = append(terms, Term{Partition: p, Term: h.term + 1, Owner: m.cfg.WorkerID, ExpiresAt: serverNow, Released: true})
+			delete(m.owned, p)
+		}
+	}
+	if len(terms) == 0 {
+		return nil
+	}
+	if _, err := m.table.Insert(ctx, terms); err != nil {
+		// Not claimed in any more either way; the terms expire.
+		return fmt.Errorf("give back %d partitions: %w", len(terms), err)
+	}
+	m.cfg.Logger.Info("partitions given back to balance the replicas", "partitions", len(terms))
+	return nil
+}
+
+// renew inserts the next term of every partition whose deadline is less
+// than two thirds of a term away, so that with ticks every third of a term
+// a healthy owner never runs out.
+func (m *Manager) renew(ctx context.Context, serverNow time.Time) error {
+	m.mu.RLock()
+	now := m.cfg.Local()
+	var terms []Term
+	for p, h := range m.owned {
+		if h.deadline.Sub(now) < 2*m.cfg.TermLength/3 {
+			terms = append(terms, Term{Partition: p, Term: h.term + 1, Owner: m.cfg.WorkerID, ExpiresAt: serverNow.Add(m.cfg.TermLength)})
+		}
+	}
+	m.mu.RUnlock()
+	if len(terms) == 0 {
+		return nil
+	}
+	won, err := m.insert(ctx, terms)
+	if err != nil {
+		return fmt.Errorf("renew %d partitions: %w", len(terms), err)
+	}
+	lost := 0
+	for _, w := range won {
+		if !w {
+			lost++
+		}
+	}
+	if lost > 0 {
+		m.cfg.Logger.Warn("partitions lost at renewal: another worker took them after their term ran out", "lost", lost)
+	}
+	return nil
+}
+
+// take inserts the next term of free partitions, up to share, starting at
+// a point of the ring that depends on the worker id so that replicas
+// starting together mostly try different partitions.
+func (m *Manager) take(ctx context.Context, latest map[int]Term, share int, serverNow time.Time) error {
+	m.mu.RLock()
+	need := share - len(m.owned)
+	var terms []Term
+	if need > 0 {
+		start := int(hash(m.cfg.WorkerID) % events.Partitions)
+		for i := range events.Partitions {
+			p := (start + i) % events.Partitions
+			if _, mine := m.owned[p]; mine {
+				continue
+			}
+			t, ok := latest[p]
+			if ok && !serverNow.After(t.ExpiresAt.Add(m.cfg.Margin)) {
+				continue
+			}
+			terms = append(terms, Term{Partition: p, Term: t.Term + 1, Owner: m.cfg.WorkerID, ExpiresAt: serverNow.Add(m.cfg.TermLength)})
+			if len(terms) == need {
+				break
+			}
+		}
+	}
+	m.mu.RUnlock()
+	if len(terms) == 0 {
+		return nil
+	}
+	won, err := m.insert(ctx, terms)
+	if err != nil {
+		return fmt.Errorf("take %d partitions: %w", len(terms), err)
+	}
+	n := 0
+	for _, w := range won {
+		if w {
+			n++
+		}
+	}
+	if n > 0 {
+		m.cfg.Logger.Info("partitions taken", "partitions", n, "share", share)
+	}
+	return nil
+}
+
+// insert inserts terms and records those won, with a deadline measured
+// from before the insert was sent; a lost term's partition is forgotten.
+//
+// A won term is kept only if no later term of its partition exists: old
+// terms are pruned, so a replica that paused between its read and its
+// insert for longer than a few terms could otherwise win an _id that was
+// deleted under a newer owner. The later term is never pruned, so one read
+// after the insert tells.
+func (m *Manager) insert(ctx context.Context, terms []Term) ([]bool, error) {
+	sent := m.cfg.Local()
+	won, err := m.table.Insert(ctx, terms)
+	if err == nil && slices.Contains(won, true) {
+		var after []Term
+		if after, _, err = m.table.Read(ctx); err == nil {
+			latest := Latest(after)
+			for i, t := range terms {
+				if won[i] && latest[t.Partition].Term > t.Term {
+					m.cfg.Logger.Warn("a term won after a pause is behind a newer owner's; not claiming in it",
+						"partition", t.Partition, "term", t.Term, "owner", latest[t.Partition].Owner)
+					won[i] = false
+				}
+			}
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	for i, t := range terms {
+		if won[i] {
+			m.owned[t.Partition] = held{term: t.Term, deadline: sent.Add(m.cfg.TermLength - m.cfg.Margin)}
+		} else {
+			delete(m.owned, t.Partition)
+		}
+	}
+	return won, nil
+}
+
+// Release gives back every partition this replica holds and removes its
+// heartbeat, so that the others take its share at once rather than after
+// its terms run out: for a clean stop, after the last claim and with the
+// ticks stopped.
+func (m *Manager) Release(ctx context.Context) error {
+	if ps := m.Owned(); len(ps) > 0 {
+		if err := m.release(ctx, ps, m.cfg.Now()); err != nil {
+			return err
+		}
+	}
+	if err := m.table.Prune(ctx, nil, []string{m.cfg.WorkerID}); err != nil {
+		return fmt.Errorf("remove heartbeat: %w", err)
+	}
+	return nil
+}
+
+// Latest returns each partition's latest term.
+func Latest(terms []Term) map[int]Term {
+	out := make(map[int]Term, events.Partitions)
+	for _, t := range terms {
+		if cur, ok := out[t.Partition]; !ok || t.Term > cur.Term {
+			out[t.Partition] = t
+		}
+	}
+	return out
+}
+
+// Live counts the replicas sharing the work at serverNow: me, the members
+// heard from within a term, and the owners of terms not yet expired.
+func Live(me string, latest map[int]Term, members []Member, serverNow time.Time, termLength, margin time.Duration) int {
+	live := map[string]bool{me: true}
+	for _, mb := range members {
+		if !serverNow.After(mb.SeenAt.Add(termLength + margin)) {
+			live[mb.WorkerID] = true
+		}
+	}
+	for _, t := range latest {
+		if !t.Released && !serverNow.After(t.ExpiresAt.Add(margin)) {
+			live[t.Owner] = true
+		}
+	}
+	return len(live)
+}
+
+// Share is the most partitions one of live replicas aims to own.
+func Share(live int) int {
+	live = max(live, 1)
+	return (events.Partitions + live - 1) / live
+}
+
+// Prunable returns the terms older than the one before each partition's
+// latest, and the members silent for longer than forget.
+func Prunable(terms []Term, members []Member, serverNow time.Time, forget time.Duration) (old []Term, gone []string) {
+	latest := Latest(terms)
+	for _, t := range terms {
+		if t.Term < latest[t.Partition].Term-1 {
+			old = append(old, t)
+		}
+	}
+	for _, mb := range members {
+		if serverNow.Sub(mb.SeenAt) > forget {
+			gone = append(gone, mb.WorkerID)
+		}
+	}
+	return old, gone
+}
+
+func hash(s string) uint32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(s))
+	return h.Sum32()
+}
