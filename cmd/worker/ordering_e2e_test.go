@@ -324,7 +324,10 @@ func orderingScenario(t *testing.T, s stack, p orderPlan, ordering string) {
 	env := map[string]string{"OUTBOX_MONGO_URI": s.mongoURI, "OUTBOX_MONGO_DATABASE": db.Name()}
 	if ordered {
 		// Settled: nothing PROCESSING is left to count as held.
-		waitCount(ctx, t, coll, bson.D{{Key: events.FieldStatus, Value: events.StatusPublished}}, int64(len(rest)))
+		waitCount(ctx, t, coll, bson.D{
+			{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: rest}}},
+			{Key: events.FieldStatus, Value: events.StatusPublished},
+		}, int64(len(rest)))
 		if got := r.arrivedOf(behindPoison); len(got) > 0 {
 			t.Errorf("%d events arrived although an earlier event of their aggregate is FAILED, e.g. %v", len(got), got[:min(5, len(got))])
 		}
@@ -383,14 +386,20 @@ func orderingScenario(t *testing.T, s stack, p orderPlan, ordering string) {
 		isStranded[idString(id)] = true
 	}
 	dups := r.duplicates()
+	var unexpected []string
 	for _, id := range slices.Sorted(maps.Keys(dups)) {
 		if !isStranded[id] {
-			t.Errorf("event %s delivered %d times, but the killed worker did not hold it: only its unconfirmed batch may be delivered twice", id, dups[id])
+			unexpected = append(unexpected, fmt.Sprintf("%s x%d", id, dups[id]))
 		}
 	}
+	if len(unexpected) > 0 {
+		t.Errorf("%d events delivered more than once that the killed worker did not hold (only its unconfirmed batch may be delivered twice), e.g. %v",
+			len(unexpected), unexpected[:min(10, len(unexpected))])
+	}
 	if ordered {
-		for _, v := range orderViolations(planned, r.firstArrivals()) {
-			t.Error(v)
+		v := orderViolations(planned, r.firstArrivals())
+		if len(v) > 0 {
+			t.Errorf("%d events first arrived before an earlier event of their aggregate:\n%s", len(v), strings.Join(v[:min(10, len(v))], "\n"))
 		}
 	}
 	distinct, total, _ := r.snapshot()
