@@ -85,7 +85,11 @@ func runOrderingScenarios(t *testing.T, s stack) {
 	})
 	t.Run("share", func(t *testing.T) {
 		t.Parallel()
-		shareScenario(t, s, 3, e2eEvents(t))
+		n := e2eEvents(t)
+		if s.atomicClaims {
+			n = max(n, mongoMidBacklog)
+		}
+		shareScenario(t, s, 3, n)
 	})
 }
 
@@ -527,7 +531,13 @@ func TestOrderPlan(t *testing.T) {
 // shareScenario: workers relay a backlog of n with ordering on (the
 // default); partitions divide the work, so no event is claimed twice, not
 // even on FerretDB, and every worker publishes a share.
+//
+// On FerretDB the backlog is written before the workers start and lasts
+// long after their partitions have settled. MongoDB relays it in moments,
+// before ownership could settle, so there the workers start first and the
+// backlog arrives as a stream, insertChunk every sharePace.
 func shareScenario(t *testing.T, s stack, workers, n int) {
+	const sharePace = 250 * time.Millisecond
 	ctx, cancel := context.WithTimeout(t.Context(), e2eTimeout(n))
 	defer cancel()
 	db := s.database(t)
@@ -535,11 +545,26 @@ func shareScenario(t *testing.T, s stack, workers, n int) {
 	exchange := testenv.UniqueName(t, "ex_")
 	r := consume(t, s, exchange)
 
-	ids := insertBacklog(ctx, t, coll, n, "e2e.shared")
+	var ids []string
+	if !s.atomicClaims {
+		ids = insertBacklog(ctx, t, coll, n, "e2e.shared")
+	}
 	procs := make([]*workerProc, workers)
 	for i := range procs {
 		id := fmt.Sprintf("%s-w%d", db.Name(), i)
 		procs[i] = startWorker(t, id, s.workerEnv(db.Name(), exchange, id))
+	}
+	if s.atomicClaims {
+		tick := time.NewTicker(sharePace)
+		for len(ids) < n {
+			ids = append(ids, insertBacklog(ctx, t, coll, min(insertChunk, n-len(ids)), "e2e.shared")...)
+			select {
+			case <-ctx.Done():
+				t.Fatalf("inserting the stream: %v", ctx.Err())
+			case <-tick.C:
+			}
+		}
+		tick.Stop()
 	}
 	if err := r.waitDistinct(ctx, n); err != nil {
 		t.Fatalf("%v; documents by status: %v", err, statusCounts(t, coll))
