@@ -3,8 +3,9 @@
 #
 #   devdb      FerretDB (MongoDB wire protocol) on the local PostgreSQL,
 #              database outbox_dev, at 127.0.0.1:27017
-#   consumer   durable queue outbox-demo bound with "#" to exchange "events",
-#              deduplicating through the inbox package (collection inbox in devdb)
+#   consumer   durable queue outbox-demo-ordered (single active consumer) bound
+#              with "#" to exchange "events", deduplicating through the inbox
+#              package (collection inbox in devdb)
 #   worker x3  HTTP on :8081, :8082, :8083; worker ids <hostname>-<pid>
 #   producer   order.created events at PRODUCER_RATE per second (default 20)
 #
@@ -196,7 +197,9 @@ export OUTBOX_AMQP_EXCHANGE=events
 # stops, so it does not collect messages on a shared broker forever.
 # It keeps its inbox in devdb (OUTBOX_MONGO_URI above): FerretDB has no
 # transactions, so it logs once that its handler must be idempotent.
-start consumer bin/consumer --queue outbox-demo --queue-expires 15m --report-every 5s
+# The queue has single active consumer (docs/ordering.md); the demo queue
+# of older versions, outbox-demo, had not and cannot gain it, hence the name.
+start consumer bin/consumer --queue outbox-demo-ordered --queue-expires 15m --report-every 5s
 sleep 1
 
 # One replica after the other, each once /readyz says it is ready.

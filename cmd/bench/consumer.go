@@ -18,6 +18,8 @@ type consumer struct {
 
 	mu       sync.Mutex
 	first    map[string]time.Time
+	order    []string // message ids in order of first delivery
+	last     time.Time
 	count    int // deliveries, duplicates included
 	wantN    int
 	reached  chan struct{}
@@ -64,6 +66,8 @@ func (c *consumer) loop(deliveries <-chan amqp.Delivery) {
 		c.count++
 		if _, seen := c.first[d.MessageId]; !seen {
 			c.first[d.MessageId] = now
+			c.order = append(c.order, d.MessageId)
+			c.last = now
 			if c.reached != nil && len(c.first) >= c.wantN {
 				close(c.reached)
 				c.reached = nil
@@ -106,6 +110,15 @@ func (c *consumer) snapshot() (map[string]time.Time, int) {
 		first[id] = t
 	}
 	return first, c.count
+}
+
+// firstOrder returns the message ids in order of first delivery (one
+// queue, one consumer: the order the queue held them in), and when the
+// last new one arrived.
+func (c *consumer) firstOrder() ([]string, time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.order...), c.last
 }
 
 // close deletes the exchange (the queue goes with the connection).

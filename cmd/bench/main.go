@@ -1,7 +1,9 @@
 // Command bench measures the relay on the local stack and prints one table:
 // the raw broker and database limits, the worker (bin/worker, as separate
-// processes) draining a backlog with 1, 2 and 4 replicas, its database
-// commands, CPU and memory per event, the publish stage alone, end-to-end
+// processes) draining a backlog with 1, 2 and 4 replicas (with per-aggregate
+// ordering, the default, and again with OUTBOX_ORDERING=none), its database
+// commands, CPU and memory per event, one aggregate's backlog relayed in
+// order against the same relayed unordered, the publish stage alone, end-to-end
 // latency at two claim schedules, claim latency with and without
 // published history, how fast retention deletes published history, claim
 // latency with events backing off at the head of the collection, and one
@@ -50,6 +52,7 @@ type config struct {
 	LatencyRate  float64
 	LatencyFor   time.Duration
 	ClaimNew     int
+	HotEvents    int
 	ClaimRuns    int
 	Published    int
 	InsertBudget time.Duration
@@ -96,6 +99,7 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	fs.IntVar(&c.PublishMsgs, "publish-messages", 50000, "messages of the publish stage (batches of -batch-size)")
 	fs.Float64Var(&c.LatencyRate, "latency-rate", 50, "events/s written during the latency runs")
 	fs.DurationVar(&c.LatencyFor, "latency-for", 20*time.Second, "length of each latency run")
+	fs.IntVar(&c.HotEvents, "hot-events", 0, "events of the single aggregate of the hot-aggregate stage; 0 means 10,000 on MongoDB and 5,000 on FerretDB")
 	fs.IntVar(&c.ClaimNew, "claim-new", 2000, "NEW events in the collection when claim latency is measured")
 	fs.IntVar(&c.ClaimRuns, "claim-runs", 7, "claims per claim-latency figure (the median is reported)")
 	fs.IntVar(&c.Published, "published", 200000, "PUBLISHED events inserted for the second claim-latency figure")
@@ -144,6 +148,8 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 		return config{}, fmt.Errorf("-batch-size %d: want 1 to 10000", c.BatchSize)
 	case c.LatencyRate <= 0 || c.LatencyFor <= 0:
 		return config{}, errors.New("-latency-rate and -latency-for must be positive")
+	case c.HotEvents < 0:
+		return config{}, fmt.Errorf("-hot-events %d: want 0 (the default) or more", c.HotEvents)
 	case c.RetentionEvents < 1:
 		return config{}, fmt.Errorf("-retention-events %d: want at least 1", c.RetentionEvents)
 	case c.ClaimNew < c.BatchSize || c.ClaimRuns < 1:
@@ -217,8 +223,13 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	}
 	for _, n := range cfg.Replicas {
 		stages = append(stages, namedStage{"drain", fmt.Sprintf("worker x%d drain", n),
-			func(ctx context.Context) error { return b.drain(ctx, n) }})
+			func(ctx context.Context) error { return b.drain(ctx, n, orderingAggregate) }})
 	}
+	for _, n := range cfg.Replicas {
+		stages = append(stages, namedStage{"drain-unordered", fmt.Sprintf("worker x%d drain, ordering off", n),
+			func(ctx context.Context) error { return b.drain(ctx, n, orderingNone) }})
+	}
+	stages = append(stages, namedStage{"hot-aggregate", "hot aggregate", b.hotAggregate})
 	stages = append(stages,
 		namedStage{"latency", "latency", b.latency},
 		namedStage{"claim", "claim latency", b.claimLatency},
@@ -240,7 +251,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 }
 
 // stageKeys are the -only names of the stages, in the order they run.
-var stageKeys = []string{"raw-broker", "publish", "raw-db", "drain", "latency", "claim", "retention", "claim-backoff", "large-docs", "inbox"}
+var stageKeys = []string{"raw-broker", "publish", "raw-db", "drain", "drain-unordered", "hot-aggregate", "latency", "claim", "retention", "claim-backoff", "large-docs", "inbox"}
 
 // namedStage is one measurement of the run.
 type namedStage struct {
@@ -304,6 +315,12 @@ func (b *bench) setup(ctx context.Context) error {
 			fmt.Fprintf(b.out, "   backlog %d: FerretDB reads every NEW event on each claim, so a drain costs about\n"+
 				"   the square of the backlog; 20,000 takes 3 to 4 minutes per run here and four runs do not fit\n"+
 				"   the 10-minute budget (-backlog 20000 to insist)\n", b.cfg.Backlog)
+		}
+	}
+	if b.cfg.HotEvents == 0 {
+		b.cfg.HotEvents = hotEventsMongoDB
+		if b.ferret {
+			b.cfg.HotEvents = hotEventsFerretDB
 		}
 	}
 	fmt.Fprintf(b.out, "   database %s (%s), broker %s\n", ferret.RedactURL(b.mongoURI), b.res.Machine.Database, ferret.RedactURL(b.cfg.AMQPURL))

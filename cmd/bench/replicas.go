@@ -7,6 +7,7 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	driver "go.mongodb.org/mongo-driver/v2/mongo"
@@ -21,11 +22,25 @@ const (
 	stopTimeout = 40 * time.Second
 )
 
+// Values of OUTBOX_ORDERING the drain runs use.
+const (
+	orderingAggregate = "aggregate" // the default: per-aggregate order
+	orderingNone      = "none"
+)
+
 // drain measures n worker processes relaying the backlog end to end: from
 // the moment the processes start on a collection holding the whole backlog
-// to the moment a consumer bound with "#" has received every event.
-func (b *bench) drain(ctx context.Context, n int) error {
-	coll, err := b.collection(ctx, fmt.Sprintf("drain_x%d", n))
+// to the moment a consumer bound with "#" has received every event. With
+// ordering "none" (OUTBOX_ORDERING=none) it records the run among the
+// unordered drains; the profile and the sampler timings belong to the
+// default, ordered, 1-replica run.
+func (b *bench) drain(ctx context.Context, n int, ordering string) error {
+	name, idPrefix := fmt.Sprintf("drain_x%d", n), fmt.Sprintf("bench-x%d", n)
+	main := ordering == orderingAggregate
+	if !main {
+		name, idPrefix = name+"_"+ordering, idPrefix+"-"+ordering
+	}
+	coll, err := b.collection(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -36,12 +51,12 @@ func (b *bench) drain(ctx context.Context, n int) error {
 	if _, err := insertEvents(ctx, coll, b.cfg.Backlog, 0, eventDoc); err != nil {
 		return err
 	}
-	if n == 1 {
+	if n == 1 && main {
 		if err := b.timeStats(ctx, coll, "NEW"); err != nil {
 			return err
 		}
 	}
-	exchange := uniqueName(fmt.Sprintf("bench-drain-x%d", n))
+	exchange := uniqueName("bench-" + strings.ReplaceAll(name, "_", "-"))
 	cons, err := newConsumer(b.cfg.AMQPURL, exchange)
 	if err != nil {
 		return err
@@ -57,10 +72,11 @@ func (b *bench) drain(ctx context.Context, n int) error {
 	}()
 	for i := range n {
 		w, err := b.startWorker(workerOpts{
-			id:         fmt.Sprintf("bench-x%d-%d", n, i+1),
+			id:         fmt.Sprintf("%s-%d", idPrefix, i+1),
 			collection: coll.Name(),
 			exchange:   exchange,
 			schedule:   b.cfg.DrainSched,
+			env:        []string{"OUTBOX_ORDERING=" + ordering},
 		})
 		if err != nil {
 			return err
@@ -71,7 +87,7 @@ func (b *bench) drain(ctx context.Context, n int) error {
 	// The single worker is CPU-profiled during its drain, in one profile
 	// (each profile costs the worker some CPU to write).
 	profiled := make(chan error, 1)
-	if n == 1 && b.cfg.Profile {
+	if n == 1 && main && b.cfg.Profile {
 		go func() { profiled <- b.profileDrain(ctx, workers[0]) }()
 	} else {
 		profiled <- nil
@@ -84,7 +100,7 @@ func (b *bench) drain(ctx context.Context, n int) error {
 	last := slices.MaxFunc(slices.Collect(maps.Values(first)), func(a, b time.Time) int { return a.Compare(b) })
 	elapsed := last.Sub(start)
 
-	d := Drain{Replicas: n, Schedule: b.cfg.DrainSched, Events: len(first), DBCommands: map[string]float64{}}
+	d := Drain{Replicas: n, Schedule: b.cfg.DrainSched, Ordering: ordering, Events: len(first), DBCommands: map[string]float64{}}
 	for _, w := range workers {
 		pub, cmds, err := w.scrape(ctx)
 		if err != nil {
@@ -116,7 +132,7 @@ func (b *bench) drain(ctx context.Context, n int) error {
 		return err
 	}
 	_, d.Deliveries = cons.snapshot()
-	if n == 1 {
+	if n == 1 && main {
 		if err := b.timeStats(ctx, coll, "PUBLISHED"); err != nil {
 			return err
 		}
@@ -136,9 +152,13 @@ func (b *bench) drain(ctx context.Context, n int) error {
 	d.DBCommandsPer1000 = round(total/k, 1)
 	d.CPUSeconds = round(d.CPUSeconds, 3)
 	d.CPUMsPer1000 = round(1000*d.CPUSeconds/k, 1)
-	b.res.Drains = append(b.res.Drains, d)
-	fmt.Fprintf(b.out, "   %d replica(s): %d events in %.1fs: %.0f/s (%.0f%% of the lower raw limit); %d duplicate deliveries\n",
-		n, d.Events, d.Seconds, d.PerSecond, 100*d.RatioToLimit, d.Duplicates)
+	if main {
+		b.res.Drains = append(b.res.Drains, d)
+	} else {
+		b.res.UnorderedDrains = append(b.res.UnorderedDrains, d)
+	}
+	fmt.Fprintf(b.out, "   %d replica(s), OUTBOX_ORDERING=%s: %d events in %.1fs: %.0f/s (%.0f%% of the lower raw limit); %d duplicate deliveries\n",
+		n, ordering, d.Events, d.Seconds, d.PerSecond, 100*d.RatioToLimit, d.Duplicates)
 	fmt.Fprintf(b.out, "   %.1f database commands per 1,000 events %s; CPU %.1f ms per 1,000 events; peak RSS %.1f MB\n",
 		d.DBCommandsPer1000, topCommands(d.DBCommands, 4), d.CPUMsPer1000, d.PeakRSSMB)
 	return nil

@@ -86,7 +86,30 @@ func (r *Results) table() string {
 		if d.Replicas == 1 {
 			target = targetReplica1
 		}
-		add(fmt.Sprintf("Worker, %d replica%s, end to end (bin/worker, %s)", d.Replicas, plural(d.Replicas), d.Schedule), result, target)
+		add(fmt.Sprintf("Worker, %d replica%s, end to end (bin/worker, %s%s)", d.Replicas, plural(d.Replicas), d.Schedule, prefixed(", OUTBOX_ORDERING=", d.Ordering)), result, target)
+	}
+	for _, d := range r.UnorderedDrains {
+		result := fmt.Sprintf("%s events/s (%s in %.1f s), %.0f%% of the lower raw limit; %s duplicate deliveries",
+			thousands(int(d.PerSecond)), thousands(d.Events), d.Seconds, 100*d.RatioToLimit, thousands(d.Duplicates))
+		if o, ok := r.drain(d.Replicas); ok && d.PerSecond > 0 {
+			result += fmt.Sprintf("; ordered run %.0f%% of this", 100*ratio(o.PerSecond, d.PerSecond))
+		}
+		add(fmt.Sprintf("Worker, %d replica%s, end to end, ordering off (bin/worker, %s, OUTBOX_ORDERING=%s)", d.Replicas, plural(d.Replicas), d.Schedule, d.Ordering), result, "")
+	}
+	if h := r.HotAggregate; h != nil {
+		for _, run := range []HotRun{h.Ordered, h.Unordered} {
+			result := fmt.Sprintf("%s events/s (%s of %s in %.1f s); %s inversions, %s duplicate deliveries; %.1f database commands per 1,000 events",
+				thousands(int(run.PerSecond)), thousands(run.Received), thousands(h.Events), run.Seconds,
+				thousands(run.Inversions), thousands(run.Duplicates), run.DBCommandsPer1000)
+			if run.Ordering == orderingAggregate && h.Ratio > 0 {
+				result += fmt.Sprintf("; %.0f%% of the unordered rate", 100*h.Ratio)
+			}
+			target := ""
+			if run.Ordering == orderingAggregate {
+				target = targetHotOrder
+			}
+			add(fmt.Sprintf("Hot aggregate: %s events of one aggregate, 1 worker, OUTBOX_ORDERING=%s", thousands(h.Events), run.Ordering), result, target)
+		}
 	}
 	if rt := r.Retention; rt != nil {
 		result := fmt.Sprintf("%s events/s (%s of %s in %.1f s, %d deletes)",
@@ -102,8 +125,12 @@ func (r *Results) table() string {
 		if d.Replicas == 1 {
 			target = targetCommands
 		}
-		add(fmt.Sprintf("Database commands per 1,000 events, %d replica%s (batch %d)", d.Replicas, plural(d.Replicas), c.BatchSize),
+		add(fmt.Sprintf("Database commands per 1,000 events, %d replica%s (batch %d%s)", d.Replicas, plural(d.Replicas), c.BatchSize, prefixed(", OUTBOX_ORDERING=", d.Ordering)),
 			fmt.Sprintf("%.1f %s", d.DBCommandsPer1000, topCommands(d.DBCommands, 4)), target)
+	}
+	for _, d := range r.UnorderedDrains {
+		add(fmt.Sprintf("Database commands per 1,000 events, %d replica%s, ordering off (batch %d, OUTBOX_ORDERING=%s)", d.Replicas, plural(d.Replicas), c.BatchSize, d.Ordering),
+			fmt.Sprintf("%.1f %s", d.DBCommandsPer1000, topCommands(d.DBCommands, 4)), "")
 	}
 	add(fmt.Sprintf("Publish stage (broker.Publisher, batches of %d events)", c.BatchSize),
 		fmt.Sprintf("%s events/s, %.0f%% of the raw broker limit", thousands(int(r.PublishStage.PerSecond)), 100*ratio(r.PublishStage.PerSecond, r.RawBroker.PerSecond)),

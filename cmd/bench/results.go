@@ -18,12 +18,17 @@ type Results struct {
 	// RawBrokerCPUMsPer1000 is the harness's CPU per 1,000 raw publishes:
 	// the host's floor for a confirmed publish, against which the worker's
 	// CPU per event is compared.
-	RawBrokerCPUMsPer1000 float64      `json:"rawBrokerCPUMsPer1000,omitempty"`
-	RawDB                 Rate         `json:"rawDatabaseLoop"`
-	PublishStage          Rate         `json:"publishStage"`
-	Drains                []Drain      `json:"drains"`
-	Latency               []Latency    `json:"latency"`
-	Claim                 ClaimLatency `json:"claimLatency"`
+	RawBrokerCPUMsPer1000 float64 `json:"rawBrokerCPUMsPer1000,omitempty"`
+	RawDB                 Rate    `json:"rawDatabaseLoop"`
+	PublishStage          Rate    `json:"publishStage"`
+	Drains                []Drain `json:"drains"`
+	// UnorderedDrains are the same drains with OUTBOX_ORDERING=none.
+	UnorderedDrains []Drain `json:"unorderedDrains,omitempty"`
+	// HotAggregate is one aggregate's backlog relayed in order, against
+	// the same backlog relayed without ordering.
+	HotAggregate *HotAggregate `json:"hotAggregate,omitempty"`
+	Latency      []Latency     `json:"latency"`
+	Claim        ClaimLatency  `json:"claimLatency"`
 	// Retention is how fast the worker's retention deletes old history.
 	Retention *RetentionRate `json:"retention,omitempty"`
 	// ClaimBackoff is the claim's cost with events backing off at the
@@ -81,8 +86,11 @@ type Rate struct {
 
 // Drain is one run of the worker draining the backlog.
 type Drain struct {
-	Replicas   int     `json:"replicas"`
-	Schedule   string  `json:"schedule"`
+	Replicas int    `json:"replicas"`
+	Schedule string `json:"schedule"`
+	// Ordering is the workers' OUTBOX_ORDERING; empty in runs from
+	// before ordering existed.
+	Ordering   string  `json:"ordering,omitempty"`
 	Events     int     `json:"events"`     // distinct events received
 	Deliveries int     `json:"deliveries"` // messages received, duplicates included
 	Duplicates int     `json:"duplicates"`
@@ -261,6 +269,7 @@ const (
 	targetP99      = "p99 latency at @every 100ms"
 	targetClaim    = "claim latency with history vs none"
 	targetRetain   = "retention delete rate vs 1-replica relay"
+	targetHotOrder = "hot aggregate delivered in order"
 )
 
 // target returns the target called name, if it was evaluated.
@@ -303,6 +312,9 @@ func (r *Results) evaluate() {
 		ratio := r.Retention.PerSecond / d.PerSecond
 		add(targetRetain, ">= 100%",
 			fmt.Sprintf("%.0f%% (%.0f vs %.0f events/s)", 100*ratio, r.Retention.PerSecond, d.PerSecond), ratio >= 1)
+	}
+	if h := r.HotAggregate; h != nil {
+		add(targetHotOrder, "0 inversions", fmt.Sprintf("%d inversions", h.Ordered.Inversions), h.Ordered.Inversions == 0)
 	}
 	if c := r.Claim; c.EmptyMs > 0 && c.WithHistoryMs > 0 {
 		add(targetClaim, "<= 2x",

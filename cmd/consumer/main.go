@@ -1,6 +1,8 @@
 // Command consumer is the demo consumer of `make dev` and docker-compose. It
 // declares a durable queue bound with binding key "#" to the worker's topic
-// exchange (declared here too, durable, as the worker declares it),
+// exchange (declared here too, durable, as the worker declares it), with
+// single active consumer, so that however many copies run, one at a time
+// takes the queue's messages in the queue's order (docs/ordering.md),
 // consumes every event through the inbox package, and logs every few
 // seconds how many messages it processed and how many duplicates (by
 // message_id) the inbox skipped: the figure an at-least-once relay keeps
@@ -17,7 +19,7 @@
 //
 //	--amqp-url         OUTBOX_AMQP_URL           default amqp://guest:guest@localhost:5672/
 //	--exchange         OUTBOX_AMQP_EXCHANGE      default events
-//	--queue            CONSUMER_QUEUE            default outbox-demo
+//	--queue            CONSUMER_QUEUE            default outbox-demo-ordered
 //	--queue-expires    CONSUMER_QUEUE_EXPIRES    delete the queue after this long unused (x-expires); 0 (default) never
 //	--report-every     CONSUMER_REPORT_EVERY     default 5s
 //	--mongo-uri        OUTBOX_MONGO_URI          default mongodb://localhost:27017
@@ -59,7 +61,23 @@ const (
 	reconnectMax = 30 * time.Second
 	// aggregatesCollection is the demo handler's business collection.
 	aggregatesCollection = "consumer_aggregates"
+	// queueDefault is the demo queue. It is declared with
+	// x-single-active-consumer, which an existing queue cannot gain: a
+	// queue of an older demo (outbox-demo) keeps its arguments, so the
+	// demo moved to a new name rather than fail to declare.
+	queueDefault = "outbox-demo-ordered"
 )
+
+// queueArgs are the arguments of the demo queue: single active consumer
+// (several consumers may attach, RabbitMQ delivers to one at a time and
+// fails over to the next in the queue's order), and x-expires when set.
+func queueArgs(expires time.Duration) amqp.Table {
+	args := amqp.Table{"x-single-active-consumer": true}
+	if expires > 0 {
+		args["x-expires"] = expires.Milliseconds()
+	}
+	return args
+}
 
 type config struct {
 	AMQPURL         string
@@ -97,7 +115,7 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	fs := flag.NewFlagSet("consumer", flag.ContinueOnError)
 	fs.StringVar(&c.AMQPURL, "amqp-url", "amqp://guest:guest@localhost:5672/", "RabbitMQ URL (env OUTBOX_AMQP_URL)")
 	fs.StringVar(&c.Exchange, "exchange", broker.ExchangeDefault, "topic exchange the worker publishes to (env OUTBOX_AMQP_EXCHANGE)")
-	fs.StringVar(&c.Queue, "queue", "outbox-demo", "durable queue to declare, bind with \"#\" and consume (env CONSUMER_QUEUE)")
+	fs.StringVar(&c.Queue, "queue", queueDefault, "durable single-active-consumer queue to declare, bind with \"#\" and consume (env CONSUMER_QUEUE); an existing queue must have been declared with the same arguments")
 	fs.DurationVar(&c.QueueExpires, "queue-expires", 0, "let RabbitMQ delete the queue after this long without consumers (x-expires); 0 keeps it (env CONSUMER_QUEUE_EXPIRES)")
 	fs.DurationVar(&c.ReportEvery, "report-every", 5*time.Second, "how often to log the counts (env CONSUMER_REPORT_EVERY)")
 	fs.StringVar(&c.MongoURI, "mongo-uri", "mongodb://localhost:27017", "MongoDB holding the inbox and the handler's writes (env OUTBOX_MONGO_URI)")
@@ -293,12 +311,14 @@ func consume(ctx context.Context, cfg config, logger *slog.Logger, in *inbox.Inb
 	if err := ch.ExchangeDeclare(cfg.Exchange, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
 		return fmt.Errorf("declare exchange %q: %w", cfg.Exchange, err)
 	}
-	var args amqp.Table
-	if cfg.QueueExpires > 0 {
-		args = amqp.Table{"x-expires": cfg.QueueExpires.Milliseconds()}
-	}
-	if _, err := ch.QueueDeclare(cfg.Queue, true, false, false, false, args); err != nil {
-		return fmt.Errorf("declare queue %q: %w", cfg.Queue, err)
+	// Single active consumer keeps the queue's order across copies of
+	// this consumer; the inbox's Run handles one delivery at a time, so
+	// the handler sees each aggregate's events in the order they were
+	// published (duplicates skipped).
+	if _, err := ch.QueueDeclare(cfg.Queue, true, false, false, false, queueArgs(cfg.QueueExpires)); err != nil {
+		// A queue declared before with other arguments cannot be
+		// redeclared (PRECONDITION_FAILED): say what to do.
+		return fmt.Errorf("declare queue %q (an existing queue must have x-single-active-consumer; use a new --queue or delete it): %w", cfg.Queue, err)
 	}
 	if err := ch.QueueBind(cfg.Queue, bindingKey, cfg.Exchange, false, nil); err != nil {
 		return fmt.Errorf("bind queue %q to %q: %w", cfg.Queue, cfg.Exchange, err)

@@ -1,9 +1,10 @@
 package main
 
-// The container suite: the end-to-end scenarios of e2e_test.go, plus the
-// transaction paths (the PUBLISHED write, and a producer's events.Insert),
-// against a real MongoDB (a single-node replica set, so that transactions
-// exist) and RabbitMQ, started with testcontainers-go.
+// The container suite: the end-to-end scenarios of e2e_test.go and
+// ordering_e2e_test.go, plus the transaction paths (the PUBLISHED write,
+// and a producer's events.Insert), against a real MongoDB (a single-node
+// replica set, so that transactions exist) and RabbitMQ, started with
+// testcontainers-go.
 // It needs a Docker engine and skips, saying so, where there is none.
 // On MongoDB claims are atomic: any duplicate delivery fails it.
 
@@ -56,6 +57,12 @@ func TestContainers(t *testing.T) {
 	t.Run("ownership-fencing", func(t *testing.T) {
 		t.Parallel()
 		ownershipFencingScenario(t, s, 3000)
+	})
+	// Per-aggregate order, a kill, unroutable retries and a FAILED event
+	// on a replica set (ordering_e2e_test.go).
+	t.Run("ordering", func(t *testing.T) {
+		t.Parallel()
+		runOrderingScenarios(t, s)
 	})
 }
 
