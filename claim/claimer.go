@@ -24,6 +24,9 @@ type Store interface {
 	Claim(ctx context.Context, lease events.Lease, limit events.ClaimLimit) (events.ClaimResult, error)
 	MarkPublished(ctx context.Context, lease events.Lease, ids []any, at time.Time) (int, error)
 	Release(ctx context.Context, lease events.Lease, r events.Release) (int, error)
+	// Abandon puts every event lease holds back to NEW with its attempt
+	// refunded: for a claim that failed part-way.
+	Abandon(ctx context.Context, lease events.Lease) (int, error)
 }
 
 // Publisher is the broker as the claimer needs it.
@@ -223,6 +226,8 @@ type Claimer struct {
 	job     *schedule.Job
 	now     func() time.Time
 	paused  pauseLog
+	// abandoned are the leases of claims that failed part-way.
+	abandoned abandonedLeases
 	// halted is closed when a stop's deadline has passed: the outcome
 	// writes of the batch in flight give up then.
 	halted   chan struct{}
@@ -251,9 +256,10 @@ func New(store Store, pub Publisher, cfg Config) (*Claimer, error) {
 			retryMax:    cfg.RetryMax,
 			jitter:      randomJitter,
 		},
-		now:      cfg.Now,
-		halted:   make(chan struct{}),
-		stopping: make(chan struct{}),
+		now:       cfg.Now,
+		halted:    make(chan struct{}),
+		stopping:  make(chan struct{}),
+		abandoned: abandonedLeases{staleAfter: cfg.StaleAfter},
 	}
 	var err error
 	c.job, err = schedule.New("claim", cfg.Schedule, c.runOnce, cfg.Logger)
@@ -291,6 +297,8 @@ func (c *Claimer) Stop(ctx context.Context) error {
 	if err := c.job.Stop(drain); err != nil && ctx.Err() != nil {
 		return ctx.Err()
 	}
+	// A claim that failed in the last run leaves nothing behind it.
+	c.abandoned.retry(ctx, c.store, c.now(), c.logger)
 	return nil
 }
 
@@ -316,9 +324,12 @@ func (c *Claimer) runOnce(ctx context.Context) (more bool, err error) {
 		Token:    newToken(),
 		At:       c.now().UTC().Truncate(time.Millisecond),
 	}
+	c.abandoned.retry(ctx, c.store, c.now(), c.logger)
 	res, err := c.claim(ctx, lease)
 	if err != nil {
 		c.metrics.JobErrors.WithLabelValues("claim").Inc()
+		c.abandoned.add(lease, c.now())
+		c.abandoned.retry(ctx, c.store, c.now(), c.logger)
 		return false, fmt.Errorf("claim batch: %w", err)
 	}
 	c.noteRejected(res.Rejected)

@@ -429,6 +429,34 @@ func (s *Store) MarkPublished(ctx context.Context, lease events.Lease, ids []any
 	return int(res.ModifiedCount), nil
 }
 
+// Abandon puts every event lease holds back to NEW with its attempt
+// refunded, and returns how many it moved. It is for a claim whose write
+// failed part-way (a timeout, a connection lost mid-reply): the server may
+// have claimed some events for the lease before the error, and none of
+// them was published, so they need not wait for recovery nor lose an
+// attempt.
+func (s *Store) Abandon(ctx context.Context, lease events.Lease) (int, error) {
+	filter := bson.D{
+		{Key: events.FieldStatus, Value: events.StatusProcessing},
+		{Key: events.FieldClaimToken, Value: lease.Token},
+		{Key: events.FieldWorkerID, Value: lease.WorkerID},
+	}
+	update := bson.D{
+		{Key: "$set", Value: bson.D{{Key: events.FieldStatus, Value: events.StatusNew}}},
+		{Key: "$unset", Value: bson.D{
+			{Key: events.FieldClaimToken, Value: ""},
+			{Key: events.FieldWorkerID, Value: ""},
+			{Key: events.FieldProcessingAt, Value: ""},
+		}},
+		{Key: "$inc", Value: bson.D{{Key: events.FieldAttempts, Value: -1}}},
+	}
+	res, err := s.coll.UpdateMany(ctx, filter, update)
+	if err != nil {
+		return 0, fmt.Errorf("abandon the claim of lease %s: %w", lease.Token, err)
+	}
+	return int(res.ModifiedCount), nil
+}
+
 // Release moves the given events out of PROCESSING as r says, if lease
 // still holds them, and returns how many it moved.
 func (s *Store) Release(ctx context.Context, lease events.Lease, r events.Release) (int, error) {
