@@ -457,7 +457,7 @@ func poll(t *testing.T, what string, cond func() bool) {
 // sample is the one Start takes at once.
 func startSampler(t *testing.T, store ops.StatsSource, spec string, m *metrics.Metrics) {
 	t.Helper()
-	s, err := ops.NewSampler(store, time.Minute, spec, m, discard)
+	s, err := ops.NewSampler(store, time.Minute, spec, nil, m, discard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/outboxrelay/outbox/ops"
 	"github.com/outboxrelay/outbox/recovery"
 	"github.com/outboxrelay/outbox/retention"
+	"github.com/outboxrelay/outbox/wake"
 )
 
 // service is anything the worker starts and stops.
@@ -54,7 +55,9 @@ type worker struct {
 	store     *mongo.Store
 	publisher *broker.Publisher
 	claimer   *claim.Claimer
-	jobs      []service // recovery, retention, sampler
+	clock     *mongo.Clock // the database server's time
+	waker     *wake.Watcher
+	jobs      []service // wake-up, recovery, retention, sampler, clock
 	http      *ops.Server
 }
 
@@ -69,6 +72,10 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	}
 	w := &worker{cfg: cfg, logger: logger, client: client}
 	w.store = mongo.New(client, mongoStoreConfig(cfg, logger))
+	// Every age the worker reports, and recovery's stale test, read the
+	// database server's clock: the times they compare with were written
+	// against it (or by producers), not against this machine's clock.
+	w.clock = mongo.NewClock(client, logger)
 	for _, o := range overriddenURIOptions(cfg.MongoURI) {
 		logger.Warn("the MongoDB URI's option is overridden by a setting", "option", o.option, "setting", o.setting)
 	}
@@ -102,9 +109,17 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
+	w.waker, err = wake.New(wake.Config{
+		Collection: w.store.Collection(),
+		Trigger:    w.claimer.Trigger,
+		Logger:     logger,
+	})
+	if err != nil {
+		return nil, err
+	}
 	recoverer, err := recovery.New(w.store, recovery.Config{
 		Schedule: cfg.RecoverySchedule, StaleAfter: cfg.StaleAfter, MaxAttempts: cfg.MaxAttempts,
-		Logger: logger, Metrics: m,
+		Logger: logger, Metrics: m, Now: w.clock.Now,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
@@ -113,15 +128,15 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
-	sampler, err := ops.NewSampler(w.store, cfg.StaleAfter, "", m, logger)
+	sampler, err := ops.NewSampler(w.store, cfg.StaleAfter, "", w.clock.Now, m, logger)
 	if err != nil {
 		return nil, err
 	}
-	w.jobs = []service{recoverer, cleaner, sampler}
+	w.jobs = []service{w.waker, recoverer, cleaner, sampler, w.clock}
 	w.http = ops.NewServer(ops.ServerConfig{
 		Addr: cfg.HTTPAddr, WorkerID: cfg.WorkerID, Store: w.store, Broker: w.publisher,
 		StaleAfter: cfg.StaleAfter, Claimer: w.claimer, Recovery: recoverer, Gatherer: reg, Logger: logger,
-		Pprof: cfg.Pprof,
+		Pprof: cfg.Pprof, Now: w.clock.Now, BrokerNode: w.publisher.Node, WakeUp: w.waker.Mode,
 	})
 	return w, nil
 }
@@ -180,7 +195,7 @@ func overriddenURIOptions(uri string) []uriOverride {
 // run starts the worker, waits for ctx to end (a signal), and stops it.
 func (w *worker) run(ctx context.Context) error {
 	w.logger.Info("worker starting",
-		"mongo_uri", broker.Redact(w.cfg.MongoURI), "amqp_url", broker.Redact(w.cfg.AMQPURL),
+		"mongo_uri", broker.Redact(w.cfg.MongoURI), "amqp_url", broker.RedactList(w.cfg.AMQPURL),
 		"exchange", w.cfg.AMQPExchange, "batch_size", w.cfg.BatchSize, "claim_schedule", w.cfg.ClaimSchedule)
 	// Health first, so that an orchestrator sees a live, not-ready worker
 	// while the database or the broker is still out of reach.
@@ -226,6 +241,13 @@ func (w *worker) prepareStore(ctx context.Context) error {
 		}
 		wait = min(2*wait, 30*time.Second)
 	}
+	syncCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	if err := w.clock.Sync(syncCtx); err != nil && ctx.Err() == nil {
+		// Ages read this machine's clock until the next measurement, a
+		// minute on: better than no worker.
+		w.logger.Warn("database clock offset not measured; ages use the local clock until it is", "error", err)
+	}
+	cancel()
 	if w.store.SupportsTransactions() {
 		w.logger.Info("mongodb supports transactions: PUBLISHED writes run in a transaction")
 	} else {
@@ -237,7 +259,8 @@ func (w *worker) prepareStore(ctx context.Context) error {
 // stop shuts the worker down within the shutdown timeout. The order
 // matters: first stop claiming and let the batch in flight finish (its
 // confirms awaited, its outcomes written, what is unconfirmed released to
-// NEW); then stop recovery, retention and the sampler; then close the broker
+// NEW); then stop the wake-up, recovery, retention, the sampler and the
+// clock; then close the broker
 // connection, which nothing uses any more; then the HTTP server, so that
 // health answers until the end; last the database client.
 func (w *worker) stop(cause error) error {
