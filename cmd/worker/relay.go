@@ -196,7 +196,9 @@ func overriddenURIOptions(uri string) []uriOverride {
 func (w *worker) run(ctx context.Context) error {
 	w.logger.Info("worker starting",
 		"mongo_uri", broker.Redact(w.cfg.MongoURI), "amqp_url", broker.RedactList(w.cfg.AMQPURL),
-		"exchange", w.cfg.AMQPExchange, "batch_size", w.cfg.BatchSize, "claim_schedule", w.cfg.ClaimSchedule)
+		"exchange", w.cfg.AMQPExchange, "batch_size", w.cfg.BatchSize, "claim_schedule", w.cfg.ClaimSchedule,
+		// Derived when not set: the log says what they came to.
+		"stale_after", w.cfg.StaleAfter.String(), "publish_timeout", w.cfg.PublishTimeout.String())
 	// Health first, so that an orchestrator sees a live, not-ready worker
 	// while the database or the broker is still out of reach.
 	if err := w.http.Start(ctx); err != nil {
