@@ -34,6 +34,7 @@ type Config struct {
 	AMQPURL          string
 	AMQPExchange     string
 	ClaimSchedule    string
+	WakeOnInsert     bool
 	BatchSize        int
 	BatchBytes       int
 	RecoverySchedule string
@@ -88,6 +89,8 @@ func settings() []setting {
 			usage: "topic exchange events are published to", parse: func(c *Config, v string) error { return nonEmpty(&c.AMQPExchange, v) }},
 		{env: "OUTBOX_CLAIM_SCHEDULE", flag: "claim-schedule", def: claim.ScheduleDefault,
 			usage: "cron schedule of claims", parse: func(c *Config, v string) error { return parseSchedule(&c.ClaimSchedule, v) }},
+		{env: "OUTBOX_WAKE_ON_INSERT", flag: "wake-on-insert", def: "true",
+			usage: "claim at once when a NEW event is inserted (a change stream, where the database supports one)", parse: func(c *Config, v string) error { return parseBool(&c.WakeOnInsert, v) }},
 		{env: "OUTBOX_BATCH_SIZE", flag: "batch-size", def: strconv.Itoa(claim.BatchSizeDefault),
 			usage: "most events one claim takes (1-10000)", parse: func(c *Config, v string) error { return parseInt(&c.BatchSize, v, 1, 10000) }},
 		{env: "OUTBOX_BATCH_BYTES", flag: "batch-bytes", def: strconv.Itoa(claim.BatchBytesDefault),

@@ -31,6 +31,7 @@ func defaultConfig() Config {
 		AMQPURL:          "amqp://guest:guest@localhost:5672/",
 		AMQPExchange:     "events",
 		ClaimSchedule:    "@every 1s",
+		WakeOnInsert:     true,
 		BatchSize:        500,
 		BatchBytes:       64 << 20,
 		RecoverySchedule: "*/2 * * * *",
@@ -167,6 +168,11 @@ func TestLoadConfig(t *testing.T) {
 			name: "amqp url list with a comma in a password",
 			env:  map[string]string{"OUTBOX_AMQP_URL": "amqp://relay:p,w@mq-1:5672/,amqp://relay:p,w@mq-2:5672/"},
 			want: func(c *Config) { c.AMQPURL = "amqp://relay:p,w@mq-1:5672/,amqp://relay:p,w@mq-2:5672/" },
+		},
+		{
+			name: "wake-up on insert off",
+			env:  map[string]string{"OUTBOX_WAKE_ON_INSERT": "false"},
+			want: func(c *Config) { c.WakeOnInsert = false },
 		},
 		{
 			name: "log format json",

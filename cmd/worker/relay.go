@@ -57,7 +57,7 @@ type worker struct {
 	claimer   *claim.Claimer
 	clock     *mongo.Clock // the database server's time
 	waker     *wake.Watcher
-	jobs      []service // wake-up, recovery, retention, sampler, clock
+	jobs      []service // wake-up (if on), recovery, retention, sampler, clock
 	http      *ops.Server
 }
 
@@ -132,11 +132,16 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	w.jobs = []service{w.waker, recoverer, cleaner, sampler, w.clock}
+	wakeUp := func() string { return "off" }
+	if cfg.WakeOnInsert {
+		w.jobs = append(w.jobs, w.waker)
+		wakeUp = w.waker.Mode
+	}
+	w.jobs = append(w.jobs, recoverer, cleaner, sampler, w.clock)
 	w.http = ops.NewServer(ops.ServerConfig{
 		Addr: cfg.HTTPAddr, WorkerID: cfg.WorkerID, Store: w.store, Broker: w.publisher,
 		StaleAfter: cfg.StaleAfter, Claimer: w.claimer, Recovery: recoverer, Gatherer: reg, Logger: logger,
-		Pprof: cfg.Pprof, Now: w.clock.Now, BrokerNode: w.publisher.Node, WakeUp: w.waker.Mode,
+		Pprof: cfg.Pprof, Now: w.clock.Now, BrokerNode: w.publisher.Node, WakeUp: wakeUp,
 	})
 	return w, nil
 }
