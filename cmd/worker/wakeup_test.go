@@ -103,4 +103,3 @@ func wakeupScenario(t *testing.T, s stack) {
 		t.Errorf("p99 insert-to-delivery latency %s with the wake-up, want well under the schedule's period %s", p99, period)
 	}
 }
-
