@@ -19,7 +19,7 @@ func TestBlockedAlarmPausesPublishing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.setSession(&session{}) // connected, as far as Ready is concerned
+	p.setSession(&session{}, "") // connected, as far as Ready is concerned
 
 	if err := p.Ready(); err != nil {
 		t.Fatalf("Ready while connected = %v, want nil", err)
@@ -39,7 +39,7 @@ func TestBlockedAlarmPausesPublishing(t *testing.T) {
 
 	// A new connection starts unblocked: the alarm belonged to the old one.
 	p.setBlocked(amqp.Blocking{Active: true, Reason: "low on disk"})
-	p.setSession(&session{})
+	p.setSession(&session{}, "")
 	if err := p.Ready(); err != nil {
 		t.Errorf("Ready on a new connection after an alarm on the old = %v, want nil", err)
 	}

@@ -39,7 +39,11 @@ const (
 
 // Config configures a Publisher.
 type Config struct {
-	// URL is the AMQP URL, credentials included. It is never logged as is.
+	// URL is the AMQP URL, credentials included, or a comma-separated list
+	// of them (the nodes of a cluster; see SplitURLs). The publisher
+	// connects to the first node that answers; when a connection is lost
+	// it tries the list again from the node after the one it lost. It is
+	// never logged as is.
 	URL string
 	// Exchange is the topic exchange to publish to; the publisher declares
 	// it (durable) on every connect. Defaults to ExchangeDefault.
@@ -90,9 +94,15 @@ func (c *Config) setDefaults() {
 
 // Validate reports the first bad field.
 func (c Config) Validate() error {
-	u, err := url.Parse(c.URL)
-	if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Host == "" {
-		return fmt.Errorf("broker URL %q: want amqp://user:pass@host:port/vhost", Redact(c.URL))
+	urls := SplitURLs(c.URL)
+	if len(urls) == 0 {
+		return errors.New("broker URL: want amqp://user:pass@host:port/vhost")
+	}
+	for _, raw := range urls {
+		u, err := url.Parse(raw)
+		if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Host == "" {
+			return fmt.Errorf("broker URL %q: want amqp://user:pass@host:port/vhost", Redact(raw))
+		}
 	}
 	if c.Window < 0 {
 		return fmt.Errorf("broker window %d: must be positive", c.Window)
@@ -163,9 +173,11 @@ var (
 type Publisher struct {
 	cfg    Config
 	logger *slog.Logger
+	urls   []string // the nodes of cfg.URL, in order
 
-	mu      sync.Mutex // guards sess, blocked and changed
+	mu      sync.Mutex // guards sess, node, blocked and changed
 	sess    *session
+	node    string // the redacted URL of sess's node
 	blocked bool
 	changed chan struct{} // closed and replaced whenever sess or blocked changes
 	// publishing serializes Publish calls: one window in flight per channel
@@ -184,7 +196,21 @@ func New(cfg Config) (*Publisher, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Publisher{cfg: cfg, logger: cfg.Logger, done: make(chan struct{}), changed: make(chan struct{})}, nil
+	return &Publisher{
+		cfg: cfg, logger: cfg.Logger, urls: SplitURLs(cfg.URL),
+		done: make(chan struct{}), changed: make(chan struct{}),
+	}, nil
+}
+
+// Node is the URL of the node the publisher is connected to, its password
+// redacted, or "" while it is not connected.
+func (p *Publisher) Node() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.sess == nil || p.sess.ended() {
+		return ""
+	}
+	return p.node
 }
 
 // Start connects once and returns, keeping the connection alive in the
@@ -235,13 +261,18 @@ func (p *Publisher) Ready() error {
 }
 
 // run connects, waits for the connection to drop, and connects again with
-// exponential backoff and jitter, until ctx ends.
+// exponential backoff and jitter, until ctx ends. Each attempt is a round
+// over the nodes: the first that answers is used. The first round starts
+// at the first node; after a lost connection the next round starts at the
+// node after the lost one, so that a node that dropped its clients is
+// tried last.
 func (p *Publisher) run(ctx context.Context, first chan struct{}) {
 	defer close(p.done)
 	defer p.watchers.Wait()
 	wait := p.cfg.ReconnectMin
+	start := 0
 	for attempt := 0; ; attempt++ {
-		s, err := p.connect(ctx)
+		s, i, err := p.connectAny(ctx, start)
 		if err != nil {
 			if attempt == 0 {
 				close(first)
@@ -249,7 +280,7 @@ func (p *Publisher) run(ctx context.Context, first chan struct{}) {
 			if ctx.Err() != nil {
 				return
 			}
-			p.logger.Warn("broker connect failed; retrying", "error", err, "retry_in", wait.String(), "url", Redact(p.cfg.URL))
+			p.logger.Warn("broker connect failed; retrying", "error", err, "retry_in", wait.String(), "url", RedactList(p.cfg.URL))
 			if !sleep(ctx, jitter(wait)) {
 				return
 			}
@@ -257,23 +288,50 @@ func (p *Publisher) run(ctx context.Context, first chan struct{}) {
 			continue
 		}
 		wait = p.cfg.ReconnectMin
-		p.setSession(s)
+		node := Redact(p.urls[i])
+		p.setSession(s, node)
 		if attempt == 0 {
 			close(first) // after setSession: Ready is nil once Start returns
 		}
-		p.logger.Info("broker connected", "exchange", p.cfg.Exchange, "url", Redact(p.cfg.URL))
+		p.logger.Info("broker connected", "exchange", p.cfg.Exchange, "url", node)
 		select {
 		case <-ctx.Done():
 			s.end(errStopping)
-			p.setSession(nil)
+			p.setSession(nil, "")
 			closeSession(s)
 			return
 		case <-s.closed:
-			p.setSession(nil)
+			p.setSession(nil, "")
 			closeSession(s)
-			p.logger.Warn("broker connection lost; reconnecting", closeAttrs(s.cause)...)
+			p.logger.Warn("broker connection lost; reconnecting", append(closeAttrs(s.cause), "url", node)...)
+			start = (i + 1) % len(p.urls)
 		}
 	}
+}
+
+// connectAny tries every node once, from start on, and returns the first
+// session and its node's index. A node that does not answer is logged and
+// the next one tried at once; only a round in which none answers backs
+// off.
+func (p *Publisher) connectAny(ctx context.Context, start int) (*session, int, error) {
+	var errs []error
+	for k := range p.urls {
+		i := (start + k) % len(p.urls)
+		s, err := p.connect(ctx, p.urls[i])
+		if err == nil {
+			return s, i, nil
+		}
+		if ctx.Err() != nil {
+			return nil, i, err
+		}
+		if len(p.urls) == 1 {
+			return nil, i, err
+		}
+		node := Redact(p.urls[i])
+		p.logger.Warn("broker node unreachable; trying the next", "error", err, "url", node)
+		errs = append(errs, fmt.Errorf("%s: %w", node, err))
+	}
+	return nil, start, errors.Join(errs...)
 }
 
 // closeSession closes s's connection gracefully if it can within
@@ -305,9 +363,10 @@ func closeAttrs(cause error) []any {
 	return attrs
 }
 
-func (p *Publisher) setSession(s *session) {
+func (p *Publisher) setSession(s *session, node string) {
 	p.mu.Lock()
 	p.sess = s
+	p.node = node
 	p.blocked = false
 	p.notifyLocked()
 	p.mu.Unlock()
@@ -333,7 +392,7 @@ func (p *Publisher) setBlocked(b amqp.Blocking) {
 }
 
 // connect dials, opens a confirming channel and declares the exchange.
-func (p *Publisher) connect(ctx context.Context) (*session, error) {
+func (p *Publisher) connect(ctx context.Context, nodeURL string) (*session, error) {
 	var wire *corkedConn
 	stopDial := func() bool { return false }
 	dialer := amqp.Config{
@@ -359,7 +418,7 @@ func (p *Publisher) connect(ctx context.Context) (*session, error) {
 			"connection_name": "outbox-worker",
 		},
 	}
-	conn, err := amqp.DialConfig(p.cfg.URL, dialer)
+	conn, err := amqp.DialConfig(nodeURL, dialer)
 	stopDial()
 	if err != nil {
 		return nil, fmt.Errorf("dial: %w", err)

@@ -116,12 +116,20 @@ type Stats struct {
 	Stale int64 `json:"staleProcessing"`
 }
 
-// OldestNewAge is how long the oldest NEW event has waited at now.
+// OldestNewAge is how long the oldest NEW event has waited at now; now
+// should be the database server's time (Clock.Now).
+//
+// It is never negative. createdAt is written by the producer's clock, and
+// even measured against the server's time an event can look younger than
+// now: a producer whose clock runs ahead, or the offset's own uncertainty.
+// An event cannot have waited less than no time, and a negative age would
+// read on a dashboard or in an alert's arithmetic as a backlog that is
+// ahead of schedule; so it is clamped at 0.
 func (st Stats) OldestNewAge(now time.Time) time.Duration {
 	if st.OldestNew.IsZero() {
 		return 0
 	}
-	return now.Sub(st.OldestNew)
+	return max(now.Sub(st.OldestNew), 0)
 }
 
 // Stats counts events by status, finds the oldest NEW event and counts

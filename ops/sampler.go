@@ -32,6 +32,7 @@ const SampleScheduleDefault = "@every 15s"
 // Sampler refreshes the backlog gauges on a schedule.
 type Sampler struct {
 	store      StatsSource
+	now        func() time.Time
 	staleAfter time.Duration
 	metrics    *metrics.Metrics
 	job        *schedule.Job
@@ -47,12 +48,17 @@ func (s *Sampler) TrackHeld(src HeldSource, failedHolds bool) {
 	s.held, s.failedHolds = src, failedHolds
 }
 
-// NewSampler returns a Sampler; Start runs it.
-func NewSampler(store StatsSource, staleAfter time.Duration, spec string, m *metrics.Metrics, logger *slog.Logger) (*Sampler, error) {
+// NewSampler returns a Sampler; Start runs it. now is the clock ages and
+// the stale threshold are measured with: the database server's time
+// (mongo.Clock.Now); nil is time.Now.
+func NewSampler(store StatsSource, staleAfter time.Duration, spec string, now func() time.Time, m *metrics.Metrics, logger *slog.Logger) (*Sampler, error) {
 	if spec == "" {
 		spec = SampleScheduleDefault
 	}
-	s := &Sampler{store: store, staleAfter: staleAfter, metrics: m}
+	if now == nil {
+		now = time.Now
+	}
+	s := &Sampler{store: store, now: now, staleAfter: staleAfter, metrics: m}
 	var err error
 	if s.job, err = schedule.New("sampler", spec, s.runOnce, logger); err != nil {
 		return nil, err
@@ -73,7 +79,7 @@ func (s *Sampler) Start(ctx context.Context) error {
 func (s *Sampler) Stop(ctx context.Context) error { return s.job.Stop(ctx) }
 
 func (s *Sampler) runOnce(ctx context.Context) (bool, error) {
-	now := time.Now().UTC()
+	now := s.now().UTC()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	st, err := s.store.Stats(ctx, now.Add(-s.staleAfter))

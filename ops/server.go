@@ -56,6 +56,16 @@ type ServerConfig struct {
 	Logger      *slog.Logger
 	// Pprof serves net/http/pprof under /debug/pprof/ when set.
 	Pprof bool
+	// Now is the clock /status measures ages and the stale threshold
+	// with: the database server's time (mongo.Clock.Now). Defaults to
+	// time.Now.
+	Now func() time.Time
+	// BrokerNode, if set, names the broker node in use, its password
+	// redacted (broker.Publisher.Node), for /status.
+	BrokerNode func() string
+	// WakeUp, if set, says how claims are woken between ticks, for
+	// /status: "change stream", "polling" or "starting".
+	WakeUp func() string
 }
 
 // Server serves the operations endpoints.
@@ -77,6 +87,9 @@ type ServerStore interface {
 func NewServer(cfg ServerConfig) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	s := &Server{cfg: cfg, done: make(chan struct{})}
 	mux := http.NewServeMux()
@@ -165,13 +178,15 @@ type statusBody struct {
 	OldestHeldAgeSeconds float64          `json:"oldestHeldAgeSeconds"`
 	LastClaimAt          *time.Time       `json:"lastClaimAt"`
 	LastRecoveryAt       *time.Time       `json:"lastRecoveryAt"`
+	BrokerNode           *string          `json:"brokerNode,omitempty"`
+	WakeUp               string           `json:"wakeUp,omitempty"`
 }
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	st := s.cfg.Store
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	now := time.Now().UTC()
+	now := s.cfg.Now().UTC()
 	stats, err := st.Stats(ctx, now.Add(-s.cfg.StaleAfter))
 	if err != nil {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": err.Error()})
@@ -196,6 +211,13 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 		}
 		body.HeldAggregates = held.Aggregates
 		body.OldestHeldAgeSeconds = held.OldestAge(now).Seconds()
+	}
+	if s.cfg.BrokerNode != nil {
+		node := s.cfg.BrokerNode() // "" while not connected
+		body.BrokerNode = &node
+	}
+	if s.cfg.WakeUp != nil {
+		body.WakeUp = s.cfg.WakeUp()
 	}
 	writeJSON(w, http.StatusOK, body)
 }

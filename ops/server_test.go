@@ -466,7 +466,7 @@ func poll(t *testing.T, what string, cond func() bool) {
 // sample is the one Start takes at once.
 func startSampler(t *testing.T, store ops.StatsSource, spec string, m *metrics.Metrics) {
 	t.Helper()
-	s, err := ops.NewSampler(store, time.Minute, spec, m, discard)
+	s, err := ops.NewSampler(store, time.Minute, spec, nil, m, discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -554,7 +554,7 @@ func TestSamplerSetsHeldGauges(t *testing.T) {
 	m := metrics.New(nil)
 	store := &fakeStore{stats: mongo.Stats{Counts: map[events.Status]int64{}},
 		held: mongo.HeldStats{Aggregates: 2, OldestWaiting: time.Now().Add(-time.Hour)}}
-	s, err := ops.NewSampler(store, time.Minute, "@every 1h", m, discard)
+	s, err := ops.NewSampler(store, time.Minute, "@every 1h", nil, m, discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -615,6 +615,9 @@ func (s *claimStore) Release(_ context.Context, _ events.Lease, r events.Release
 	s.settled += len(r.IDs)
 	return len(r.IDs), nil
 }
+
+// Abandon has nothing to release: this store's claims never fail.
+func (s *claimStore) Abandon(context.Context, events.Lease) (int, error) { return 0, nil }
 
 func (s *claimStore) settledCount() int {
 	s.mu.Lock()

@@ -44,6 +44,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics defaults to an unregistered set.
 	Metrics *metrics.Metrics
+	// Now is the clock the stale test reads: the database server's time
+	// (mongo.Clock.Now), because processingAt is written by the claiming
+	// worker against that clock, and a replica whose own clock is ahead
+	// would otherwise take healthy claims back. Defaults to time.Now.
+	Now func() time.Time
 }
 
 // Validate reports the first bad field.
@@ -80,10 +85,13 @@ func New(store Store, cfg Config) (*Recoverer, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = metrics.New(nil)
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("recovery config: %w", err)
 	}
-	r := &Recoverer{cfg: cfg, store: store, now: time.Now}
+	r := &Recoverer{cfg: cfg, store: store, now: cfg.Now}
 	var err error
 	if r.job, err = schedule.New("recovery", cfg.Schedule, r.runOnce, cfg.Logger); err != nil {
 		return nil, err

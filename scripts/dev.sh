@@ -8,6 +8,9 @@
 #              package (collection inbox in devdb)
 #   worker x3  HTTP on :8081, :8082, :8083; worker ids <hostname>-<pid>
 #   producer   order.created events at PRODUCER_RATE per second (default 20)
+#   summary    bin/devwatch: every 2 s one line on the terminal (published
+#              per second, the backlog, each replica's count, the consumer's
+#              totals and the duplicates it skipped)
 #
 # PostgreSQL and RabbitMQ are started if they are installed but not running,
 # as .ci/run does, and left running afterwards: other work on this machine
@@ -133,9 +136,9 @@ cleanup() {
 	echo
 	log "stopping"
 	local i pids=()
-	# The tail first (quietly), then the producer, so no new events arrive.
+	# The summary first (quietly), then the producer, so no new events arrive.
 	for ((i = 0; i < ${#NAMES[@]}; i++)); do
-		case ${NAMES[i]} in tail | producer) stop_pid "${NAMES[i]}" "${PIDS[i]}" ;; esac
+		case ${NAMES[i]} in summary | producer) stop_pid "${NAMES[i]}" "${PIDS[i]}" ;; esac
 	done
 	# The workers together: each drains its batch and releases the rest.
 	for ((i = 0; i < ${#NAMES[@]}; i++)); do
@@ -164,9 +167,9 @@ trap 'exit 143' TERM
 
 command -v go >/dev/null 2>&1 || die "go is not on PATH"
 
-log "building bin/worker bin/devdb bin/producer bin/consumer"
+log "building bin/worker bin/devdb bin/producer bin/consumer bin/devwatch"
 mkdir -p bin
-for cmd in worker devdb producer consumer; do
+for cmd in worker devdb producer consumer devwatch; do
 	go build -o "bin/$cmd" "./cmd/$cmd"
 done
 
@@ -215,18 +218,21 @@ for i in "${!WORKER_PORTS[@]}"; do
 done
 log "workers ready: :${WORKER_PORTS[*]}"
 start producer bin/producer --rate "$PRODUCER_RATE"
-# The consumer's reports, on the terminal.
-tail -n +1 -F "$LOG_DIR/consumer.log" &
+# The summary, on the terminal: one line every 2 s.
+workers_csv=$(printf 'http://127.0.0.1:%s,' "${WORKER_PORTS[@]}")
+bin/devwatch --workers "${workers_csv%,}" --consumer-log "$LOG_DIR/consumer.log" --every 2s &
 PIDS+=("$!")
-NAMES+=(tail)
+NAMES+=(summary)
 
 cat <<EOF
 
 ==> running. Where to look:
       curl -s localhost:8081/status          (also :8082, :8083; /readyz, /metrics)
       OUTBOX_MONGO_URI=$OUTBOX_MONGO_URI bin/worker stats
-      tail -f $LOG_DIR/worker-1.log
-    The consumer's counts follow below. Ctrl-C stops everything.
+      tail -f $LOG_DIR/worker-1.log          (the consumer's: $LOG_DIR/consumer.log)
+    A summary follows below, every 2 s: published per second, the backlog,
+    each replica's published count, and the consumer's totals with the
+    duplicates its inbox skipped. Ctrl-C stops everything.
 
 EOF
 

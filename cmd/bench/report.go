@@ -137,10 +137,19 @@ func (r *Results) table() string {
 		targetPublish)
 	for _, l := range r.Latency {
 		target := ""
-		if l.Schedule == "@every 100ms" {
+		if l.Schedule == "@every 100ms" && l.WakeUp != wakeOff {
 			target = targetP99
 		}
-		add(fmt.Sprintf("Latency createdAt to receipt, %g events/s for %g s, 1 worker at %s", l.Rate, l.Seconds, l.Schedule),
+		wake := ""
+		switch l.WakeUp {
+		case "change stream":
+			wake = ", woken on insert"
+		case wakeOff:
+			wake = ", wake-up on insert off"
+		case wakePolling:
+			wake = " (wake-up on insert not supported here: polling)"
+		}
+		add(fmt.Sprintf("Latency createdAt to receipt, %g events/s for %g s, 1 worker at %s%s", l.Rate, l.Seconds, l.Schedule, wake),
 			fmt.Sprintf("p50 %.0f, p90 %.0f, p99 %.0f, max %.0f ms (%d of %d received)", l.P50ms, l.P90ms, l.P99ms, l.MaxMs, l.Received, l.Sent),
 			target)
 	}

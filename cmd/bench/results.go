@@ -126,7 +126,11 @@ type WorkerStats struct {
 // Latency is createdAt to receipt by a consumer, for events written at a
 // steady rate.
 type Latency struct {
-	Schedule string  `json:"schedule"`
+	Schedule string `json:"schedule"`
+	// WakeUp is how the worker's claims were woken, as its /status said:
+	// "change stream", "polling" (the database refused change streams) or
+	// "off" (OUTBOX_WAKE_ON_INSERT=false).
+	WakeUp   string  `json:"wakeUp,omitempty"`
 	Rate     float64 `json:"rate"`
 	Seconds  float64 `json:"seconds"`
 	Sent     int     `json:"sent"`

@@ -34,6 +34,7 @@ type Config struct {
 	AMQPURL          string
 	AMQPExchange     string
 	ClaimSchedule    string
+	WakeOnInsert     bool
 	BatchSize        int
 	BatchBytes       int
 	RecoverySchedule string
@@ -87,11 +88,13 @@ func settings() []setting {
 		{env: "OUTBOX_MONGO_JOURNAL", flag: "mongo-journal", def: "true", storeOnly: true,
 			usage: "writes wait for the journal (overrides the URI's journal)", parse: func(c *Config, v string) error { return parseBool(&c.MongoJournal, v) }},
 		{env: "OUTBOX_AMQP_URL", flag: "amqp-url", def: "amqp://guest:guest@localhost:5672/",
-			usage: "RabbitMQ URL", parse: func(c *Config, v string) error { return parseAMQPURL(&c.AMQPURL, v) }},
+			usage: "RabbitMQ URL, or a comma-separated list of the nodes' URLs, tried in order", parse: func(c *Config, v string) error { return parseAMQPURL(&c.AMQPURL, v) }},
 		{env: "OUTBOX_AMQP_EXCHANGE", flag: "amqp-exchange", def: broker.ExchangeDefault,
 			usage: "topic exchange events are published to", parse: func(c *Config, v string) error { return nonEmpty(&c.AMQPExchange, v) }},
 		{env: "OUTBOX_CLAIM_SCHEDULE", flag: "claim-schedule", def: claim.ScheduleDefault,
 			usage: "cron schedule of claims", parse: func(c *Config, v string) error { return parseSchedule(&c.ClaimSchedule, v) }},
+		{env: "OUTBOX_WAKE_ON_INSERT", flag: "wake-on-insert", def: "true",
+			usage: "claim at once when a NEW event is inserted (a change stream, where the database supports one)", parse: func(c *Config, v string) error { return parseBool(&c.WakeOnInsert, v) }},
 		{env: "OUTBOX_BATCH_SIZE", flag: "batch-size", def: strconv.Itoa(claim.BatchSizeDefault),
 			usage: "most events one claim takes (1-10000)", parse: func(c *Config, v string) error { return parseInt(&c.BatchSize, v, 1, 10000) }},
 		{env: "OUTBOX_BATCH_BYTES", flag: "batch-bytes", def: strconv.Itoa(claim.BatchBytesDefault),
@@ -106,8 +109,8 @@ func settings() []setting {
 			usage: "delay before the first retry of a failed publish", parse: func(c *Config, v string) error { return parseDuration(&c.RetryMin, v, time.Millisecond) }},
 		{env: "OUTBOX_RETRY_MAX", flag: "retry-max", def: claim.RetryMaxDefault.String(),
 			usage: "cap of the delay between retries", parse: func(c *Config, v string) error { return parseDuration(&c.RetryMax, v, time.Millisecond) }},
-		{env: "OUTBOX_PUBLISH_TIMEOUT", flag: "publish-timeout", def: claim.PublishTimeoutDefault.String(),
-			usage: "wait for one batch's confirms before its unconfirmed events go back to NEW", parse: func(c *Config, v string) error { return parseDuration(&c.PublishTimeout, v, time.Millisecond) }},
+		{env: "OUTBOX_PUBLISH_TIMEOUT", flag: "publish-timeout", def: "auto",
+			usage: "wait for one batch's confirms before its unconfirmed events go back to NEW; auto: half of OUTBOX_STALE_AFTER, at most 30s", parse: parsePublishTimeout},
 		{env: "OUTBOX_MAX_MESSAGE_BYTES", flag: "max-message-bytes", def: strconv.Itoa(claim.MaxBodyBytesDefault),
 			usage: "largest message body; a larger event becomes FAILED", parse: func(c *Config, v string) error { return parseInt(&c.MaxMessageBytes, v, 1, 512<<20) }},
 		{env: "OUTBOX_RETENTION", flag: "retention", def: retention.RetentionDefault.String(),
@@ -120,8 +123,8 @@ func settings() []setting {
 			usage: "this worker's id on its claims", parse: func(c *Config, v string) error { return nonEmpty(&c.WorkerID, v) }},
 		{env: "OUTBOX_LOG_LEVEL", flag: "log-level", def: "info", storeOnly: true,
 			usage: "debug, info, warn or error", parse: func(c *Config, v string) error { return c.LogLevel.UnmarshalText([]byte(v)) }},
-		{env: "OUTBOX_LOG_FORMAT", flag: "log-format", def: "json", storeOnly: true,
-			usage: "json or text", parse: func(c *Config, v string) error { return oneOf(&c.LogFormat, v, "json", "text") }},
+		{env: "OUTBOX_LOG_FORMAT", flag: "log-format", def: "auto", storeOnly: true,
+			usage: "auto (text on a terminal, else json), json or text", parse: func(c *Config, v string) error { return oneOf(&c.LogFormat, v, "auto", "json", "text") }},
 		{env: "OUTBOX_ORDERING", flag: "ordering", def: claim.OrderingAggregate,
 			usage: "aggregate: events of one aggregate are published in createdAt order; none: no order", parse: func(c *Config, v string) error {
 				return oneOf(&c.Ordering, v, claim.OrderingAggregate, claim.OrderingNone)
@@ -191,16 +194,60 @@ func loadConfig(name string, args []string, getenv func(string) string, storeOnl
 	return cfg, fs.Args(), nil
 }
 
-// validate checks what no single setting can check alone.
-func (c Config) validate() error {
+// validate derives what was left to be derived and checks what no single
+// setting can check alone.
+func (c *Config) validate() error {
 	if c.RetryMax < c.RetryMin {
 		return fmt.Errorf("invalid OUTBOX_RETRY_MAX %s: below OUTBOX_RETRY_MIN %s", c.RetryMax, c.RetryMin)
+	}
+	derived := c.PublishTimeout == 0
+	if derived {
+		c.PublishTimeout = derivedPublishTimeout(c.StaleAfter)
 	}
 	// A batch may take up to the publish timeout plus the writes after it.
 	// A stale threshold below that would take batches back from healthy
 	// workers and turn slow publishes into duplicates.
-	if c.StaleAfter <= c.PublishTimeout+10*time.Second {
-		return fmt.Errorf("invalid OUTBOX_STALE_AFTER %s: must exceed OUTBOX_PUBLISH_TIMEOUT (%s) by more than 10s, or healthy batches are taken back", c.StaleAfter, c.PublishTimeout)
+	margin := staleMargin(c.PublishTimeout)
+	if c.StaleAfter > c.PublishTimeout+margin {
+		return nil
+	}
+	if derived {
+		return fmt.Errorf("invalid OUTBOX_STALE_AFTER %s: too short to leave a batch time to publish (OUTBOX_PUBLISH_TIMEOUT auto: %s) and write its outcome (%s); set OUTBOX_STALE_AFTER to %s or more",
+			c.StaleAfter, c.PublishTimeout, margin, minStaleAfter)
+	}
+	return fmt.Errorf("invalid OUTBOX_STALE_AFTER %s: must exceed OUTBOX_PUBLISH_TIMEOUT (%s) by more than %s, or healthy batches are taken back; raise OUTBOX_STALE_AFTER above %s, or lower OUTBOX_PUBLISH_TIMEOUT (unset, it is derived: %s)",
+		c.StaleAfter, c.PublishTimeout, margin, c.PublishTimeout+margin, derivedPublishTimeout(c.StaleAfter))
+}
+
+// minStaleAfter is the least OUTBOX_STALE_AFTER that works with the
+// publish timeout derived from it: 4s plus a bit, rounded to a second.
+const minStaleAfter = 5 * time.Second
+
+// derivedPublishTimeout is OUTBOX_PUBLISH_TIMEOUT's auto value: half of
+// the stale threshold, so that the other half is left for claiming and for
+// writing the outcome, and at most claim.PublishTimeoutDefault, so that
+// the default stale threshold keeps the default timeout.
+func derivedPublishTimeout(staleAfter time.Duration) time.Duration {
+	return min(claim.PublishTimeoutDefault, staleAfter/2)
+}
+
+// staleMargin is what the stale threshold must leave beyond the publish
+// timeout for the writes around a publish (the claim, the PUBLISHED marks,
+// the release of what is unconfirmed): a third of the publish timeout,
+// since a batch that may publish for long is large and so are its writes,
+// but at least 2s, a few database round trips under load, and at most
+// 10s, the margin a 30s timeout has always had.
+func staleMargin(publishTimeout time.Duration) time.Duration {
+	return min(max(publishTimeout/3, 2*time.Second), 10*time.Second)
+}
+
+func parsePublishTimeout(c *Config, v string) error {
+	if v == "auto" {
+		c.PublishTimeout = 0 // derived by validate
+		return nil
+	}
+	if err := parseDuration(&c.PublishTimeout, v, time.Millisecond); err != nil {
+		return errors.New("want auto or a duration such as 5s (at least 1ms)")
 	}
 	return nil
 }
@@ -308,19 +355,32 @@ func (c Config) mongoWriteConcern() *writeconcern.WriteConcern {
 	return wc
 }
 
+// parseAMQPURL accepts one URL or a comma-separated list of them; a comma
+// separates two URLs only where the next begins with amqp:// or amqps://
+// (broker.SplitURLs), so a comma in a password needs no escaping.
 func parseAMQPURL(dst *string, v string) error {
-	u, err := url.Parse(v)
-	if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Host == "" {
+	urls := broker.SplitURLs(v)
+	if len(urls) == 0 {
 		return errors.New("want amqp://user:password@host:port/vhost")
+	}
+	for i, raw := range urls {
+		u, err := url.Parse(raw)
+		if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Host == "" {
+			if len(urls) > 1 {
+				return fmt.Errorf("URL %d of %d: want amqp://user:password@host:port/vhost", i+1, len(urls))
+			}
+			return errors.New("want amqp://user:password@host:port/vhost")
+		}
 	}
 	*dst = v
 	return nil
 }
 
-// redactDefault hides a password in a value that may be a URL.
+// redactDefault hides a password in a value that may be a URL or a list
+// of AMQP URLs.
 func redactDefault(v string) string {
 	if strings.Contains(v, "://") {
-		return broker.Redact(v)
+		return broker.RedactList(v)
 	}
 	return v
 }

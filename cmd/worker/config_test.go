@@ -31,6 +31,7 @@ func defaultConfig() Config {
 		AMQPURL:          "amqp://guest:guest@localhost:5672/",
 		AMQPExchange:     "events",
 		ClaimSchedule:    "@every 1s",
+		WakeOnInsert:     true,
 		BatchSize:        500,
 		BatchBytes:       64 << 20,
 		RecoverySchedule: "*/2 * * * *",
@@ -45,7 +46,7 @@ func defaultConfig() Config {
 		ShutdownTimeout:  30 * time.Second,
 		WorkerID:         defaultWorkerID(),
 		LogLevel:         slog.LevelInfo,
-		LogFormat:        "json",
+		LogFormat:        "auto",
 
 		Ordering:            claim.OrderingAggregate,
 		OrderingAfterFailed: claim.AfterFailedWait,
@@ -146,9 +147,44 @@ func TestLoadConfig(t *testing.T) {
 			},
 		},
 		{
-			name: "stale threshold just above publish timeout plus 10s",
-			env:  map[string]string{"OUTBOX_PUBLISH_TIMEOUT": "5s", "OUTBOX_STALE_AFTER": "16s"},
-			want: func(c *Config) { c.PublishTimeout, c.StaleAfter = 5*time.Second, 16*time.Second },
+			name: "stale threshold just above publish timeout plus its margin",
+			env:  map[string]string{"OUTBOX_PUBLISH_TIMEOUT": "5s", "OUTBOX_STALE_AFTER": "7001ms"},
+			want: func(c *Config) { c.PublishTimeout, c.StaleAfter = 5*time.Second, 7001*time.Millisecond },
+		},
+		{
+			name: "a 30s publish timeout keeps its 10s margin",
+			env:  map[string]string{"OUTBOX_PUBLISH_TIMEOUT": "30s", "OUTBOX_STALE_AFTER": "41s"},
+			want: func(c *Config) { c.PublishTimeout, c.StaleAfter = 30*time.Second, 41*time.Second },
+		},
+		{
+			name: "stale after alone derives the publish timeout",
+			env:  map[string]string{"OUTBOX_STALE_AFTER": "10s"},
+			want: func(c *Config) { c.StaleAfter, c.PublishTimeout = 10*time.Second, 5*time.Second },
+		},
+		{
+			name: "stale after alone, derived publish timeout capped at its default",
+			env:  map[string]string{"OUTBOX_STALE_AFTER": "10m"},
+			want: func(c *Config) { c.StaleAfter, c.PublishTimeout = 10*time.Minute, 30*time.Second },
+		},
+		{
+			name: "publish timeout auto by name",
+			env:  map[string]string{"OUTBOX_STALE_AFTER": "45s", "OUTBOX_PUBLISH_TIMEOUT": "auto"},
+			want: func(c *Config) { c.StaleAfter, c.PublishTimeout = 45*time.Second, 22500*time.Millisecond },
+		},
+		{
+			name: "amqp url list with a comma in a password",
+			env:  map[string]string{"OUTBOX_AMQP_URL": "amqp://relay:p,w@mq-1:5672/,amqp://relay:p,w@mq-2:5672/"},
+			want: func(c *Config) { c.AMQPURL = "amqp://relay:p,w@mq-1:5672/,amqp://relay:p,w@mq-2:5672/" },
+		},
+		{
+			name: "wake-up on insert off",
+			env:  map[string]string{"OUTBOX_WAKE_ON_INSERT": "false"},
+			want: func(c *Config) { c.WakeOnInsert = false },
+		},
+		{
+			name: "log format json",
+			env:  map[string]string{"OUTBOX_LOG_FORMAT": "json"},
+			want: func(c *Config) { c.LogFormat = "json" },
 		},
 	}
 	for _, tt := range tests {
@@ -237,12 +273,22 @@ func TestLoadConfigRejects(t *testing.T) {
 			// A blank value counts as unset only before trimming; after
 			// trimming it must not become an empty worker id.
 			want: []string{"OUTBOX_WORKER_ID"}},
-		{name: "stale after below publish timeout plus 10s",
-			env:  map[string]string{"OUTBOX_STALE_AFTER": "15s", "OUTBOX_PUBLISH_TIMEOUT": "10s"},
-			want: []string{"OUTBOX_STALE_AFTER", "15s", "OUTBOX_PUBLISH_TIMEOUT", "10s"}},
-		{name: "stale after equal to publish timeout plus 10s",
-			env:  map[string]string{"OUTBOX_STALE_AFTER": "40s"}, // default publish timeout 30s
-			want: []string{"OUTBOX_STALE_AFTER", "40s"}},
+		{name: "stale after below publish timeout plus its margin",
+			env: map[string]string{"OUTBOX_STALE_AFTER": "15s", "OUTBOX_PUBLISH_TIMEOUT": "12s"},
+			// What to change: raise one, or leave the other to be derived.
+			want: []string{"OUTBOX_STALE_AFTER 15s", "OUTBOX_PUBLISH_TIMEOUT (12s)", "by more than 4s", "above 16s", "lower OUTBOX_PUBLISH_TIMEOUT", "derived: 7.5s"}},
+		{name: "stale after equal to a 30s publish timeout plus 10s",
+			env:  map[string]string{"OUTBOX_STALE_AFTER": "40s", "OUTBOX_PUBLISH_TIMEOUT": "30s"},
+			want: []string{"OUTBOX_STALE_AFTER 40s", "OUTBOX_PUBLISH_TIMEOUT (30s)", "by more than 10s"}},
+		{name: "stale after alone too short for any publish timeout",
+			env:  map[string]string{"OUTBOX_STALE_AFTER": "3s"},
+			want: []string{"OUTBOX_STALE_AFTER 3s", "OUTBOX_PUBLISH_TIMEOUT auto: 1.5s", "set OUTBOX_STALE_AFTER to 5s or more"}},
+		{name: "publish timeout neither auto nor a duration",
+			env:  map[string]string{"OUTBOX_PUBLISH_TIMEOUT": "soon"},
+			want: []string{"OUTBOX_PUBLISH_TIMEOUT", `"soon"`, "auto"}},
+		{name: "amqp url list with a bad second url",
+			env:  map[string]string{"OUTBOX_AMQP_URL": "amqp://relay:secret@mq-1:5672/,amqp://relay:secret@"},
+			want: []string{"OUTBOX_AMQP_URL", "URL 2 of 2"}},
 		{name: "retry max below retry min",
 			env:  map[string]string{"OUTBOX_RETRY_MIN": "1m", "OUTBOX_RETRY_MAX": "10s"},
 			want: []string{"OUTBOX_RETRY_MAX", "10s", "1m"}},
@@ -419,7 +465,7 @@ func TestRunBadSettingExitsTwo(t *testing.T) {
 		{name: "run is the default command", args: []string{"--batch-size=0"}, want: "OUTBOX_BATCH_SIZE"},
 		{name: "run stale after", args: []string{"run"}, env: map[string]string{"OUTBOX_STALE_AFTER": "soon"}, want: "OUTBOX_STALE_AFTER"},
 		{name: "run stale below publish timeout", args: []string{"run"},
-			env: map[string]string{"OUTBOX_STALE_AFTER": "11s", "OUTBOX_PUBLISH_TIMEOUT": "4s"}, want: "OUTBOX_STALE_AFTER"},
+			env: map[string]string{"OUTBOX_STALE_AFTER": "11s", "OUTBOX_PUBLISH_TIMEOUT": "9s"}, want: "OUTBOX_STALE_AFTER"},
 		{name: "run claim schedule", args: []string{"run"}, env: map[string]string{"OUTBOX_CLAIM_SCHEDULE": "every second"}, want: "OUTBOX_CLAIM_SCHEDULE"},
 		{name: "run http addr", args: []string{"run"}, env: map[string]string{"OUTBOX_HTTP_ADDR": "8080"}, want: "OUTBOX_HTTP_ADDR"},
 		{name: "run log level", args: []string{"run"}, env: map[string]string{"OUTBOX_LOG_LEVEL": "loud"}, want: "OUTBOX_LOG_LEVEL"},

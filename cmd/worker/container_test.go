@@ -64,6 +64,10 @@ func TestContainers(t *testing.T) {
 		t.Parallel()
 		runOrderingScenarios(t, s)
 	})
+	t.Run("wakeup", func(t *testing.T) {
+		t.Parallel()
+		wakeupScenario(t, s)
+	})
 }
 
 // claimExplainScenario: with 10,000 events backing off at the head of the

@@ -110,6 +110,10 @@ func runScenarios(t *testing.T, s stack, workers int) {
 		t.Parallel()
 		claimsScenario(t, s, 4, 1000)
 	})
+	t.Run("friendly", func(t *testing.T) {
+		t.Parallel()
+		friendlyScenario(t, s, 300)
+	})
 }
 
 // stack is where a scenario runs: a MongoDB wire-protocol server and a

@@ -25,6 +25,7 @@ import (
 	"github.com/outboxrelay/outbox/ownership"
 	"github.com/outboxrelay/outbox/recovery"
 	"github.com/outboxrelay/outbox/retention"
+	"github.com/outboxrelay/outbox/wake"
 )
 
 // service is anything the worker starts and stops.
@@ -55,9 +56,10 @@ type worker struct {
 	store     *mongo.Store
 	publisher *broker.Publisher
 	claimer   *claim.Claimer
-	clock     *mongo.Clock
+	clock     *mongo.Clock // the database server's time
 	owner     *ownership.Manager
-	jobs      []service // recovery, retention, sampler
+	waker     *wake.Watcher
+	jobs      []service // ownership, wake-up (if on), recovery, retention, sampler, clock
 	http      *ops.Server
 }
 
@@ -72,6 +74,10 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	}
 	w := &worker{cfg: cfg, logger: logger, client: client}
 	w.store = mongo.New(client, mongoStoreConfig(cfg, logger))
+	// Every age the worker reports, and recovery's stale test, read the
+	// database server's clock: the times they compare with were written
+	// against it (or by producers), not against this machine's clock.
+	w.clock = mongo.NewClock(client, logger)
 	for _, o := range overriddenURIOptions(cfg.MongoURI) {
 		logger.Warn("the MongoDB URI's option is overridden by a setting", "option", o.option, "setting", o.setting)
 	}
@@ -92,7 +98,6 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	// a dead replica's partitions are free before its claims go stale:
 	// its share is taken over within OUTBOX_STALE_AFTER plus a recovery
 	// period. Terms and leases are timed by the database server's clock.
-	w.clock = mongo.NewClock(client, logger)
 	w.owner, err = ownership.New(w.store.Owners(), ownership.Config{
 		WorkerID: cfg.WorkerID, TermLength: cfg.StaleAfter / 2, Now: w.clock.Now, Ready: w.publisher.Ready, Logger: logger,
 	})
@@ -120,9 +125,17 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
+	w.waker, err = wake.New(wake.Config{
+		Collection: w.store.Collection(),
+		Trigger:    w.claimer.Trigger,
+		Logger:     logger,
+	})
+	if err != nil {
+		return nil, err
+	}
 	recoverer, err := recovery.New(w.store, recovery.Config{
 		Schedule: cfg.RecoverySchedule, StaleAfter: cfg.StaleAfter, MaxAttempts: cfg.MaxAttempts,
-		Logger: logger, Metrics: m,
+		Logger: logger, Metrics: m, Now: w.clock.Now,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
@@ -131,7 +144,7 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
-	sampler, err := ops.NewSampler(w.store, cfg.StaleAfter, "", m, logger)
+	sampler, err := ops.NewSampler(w.store, cfg.StaleAfter, "", w.clock.Now, m, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -141,11 +154,18 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 		held = w.store
 		sampler.TrackHeld(w.store, failedHolds)
 	}
-	w.jobs = []service{ownerService{w.owner}, w.clock, recoverer, cleaner, sampler}
+	w.jobs = []service{ownerService{w.owner}}
+	wakeUp := func() string { return "off" }
+	if cfg.WakeOnInsert {
+		w.jobs = append(w.jobs, w.waker)
+		wakeUp = w.waker.Mode
+	}
+	w.jobs = append(w.jobs, recoverer, cleaner, sampler, w.clock)
 	w.http = ops.NewServer(ops.ServerConfig{
 		Addr: cfg.HTTPAddr, WorkerID: cfg.WorkerID, Store: w.store, Broker: w.publisher,
 		StaleAfter: cfg.StaleAfter, Claimer: w.claimer, Recovery: recoverer, Gatherer: reg, Logger: logger,
 		Pprof: cfg.Pprof, Held: held, FailedHolds: failedHolds,
+		Now: w.clock.Now, BrokerNode: w.publisher.Node, WakeUp: wakeUp,
 	})
 	return w, nil
 }
@@ -218,8 +238,10 @@ func overriddenURIOptions(uri string) []uriOverride {
 // run starts the worker, waits for ctx to end (a signal), and stops it.
 func (w *worker) run(ctx context.Context) error {
 	w.logger.Info("worker starting",
-		"mongo_uri", broker.Redact(w.cfg.MongoURI), "amqp_url", broker.Redact(w.cfg.AMQPURL),
-		"exchange", w.cfg.AMQPExchange, "batch_size", w.cfg.BatchSize, "claim_schedule", w.cfg.ClaimSchedule)
+		"mongo_uri", broker.Redact(w.cfg.MongoURI), "amqp_url", broker.RedactList(w.cfg.AMQPURL),
+		"exchange", w.cfg.AMQPExchange, "batch_size", w.cfg.BatchSize, "claim_schedule", w.cfg.ClaimSchedule,
+		// Derived when not set: the log says what they came to.
+		"stale_after", w.cfg.StaleAfter.String(), "publish_timeout", w.cfg.PublishTimeout.String())
 	// Health first, so that an orchestrator sees a live, not-ready worker
 	// while the database or the broker is still out of reach.
 	if err := w.http.Start(ctx); err != nil {
@@ -264,9 +286,13 @@ func (w *worker) prepareStore(ctx context.Context) error {
 		}
 		wait = min(2*wait, 30*time.Second)
 	}
-	if err := w.clock.Sync(ctx); err != nil {
-		w.logger.Warn("database clock offset not measured; partition terms use the local clock until it is", "error", err)
+	syncCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	if err := w.clock.Sync(syncCtx); err != nil && ctx.Err() == nil {
+		// Ages and partition terms read this machine's clock until the
+		// next measurement, a minute on: better than no worker.
+		w.logger.Warn("database clock offset not measured; ages and partition terms use the local clock until it is", "error", err)
 	}
+	cancel()
 	if w.store.SupportsTransactions() {
 		w.logger.Info("mongodb supports transactions: PUBLISHED writes run in a transaction")
 	} else {
@@ -279,7 +305,8 @@ func (w *worker) prepareStore(ctx context.Context) error {
 // matters: first stop claiming and let the batch in flight finish (its
 // confirms awaited, its outcomes written, what is unconfirmed released to
 // NEW); then give back the partitions (no claim runs any more), stop the
-// clock, recovery, retention and the sampler; then close the broker
+// wake-up, recovery, retention, the sampler and the clock; then close the
+// broker
 // connection, which nothing uses any more; then the HTTP server, so that
 // health answers until the end; last the database client.
 func (w *worker) stop(cause error) error {

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
@@ -41,6 +42,15 @@ func openStore(ctx context.Context, cfg Config) (*mongo.Store, func(), error) {
 	return store, closeFn, nil
 }
 
+// serverNow is the database server's time, so that `worker stats` reports
+// the same ages as the workers' /status and metrics whatever the clock of
+// the machine it runs on says; the local time if it cannot be read.
+func serverNow(ctx context.Context, store *mongo.Store) time.Time {
+	clock := mongo.NewClock(store.Collection().Database().Client(), slog.New(slog.DiscardHandler))
+	_ = clock.Sync(ctx) // on failure Now is the local time
+	return clock.Now().UTC()
+}
+
 // statsCommand is `worker stats`.
 func statsCommand(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
 	var asJSON bool
@@ -57,7 +67,7 @@ func statsCommand(ctx context.Context, args []string, getenv func(string) string
 		return err
 	}
 	defer closeFn()
-	now := time.Now().UTC()
+	now := serverNow(ctx, store)
 	st, err := store.Stats(ctx, now.Add(-cfg.StaleAfter))
 	if err != nil {
 		return err

@@ -1,0 +1,203 @@
+package broker_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/outboxrelay/outbox/broker"
+	"github.com/outboxrelay/outbox/claim"
+	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/testenv"
+	"github.com/outboxrelay/outbox/mongo"
+)
+
+// closedPortURL is amqpURL pointed at a local port nothing listens on.
+func closedPortURL(t *testing.T, amqpURL string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	u, err := testenv.ProxyURI(amqpURL, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+func TestPublisherSkipsANodeThatDoesNotAnswer(t *testing.T) {
+	t.Parallel()
+	amqpURL := testenv.AMQPURL(t)
+	exchange := testenv.UniqueName(t, "ex_")
+	deliveries := testenv.Consume(t, amqpURL, exchange)
+	dead := closedPortURL(t, amqpURL)
+
+	p := startPublisher(t, broker.Config{
+		URL: dead + "," + amqpURL, Exchange: exchange,
+		ReconnectMin: reconnectMin, ReconnectMax: reconnectMax,
+	})
+	if got, want := p.Node(), broker.Redact(amqpURL); got != want {
+		t.Errorf("Node = %q, want the second node %q", got, want)
+	}
+	msgs := make([]events.Message, 20)
+	for i := range msgs {
+		msgs[i] = simpleMessage(t, fmt.Sprintf("m-%d", i), "order.created")
+	}
+	for i, err := range p.Publish(t.Context(), msgs) {
+		if err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+	}
+	seen := map[string]bool{}
+	deadline := time.After(waitTimeout)
+	for len(seen) < len(msgs) {
+		select {
+		case d := <-deliveries:
+			seen[d.MessageId] = true
+		case <-deadline:
+			t.Fatalf("%d of %d messages delivered", len(seen), len(msgs))
+		}
+	}
+}
+
+// cutOnPublish cuts the first node's link during the n-th publish.
+type cutOnPublish struct {
+	*broker.Publisher
+	calls atomic.Int32
+	n     int32
+	cut   func()
+}
+
+func (c *cutOnPublish) Publish(ctx context.Context, msgs []events.Message) []error {
+	if c.calls.Add(1) == c.n {
+		c.cut()
+	}
+	return c.Publisher.Publish(ctx, msgs)
+}
+
+// A relay whose first node goes away in the middle of a backlog moves to
+// the second node and delivers every event.
+func TestRelayFailsOverToTheNextNode(t *testing.T) {
+	t.Parallel()
+	const total, batch = 600, 100
+	ctx := t.Context()
+	db := testenv.Database(t)
+	store := mongo.New(db.Client(), mongo.Config{Database: db.Name(), Logger: slog.New(slog.DiscardHandler)})
+	if err := store.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	coll := db.Collection(mongo.CollectionDefault)
+	base := time.Now().UTC().Add(-time.Minute)
+	docs := make([]any, total)
+	want := map[string]bool{}
+	for i := range docs {
+		id := bson.NewObjectID()
+		want[id.Hex()] = true
+		docs[i] = bson.D{
+			{Key: events.FieldID, Value: id},
+			{Key: events.FieldType, Value: "order.created"},
+			{Key: events.FieldPayload, Value: bson.D{{Key: "n", Value: int32(i)}}},
+			{Key: events.FieldStatus, Value: events.StatusNew},
+			{Key: events.FieldCreatedAt, Value: base.Add(time.Duration(i) * time.Millisecond)},
+		}
+	}
+	if _, err := coll.InsertMany(ctx, docs); err != nil {
+		t.Fatal(err)
+	}
+
+	amqpURL := testenv.AMQPURL(t)
+	exchange := testenv.UniqueName(t, "ex_")
+	deliveries := testenv.Consume(t, amqpURL, exchange)
+	first, proxy := testenv.Proxied(t, amqpURL)
+	var logs lockedBuffer
+	pub := startPublisher(t, broker.Config{
+		URL: first + "," + amqpURL, Exchange: exchange,
+		ReconnectMin: reconnectMin, ReconnectMax: reconnectMax,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	if got, want := pub.Node(), broker.Redact(first); got != want {
+		t.Fatalf("Node = %q, want the first node %q", got, want)
+	}
+	// The first node stays away: a lost connection must not come back to
+	// it while the second answers.
+	relay := &cutOnPublish{Publisher: pub, n: 3, cut: proxy.Cut}
+	c, err := claim.New(store, relay, claim.Config{
+		WorkerID: "failover", Schedule: "@every 100ms", BatchSize: batch,
+		PublishTimeout: 5 * time.Second, StaleAfter: 20 * time.Second,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		_ = c.Stop(stopCtx)
+	})
+
+	seen := map[string]int{}
+	deadline := time.After(2 * time.Minute)
+	for len(seen) < total {
+		select {
+		case d := <-deliveries:
+			if !want[d.MessageId] {
+				t.Fatalf("unexpected message id %q", d.MessageId)
+			}
+			seen[d.MessageId]++
+		case <-deadline:
+			t.Fatalf("%d of %d events delivered", len(seen), total)
+		}
+	}
+	if relay.calls.Load() < relay.n {
+		t.Fatalf("the link was never cut: %d publishes", relay.calls.Load())
+	}
+	if got, want := pub.Node(), broker.Redact(amqpURL); got != want {
+		t.Errorf("Node after the cut = %q, want the second node %q", got, want)
+	}
+	if !strings.Contains(logs.String(), "broker connection lost") {
+		t.Errorf("no lost connection logged:\n%s", logs.String())
+	}
+	if strings.Contains(logs.String(), "guest:guest") {
+		t.Errorf("a password reached the log:\n%s", logs.String())
+	}
+	t.Logf("FAILOVER-FIGURES: %d events, %d publishes, %d redelivered after the cut", total, relay.calls.Load(), redelivered(seen))
+}
+
+func redelivered(seen map[string]int) int {
+	n := 0
+	for _, c := range seen {
+		n += c - 1
+	}
+	return n
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}

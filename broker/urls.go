@@ -1,0 +1,51 @@
+package broker
+
+import (
+	"strings"
+)
+
+// SplitURLs splits a comma-separated list of AMQP URLs (the nodes of a
+// cluster, tried in order). A comma separates two URLs only where the next
+// one begins with amqp:// or amqps://, so a comma inside a password or a
+// query stays part of its URL. Spaces around each URL are dropped; empty
+// entries are skipped.
+func SplitURLs(list string) []string {
+	var out []string
+	start := 0
+	for i := 0; i < len(list); i++ {
+		if list[i] != ',' || !startsURL(list[i+1:]) {
+			continue
+		}
+		if u := strings.TrimSpace(list[start:i]); u != "" {
+			out = append(out, u)
+		}
+		start = i + 1
+	}
+	if u := strings.TrimSpace(list[start:]); u != "" {
+		out = append(out, u)
+	}
+	return out
+}
+
+// startsURL reports whether s, less leading spaces, begins with an AMQP
+// scheme.
+func startsURL(s string) bool {
+	s = strings.TrimLeft(s, " \t")
+	for _, scheme := range []string{"amqp://", "amqps://"} {
+		if len(s) >= len(scheme) && strings.EqualFold(s[:len(scheme)], scheme) {
+			return true
+		}
+	}
+	return false
+}
+
+// RedactList is Redact of every URL of a comma-separated list, joined
+// again with commas: what a log line or an error may show of
+// OUTBOX_AMQP_URL.
+func RedactList(list string) string {
+	urls := SplitURLs(list)
+	for i, u := range urls {
+		urls[i] = Redact(u)
+	}
+	return strings.Join(urls, ",")
+}

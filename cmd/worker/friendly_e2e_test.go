@@ -1,0 +1,144 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/outboxrelay/outbox/broker"
+	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/testenv"
+	"github.com/outboxrelay/outbox/mongo"
+)
+
+// friendlyScenario: a worker given only a 10 s stale threshold (its publish
+// timeout derived) and a broker list whose first node is down relays a
+// backlog; /status names the second node and how claims are woken, and the
+// log says once whether change streams are used.
+func friendlyScenario(t *testing.T, s stack, n int) {
+	ctx, cancel := context.WithTimeout(t.Context(), e2eTimeout(n))
+	defer cancel()
+	db := s.database(t)
+	coll := db.Collection(mongo.CollectionDefault)
+	exchange := testenv.UniqueName(t, "ex_")
+	r := consume(t, s, exchange)
+	ids := insertBacklog(ctx, t, coll, n, "e2e.friendly")
+
+	dead := deadAMQPURL(t, s.amqpURL)
+	env := map[string]string{
+		"OUTBOX_MONGO_URI":      s.mongoURI,
+		"OUTBOX_MONGO_DATABASE": db.Name(),
+		"OUTBOX_AMQP_URL":       dead + "," + s.amqpURL,
+		"OUTBOX_AMQP_EXCHANGE":  exchange,
+		"OUTBOX_STALE_AFTER":    "10s",
+		"OUTBOX_HTTP_ADDR":      "127.0.0.1:0",
+		"OUTBOX_WORKER_ID":      db.Name() + "-friendly",
+	}
+	p := startWorker(t, "friendly", env)
+	if err := r.waitIDs(ctx, ids); err != nil {
+		t.Fatalf("%v; documents by status: %v", err, statusCounts(t, coll))
+	}
+	waitCount(ctx, t, coll, bson.D{{Key: events.FieldStatus, Value: events.StatusPublished}}, int64(n))
+
+	var status struct {
+		BrokerNode *string `json:"brokerNode"`
+		WakeUp     string  `json:"wakeUp"`
+	}
+	getStatus(ctx, t, p, &status)
+	if status.BrokerNode == nil || *status.BrokerNode != broker.Redact(s.amqpURL) {
+		t.Errorf("/status brokerNode = %v, want the second node %q", status.BrokerNode, broker.Redact(s.amqpURL))
+	}
+	wantWake := "polling"
+	if s.atomicClaims {
+		wantWake = "change stream"
+	}
+	if status.WakeUp != wantWake {
+		t.Errorf("/status wakeUp = %q, want %q", status.WakeUp, wantWake)
+	}
+	stopWorkers(t, p)
+	r.drain(t)
+	r.checkExactly(t, ids)
+
+	log := readLog(t, p)
+	if strings.Contains(log, "guest:guest") {
+		t.Error("a password reached the log")
+	}
+	if !s.atomicClaims {
+		if c := strings.Count(log, "change streams are not supported"); c != 1 {
+			t.Errorf("the polling fallback was logged %d times, want once", c)
+		}
+	}
+	if !strings.Contains(log, `"publish_timeout":"5s"`) {
+		t.Errorf("the start-up line does not give the derived publish timeout 5s")
+	}
+}
+
+// deadAMQPURL is amqpURL pointed at a local port nothing listens on.
+func deadAMQPURL(t *testing.T, amqpURL string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	u, err := testenv.ProxyURI(amqpURL, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+func readLog(t *testing.T, p *workerProc) string {
+	t.Helper()
+	b, err := os.ReadFile(p.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// httpAddr is the address the worker's "worker running" line gives.
+func httpAddr(t *testing.T, p *workerProc) string {
+	t.Helper()
+	sc := bufio.NewScanner(strings.NewReader(readLog(t, p)))
+	for sc.Scan() {
+		var rec struct {
+			Msg      string `json:"msg"`
+			HTTPAddr string `json:"http_addr"`
+		}
+		if json.Unmarshal(sc.Bytes(), &rec) == nil && rec.Msg == "worker running" {
+			return rec.HTTPAddr
+		}
+	}
+	return ""
+}
+
+// getStatus decodes the worker's /status into v.
+func getStatus(ctx context.Context, t *testing.T, p *workerProc, v any) {
+	t.Helper()
+	var addr string
+	if err := poll(ctx, pollEvery, func() (bool, error) { addr = httpAddr(t, p); return addr != "", nil }); err != nil {
+		t.Fatalf("no \"worker running\" line: %v", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/status", addr), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,179 @@
+package mongo_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/testenv"
+	"github.com/outboxrelay/outbox/metrics"
+	"github.com/outboxrelay/outbox/mongo"
+	"github.com/outboxrelay/outbox/ops"
+	"github.com/outboxrelay/outbox/recovery"
+)
+
+func TestOldestNewAgeIsNeverNegative(t *testing.T) {
+	t.Parallel()
+	created := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	st := mongo.Stats{OldestNew: created}
+	if age := st.OldestNewAge(created.Add(-time.Minute)); age != 0 {
+		t.Errorf("age of an event created after now = %s, want 0", age)
+	}
+	if age := st.OldestNewAge(created.Add(time.Minute)); age != time.Minute {
+		t.Errorf("age = %s, want 1m", age)
+	}
+}
+
+type readyBroker struct{}
+
+func (readyBroker) Ready() error { return nil }
+
+type idleJob struct{}
+
+func (idleJob) LastRun() time.Time { return time.Time{} }
+func (idleJob) Trigger()           {}
+
+// A worker whose clock is an hour off reports the same ages, and takes back
+// the same stale claims, as one whose clock is right: every age is
+// measured with the database server's clock. The server runs on this
+// machine, so its clock is the real one and the events' times are written
+// against it here.
+func TestAgesUseTheServersClockWhateverTheWorkersSays(t *testing.T) {
+	t.Parallel()
+	const (
+		oldestAge  = 30 * time.Second
+		staleAfter = 10 * time.Second
+	)
+	for _, skew := range []time.Duration{-time.Hour, time.Hour} {
+		t.Run(skew.String(), func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			db := testenv.Database(t)
+			coll := db.Collection(mongo.CollectionDefault)
+			store := mongo.New(db.Client(), mongo.Config{Database: db.Name(), Logger: slog.New(slog.DiscardHandler)})
+			clock := mongo.NewClock(db.Client(), slog.New(slog.DiscardHandler))
+			mongo.SetLocalClock(clock, func() time.Time { return time.Now().Add(skew) })
+			if err := clock.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+
+			now := time.Now().UTC()
+			if _, err := coll.InsertMany(ctx, []any{
+				bson.D{{Key: events.FieldID, Value: "new"}, {Key: events.FieldType, Value: "t"},
+					{Key: events.FieldStatus, Value: events.StatusNew}, {Key: events.FieldCreatedAt, Value: now.Add(-oldestAge)}},
+				// Claimed a second ago: fresh, whatever the worker's clock says.
+				bson.D{{Key: events.FieldID, Value: "fresh"}, {Key: events.FieldType, Value: "t"},
+					{Key: events.FieldStatus, Value: events.StatusProcessing}, {Key: events.FieldCreatedAt, Value: now.Add(-time.Minute)},
+					{Key: events.FieldProcessingAt, Value: now.Add(-time.Second)}, {Key: events.FieldAttempts, Value: 1}},
+				// Claimed 20 s ago: stale.
+				bson.D{{Key: events.FieldID, Value: "stale"}, {Key: events.FieldType, Value: "t"},
+					{Key: events.FieldStatus, Value: events.StatusProcessing}, {Key: events.FieldCreatedAt, Value: now.Add(-time.Minute)},
+					{Key: events.FieldProcessingAt, Value: now.Add(-2 * staleAfter)}, {Key: events.FieldAttempts, Value: 1}},
+			}); err != nil {
+				t.Fatal(err)
+			}
+			// The oldest age may read a little more than oldestAge: the
+			// test's own time passes.
+			ageRight := func(age time.Duration) bool { return age >= oldestAge-time.Second && age < oldestAge+10*time.Second }
+
+			// worker stats and /status: Stats at the clock's now.
+			st, err := store.Stats(ctx, clock.Now().Add(-staleAfter))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if age := st.OldestNewAge(clock.Now()); !ageRight(age) {
+				t.Errorf("OldestNewAge = %s, want about %s", age, oldestAge)
+			}
+			if st.Stale != 1 {
+				t.Errorf("stale count = %d, want 1 (only the claim 20 s old)", st.Stale)
+			}
+
+			// The sampler's gauges.
+			m := metrics.New(nil)
+			sampler, err := ops.NewSampler(store, staleAfter, "@every 1h", clock.Now, m, slog.New(slog.DiscardHandler))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := sampler.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = sampler.Stop(context.Background()) })
+			waitUntil(t, "the sampler's first sample", func() bool { return testutil.ToFloat64(m.StaleProcessing) == 1 })
+			waitUntil(t, "the oldest-age gauge", func() bool { return testutil.ToFloat64(m.OldestNewAge) > 0 })
+			if age := time.Duration(testutil.ToFloat64(m.OldestNewAge) * float64(time.Second)); !ageRight(age) {
+				t.Errorf("outbox_oldest_new_event_age_seconds = %s, want about %s", age, oldestAge)
+			}
+
+			// /status.
+			srv := ops.NewServer(ops.ServerConfig{
+				Addr: "127.0.0.1:0", Store: store, Broker: readyBroker{}, StaleAfter: staleAfter,
+				Claimer: idleJob{}, Recovery: idleJob{}, Gatherer: prometheus.NewRegistry(),
+				Logger: slog.New(slog.DiscardHandler), Now: clock.Now,
+			})
+			if err := srv.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = srv.Stop(context.Background()) })
+			resp, err := http.Get("http://" + srv.Addr() + "/status")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var body struct {
+				OldestNewAgeSeconds float64 `json:"oldestNewAgeSeconds"`
+				StaleProcessing     int64   `json:"staleProcessing"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&body)
+			_ = resp.Body.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if age := time.Duration(body.OldestNewAgeSeconds * float64(time.Second)); !ageRight(age) || body.StaleProcessing != 1 {
+				t.Errorf("/status: oldest age %s, stale %d; want about %s and 1", age, body.StaleProcessing, oldestAge)
+			}
+
+			// Recovery takes back the stale claim and only it.
+			rec, err := recovery.New(store, recovery.Config{
+				Schedule: "@every 1h", StaleAfter: staleAfter, Now: clock.Now, Logger: slog.New(slog.DiscardHandler),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := rec.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = rec.Stop(context.Background()) })
+			rec.Trigger()
+			waitUntil(t, "recovery's run", func() bool { return !rec.LastRun().IsZero() })
+			for id, want := range map[string]events.Status{"fresh": events.StatusProcessing, "stale": events.StatusNew} {
+				var doc struct {
+					Status events.Status `bson:"status"`
+				}
+				if err := coll.FindOne(ctx, bson.D{{Key: events.FieldID, Value: id}}).Decode(&doc); err != nil {
+					t.Fatal(err)
+				}
+				if doc.Status != want {
+					t.Errorf("%s claim after recovery: %s, want %s", id, doc.Status, want)
+				}
+			}
+		})
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 20s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

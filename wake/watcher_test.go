@@ -1,0 +1,111 @@
+package wake_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/testenv"
+	"github.com/outboxrelay/outbox/mongo"
+	"github.com/outboxrelay/outbox/wake"
+)
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 20s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestWatcherWakesOnInsertsOrFallsBackToPolling(t *testing.T) {
+	t.Parallel()
+	coll := testenv.Database(t).Collection(mongo.CollectionDefault)
+	var logs lockedBuffer
+	var triggers atomic.Int32
+	w, err := wake.New(wake.Config{
+		Collection: coll,
+		Trigger:    func() { triggers.Add(1) },
+		BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := w.Stop(ctx); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	})
+	waitFor(t, "the first stream opened or refused", func() bool { return w.Mode() != wake.ModeStarting })
+
+	insert := func() {
+		t.Helper()
+		if _, err := coll.InsertOne(t.Context(), bson.D{
+			{Key: events.FieldType, Value: "order.created"},
+			{Key: events.FieldStatus, Value: events.StatusNew},
+			{Key: events.FieldCreatedAt, Value: time.Now()},
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !testenv.IsFerretDB() {
+		// A replica set: an insert of a NEW event wakes the claimer.
+		if w.Mode() != wake.ModeChangeStream {
+			t.Fatalf("Mode = %q on MongoDB (a replica set), want %q; log:\n%s", w.Mode(), wake.ModeChangeStream, logs.String())
+		}
+		insert()
+		waitFor(t, "a trigger after an insert", func() bool { return triggers.Load() > 0 })
+		return
+	}
+	// FerretDB refuses change streams: the watcher says so once and ends.
+	if w.Mode() != wake.ModePolling {
+		t.Fatalf("Mode = %q on FerretDB, want %q; log:\n%s", w.Mode(), wake.ModePolling, logs.String())
+	}
+	insert()
+	if err := w.Stop(t.Context()); err != nil { // the watcher has ended: Stop returns at once
+		t.Fatal(err)
+	}
+	if n := strings.Count(logs.String(), "change streams are not supported"); n != 1 {
+		t.Errorf("the fallback was logged %d times, want once; log:\n%s", n, logs.String())
+	}
+	if strings.Contains(logs.String(), "level=WARN") {
+		t.Errorf("a refused change stream is not a warning:\n%s", logs.String())
+	}
+	if n := triggers.Load(); n != 0 {
+		t.Errorf("%d triggers without a change stream, want 0", n)
+	}
+	t.Logf("fallback log: %s", strings.TrimSpace(logs.String()))
+}
