@@ -8,8 +8,9 @@ BIN           := bin
 PKGS          := ./...
 TEST_FLAGS    ?= -count=1 -timeout 20m
 # The packages whose goroutines share state (publisher, claimer, schedules,
-# HTTP server, inbox): make test runs them under the race detector too.
-RACE_PKGS     := ./broker/... ./claim/... ./schedule/... ./ops/... ./inbox/... ./retention/... ./recovery/...
+# HTTP server, inbox, partition ownership, wake-up): make test runs them
+# under the race detector too.
+RACE_PKGS     := ./broker/... ./claim/... ./schedule/... ./ops/... ./inbox/... ./retention/... ./recovery/... ./ownership/... ./wake/...
 
 .DEFAULT_GOAL := help
 
