@@ -357,13 +357,17 @@ func (s *Store) capBatch(n int32) int32 {
 }
 
 // noteReplySizes keeps what findBatch needs: the largest document a
-// successful claim read. After a failed find the next claim reads one
-// document per reply, since a reply too large to read fails the same way
-// every time; the claim after a success goes back to whole batches. An
-// outage thus costs one claim of small replies once it is over.
-func (s *Store) noteReplySizes(docs []bson.Raw, err error) {
+// successful claim read. After a find failed for another reason than its
+// context or a timeout, the next claim reads one document per reply, since
+// a reply too large to read fails the same way every time; the claim after
+// a success goes back to whole batches. A claim cut off by its deadline
+// says nothing about reply sizes: shrinking its replies then would only
+// make the next claim slower and cut off again.
+func (s *Store) noteReplySizes(ctx context.Context, docs []bson.Raw, err error) {
 	if err != nil {
-		s.largestDoc.Store(replyBudget)
+		if ctx.Err() == nil && !mongo.IsTimeout(err) {
+			s.largestDoc.Store(replyBudget)
+		}
 		return
 	}
 	var largest int64

@@ -54,7 +54,7 @@ func (s *Store) findClaimable(ctx context.Context, now time.Time, limit events.C
 // readHead reads NEW due events in claim order and keeps those of owned
 // partitions whose key is not held, up to limit; see findClaimable.
 func (s *Store) readHead(ctx context.Context, now time.Time, limit events.ClaimLimit, held map[string]bool, exclude bson.A) (docs []bson.Raw, more bool, err error) {
-	defer func() { s.noteReplySizes(docs, err) }()
+	defer func() { s.noteReplySizes(ctx, docs, err) }()
 	owned := 0
 	for _, o := range limit.Owned {
 		if o {
