@@ -205,13 +205,19 @@ type heldQuery struct {
 // exclude names keys held by FAILED or backing-off events, which hold for
 // long and may have many NEW events waiting behind them, so that the
 // claim's finds leave those out instead of reading them every time.
+// heldBatch is the reply batch of the held reads: their documents are a
+// few projected fields, and with several replicas the PROCESSING read
+// returns every other replica's batch in flight; the default first batch
+// (101) cost a getMore per hundred of them on every claim.
+const heldBatch = 10000
+
 func (s *Store) heldKeys(ctx context.Context, now time.Time, failedHolds bool) (held map[string]bool, exclude bson.A, err error) {
 	held = map[string]bool{}
 	proj := options.Find().SetProjection(bson.D{
 		{Key: events.FieldAggregateType, Value: 1}, {Key: events.FieldAggregateID, Value: 1},
 		{Key: events.FieldStatus, Value: 1}, {Key: events.FieldRetryAt, Value: 1},
 		{Key: events.FieldSkippedAt, Value: 1},
-	})
+	}).SetBatchSize(heldBatch)
 	queries := []heldQuery{{filter: bson.D{{Key: events.FieldStatus, Value: events.StatusProcessing}}}}
 	if failedHolds {
 		// Skipped events hold nothing: left out by the server where it can.
