@@ -13,8 +13,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/outboxrelay/outbox/broker"
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/redact"
 	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/mongo"
 )
@@ -53,8 +53,8 @@ func friendlyScenario(t *testing.T, s stack, n int) {
 		WakeUp     string  `json:"wakeUp"`
 	}
 	getStatus(ctx, t, p, &status)
-	if status.BrokerNode == nil || *status.BrokerNode != broker.Redact(s.amqpURL) {
-		t.Errorf("/status brokerNode = %v, want the second node %q", status.BrokerNode, broker.Redact(s.amqpURL))
+	if status.BrokerNode == nil || *status.BrokerNode != redact.URL(s.amqpURL) {
+		t.Errorf("/status brokerNode = %v, want the second node %q", status.BrokerNode, redact.URL(s.amqpURL))
 	}
 	wantWake := "polling"
 	if s.atomicClaims {
