@@ -17,15 +17,11 @@ import (
 // backlog of NEW events, first alone, then with published history in the
 // same collection: a claim that filters on status first never reads it.
 func (b *bench) claimLatency(ctx context.Context) error {
-	coll, err := b.collection(ctx, "claim_latency")
+	coll, store, err := b.preparedCollection(ctx, "claim_latency")
 	if err != nil {
 		return err
 	}
 	defer dropQuietly(coll)
-	store := mongo.New(b.client, mongo.Config{Database: databaseName, Collection: coll.Name(), Logger: b.logger})
-	if err := store.Prepare(ctx); err != nil {
-		return err
-	}
 	if _, err := insertEvents(ctx, coll, b.cfg.ClaimNew, 0, eventDoc); err != nil {
 		return err
 	}
@@ -89,21 +85,31 @@ func (b *bench) timeClaims(ctx context.Context, store *mongo.Store, coll *driver
 			return nil, fmt.Errorf("claimed %d events, want %d", len(claimed), b.cfg.BatchSize)
 		}
 		runs = append(runs, round(float64(d)/float64(time.Millisecond), 1))
-		if _, err := coll.UpdateMany(ctx,
-			bson.D{{Key: events.FieldStatus, Value: events.StatusProcessing}, {Key: events.FieldClaimToken, Value: lease.Token}},
-			bson.D{
-				{Key: "$set", Value: bson.D{{Key: events.FieldStatus, Value: events.StatusNew}}},
-				{Key: "$unset", Value: bson.D{
-					{Key: events.FieldWorkerID, Value: ""},
-					{Key: events.FieldProcessingAt, Value: ""},
-					{Key: events.FieldClaimToken, Value: ""},
-				}},
-				{Key: "$inc", Value: bson.D{{Key: events.FieldAttempts, Value: -1}}},
-			}); err != nil {
-			return nil, fmt.Errorf("put claimed events back to NEW: %w", err)
+		if err := releaseClaim(ctx, coll, lease.Token); err != nil {
+			return nil, err
 		}
 	}
 	return runs, nil
+}
+
+// releaseClaim puts the events a timed claim took back to NEW, its
+// attempt refunded, so that the next claim runs on the same backlog.
+func releaseClaim(ctx context.Context, coll *driver.Collection, token string) error {
+	_, err := coll.UpdateMany(ctx,
+		bson.D{{Key: events.FieldStatus, Value: events.StatusProcessing}, {Key: events.FieldClaimToken, Value: token}},
+		bson.D{
+			{Key: "$set", Value: bson.D{{Key: events.FieldStatus, Value: events.StatusNew}}},
+			{Key: "$unset", Value: bson.D{
+				{Key: events.FieldWorkerID, Value: ""},
+				{Key: events.FieldProcessingAt, Value: ""},
+				{Key: events.FieldClaimToken, Value: ""},
+			}},
+			{Key: "$inc", Value: bson.D{{Key: events.FieldAttempts, Value: -1}}},
+		})
+	if err != nil {
+		return fmt.Errorf("put claimed events back to NEW: %w", err)
+	}
+	return nil
 }
 
 func median(xs []float64) float64 {
