@@ -13,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/testenv"
 )
 
 // insertBacklog inserts n NEW events of type typ, insertChunk per
@@ -109,34 +110,37 @@ func statusCounts(t *testing.T, coll *driver.Collection) map[events.Status]int64
 	return out
 }
 
-// waitCount waits until filter matches want documents.
+// waitCount waits until filter matches want documents, until ctx's
+// deadline.
 func waitCount(ctx context.Context, t *testing.T, coll *driver.Collection, filter bson.D, want int64) {
 	t.Helper()
-	var got int64
-	err := poll(ctx, pollEvery, func() (bool, error) {
-		var err error
-		got, err = coll.CountDocuments(ctx, filter)
-		return got == want, err
+	explained(t, coll, func() {
+		testenv.Eventually(t, timeLeft(ctx), func() (bool, string) {
+			got, err := coll.CountDocuments(ctx, filter)
+			return err == nil && got == want, fmt.Sprintf("%d documents matching %v, want %d (error %v)", got, filter, want, err)
+		})
 	})
-	if err != nil {
-		t.Fatalf("waiting for %d documents matching %v (last count %d): %v; by status: %v", want, filter, got, err, statusCounts(t, coll))
-	}
 }
 
-// poll calls cond every interval until it reports done or fails, or ctx
-// ends.
-func poll(ctx context.Context, every time.Duration, cond func() (bool, error)) error {
-	ticker := time.NewTicker(every)
-	defer ticker.Stop()
-	for {
-		done, err := cond()
-		if err != nil || done {
-			return err
+// explained runs wait and, if wait fails the test, logs coll's documents
+// by status, which say where the relay stalled.
+func explained(t *testing.T, coll *driver.Collection, wait func()) {
+	t.Helper()
+	waited := false
+	defer func() {
+		if !waited {
+			t.Logf("documents by status: %v", statusCounts(t, coll))
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-ticker.C:
-		}
+	}()
+	wait()
+	waited = true
+}
+
+// timeLeft is what remains of ctx's deadline, for a wait bounded by the
+// scenario's timeout; testenv.WaitTimeout if ctx has none.
+func timeLeft(ctx context.Context) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		return time.Until(d)
 	}
+	return testenv.WaitTimeout
 }

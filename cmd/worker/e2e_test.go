@@ -25,6 +25,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/outboxrelay/outbox/internal/testenv"
+	"github.com/outboxrelay/outbox/mongo"
 )
 
 // Environment variables of the end-to-end tests.
@@ -43,8 +44,6 @@ const (
 	insertChunk = 500
 	// shutdownTimeout is the workers' OUTBOX_SHUTDOWN_TIMEOUT.
 	shutdownTimeout = 10 * time.Second
-	// pollEvery is how often the tests look at a condition they wait for.
-	pollEvery = 100 * time.Millisecond
 )
 
 // TestE2E runs every end-to-end scenario against embedded FerretDB (or the
@@ -143,6 +142,15 @@ func (s stack) connect(t *testing.T, poolSize uint64, more ...func(*options.Clie
 func (s stack) database(t *testing.T) *driver.Database {
 	t.Helper()
 	return uniqueDatabase(t, s.connect(t, testenv.ClientMaxPoolSize))
+}
+
+// relayed gives a scenario its own database, the outbox collection in
+// it, an exchange and a receiver bound to it before any worker starts.
+func (s stack) relayed(t *testing.T) (*driver.Database, *driver.Collection, string, *receiver) {
+	t.Helper()
+	db := s.database(t)
+	exchange := testenv.UniqueName(t, "ex_")
+	return db, db.Collection(mongo.CollectionDefault), exchange, consume(t, s, exchange)
 }
 
 // uniqueDatabase returns a database of client named for this test,

@@ -16,7 +16,7 @@ import (
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/redact"
 	"github.com/outboxrelay/outbox/internal/testenv"
-	"github.com/outboxrelay/outbox/mongo"
+	"github.com/outboxrelay/outbox/internal/workerproc"
 )
 
 // friendlyScenario: a worker given only a 10 s stale threshold (its publish
@@ -26,10 +26,7 @@ import (
 func friendlyScenario(t *testing.T, s stack, n int) {
 	ctx, cancel := context.WithTimeout(t.Context(), e2eTimeout(n))
 	defer cancel()
-	db := s.database(t)
-	coll := db.Collection(mongo.CollectionDefault)
-	exchange := testenv.UniqueName(t, "ex_")
-	r := consume(t, s, exchange)
+	db, coll, exchange, r := s.relayed(t)
 	ids := insertBacklog(ctx, t, coll, n, "e2e.friendly")
 
 	dead := deadAMQPURL(t, s.amqpURL)
@@ -43,9 +40,7 @@ func friendlyScenario(t *testing.T, s stack, n int) {
 		"OUTBOX_WORKER_ID":      db.Name() + "-friendly",
 	}
 	p := startWorker(t, "friendly", env)
-	if err := r.waitIDs(ctx, ids); err != nil {
-		t.Fatalf("%v; documents by status: %v", err, statusCounts(t, coll))
-	}
+	explained(t, coll, func() { r.waitIDs(ctx, t, ids) })
 	waitCount(ctx, t, coll, bson.D{{Key: events.FieldStatus, Value: events.StatusPublished}}, int64(n))
 
 	var status struct {
@@ -97,9 +92,9 @@ func deadAMQPURL(t *testing.T, amqpURL string) string {
 	return u
 }
 
-func readLog(t *testing.T, p *workerProc) string {
+func readLog(t *testing.T, p *workerproc.Proc) string {
 	t.Helper()
-	b, err := os.ReadFile(p.logPath)
+	b, err := os.ReadFile(p.LogPath())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +102,7 @@ func readLog(t *testing.T, p *workerProc) string {
 }
 
 // httpAddr is the address the worker's "worker running" line gives.
-func httpAddr(t *testing.T, p *workerProc) string {
+func httpAddr(t *testing.T, p *workerproc.Proc) string {
 	t.Helper()
 	sc := bufio.NewScanner(strings.NewReader(readLog(t, p)))
 	for sc.Scan() {
@@ -123,12 +118,13 @@ func httpAddr(t *testing.T, p *workerProc) string {
 }
 
 // getStatus decodes the worker's /status into v.
-func getStatus(ctx context.Context, t *testing.T, p *workerProc, v any) {
+func getStatus(ctx context.Context, t *testing.T, p *workerproc.Proc, v any) {
 	t.Helper()
 	var addr string
-	if err := poll(ctx, pollEvery, func() (bool, error) { addr = httpAddr(t, p); return addr != "", nil }); err != nil {
-		t.Fatalf("no \"worker running\" line: %v", err)
-	}
+	testenv.Eventually(t, timeLeft(ctx), func() (bool, string) {
+		addr = httpAddr(t, p)
+		return addr != "", `no "worker running" line in the log`
+	})
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/status", addr), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/testenv"
+	"github.com/outboxrelay/outbox/internal/workerproc"
 	"github.com/outboxrelay/outbox/mongo"
 )
 
@@ -122,7 +123,7 @@ func orderingScenario(t *testing.T, s stack, p orderPlan, ordering string) {
 		}
 	}
 
-	procs := make([]*workerProc, 3)
+	procs := make([]*workerproc.Proc, 3)
 	for i := range procs {
 		id := fmt.Sprintf("%s-w%d", db.Name(), i)
 		env := s.workerEnv(db.Name(), exchange, id)
@@ -146,11 +147,9 @@ func orderingScenario(t *testing.T, s stack, p orderPlan, ordering string) {
 
 	// 1. Kill a worker while it holds a claim: its batch may have reached
 	// the broker unconfirmed and will be published again.
-	if err := r.waitDistinct(ctx, len(planned)/8); err != nil {
-		t.Fatalf("before the kill: %v; documents by status: %v", err, statusCounts(t, coll))
-	}
-	stranded := killHolding(ctx, t, coll, r.receiver, victim, victim.name, len(planned))
-	t.Logf("killed %s holding %d events; %d of %d events received", victim.name, len(stranded), r.distinct(), len(planned))
+	explained(t, coll, func() { r.waitDistinct(ctx, t, len(planned)/8) })
+	stranded := killHolding(ctx, t, coll, r.receiver, victim, victim.Name(), len(planned))
+	t.Logf("killed %s holding %d events; %d of %d events received", victim.Name(), len(stranded), r.distinct(), len(planned))
 
 	// 2. The late events have been returned and retried with backoff:
 	// nothing after them in their aggregate may have arrived. Then they
@@ -182,9 +181,7 @@ func orderingScenario(t *testing.T, s stack, p orderPlan, ordering string) {
 
 	// 3. Everything but the poison events and what waits behind them
 	// arrives; the poison events are FAILED.
-	if err := r.waitIDs(ctx, rest); err != nil {
-		t.Fatalf("%v; documents by status: %v", err, statusCounts(t, coll))
-	}
+	explained(t, coll, func() { r.waitIDs(ctx, t, rest) })
 	waitCount(ctx, t, coll, bson.D{
 		{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: []string{requeuedPoison, skippedPoison}}}},
 		{Key: events.FieldStatus, Value: events.StatusFailed},
@@ -219,9 +216,7 @@ func orderingScenario(t *testing.T, s stack, p orderPlan, ordering string) {
 	}
 	runTool(ctx, t, env, 0, "requeue", "--id", requeuedPoison)
 	runTool(ctx, t, env, 0, "skip", "--id", skippedPoison, "--by", "e2e-operator", "--reason", "poison header in a test")
-	if err := r.waitIDs(ctx, append(slices.Clone(behindPoison), requeuedPoison)); err != nil {
-		t.Fatalf("after the requeue and the skip: %v; documents by status: %v", err, statusCounts(t, coll))
-	}
+	explained(t, coll, func() { r.waitIDs(ctx, t, append(slices.Clone(behindPoison), requeuedPoison)) })
 	waitCount(ctx, t, coll, bson.D{{Key: events.FieldStatus, Value: events.StatusPublished}}, int64(len(planned)-1))
 	stopWorkers(t, procs[1:]...)
 	r.drain(t)

@@ -70,49 +70,44 @@ func (r *receiver) distinct() int {
 	return d
 }
 
-// waitDistinct waits until n distinct messages have arrived.
-func (r *receiver) waitDistinct(ctx context.Context, n int) error {
-	err := poll(ctx, pollEvery, func() (bool, error) { return r.distinct() >= n, nil })
-	if err != nil {
+// waitDistinct waits until n distinct messages have arrived, until ctx's
+// deadline.
+func (r *receiver) waitDistinct(ctx context.Context, t *testing.T, n int) {
+	t.Helper()
+	testenv.Eventually(t, timeLeft(ctx), func() (bool, string) {
 		d, total, _ := r.snapshot()
-		return fmt.Errorf("%d of %d events received (%d deliveries): %w", d, n, total, err)
-	}
-	return nil
+		return d >= n, fmt.Sprintf("%d of %d events received (%d deliveries)", d, n, total)
+	})
 }
 
-// waitIDs waits until every id has arrived.
-func (r *receiver) waitIDs(ctx context.Context, ids []string) error {
-	var missing []string
-	err := poll(ctx, pollEvery, func() (bool, error) {
+// waitIDs waits until every id has arrived, until ctx's deadline.
+func (r *receiver) waitIDs(ctx context.Context, t *testing.T, ids []string) {
+	t.Helper()
+	testenv.Eventually(t, timeLeft(ctx), func() (bool, string) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		missing = missing[:0]
+		var missing []string
 		for _, id := range ids {
 			if r.counts[id] == 0 {
 				missing = append(missing, id)
 			}
 		}
-		return len(missing) == 0, nil
+		return len(missing) == 0, fmt.Sprintf("%d of %d events never arrived (e.g. %v)", len(missing), len(ids), missing[:min(len(missing), 5)])
 	})
-	if err != nil {
-		return fmt.Errorf("%d of %d events never arrived (e.g. %v): %w", len(missing), len(ids), missing[:min(len(missing), 5)], err)
-	}
-	return nil
 }
 
 // drain waits, once every publisher has stopped, for deliveries still on
-// their way: until none has arrived for a second, at most 15 s.
+// their way: until none has arrived for a second. With nothing left to
+// publish them, deliveries that keep coming for 15 s are a failure.
 func (r *receiver) drain(t *testing.T) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
-	defer cancel()
 	_, total, _ := r.snapshot()
 	quietSince := time.Now()
-	_ = poll(ctx, pollEvery, func() (bool, error) {
+	testenv.Eventually(t, 15*time.Second, func() (bool, string) {
 		if _, now, _ := r.snapshot(); now != total {
 			total, quietSince = now, time.Now()
 		}
-		return time.Since(quietSince) >= time.Second, nil
+		return time.Since(quietSince) >= time.Second, fmt.Sprintf("still receiving after every worker stopped (%d deliveries)", total)
 	})
 }
 

@@ -5,7 +5,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"syscall"
 	"testing"
@@ -16,7 +15,7 @@ import (
 
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/testenv"
-	"github.com/outboxrelay/outbox/mongo"
+	"github.com/outboxrelay/outbox/internal/workerproc"
 )
 
 // relayScenario: workers relay a backlog of n events; every event arrives
@@ -24,23 +23,18 @@ import (
 func relayScenario(t *testing.T, s stack, workers, n int) {
 	ctx, cancel := context.WithTimeout(t.Context(), e2eTimeout(n))
 	defer cancel()
-	db := s.database(t)
-	coll := db.Collection(mongo.CollectionDefault)
-	exchange := testenv.UniqueName(t, "ex_")
-	r := consume(t, s, exchange)
+	db, coll, exchange, r := s.relayed(t)
 
 	firstInsert := time.Now()
 	ids := insertBacklog(ctx, t, coll, n, "e2e.relayed")
 	inserted := time.Now()
-	procs := make([]*workerProc, workers)
+	procs := make([]*workerproc.Proc, workers)
 	for i := range procs {
 		id := fmt.Sprintf("%s-w%d", db.Name(), i)
 		procs[i] = startWorker(t, id, s.workerEnv(db.Name(), exchange, id))
 	}
 
-	if err := r.waitDistinct(ctx, n); err != nil {
-		t.Fatalf("%v; documents by status: %v", err, statusCounts(t, coll))
-	}
+	explained(t, coll, func() { r.waitDistinct(ctx, t, n) })
 	_, _, last := r.snapshot()
 	waitCount(ctx, t, coll, bson.D{{Key: events.FieldStatus, Value: events.StatusPublished}}, int64(n))
 	stopWorkers(t, procs...)
@@ -66,13 +60,10 @@ func relayScenario(t *testing.T, s stack, workers, n int) {
 func killScenario(t *testing.T, s stack, n int) {
 	ctx, cancel := context.WithTimeout(t.Context(), e2eTimeout(n)+time.Minute)
 	defer cancel()
-	db := s.database(t)
-	coll := db.Collection(mongo.CollectionDefault)
-	exchange := testenv.UniqueName(t, "ex_")
-	r := consume(t, s, exchange)
+	db, coll, exchange, r := s.relayed(t)
 
 	ids := insertBacklog(ctx, t, coll, n, "e2e.killed")
-	procs := make([]*workerProc, 3)
+	procs := make([]*workerproc.Proc, 3)
 	workerIDs := make([]string, len(procs))
 	for i := range procs {
 		workerIDs[i] = fmt.Sprintf("%s-w%d", db.Name(), i)
@@ -80,16 +71,12 @@ func killScenario(t *testing.T, s stack, n int) {
 	}
 	victim, victimID := procs[0], workerIDs[0]
 
-	if err := r.waitDistinct(ctx, n/5); err != nil {
-		t.Fatalf("before the kill: %v", err)
-	}
+	r.waitDistinct(ctx, t, n/5)
 	stranded := killHolding(ctx, t, coll, r, victim, victimID, n)
 	killedAt := time.Now()
 	t.Logf("killed %s holding %d events; %d of %d events received", victimID, len(stranded), r.distinct(), n)
 
-	if err := r.waitDistinct(ctx, n); err != nil {
-		t.Fatalf("after the kill: %v; documents by status: %v", err, statusCounts(t, coll))
-	}
+	explained(t, coll, func() { r.waitDistinct(ctx, t, n) })
 	recovered := time.Since(killedAt)
 	waitCount(ctx, t, coll, bson.D{{Key: events.FieldStatus, Value: events.StatusPublished}}, int64(n))
 	stopWorkers(t, procs[1:]...)
@@ -131,23 +118,30 @@ func killScenario(t *testing.T, s stack, n int) {
 // checkEveryWorkerPublished checks that each worker marked some events
 // PUBLISHED (the mark keeps workerId): a worker stuck at start would
 // otherwise go unnoticed behind the others.
-func checkEveryWorkerPublished(ctx context.Context, t *testing.T, coll *driver.Collection, procs []*workerProc) {
+func checkEveryWorkerPublished(ctx context.Context, t *testing.T, coll *driver.Collection, procs []*workerproc.Proc) {
 	t.Helper()
 	counts := make([]int64, len(procs))
 	for i, p := range procs {
-		n, err := coll.CountDocuments(ctx, bson.D{
-			{Key: events.FieldStatus, Value: events.StatusPublished},
-			{Key: events.FieldWorkerID, Value: p.name},
-		})
-		if err != nil {
-			t.Fatalf("count events published by %s: %v", p.name, err)
-		}
-		counts[i] = n
-		if n == 0 {
-			t.Errorf("%s published no event", p.name)
+		counts[i] = publishedBy(ctx, t, coll, p)
+		if counts[i] == 0 {
+			t.Errorf("%s published no event", p.Name())
 		}
 	}
 	t.Logf("events published per worker: %v", counts)
+}
+
+// publishedBy counts the events p marked PUBLISHED (the mark keeps
+// workerId).
+func publishedBy(ctx context.Context, t *testing.T, coll *driver.Collection, p *workerproc.Proc) int64 {
+	t.Helper()
+	n, err := coll.CountDocuments(ctx, bson.D{
+		{Key: events.FieldStatus, Value: events.StatusPublished},
+		{Key: events.FieldWorkerID, Value: p.Name()},
+	})
+	if err != nil {
+		t.Fatalf("count events published by %s: %v", p.Name(), err)
+	}
+	return n
 }
 
 // killHolding kills the worker while it holds claimed events and returns
@@ -156,34 +150,37 @@ func checkEveryWorkerPublished(ctx context.Context, t *testing.T, coll *driver.C
 // sent finish on the server, which may still mark or release them; if it
 // still holds events then, it kills it (SIGKILL), else lets it go on and
 // tries again.
-func killHolding(ctx context.Context, t *testing.T, coll *driver.Collection, r *receiver, p *workerProc, workerID string, n int) []any {
+func killHolding(ctx context.Context, t *testing.T, coll *driver.Collection, r *receiver, p *workerproc.Proc, workerID string, n int) []any {
 	t.Helper()
 	held := bson.D{
 		{Key: events.FieldStatus, Value: events.StatusProcessing},
 		{Key: events.FieldWorkerID, Value: workerID},
 	}
 	var ids []any
-	err := poll(ctx, 20*time.Millisecond, func() (bool, error) {
+	testenv.Eventually(t, timeLeft(ctx), func() (bool, string) {
 		if got := r.distinct(); got >= n {
-			return false, fmt.Errorf("all %d events arrived before %s could be killed holding a claim", got, workerID)
+			t.Fatalf("all %d events arrived before %s could be killed holding a claim", got, workerID)
 		}
 		c, err := coll.CountDocuments(ctx, held)
 		if err != nil || c == 0 {
-			return false, err
+			return false, fmt.Sprintf("%s holds no claim (error %v)", workerID, err)
 		}
-		if err := p.signal(syscall.SIGSTOP); err != nil {
-			return false, err
+		if err := p.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
 		}
-		if c, err = settledCount(ctx, coll, held); err != nil || c == 0 {
-			return false, errors.Join(err, p.signal(syscall.SIGCONT))
+		if c := settledCount(ctx, t, coll, held); c == 0 {
+			if err := p.Signal(syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			return false, fmt.Sprintf("%s's claims were settled when it froze", workerID)
 		}
 		ids = findIDs(ctx, t, coll, held)
-		return true, p.signal(syscall.SIGKILL)
+		if err := p.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		return true, ""
 	})
-	if err != nil {
-		t.Fatalf("kill %s while it holds a claim: %v", workerID, err)
-	}
-	if _, exited := p.wait(10 * time.Second); !exited {
+	if _, exited := p.Wait(10 * time.Second); !exited {
 		t.Fatalf("%s did not die of SIGKILL", workerID)
 	}
 	return ids
@@ -193,25 +190,20 @@ func killHolding(ctx context.Context, t *testing.T, coll *driver.Collection, r *
 // for a second (giving up after 30 s: under -race one count on the embedded
 // FerretDB can take seconds): the commands of a frozen worker still running
 // on the server have finished by then.
-func settledCount(ctx context.Context, coll *driver.Collection, filter bson.D) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	last, err := coll.CountDocuments(ctx, filter)
-	if err != nil {
-		return 0, err
-	}
-	stableSince := time.Now()
-	err = poll(ctx, 250*time.Millisecond, func() (bool, error) {
+func settledCount(ctx context.Context, t *testing.T, coll *driver.Collection, filter bson.D) int64 {
+	t.Helper()
+	last, stableSince := int64(-1), time.Now()
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
 		c, err := coll.CountDocuments(ctx, filter)
 		if err != nil {
-			return false, err
+			t.Fatalf("count claims: %v", err)
 		}
 		if c != last {
 			last, stableSince = c, time.Now()
 		}
-		return time.Since(stableSince) >= time.Second, nil
+		return time.Since(stableSince) >= time.Second, fmt.Sprintf("the count of %v still changes (%d)", filter, last)
 	})
-	return last, err
+	return last
 }
 
 // shutdownScenario: SIGTERM a worker in the middle of a backlog of n; it
@@ -220,27 +212,22 @@ func settledCount(ctx context.Context, coll *driver.Collection, filter bson.D) (
 func shutdownScenario(t *testing.T, s stack, n int) {
 	ctx, cancel := context.WithTimeout(t.Context(), e2eTimeout(n))
 	defer cancel()
-	db := s.database(t)
-	coll := db.Collection(mongo.CollectionDefault)
-	exchange := testenv.UniqueName(t, "ex_")
-	r := consume(t, s, exchange)
+	db, coll, exchange, r := s.relayed(t)
 
 	insertBacklog(ctx, t, coll, n, "e2e.stopped")
 	workerID := db.Name() + "-w0"
 	p := startWorker(t, workerID, s.workerEnv(db.Name(), exchange, workerID))
-	if err := r.waitDistinct(ctx, 1); err != nil {
-		t.Fatalf("before SIGTERM: %v", err)
-	}
-	if err := p.signal(syscall.SIGTERM); err != nil {
+	r.waitDistinct(ctx, t, 1)
+	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	sent := time.Now()
-	code, exited := p.wait(shutdownTimeout + 5*time.Second)
+	state, exited := p.Wait(shutdownTimeout + 5*time.Second)
 	took := time.Since(sent)
 	if !exited {
 		t.Fatalf("worker still running %s after SIGTERM (OUTBOX_SHUTDOWN_TIMEOUT %s)", took.Round(time.Millisecond), shutdownTimeout)
 	}
-	if code != 0 {
+	if code := state.ExitCode(); code != 0 {
 		t.Errorf("worker exited with code %d after SIGTERM, want 0", code)
 	}
 	if took > shutdownTimeout {
@@ -276,7 +263,5 @@ func shutdownScenario(t *testing.T, s stack, n int) {
 	for i, id := range published {
 		want[i] = idString(id)
 	}
-	if err := r.waitIDs(ctx, want); err != nil {
-		t.Error(err)
-	}
+	r.waitIDs(ctx, t, want)
 }

@@ -9,8 +9,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/outboxrelay/outbox/events"
-	"github.com/outboxrelay/outbox/internal/testenv"
-	"github.com/outboxrelay/outbox/mongo"
+	"github.com/outboxrelay/outbox/internal/workerproc"
 )
 
 // shareScenario: workers relay a backlog of n with ordering on (the
@@ -25,16 +24,13 @@ func shareScenario(t *testing.T, s stack, workers, n int) {
 	const sharePace = 250 * time.Millisecond
 	ctx, cancel := context.WithTimeout(t.Context(), e2eTimeout(n))
 	defer cancel()
-	db := s.database(t)
-	coll := db.Collection(mongo.CollectionDefault)
-	exchange := testenv.UniqueName(t, "ex_")
-	r := consume(t, s, exchange)
+	db, coll, exchange, r := s.relayed(t)
 
 	var ids []string
 	if !s.atomicClaims {
 		ids = insertBacklog(ctx, t, coll, n, "e2e.shared")
 	}
-	procs := make([]*workerProc, workers)
+	procs := make([]*workerproc.Proc, workers)
 	for i := range procs {
 		id := fmt.Sprintf("%s-w%d", db.Name(), i)
 		procs[i] = startWorker(t, id, s.workerEnv(db.Name(), exchange, id))
@@ -51,9 +47,7 @@ func shareScenario(t *testing.T, s stack, workers, n int) {
 		}
 		tick.Stop()
 	}
-	if err := r.waitDistinct(ctx, n); err != nil {
-		t.Fatalf("%v; documents by status: %v", err, statusCounts(t, coll))
-	}
+	explained(t, coll, func() { r.waitDistinct(ctx, t, n) })
 	waitCount(ctx, t, coll, bson.D{{Key: events.FieldStatus, Value: events.StatusPublished}}, int64(n))
 	stopWorkers(t, procs...)
 	r.drain(t)
@@ -65,16 +59,10 @@ func shareScenario(t *testing.T, s stack, workers, n int) {
 	}
 	// Each PUBLISHED document keeps the id of the worker that marked it.
 	for _, p := range procs {
-		c, err := coll.CountDocuments(ctx, bson.D{
-			{Key: events.FieldStatus, Value: events.StatusPublished},
-			{Key: events.FieldWorkerID, Value: p.name},
-		})
-		if err != nil {
-			t.Fatalf("count events published by %s: %v", p.name, err)
-		}
-		t.Logf("%s published %d of %d events", p.name, c, n)
+		c := publishedBy(ctx, t, coll, p)
+		t.Logf("%s published %d of %d events", p.Name(), c, n)
 		if share := int64(n / (workers * 10)); c < share {
-			t.Errorf("%s published %d of %d events, want at least %d (a tenth of an even share)", p.name, c, n, share)
+			t.Errorf("%s published %d of %d events, want at least %d (a tenth of an even share)", p.Name(), c, n, share)
 		}
 	}
 }

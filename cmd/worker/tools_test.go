@@ -18,6 +18,7 @@ import (
 
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/testenv"
+	"github.com/outboxrelay/outbox/internal/workerproc"
 	"github.com/outboxrelay/outbox/mongo"
 )
 
@@ -88,7 +89,7 @@ func TestRequeueIDsFrom(t *testing.T) {
 func runToolStdin(ctx context.Context, t *testing.T, env map[string]string, input string, wantCode int, args ...string) string {
 	t.Helper()
 	cmd := exec.CommandContext(ctx, workerBinary(t), args...)
-	cmd.Env = processEnv(env)
+	cmd.Env = workerproc.Environ(env)
 	cmd.Stdin = strings.NewReader(input)
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -279,7 +280,7 @@ func toolsScenario(t *testing.T, s stack) {
 func runTool(ctx context.Context, t *testing.T, env map[string]string, wantCode int, args ...string) string {
 	t.Helper()
 	cmd := exec.CommandContext(ctx, workerBinary(t), args...)
-	cmd.Env = processEnv(env)
+	cmd.Env = workerproc.Environ(env)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
