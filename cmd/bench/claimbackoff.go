@@ -121,7 +121,7 @@ func (b *bench) claimCost(ctx context.Context, store *mongo.Store, coll *driver.
 			}
 		}
 		c.RunsMs = append(c.RunsMs, round(float64(d)/float64(time.Millisecond), 1))
-		if err := releaseClaim(ctx, coll, lease.Token); err != nil {
+		if _, err := store.Abandon(ctx, lease); err != nil { // back to NEW for the next run
 			return c, err
 		}
 	}

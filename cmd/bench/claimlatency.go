@@ -6,9 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
-	driver "go.mongodb.org/mongo-driver/v2/mongo"
-
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/mongo"
 )
@@ -27,7 +24,7 @@ func (b *bench) claimLatency(ctx context.Context) error {
 	}
 	c := ClaimLatency{New: b.cfg.ClaimNew, BatchSize: b.cfg.BatchSize, PublishedWanted: b.cfg.Published}
 	t0 := time.Now()
-	if c.EmptyRunsMs, err = b.timeClaims(ctx, store, coll); err != nil {
+	if c.EmptyRunsMs, err = b.timeClaims(ctx, store); err != nil {
 		return err
 	}
 	claims := time.Since(t0)
@@ -53,7 +50,7 @@ func (b *bench) claimLatency(ctx context.Context) error {
 	}
 	fmt.Fprintln(b.out)
 
-	if c.WithHistoryRunMs, err = b.timeClaims(ctx, store, coll); err != nil {
+	if c.WithHistoryRunMs, err = b.timeClaims(ctx, store); err != nil {
 		return err
 	}
 	c.WithHistoryMs = median(c.WithHistoryRunMs)
@@ -66,7 +63,7 @@ func (b *bench) claimLatency(ctx context.Context) error {
 
 // timeClaims times ClaimRuns claims, putting each claimed batch back to
 // NEW before the next, and returns the durations in milliseconds.
-func (b *bench) timeClaims(ctx context.Context, store *mongo.Store, coll *driver.Collection) ([]float64, error) {
+func (b *bench) timeClaims(ctx context.Context, store *mongo.Store) ([]float64, error) {
 	var runs []float64
 	for i := range b.cfg.ClaimRuns {
 		lease := events.Lease{
@@ -85,31 +82,11 @@ func (b *bench) timeClaims(ctx context.Context, store *mongo.Store, coll *driver
 			return nil, fmt.Errorf("claimed %d events, want %d", len(claimed), b.cfg.BatchSize)
 		}
 		runs = append(runs, round(float64(d)/float64(time.Millisecond), 1))
-		if err := releaseClaim(ctx, coll, lease.Token); err != nil {
+		if _, err := store.Abandon(ctx, lease); err != nil { // back to NEW for the next run
 			return nil, err
 		}
 	}
 	return runs, nil
-}
-
-// releaseClaim puts the events a timed claim took back to NEW, its
-// attempt refunded, so that the next claim runs on the same backlog.
-func releaseClaim(ctx context.Context, coll *driver.Collection, token string) error {
-	_, err := coll.UpdateMany(ctx,
-		bson.D{{Key: events.FieldStatus, Value: events.StatusProcessing}, {Key: events.FieldClaimToken, Value: token}},
-		bson.D{
-			{Key: "$set", Value: bson.D{{Key: events.FieldStatus, Value: events.StatusNew}}},
-			{Key: "$unset", Value: bson.D{
-				{Key: events.FieldWorkerID, Value: ""},
-				{Key: events.FieldProcessingAt, Value: ""},
-				{Key: events.FieldClaimToken, Value: ""},
-			}},
-			{Key: "$inc", Value: bson.D{{Key: events.FieldAttempts, Value: -1}}},
-		})
-	if err != nil {
-		return fmt.Errorf("put claimed events back to NEW: %w", err)
-	}
-	return nil
 }
 
 func median(xs []float64) float64 {
