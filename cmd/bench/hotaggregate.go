@@ -111,7 +111,7 @@ func (b *bench) hotRun(ctx context.Context, n int, ordering string) (HotRun, err
 	if err := cons.waitFor(ctx, n, drainTimeout); err != nil {
 		return run, err
 	}
-	order, last := cons.firstOrder()
+	order, last := cons.Order()
 	elapsed := last.Sub(start)
 	_, cmds, err := w.scrape(ctx)
 	if err != nil {

@@ -1,8 +1,8 @@
 package main
 
 import (
-	"slices"
-	"sync"
+	"github.com/outboxrelay/outbox/internal/tally"
+
 	"testing"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -14,11 +14,6 @@ type orderReceiver struct {
 	*receiver
 	queue, exchange string
 	ctl             *amqp.Channel // declares and binds; deliveries use another
-
-	mu    sync.Mutex
-	seq   int
-	first map[string]int
-	log   []string // message ids in order of first arrival
 }
 
 // consumeOrdered declares exchange as the worker does, an exclusive queue
@@ -30,9 +25,8 @@ func consumeOrdered(t *testing.T, s stack, exchange string, keys ...string) *ord
 	if err != nil {
 		t.Fatalf("dial RabbitMQ: %v", err)
 	}
-	r := &orderReceiver{receiver: &receiver{counts: map[string]int{}}, exchange: exchange, first: map[string]int{}}
-	done := make(chan struct{})
-	started := false
+	r := &orderReceiver{receiver: &receiver{tally.New()}, exchange: exchange}
+	var done <-chan struct{}
 	// Cleanups run last-registered first: workers (started after this)
 	// stop before the queue and exchange go.
 	t.Cleanup(func() {
@@ -42,7 +36,7 @@ func consumeOrdered(t *testing.T, s stack, exchange string, keys ...string) *ord
 			}
 		}
 		_ = conn.Close()
-		if started {
+		if done != nil {
 			<-done
 		}
 	})
@@ -68,14 +62,7 @@ func consumeOrdered(t *testing.T, s stack, exchange string, keys ...string) *ord
 	if err != nil {
 		t.Fatalf("consume queue %q: %v", q.Name, err)
 	}
-	started = true
-	go func() {
-		defer close(done)
-		for d := range deliveries {
-			r.receiver.add(d)
-			r.note(d.MessageId)
-		}
-	}()
+	done = r.Consume(deliveries)
 	return r
 }
 
@@ -87,30 +74,19 @@ func (r *orderReceiver) bind(t *testing.T, key string) {
 	}
 }
 
-func (r *orderReceiver) note(id string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, seen := r.first[id]; !seen {
-		r.first[id] = r.seq
-		r.log = append(r.log, id)
-	}
-	r.seq++
-}
-
-// arrived returns the message ids received so far.
+// arrived returns the message ids received so far, in order of first
+// arrival.
 func (r *orderReceiver) arrived() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.log)
+	order, _ := r.Order()
+	return order
 }
 
 // arrivedOf returns those of ids that have arrived.
 func (r *orderReceiver) arrivedOf(ids []string) []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	counts := r.Counts()
 	var out []string
 	for _, id := range ids {
-		if _, ok := r.first[id]; ok {
+		if counts[id] > 0 {
 			out = append(out, id)
 		}
 	}
@@ -119,22 +95,12 @@ func (r *orderReceiver) arrivedOf(ids []string) []string {
 
 // firstArrivals maps each message id to the position of its first
 // delivery among all deliveries.
-func (r *orderReceiver) firstArrivals() map[string]int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make(map[string]int, len(r.first))
-	for k, v := range r.first {
-		out[k] = v
-	}
-	return out
-}
+func (r *orderReceiver) firstArrivals() map[string]int { return r.FirstPositions() }
 
 // duplicates returns the ids delivered more than once, with their counts.
 func (r *orderReceiver) duplicates() map[string]int {
-	r.receiver.mu.Lock()
-	defer r.receiver.mu.Unlock()
 	out := map[string]int{}
-	for id, c := range r.counts {
+	for id, c := range r.Counts() {
 		if c > 1 {
 			out[id] = c
 		}

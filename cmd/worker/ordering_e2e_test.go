@@ -265,6 +265,6 @@ func orderingScenario(t *testing.T, s stack, p orderPlan, ordering string) {
 			t.Errorf("%d events first arrived before an earlier event of their aggregate:\n%s", len(v), strings.Join(v[:min(10, len(v))], "\n"))
 		}
 	}
-	distinct, total, _ := r.snapshot()
+	distinct, total, _ := r.Snapshot()
 	t.Logf("ordering=%s: %d events, %d deliveries (%d duplicates of %d stranded)", ordering, distinct, total, total-distinct, len(stranded))
 }

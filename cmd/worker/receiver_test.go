@@ -3,70 +3,36 @@ package main
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
-
+	"github.com/outboxrelay/outbox/internal/tally"
 	"github.com/outboxrelay/outbox/internal/testenv"
 )
 
 // receiver counts the deliveries of one exchange by message id.
-type receiver struct {
-	mu          sync.Mutex
-	counts      map[string]int
-	total       int
-	first, last time.Time
-}
+type receiver struct{ *tally.Tally }
 
 // consume binds a queue to exchange (see testenv.Consume) and counts what
 // arrives. Call it before starting workers.
 func consume(t *testing.T, s stack, exchange string) *receiver {
 	t.Helper()
-	r := &receiver{counts: map[string]int{}}
-	done := make(chan struct{})
-	started := false
+	r := &receiver{tally.New()}
+	var done <-chan struct{}
 	// Registered before Consume's cleanup, so it runs after it: the
-	// deliveries channel is closed by then and the goroutine returns.
+	// deliveries channel is closed by then and the tally's goroutine
+	// returns.
 	t.Cleanup(func() {
-		if started {
+		if done != nil {
 			<-done
 		}
 	})
-	deliveries := testenv.Consume(t, s.amqpURL, exchange)
-	started = true
-	go func() {
-		defer close(done)
-		for d := range deliveries {
-			r.add(d)
-		}
-	}()
+	done = r.Consume(testenv.Consume(t, s.amqpURL, exchange))
 	return r
 }
 
-func (r *receiver) add(d amqp.Delivery) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	now := time.Now()
-	if r.total == 0 {
-		r.first = now
-	}
-	r.last = now
-	r.total++
-	r.counts[d.MessageId]++
-}
-
-// snapshot returns the distinct message ids, the deliveries, and when the
-// last one arrived.
-func (r *receiver) snapshot() (distinct, total int, last time.Time) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.counts), r.total, r.last
-}
-
 func (r *receiver) distinct() int {
-	d, _, _ := r.snapshot()
+	d, _, _ := r.Snapshot()
 	return d
 }
 
@@ -75,7 +41,7 @@ func (r *receiver) distinct() int {
 func (r *receiver) waitDistinct(ctx context.Context, t *testing.T, n int) {
 	t.Helper()
 	testenv.Eventually(t, timeLeft(ctx), func() (bool, string) {
-		d, total, _ := r.snapshot()
+		d, total, _ := r.Snapshot()
 		return d >= n, fmt.Sprintf("%d of %d events received (%d deliveries)", d, n, total)
 	})
 }
@@ -84,11 +50,10 @@ func (r *receiver) waitDistinct(ctx context.Context, t *testing.T, n int) {
 func (r *receiver) waitIDs(ctx context.Context, t *testing.T, ids []string) {
 	t.Helper()
 	testenv.Eventually(t, timeLeft(ctx), func() (bool, string) {
-		r.mu.Lock()
-		defer r.mu.Unlock()
+		counts := r.Counts()
 		var missing []string
 		for _, id := range ids {
-			if r.counts[id] == 0 {
+			if counts[id] == 0 {
 				missing = append(missing, id)
 			}
 		}
@@ -101,10 +66,10 @@ func (r *receiver) waitIDs(ctx context.Context, t *testing.T, ids []string) {
 // publish them, deliveries that keep coming for 15 s are a failure.
 func (r *receiver) drain(t *testing.T) {
 	t.Helper()
-	_, total, _ := r.snapshot()
+	_, total, _ := r.Snapshot()
 	quietSince := time.Now()
 	testenv.Eventually(t, 15*time.Second, func() (bool, string) {
-		if _, now, _ := r.snapshot(); now != total {
+		if _, now, _ := r.Snapshot(); now != total {
 			total, quietSince = now, time.Now()
 		}
 		return time.Since(quietSince) >= time.Second, fmt.Sprintf("still receiving after every worker stopped (%d deliveries)", total)
@@ -114,16 +79,15 @@ func (r *receiver) drain(t *testing.T) {
 // checkExactly checks that the message ids received are exactly ids.
 func (r *receiver) checkExactly(t *testing.T, ids []string) {
 	t.Helper()
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	counts := r.Counts()
 	want := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		want[id] = true
-		if r.counts[id] == 0 {
+		if counts[id] == 0 {
 			t.Errorf("event %s never arrived", id)
 		}
 	}
-	for id := range r.counts {
+	for id := range counts {
 		if !want[id] {
 			t.Errorf("message %q arrived but no such event was inserted", id)
 		}

@@ -35,14 +35,14 @@ func relayScenario(t *testing.T, s stack, workers, n int) {
 	}
 
 	explained(t, coll, func() { r.waitDistinct(ctx, t, n) })
-	_, _, last := r.snapshot()
+	_, _, last := r.Snapshot()
 	waitCount(ctx, t, coll, bson.D{{Key: events.FieldStatus, Value: events.StatusPublished}}, int64(n))
 	stopWorkers(t, procs...)
 	r.drain(t)
 
 	r.checkExactly(t, ids)
 	checkEveryWorkerPublished(ctx, t, coll, procs)
-	distinct, total, _ := r.snapshot()
+	distinct, total, _ := r.Snapshot()
 	dups := total - distinct
 	seconds := last.Sub(firstInsert).Seconds()
 	t.Logf("%d workers relayed %d events: %d deliveries, %d duplicates; %.1f s from first insert to last receipt (%.1f s inserting)",
@@ -102,7 +102,7 @@ func killScenario(t *testing.T, s stack, n int) {
 	if reclaimed != len(stranded) {
 		t.Errorf("%d of %d stranded events PUBLISHED after a second claim, want all", reclaimed, len(stranded))
 	}
-	distinct, total, _ := r.snapshot()
+	distinct, total, _ := r.Snapshot()
 	dups := total - distinct
 	t.Logf("all %d events delivered %.1f s after the kill (stale after 15s, recovery every 2s); %d deliveries, %d duplicates",
 		n, recovered.Seconds(), total, dups)

@@ -53,7 +53,7 @@ func shareScenario(t *testing.T, s stack, workers, n int) {
 	r.drain(t)
 
 	r.checkExactly(t, ids)
-	distinct, total, _ := r.snapshot()
+	distinct, total, _ := r.Snapshot()
 	if dups := total - distinct; dups != 0 {
 		t.Errorf("%d duplicate deliveries of %d events, want none: replicas that own disjoint partitions never claim the same event", dups, n)
 	}
