@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -29,7 +28,7 @@ func friendlyScenario(t *testing.T, s stack, n int) {
 	db, coll, exchange, r := s.relayed(t)
 	ids := insertBacklog(ctx, t, coll, n, "e2e.friendly")
 
-	dead := deadAMQPURL(t, s.amqpURL)
+	dead := testenv.ClosedPortURL(t, s.amqpURL)
 	env := map[string]string{
 		"OUTBOX_MONGO_URI":      s.mongoURI,
 		"OUTBOX_MONGO_DATABASE": db.Name(),
@@ -74,22 +73,6 @@ func friendlyScenario(t *testing.T, s stack, n int) {
 	if !strings.Contains(log, `"publish_timeout":"5s"`) {
 		t.Errorf("the start-up line does not give the derived publish timeout 5s")
 	}
-}
-
-// deadAMQPURL is amqpURL pointed at a local port nothing listens on.
-func deadAMQPURL(t *testing.T, amqpURL string) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	u, err := testenv.ProxyURI(amqpURL, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return u
 }
 
 func readLog(t *testing.T, p *workerproc.Proc) string {

@@ -297,6 +297,24 @@ func ProxyURI(uri, addr string) (string, error) {
 	return out, nil
 }
 
+// ClosedPortURL is uri pointed at a local port nothing listens on: a
+// server that refuses connections, for tests of failover and start-up
+// without a server.
+func ClosedPortURL(t testing.TB, uri string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	out, err := ProxyURI(uri, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // Proxied starts a Proxy to the server of uri (mongodb:// with one host, or
 // amqp[s]://) and returns uri pointed at the proxy, for code under test
 // whose link the test will cut.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -415,5 +416,18 @@ func TestProxyCutWhileStalled(t *testing.T) {
 	got, err := roundTrip(dial(t, p.Addr()), "again")
 	if err != nil || got != "again" {
 		t.Fatalf("round trip after Cut and Restore of a stall = %q, %v", got, err)
+	}
+}
+
+func TestClosedPortURLRefuses(t *testing.T) {
+	t.Parallel()
+	got := ClosedPortURL(t, "amqp://guest:guest@127.0.0.1:5672/vh")
+	u, err := url.Parse(got)
+	if err != nil || u.Path != "/vh" || u.User.Username() != "guest" || u.Port() == "5672" {
+		t.Fatalf("ClosedPortURL = %q (%v): want the same URL on another port", got, err)
+	}
+	if c, err := net.DialTimeout("tcp", u.Host, 5*time.Second); err == nil {
+		_ = c.Close()
+		t.Errorf("something listens on %s", u.Host)
 	}
 }
