@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/mongo"
 )
 
@@ -54,7 +55,7 @@ func claimsScenario(t *testing.T, s stack, claimers, n int) {
 					continue
 				}
 				for _, c := range got {
-					claimedBy[i] = append(claimedBy[i], idString(c.ID))
+					claimedBy[i] = append(claimedBy[i], testenv.MessageID(c.ID))
 				}
 			}
 		})

@@ -32,7 +32,7 @@ func insertBacklog(ctx context.Context, t *testing.T, coll *driver.Collection, n
 		if err != nil {
 			t.Fatal(err)
 		}
-		ids = append(ids, idString(d[0].Value))
+		ids = append(ids, testenv.MessageID(d[0].Value))
 		docs = append(docs, d)
 		if len(docs) == insertChunk || i == n-1 {
 			if _, err := coll.InsertMany(ctx, docs); err != nil {
@@ -56,18 +56,6 @@ func setFields(d bson.D, kv ...bson.E) bson.D {
 		}
 	}
 	return d
-}
-
-// idString is an event id as its message id.
-func idString(id any) string {
-	switch v := id.(type) {
-	case bson.ObjectID:
-		return v.Hex()
-	case string:
-		return v
-	default:
-		return fmt.Sprint(v)
-	}
 }
 
 func findIDs(ctx context.Context, t *testing.T, coll *driver.Collection, filter bson.D) []any {

@@ -246,7 +246,7 @@ func orderingScenario(t *testing.T, s stack, p orderPlan, ordering string) {
 	r.checkExactly(t, wantIDs)
 	isStranded := make(map[string]bool, len(stranded))
 	for _, id := range stranded {
-		isStranded[idString(id)] = true
+		isStranded[testenv.MessageID(id)] = true
 	}
 	dups := r.duplicates()
 	var unexpected []string

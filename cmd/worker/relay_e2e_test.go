@@ -261,7 +261,7 @@ func shutdownScenario(t *testing.T, s stack, n int) {
 	published := findIDs(ctx, t, coll, bson.D{{Key: events.FieldStatus, Value: events.StatusPublished}})
 	want := make([]string, len(published))
 	for i, id := range published {
-		want[i] = idString(id)
+		want[i] = testenv.MessageID(id)
 	}
 	r.waitIDs(ctx, t, want)
 }
