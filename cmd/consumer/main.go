@@ -33,10 +33,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -92,24 +89,7 @@ type config struct {
 	InboxCollection string
 }
 
-func main() {
-	logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	cfg, err := parseConfig(os.Args[1:], os.Getenv)
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(0)
-	}
-	if err != nil {
-		logger.Error("invalid configuration", "error", err)
-		os.Exit(2)
-	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, cfg, logger); err != nil {
-		logger.Error("consumer failed", "error", err)
-		os.Exit(1)
-	}
-}
+func main() { envflag.Main("consumer", parseConfig, run) }
 
 // parseConfig reads flags, then the environment for each flag not given.
 func parseConfig(args []string, getenv func(string) string) (config, error) {

@@ -22,9 +22,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -52,24 +49,7 @@ type config struct {
 	Count      int
 }
 
-func main() {
-	logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	cfg, err := parseConfig(os.Args[1:], os.Getenv)
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(0)
-	}
-	if err != nil {
-		logger.Error("invalid configuration", "error", err)
-		os.Exit(2)
-	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, cfg, logger); err != nil {
-		logger.Error("producer failed", "error", err)
-		os.Exit(1)
-	}
-}
+func main() { envflag.Main("producer", parseConfig, run) }
 
 // parseConfig reads flags, then the environment for each flag not given.
 func parseConfig(args []string, getenv func(string) string) (config, error) {

@@ -1,12 +1,19 @@
 // Package envflag reads the settings of the demo commands (producer,
 // consumer): a flag, else its environment variable, else the flag's
-// default. The worker has its own, richer, settings table in cmd/worker.
+// default; and runs such a command with the exit codes the worker uses.
+// The worker has its own, richer, settings table in cmd/worker.
 package envflag
 
 import (
+	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 
 	"github.com/outboxrelay/outbox/internal/redact"
 )
@@ -39,4 +46,27 @@ func Parse(fs *flag.FlagSet, args []string, getenv func(string) string, bindings
 		}
 	}
 	return nil
+}
+
+// Main runs a demo command named name: parse reads its settings from the
+// command line and the environment; -h exits 0, a bad setting exits 2.
+// Then run runs until SIGINT or SIGTERM; a failure exits 1. The logger
+// writes JSON to standard error.
+func Main[C any](name string, parse func(args []string, getenv func(string) string) (C, error), run func(context.Context, C, *slog.Logger) error) {
+	logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	cfg, err := parse(os.Args[1:], os.Getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		logger.Error("invalid configuration", "error", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err = run(ctx, cfg, logger)
+	stop()
+	if err != nil {
+		logger.Error(name+" failed", "error", err)
+		os.Exit(1)
+	}
 }
