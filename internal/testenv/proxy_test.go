@@ -3,6 +3,7 @@ package testenv
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/url"
@@ -163,13 +164,10 @@ func TestProxyClientCloseReleasesConn(t *testing.T) {
 	}
 	_ = c.Close()
 
-	deadline := time.Now().Add(ioTimeout)
-	for p.Conns() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("Conns() = %d %v after the client closed, want 0", p.Conns(), ioTimeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	Eventually(t, ioTimeout, func() (bool, string) {
+		n := p.Conns()
+		return n == 0, fmt.Sprintf("Conns() = %d after the client closed, want 0", n)
+	})
 }
 
 func TestProxyURI(t *testing.T) {
@@ -390,17 +388,11 @@ func TestProxyStallAndRestore(t *testing.T) {
 		t.Fatalf("client write after Restore: %v", err)
 	}
 	want := n + len("after\n")
-	deadline := time.Now().Add(ioTimeout)
-	for {
+	Eventually(t, ioTimeout, func() (bool, string) {
 		got, tail := received.get()
-		if got == want && strings.HasSuffix(tail, "after\n") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server received %d bytes ending %q after Restore, want %d ending \"after\\n\"", got, tail, want)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return got == want && strings.HasSuffix(tail, "after\n"),
+			fmt.Sprintf("server received %d bytes ending %q after Restore, want %d ending \"after\\n\"", got, tail, want)
+	})
 }
 
 // Cut ends the connections of a stalled proxy too, and Restore after it
