@@ -41,7 +41,7 @@ func (b *bench) claimBackoff(ctx context.Context) error {
 		return err
 	}
 	defer func() { _ = client.Disconnect(context.WithoutCancel(ctx)) }()
-	store := mongo.New(client, mongo.Config{Database: databaseName, Collection: coll.Name(), Logger: b.logger})
+	store := b.store(client, coll)
 	if err := store.Prepare(ctx); err != nil {
 		return err
 	}
@@ -121,18 +121,8 @@ func (b *bench) claimCost(ctx context.Context, store *mongo.Store, coll *driver.
 			}
 		}
 		c.RunsMs = append(c.RunsMs, round(float64(d)/float64(time.Millisecond), 1))
-		if _, err := coll.UpdateMany(ctx,
-			bson.D{{Key: events.FieldStatus, Value: events.StatusProcessing}, {Key: events.FieldClaimToken, Value: lease.Token}},
-			bson.D{
-				{Key: "$set", Value: bson.D{{Key: events.FieldStatus, Value: events.StatusNew}}},
-				{Key: "$unset", Value: bson.D{
-					{Key: events.FieldWorkerID, Value: ""},
-					{Key: events.FieldProcessingAt, Value: ""},
-					{Key: events.FieldClaimToken, Value: ""},
-				}},
-				{Key: "$inc", Value: bson.D{{Key: events.FieldAttempts, Value: -1}}},
-			}); err != nil {
-			return c, fmt.Errorf("put claimed events back to NEW: %w", err)
+		if _, err := store.Abandon(ctx, lease); err != nil { // back to NEW for the next run
+			return c, err
 		}
 	}
 	runs := float64(len(c.RunsMs))

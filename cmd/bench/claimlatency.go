@@ -6,9 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
-	driver "go.mongodb.org/mongo-driver/v2/mongo"
-
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/mongo"
 )
@@ -17,21 +14,17 @@ import (
 // backlog of NEW events, first alone, then with published history in the
 // same collection: a claim that filters on status first never reads it.
 func (b *bench) claimLatency(ctx context.Context) error {
-	coll, err := b.collection(ctx, "claim_latency")
+	coll, store, err := b.preparedCollection(ctx, "claim_latency")
 	if err != nil {
 		return err
 	}
 	defer dropQuietly(coll)
-	store := mongo.New(b.client, mongo.Config{Database: databaseName, Collection: coll.Name(), Logger: b.logger})
-	if err := store.Prepare(ctx); err != nil {
-		return err
-	}
 	if _, err := insertEvents(ctx, coll, b.cfg.ClaimNew, 0, eventDoc); err != nil {
 		return err
 	}
 	c := ClaimLatency{New: b.cfg.ClaimNew, BatchSize: b.cfg.BatchSize, PublishedWanted: b.cfg.Published}
 	t0 := time.Now()
-	if c.EmptyRunsMs, err = b.timeClaims(ctx, store, coll); err != nil {
+	if c.EmptyRunsMs, err = b.timeClaims(ctx, store); err != nil {
 		return err
 	}
 	claims := time.Since(t0)
@@ -57,7 +50,7 @@ func (b *bench) claimLatency(ctx context.Context) error {
 	}
 	fmt.Fprintln(b.out)
 
-	if c.WithHistoryRunMs, err = b.timeClaims(ctx, store, coll); err != nil {
+	if c.WithHistoryRunMs, err = b.timeClaims(ctx, store); err != nil {
 		return err
 	}
 	c.WithHistoryMs = median(c.WithHistoryRunMs)
@@ -70,7 +63,7 @@ func (b *bench) claimLatency(ctx context.Context) error {
 
 // timeClaims times ClaimRuns claims, putting each claimed batch back to
 // NEW before the next, and returns the durations in milliseconds.
-func (b *bench) timeClaims(ctx context.Context, store *mongo.Store, coll *driver.Collection) ([]float64, error) {
+func (b *bench) timeClaims(ctx context.Context, store *mongo.Store) ([]float64, error) {
 	var runs []float64
 	for i := range b.cfg.ClaimRuns {
 		lease := events.Lease{
@@ -89,18 +82,8 @@ func (b *bench) timeClaims(ctx context.Context, store *mongo.Store, coll *driver
 			return nil, fmt.Errorf("claimed %d events, want %d", len(claimed), b.cfg.BatchSize)
 		}
 		runs = append(runs, round(float64(d)/float64(time.Millisecond), 1))
-		if _, err := coll.UpdateMany(ctx,
-			bson.D{{Key: events.FieldStatus, Value: events.StatusProcessing}, {Key: events.FieldClaimToken, Value: lease.Token}},
-			bson.D{
-				{Key: "$set", Value: bson.D{{Key: events.FieldStatus, Value: events.StatusNew}}},
-				{Key: "$unset", Value: bson.D{
-					{Key: events.FieldWorkerID, Value: ""},
-					{Key: events.FieldProcessingAt, Value: ""},
-					{Key: events.FieldClaimToken, Value: ""},
-				}},
-				{Key: "$inc", Value: bson.D{{Key: events.FieldAttempts, Value: -1}}},
-			}); err != nil {
-			return nil, fmt.Errorf("put claimed events back to NEW: %w", err)
+		if _, err := store.Abandon(ctx, lease); err != nil { // back to NEW for the next run
+			return nil, err
 		}
 	}
 	return runs, nil

@@ -78,14 +78,11 @@ func (b *bench) hotAggregate(ctx context.Context) error {
 // OUTBOX_ORDERING=ordering.
 func (b *bench) hotRun(ctx context.Context, n int, ordering string) (HotRun, error) {
 	run := HotRun{Ordering: ordering}
-	coll, err := b.collection(ctx, "hot_"+ordering)
+	coll, _, err := b.preparedCollection(ctx, "hot_"+ordering)
 	if err != nil {
 		return run, err
 	}
 	defer dropQuietly(coll)
-	if err := b.createIndexes(ctx, coll); err != nil {
-		return run, err
-	}
 	base := time.Now().UTC().Add(-time.Hour).Truncate(time.Millisecond)
 	if _, err := insertEvents(ctx, coll, n, 0, func(i int, _ time.Time) (bson.D, error) {
 		return hotDoc(i, base)
@@ -110,11 +107,11 @@ func (b *bench) hotRun(ctx context.Context, n int, ordering string) (HotRun, err
 	if err != nil {
 		return run, err
 	}
-	defer w.kill()
+	defer w.Kill()
 	if err := cons.waitFor(ctx, n, drainTimeout); err != nil {
 		return run, err
 	}
-	order, last := cons.firstOrder()
+	order, last := cons.Order()
 	elapsed := last.Sub(start)
 	_, cmds, err := w.scrape(ctx)
 	if err != nil {

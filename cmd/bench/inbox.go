@@ -43,15 +43,11 @@ type inboxRun struct {
 // previous pass recorded (every message a duplicate). Each pass counts the
 // database commands it sends.
 func (b *bench) inboxStage(ctx context.Context) error {
-	conn, err := amqp.Dial(b.cfg.AMQPURL)
-	if err != nil {
-		return fmt.Errorf("dial RabbitMQ: %w", err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
+	conn, ch, err := dialChannel(b.cfg.AMQPURL)
 	if err != nil {
 		return err
 	}
+	defer conn.Close()
 	queue := uniqueName("bench-inbox")
 	if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
 		return fmt.Errorf("declare queue %s: %w", queue, err)
@@ -177,21 +173,33 @@ func publishN(ctx context.Context, ch *amqp.Channel, queue, prefix string, n int
 	return nil
 }
 
+// consumeQueue consumes queue on a channel of its own, with manual acks
+// and the inbox's prefetch, as both passes do.
+func consumeQueue(conn *amqp.Connection, queue string) (*amqp.Channel, <-chan amqp.Delivery, error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := ch.Qos(inboxPrefetch, 0, false); err != nil {
+		_ = ch.Close()
+		return nil, nil, err
+	}
+	deliveries, err := ch.Consume(queue, "", false, false, false, false, nil)
+	if err != nil {
+		_ = ch.Close()
+		return nil, nil, err
+	}
+	return ch, deliveries, nil
+}
+
 // plainPass drains the queue acknowledging each message (multiple-acks in
 // batches like the inbox's), doing nothing else.
 func plainPass(ctx context.Context, conn *amqp.Connection, queue string) (inboxRun, error) {
-	ch, err := conn.Channel()
+	ch, deliveries, err := consumeQueue(conn, queue)
 	if err != nil {
 		return inboxRun{}, err
 	}
 	defer ch.Close()
-	if err := ch.Qos(inboxPrefetch, 0, false); err != nil {
-		return inboxRun{}, err
-	}
-	deliveries, err := ch.Consume(queue, "", false, false, false, false, nil)
-	if err != nil {
-		return inboxRun{}, err
-	}
 	t0 := time.Now()
 	timeout := time.After(inboxTimeout)
 	for i := 1; i <= inboxMessages; i++ {
@@ -222,18 +230,11 @@ func inboxPass(ctx context.Context, conn *amqp.Connection, queue string, client 
 		return inboxRun{}, err
 	}
 	defer in.Stop(context.WithoutCancel(ctx)) //nolint:errcheck // harness teardown
-	ch, err := conn.Channel()
+	ch, deliveries, err := consumeQueue(conn, queue)
 	if err != nil {
 		return inboxRun{}, err
 	}
 	defer ch.Close()
-	if err := ch.Qos(inboxPrefetch, 0, false); err != nil {
-		return inboxRun{}, err
-	}
-	deliveries, err := ch.Consume(queue, "", false, false, false, false, nil)
-	if err != nil {
-		return inboxRun{}, err
-	}
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	t0 := time.Now()

@@ -30,14 +30,11 @@ const (
 // with one worker process (OUTBOX_BATCH_BYTES=67108864, 64 MiB, in its environment)
 // and reports its peak RSS and how long they took to arrive.
 func (b *bench) largeDocuments(ctx context.Context) error {
-	coll, err := b.collection(ctx, "large_docs")
+	coll, _, err := b.preparedCollection(ctx, "large_docs")
 	if err != nil {
 		return err
 	}
 	defer dropQuietly(coll)
-	if err := b.createIndexes(ctx, coll); err != nil {
-		return err
-	}
 	blob := strings.Repeat("x", largeDocBytes)
 	t0 := time.Now()
 	for i := range largeDocs {
@@ -68,7 +65,7 @@ func (b *bench) largeDocuments(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer w.kill()
+	defer w.Kill()
 	// A worker that fails here must not cost the rest of the run its
 	// report: the failure is a result.
 	waitErr := cons.waitFor(ctx, largeDocs, largeDocsLimit)

@@ -78,14 +78,11 @@ func (b *bench) latencyRun(ctx context.Context, sched string, wake bool) (Latenc
 	if !wake {
 		slug += "_nowake"
 	}
-	coll, err := b.collection(ctx, "latency_"+slug)
+	coll, _, err := b.preparedCollection(ctx, "latency_"+slug)
 	if err != nil {
 		return Latency{}, err
 	}
 	defer dropQuietly(coll)
-	if err := b.createIndexes(ctx, coll); err != nil {
-		return Latency{}, err
-	}
 	exchange := uniqueName("bench-latency-" + slug)
 	cons, err := newConsumer(b.cfg.AMQPURL, exchange)
 	if err != nil {
@@ -97,7 +94,7 @@ func (b *bench) latencyRun(ctx context.Context, sched string, wake bool) (Latenc
 	if err != nil {
 		return Latency{}, err
 	}
-	defer w.kill()
+	defer w.Kill()
 	if err := w.waitReady(ctx, 30*time.Second); err != nil {
 		return Latency{}, err
 	}

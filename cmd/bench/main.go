@@ -34,6 +34,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/outboxrelay/outbox/internal/ferret"
+	"github.com/outboxrelay/outbox/internal/redact"
 )
 
 // config is the harness's settings; every one is a flag.
@@ -296,12 +297,12 @@ func (b *bench) setup(ctx context.Context) error {
 	}
 	client, err := driver.Connect(options.Client().ApplyURI(b.mongoURI).SetMaxPoolSize(20).SetAppName("outbox-bench"))
 	if err != nil {
-		return fmt.Errorf("connect to %s: %w", ferret.RedactURL(b.mongoURI), err)
+		return fmt.Errorf("connect to %s: %w", redact.URL(b.mongoURI), err)
 	}
 	b.client = client
 	b.db = client.Database(databaseName)
 	if err := client.Ping(ctx, nil); err != nil {
-		return fmt.Errorf("ping %s: %w", ferret.RedactURL(b.mongoURI), err)
+		return fmt.Errorf("ping %s: %w", redact.URL(b.mongoURI), err)
 	}
 	// Leftovers of an interrupted run would change every figure.
 	if err := b.db.Drop(ctx); err != nil {
@@ -323,7 +324,7 @@ func (b *bench) setup(ctx context.Context) error {
 			b.cfg.HotEvents = hotEventsFerretDB
 		}
 	}
-	fmt.Fprintf(b.out, "   database %s (%s), broker %s\n", ferret.RedactURL(b.mongoURI), b.res.Machine.Database, ferret.RedactURL(b.cfg.AMQPURL))
+	fmt.Fprintf(b.out, "   database %s (%s), broker %s\n", redact.URL(b.mongoURI), b.res.Machine.Database, redact.URL(b.cfg.AMQPURL))
 	return nil
 }
 

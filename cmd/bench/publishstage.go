@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/outboxrelay/outbox/broker"
@@ -41,15 +40,11 @@ func (b *bench) publishStage(ctx context.Context) error {
 
 	// A queue bound with "#" takes every message: unroutable ones would
 	// come back as returns, which is not what this stage measures.
-	conn, err := amqp.Dial(b.cfg.AMQPURL)
-	if err != nil {
-		return fmt.Errorf("dial RabbitMQ: %w", err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
+	conn, ch, err := dialChannel(b.cfg.AMQPURL)
 	if err != nil {
 		return err
 	}
+	defer conn.Close()
 	exchange, queue := uniqueName("bench-publish"), uniqueName("bench-publish-q")
 	if err := declareBound(ch, exchange, queue, true); err != nil {
 		return err

@@ -21,17 +21,13 @@ const rawBodySize = 300
 // messages, 1,000 confirms in flight, to a fresh exchange with one bound
 // queue, deleted afterwards.
 func (b *bench) rawBroker(ctx context.Context) error {
-	conn, err := amqp.Dial(b.cfg.AMQPURL)
+	conn, ch, err := dialChannel(b.cfg.AMQPURL)
 	if err != nil {
-		return fmt.Errorf("dial RabbitMQ: %w", err)
+		return err
 	}
 	defer conn.Close()
 	if v, ok := conn.Properties["version"].(string); ok {
 		b.res.Machine.RabbitMQ = v
-	}
-	ch, err := conn.Channel()
-	if err != nil {
-		return err
 	}
 	exchange, queue := uniqueName("bench-raw"), uniqueName("bench-raw-q")
 	if err := declareBound(ch, exchange, queue, true); err != nil {
@@ -123,6 +119,21 @@ func declareBound(ch *amqp.Channel, exchange, queue string, durableQueue bool) e
 		return fmt.Errorf("bind queue %s: %w", queue, err)
 	}
 	return nil
+}
+
+// dialChannel connects to RabbitMQ and opens a channel, closed with the
+// connection.
+func dialChannel(url string) (*amqp.Connection, *amqp.Channel, error) {
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		return nil, nil, fmt.Errorf("dial RabbitMQ: %w", err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		_ = conn.Close()
+		return nil, nil, err
+	}
+	return conn, ch, nil
 }
 
 // uniqueName returns prefix plus the time, so that runs never share a

@@ -19,14 +19,11 @@ import (
 // another, until the backlog is gone. The backlog is the size of each
 // worker run's.
 func (b *bench) rawDB(ctx context.Context) error {
-	coll, err := b.collection(ctx, "raw_loop")
+	coll, _, err := b.preparedCollection(ctx, "raw_loop")
 	if err != nil {
 		return err
 	}
 	defer dropQuietly(coll)
-	if err := b.createIndexes(ctx, coll); err != nil {
-		return err
-	}
 	t0 := time.Now()
 	if _, err := insertEvents(ctx, coll, b.cfg.Backlog, 0, eventDoc); err != nil {
 		return err
@@ -103,12 +100,24 @@ func rawBatch(ctx context.Context, coll *driver.Collection, size, seq int) (int,
 	return len(ids), nil
 }
 
-// createIndexes gives a collection the worker's indexes, created by the
-// worker's own mongo.Store.Prepare, so every stage runs on the same footing.
-func (b *bench) createIndexes(ctx context.Context, coll *driver.Collection) error {
-	store := mongo.New(b.client, mongo.Config{Database: databaseName, Collection: coll.Name(), Logger: b.logger})
-	if err := store.Prepare(ctx); err != nil {
-		return fmt.Errorf("create indexes: %w", err)
+// preparedCollection is a fresh collection named name with the worker's
+// indexes, created by the worker's own mongo.Store.Prepare, so every
+// stage runs on the same footing; and the store over it. The caller drops
+// the collection.
+func (b *bench) preparedCollection(ctx context.Context, name string) (*driver.Collection, *mongo.Store, error) {
+	coll, err := b.collection(ctx, name)
+	if err != nil {
+		return nil, nil, err
 	}
-	return nil
+	store := b.store(b.client, coll)
+	if err := store.Prepare(ctx); err != nil {
+		dropQuietly(coll)
+		return nil, nil, fmt.Errorf("create indexes: %w", err)
+	}
+	return coll, store, nil
+}
+
+// store is the worker's mongo.Store over coll, through client.
+func (b *bench) store(client *driver.Client, coll *driver.Collection) *mongo.Store {
+	return mongo.New(client, mongo.Config{Database: databaseName, Collection: coll.Name(), Logger: b.logger})
 }

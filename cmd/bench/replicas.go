@@ -11,8 +11,6 @@ import (
 	"time"
 
 	driver "go.mongodb.org/mongo-driver/v2/mongo"
-
-	"github.com/outboxrelay/outbox/mongo"
 )
 
 const (
@@ -40,14 +38,11 @@ func (b *bench) drain(ctx context.Context, n int, ordering string) error {
 	if !main {
 		name, idPrefix = name+"_"+ordering, idPrefix+"-"+ordering
 	}
-	coll, err := b.collection(ctx, name)
+	coll, _, err := b.preparedCollection(ctx, name)
 	if err != nil {
 		return err
 	}
 	defer dropQuietly(coll)
-	if err := b.createIndexes(ctx, coll); err != nil {
-		return err
-	}
 	if _, err := insertEvents(ctx, coll, b.cfg.Backlog, 0, eventDoc); err != nil {
 		return err
 	}
@@ -67,7 +62,7 @@ func (b *bench) drain(ctx context.Context, n int, ordering string) error {
 	workers := make([]*workerProc, 0, n)
 	defer func() {
 		for _, w := range workers {
-			w.kill()
+			w.Kill()
 		}
 	}()
 	for i := range n {
@@ -183,7 +178,7 @@ func (b *bench) profileDrain(ctx context.Context, w *workerProc) error {
 // timeStats times one mongo.Store.Stats, the query the worker's backlog
 // sampler runs every 15 s on every replica, on the backlog as it stands.
 func (b *bench) timeStats(ctx context.Context, coll *driver.Collection, state string) error {
-	store := mongo.New(b.client, mongo.Config{Database: databaseName, Collection: coll.Name(), Logger: b.logger})
+	store := b.store(b.client, coll)
 	t0 := time.Now()
 	if _, err := store.Stats(ctx, t0.Add(-time.Minute)); err != nil {
 		return fmt.Errorf("stats: %w", err)

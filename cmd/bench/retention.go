@@ -49,15 +49,11 @@ func (s *countingStore) snapshot() (deleted, batches int, last time.Time) {
 // older than the retention period: started and triggered as a tick would,
 // then watched for one schedule period or until the history is gone.
 func (b *bench) retentionRate(ctx context.Context) error {
-	coll, err := b.collection(ctx, "retention")
+	coll, store, err := b.preparedCollection(ctx, "retention")
 	if err != nil {
 		return err
 	}
 	defer dropQuietly(coll)
-	store := mongo.New(b.client, mongo.Config{Database: databaseName, Collection: coll.Name(), Logger: b.logger})
-	if err := store.Prepare(ctx); err != nil {
-		return err
-	}
 	n := b.cfg.RetentionEvents
 	// Published a day past the default retention period, one event a
 	// millisecond, as a relay publishes them: in order.

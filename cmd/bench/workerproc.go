@@ -6,27 +6,23 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/outboxrelay/outbox/internal/workerproc"
 )
 
 // workerProc is one bin/worker process started by the harness.
 type workerProc struct {
-	id    string
-	addr  string // its OUTBOX_HTTP_ADDR
-	cmd   *exec.Cmd
-	log   *os.File
-	done  chan struct{}
-	state *os.ProcessState
-	err   error
+	*workerproc.Proc
+	id   string
+	addr string // its OUTBOX_HTTP_ADDR
 }
 
 // workerOpts is what differs between the worker runs.
@@ -41,16 +37,11 @@ type workerOpts struct {
 // startWorker starts bin/worker run against the harness's database and
 // broker, its log under raw/.
 func (b *bench) startWorker(opts workerOpts) (*workerProc, error) {
-	addr, err := freeAddr()
+	addr, err := workerproc.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	logFile, err := os.Create(filepath.Join(b.rawDir, opts.id+".log"))
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(b.cfg.WorkerBin, "run")
-	cmd.Env = append(os.Environ(),
+	env := append(os.Environ(),
 		"OUTBOX_MONGO_URI="+b.mongoURI,
 		"OUTBOX_MONGO_DATABASE="+databaseName,
 		"OUTBOX_MONGO_COLLECTION="+opts.collection,
@@ -64,32 +55,16 @@ func (b *bench) startWorker(opts workerOpts) (*workerProc, error) {
 		"OUTBOX_LOG_LEVEL=warn",
 		"OUTBOX_LOG_FORMAT=text",
 	)
-	cmd.Env = append(cmd.Env, b.cfg.WorkerEnv...)
-	cmd.Env = append(cmd.Env, opts.env...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		_ = logFile.Close()
-		return nil, fmt.Errorf("start %s: %w", b.cfg.WorkerBin, err)
-	}
-	w := &workerProc{id: opts.id, addr: addr, cmd: cmd, log: logFile, done: make(chan struct{})}
-	go func() {
-		w.err = cmd.Wait()
-		w.state = cmd.ProcessState
-		_ = logFile.Close()
-		close(w.done)
-	}()
-	return w, nil
-}
-
-// freeAddr returns a loopback address with a port that was free a moment
-// ago.
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	env = append(env, b.cfg.WorkerEnv...)
+	env = append(env, opts.env...)
+	p, err := workerproc.Start(workerproc.Config{
+		Bin: b.cfg.WorkerBin, Name: "worker " + opts.id, Env: env,
+		LogPath: filepath.Join(b.rawDir, opts.id+".log"),
+	})
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
+	return &workerProc{Proc: p, id: opts.id, addr: addr}, nil
 }
 
 // waitReady polls /readyz until the worker is connected to both servers.
@@ -97,8 +72,8 @@ func (w *workerProc) waitReady(ctx context.Context, timeout time.Duration) error
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		select {
-		case <-w.done:
-			return fmt.Errorf("worker %s exited: %v (see its log)", w.id, w.err)
+		case <-w.Done():
+			return fmt.Errorf("worker %s exited (see its log)", w.id)
 		default:
 		}
 		if code, _ := httpGet(ctx, "http://"+w.addr+"/readyz", io.Discard); code == http.StatusOK {
@@ -173,22 +148,18 @@ type procStats struct {
 // stop sends SIGTERM, waits for a clean exit and returns the process's
 // rusage. A worker that does not exit in time is killed and reported.
 func (w *workerProc) stop(timeout time.Duration) (procStats, error) {
-	hwm := vmHWM(w.cmd.Process.Pid)
-	_ = w.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-w.done:
-	case <-time.After(timeout):
-		_ = w.cmd.Process.Kill()
-		<-w.done
-		return procStats{}, fmt.Errorf("worker %s did not stop within %s after SIGTERM", w.id, timeout)
+	hwm := vmHWM(w.Pid())
+	state, err := w.Stop(timeout)
+	if state == nil {
+		return procStats{}, err
 	}
-	st := procStats{exitCode: w.state.ExitCode(), peakRSSMB: hwm}
-	if ru, ok := w.state.SysUsage().(*syscall.Rusage); ok {
+	st := procStats{exitCode: state.ExitCode(), peakRSSMB: hwm}
+	if ru, ok := state.SysUsage().(*syscall.Rusage); ok {
 		st.cpu = time.Duration(syscall.TimevalToNsec(ru.Utime) + syscall.TimevalToNsec(ru.Stime))
 		st.rusageMaxRSSMB = float64(ru.Maxrss) / 1024 // kilobytes on Linux
 	}
-	if st.exitCode != 0 {
-		return st, fmt.Errorf("worker %s exited with %d (see its log)", w.id, st.exitCode)
+	if err != nil {
+		return st, fmt.Errorf("%w (see its log)", err)
 	}
 	return st, nil
 }
@@ -201,16 +172,6 @@ func vmHWM(pid int) float64 {
 		return 0
 	}
 	return float64(kb) / 1024
-}
-
-// kill ends a worker that a failed stage leaves behind.
-func (w *workerProc) kill() {
-	select {
-	case <-w.done:
-	default:
-		_ = w.cmd.Process.Kill()
-		<-w.done
-	}
 }
 
 func httpGet(ctx context.Context, url string, w io.Writer) (int, error) {

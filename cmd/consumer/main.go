@@ -33,10 +33,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -46,7 +43,9 @@ import (
 
 	"github.com/outboxrelay/outbox/broker"
 	"github.com/outboxrelay/outbox/inbox"
-	"github.com/outboxrelay/outbox/internal/ferret"
+	"github.com/outboxrelay/outbox/internal/backoff"
+	"github.com/outboxrelay/outbox/internal/envflag"
+	"github.com/outboxrelay/outbox/internal/redact"
 )
 
 const (
@@ -90,24 +89,7 @@ type config struct {
 	InboxCollection string
 }
 
-func main() {
-	logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	cfg, err := parseConfig(os.Args[1:], os.Getenv)
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(0)
-	}
-	if err != nil {
-		logger.Error("invalid configuration", "error", err)
-		os.Exit(2)
-	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, cfg, logger); err != nil {
-		logger.Error("consumer failed", "error", err)
-		os.Exit(1)
-	}
-}
+func main() { envflag.Main("consumer", parseConfig, run) }
 
 // parseConfig reads flags, then the environment for each flag not given.
 func parseConfig(args []string, getenv func(string) string) (config, error) {
@@ -121,37 +103,23 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	fs.StringVar(&c.MongoURI, "mongo-uri", "mongodb://localhost:27017", "MongoDB holding the inbox and the handler's writes (env OUTBOX_MONGO_URI)")
 	fs.StringVar(&c.Database, "database", "outbox", "database of the inbox and the handler's collection (env OUTBOX_MONGO_DATABASE)")
 	fs.StringVar(&c.InboxCollection, "inbox-collection", inbox.CollectionDefault, "collection of processed message ids (env CONSUMER_INBOX_COLLECTION)")
-	if err := fs.Parse(args); err != nil {
+	if err := envflag.Parse(fs, args, getenv, []envflag.Binding{
+		{Flag: "amqp-url", Env: "OUTBOX_AMQP_URL"},
+		{Flag: "exchange", Env: "OUTBOX_AMQP_EXCHANGE"},
+		{Flag: "queue", Env: "CONSUMER_QUEUE"},
+		{Flag: "queue-expires", Env: "CONSUMER_QUEUE_EXPIRES"},
+		{Flag: "report-every", Env: "CONSUMER_REPORT_EVERY"},
+		{Flag: "mongo-uri", Env: "OUTBOX_MONGO_URI"},
+		{Flag: "database", Env: "OUTBOX_MONGO_DATABASE"},
+		{Flag: "inbox-collection", Env: "CONSUMER_INBOX_COLLECTION"},
+	}); err != nil {
 		return config{}, err
-	}
-	if fs.NArg() > 0 {
-		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	for _, b := range []struct{ flag, env string }{
-		{"amqp-url", "OUTBOX_AMQP_URL"},
-		{"exchange", "OUTBOX_AMQP_EXCHANGE"},
-		{"queue", "CONSUMER_QUEUE"},
-		{"queue-expires", "CONSUMER_QUEUE_EXPIRES"},
-		{"report-every", "CONSUMER_REPORT_EVERY"},
-		{"mongo-uri", "OUTBOX_MONGO_URI"},
-		{"database", "OUTBOX_MONGO_DATABASE"},
-		{"inbox-collection", "CONSUMER_INBOX_COLLECTION"},
-	} {
-		v := strings.TrimSpace(getenv(b.env))
-		if given[b.flag] || v == "" {
-			continue
-		}
-		if err := fs.Set(b.flag, v); err != nil {
-			return config{}, fmt.Errorf("%s %q: %w", b.env, broker.Redact(v), err)
-		}
 	}
 	switch {
 	case !strings.HasPrefix(c.AMQPURL, "amqp://") && !strings.HasPrefix(c.AMQPURL, "amqps://"):
-		return config{}, fmt.Errorf("amqp URL (OUTBOX_AMQP_URL) %q: want amqp://user:password@host:port/vhost", broker.Redact(c.AMQPURL))
+		return config{}, fmt.Errorf("amqp URL (OUTBOX_AMQP_URL) %q: want amqp://user:password@host:port/vhost", redact.URL(c.AMQPURL))
 	case !strings.HasPrefix(c.MongoURI, "mongodb://") && !strings.HasPrefix(c.MongoURI, "mongodb+srv://"):
-		return config{}, fmt.Errorf("mongo URI (OUTBOX_MONGO_URI) %q: want mongodb://host:port", ferret.RedactURL(c.MongoURI))
+		return config{}, fmt.Errorf("mongo URI (OUTBOX_MONGO_URI) %q: want mongodb://host:port", redact.URL(c.MongoURI))
 	case c.Database == "":
 		return config{}, errors.New("database (OUTBOX_MONGO_DATABASE) is empty")
 	case c.InboxCollection == "":
@@ -211,12 +179,12 @@ func (r *reporter) report(logger *slog.Logger, msg string) {
 // up after the consumer.
 func run(ctx context.Context, cfg config, logger *slog.Logger) error {
 	logger = logger.With("exchange", cfg.Exchange, "queue", cfg.Queue)
-	logger.Info("consumer starting", "amqp_url", broker.Redact(cfg.AMQPURL), "mongo_uri", ferret.RedactURL(cfg.MongoURI),
+	logger.Info("consumer starting", "amqp_url", redact.URL(cfg.AMQPURL), "mongo_uri", redact.URL(cfg.MongoURI),
 		"database", cfg.Database, "inbox_collection", cfg.InboxCollection, "binding_key", bindingKey)
 	client, err := mongo.Connect(options.Client().ApplyURI(cfg.MongoURI).SetAppName("outbox-demo-consumer").
 		SetMaxPoolSize(10).SetServerSelectionTimeout(dialTimeout))
 	if err != nil {
-		return fmt.Errorf("mongo client for %s: %w", ferret.RedactURL(cfg.MongoURI), err)
+		return fmt.Errorf("mongo client for %s: %w", redact.URL(cfg.MongoURI), err)
 	}
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dialTimeout)
@@ -269,7 +237,7 @@ func run(ctx context.Context, cfg config, logger *slog.Logger) error {
 // retry calls fn until it returns nil or ctx ends, waiting from 500ms up to
 // reconnectMax between calls; it reports whether fn succeeded.
 func retry(ctx context.Context, logger *slog.Logger, msg string, fn func(context.Context) error) bool {
-	wait := 500 * time.Millisecond
+	wait := backoff.Backoff{Min: 500 * time.Millisecond, Max: reconnectMax}
 	for {
 		err := fn(ctx)
 		if ctx.Err() != nil {
@@ -278,13 +246,11 @@ func retry(ctx context.Context, logger *slog.Logger, msg string, fn func(context
 		if err == nil {
 			return true
 		}
-		logger.Warn(msg, "error", err, "retry_in", wait.String())
-		select {
-		case <-ctx.Done():
+		d := wait.Next()
+		logger.Warn(msg, "error", err, "retry_in", d.String())
+		if !backoff.Sleep(ctx, d) {
 			return false
-		case <-time.After(wait):
 		}
-		wait = min(2*wait, reconnectMax)
 	}
 }
 
@@ -298,7 +264,7 @@ func consume(ctx context.Context, cfg config, logger *slog.Logger, in *inbox.Inb
 		Properties: amqp.Table{"connection_name": "outbox-demo-consumer"},
 	})
 	if err != nil {
-		return fmt.Errorf("dial %s: %w", broker.Redact(cfg.AMQPURL), err)
+		return fmt.Errorf("dial %s: %w", redact.URL(cfg.AMQPURL), err)
 	}
 	// Closing the connection hands unacknowledged deliveries back to the
 	// queue; the inbox skips those it had committed.

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/outboxrelay/outbox/internal/ferret"
+	"github.com/outboxrelay/outbox/internal/redact"
 )
 
 const (
@@ -61,7 +62,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	logger.Info("FerretDB running", "postgres_url", ferret.RedactURL(*pgURL))
+	logger.Info("FerretDB running", "postgres_url", redact.URL(*pgURL))
 	fmt.Println(uri)
 	fmt.Fprintln(os.Stderr, "devdb: serving MongoDB wire protocol at", uri, "(stop with Ctrl-C)")
 

@@ -22,10 +22,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"os"
-	"os/signal"
-	"strings"
-	"syscall"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -33,6 +29,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/envflag"
+	"github.com/outboxrelay/outbox/internal/redact"
 )
 
 const (
@@ -51,24 +49,7 @@ type config struct {
 	Count      int
 }
 
-func main() {
-	logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	cfg, err := parseConfig(os.Args[1:], os.Getenv)
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(0)
-	}
-	if err != nil {
-		logger.Error("invalid configuration", "error", err)
-		os.Exit(2)
-	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, cfg, logger); err != nil {
-		logger.Error("producer failed", "error", err)
-		os.Exit(1)
-	}
-}
+func main() { envflag.Main("producer", parseConfig, run) }
 
 // parseConfig reads flags, then the environment for each flag not given.
 func parseConfig(args []string, getenv func(string) string) (config, error) {
@@ -79,28 +60,14 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	fs.StringVar(&c.Collection, "collection", "events", "outbox collection (env OUTBOX_MONGO_COLLECTION)")
 	fs.Float64Var(&c.Rate, "rate", 20, "orders per second (env PRODUCER_RATE)")
 	fs.IntVar(&c.Count, "count", 0, "orders to write; 0 means until stopped (env PRODUCER_COUNT)")
-	if err := fs.Parse(args); err != nil {
+	if err := envflag.Parse(fs, args, getenv, []envflag.Binding{
+		{Flag: "mongo-uri", Env: "OUTBOX_MONGO_URI"},
+		{Flag: "database", Env: "OUTBOX_MONGO_DATABASE"},
+		{Flag: "collection", Env: "OUTBOX_MONGO_COLLECTION"},
+		{Flag: "rate", Env: "PRODUCER_RATE"},
+		{Flag: "count", Env: "PRODUCER_COUNT"},
+	}); err != nil {
 		return config{}, err
-	}
-	if fs.NArg() > 0 {
-		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	for _, b := range []struct{ flag, env string }{
-		{"mongo-uri", "OUTBOX_MONGO_URI"},
-		{"database", "OUTBOX_MONGO_DATABASE"},
-		{"collection", "OUTBOX_MONGO_COLLECTION"},
-		{"rate", "PRODUCER_RATE"},
-		{"count", "PRODUCER_COUNT"},
-	} {
-		v := strings.TrimSpace(getenv(b.env))
-		if given[b.flag] || v == "" {
-			continue
-		}
-		if err := fs.Set(b.flag, v); err != nil {
-			return config{}, fmt.Errorf("%s %q: %w", b.env, redact(v), err)
-		}
 	}
 	switch {
 	case c.Database == "":
@@ -118,7 +85,7 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 func run(ctx context.Context, cfg config, logger *slog.Logger) error {
 	client, err := mongo.Connect(options.Client().ApplyURI(cfg.MongoURI))
 	if err != nil {
-		return fmt.Errorf("connect to %s: %w", redact(cfg.MongoURI), err)
+		return fmt.Errorf("connect to %s: %w", redact.URL(cfg.MongoURI), err)
 	}
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -128,9 +95,9 @@ func run(ctx context.Context, cfg config, logger *slog.Logger) error {
 
 	txn, err := supportsTransactions(ctx, client)
 	if err != nil {
-		return fmt.Errorf("hello to %s: %w", redact(cfg.MongoURI), err)
+		return fmt.Errorf("hello to %s: %w", redact.URL(cfg.MongoURI), err)
 	}
-	logger.Info("producer started", "mongo_uri", redact(cfg.MongoURI), "database", cfg.Database,
+	logger.Info("producer started", "mongo_uri", redact.URL(cfg.MongoURI), "database", cfg.Database,
 		"collection", cfg.Collection, "rate", cfg.Rate, "count", cfg.Count, "transactions", txn)
 	if !txn {
 		logger.Warn("deployment has no transactions (not a replica set or mongos): " +
@@ -229,24 +196,4 @@ func (p producer) writeOrder(ctx context.Context) error {
 	defer sess.EndSession(ctx)
 	_, err = sess.WithTransaction(ctx, write)
 	return err
-}
-
-// redact hides the password of a MongoDB URI. It works on the string
-// because a seed list (mongodb://u:p@h1,h2:27017/) is not a URL that
-// net/url accepts. It takes the last "@" as the end of the userinfo, so a
-// password holding an unescaped "@" or "/" is still hidden.
-func redact(uri string) string {
-	prefix, rest := "", uri
-	if scheme, after, ok := strings.Cut(uri, "://"); ok {
-		prefix, rest = scheme+"://", after
-	}
-	at := strings.LastIndex(rest, "@")
-	if at < 0 {
-		return uri
-	}
-	user, _, hasPassword := strings.Cut(rest[:at], ":")
-	if !hasPassword {
-		return uri
-	}
-	return prefix + user + ":xxxxx@" + rest[at+1:]
 }

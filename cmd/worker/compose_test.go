@@ -178,7 +178,7 @@ func TestComposeWorkerEnvironment(t *testing.T) {
 				t.Errorf("service %s sets %s, which is not a worker setting (cmd/worker/config.go settings())", name, k)
 			}
 		}
-		if _, _, err := loadConfig("run", nil, func(k string) string { return env[k] }, false, nil); err != nil {
+		if _, _, err := loadConfig("run", nil, func(k string) string { return env[k] }, relayCommand, nil); err != nil {
 			t.Errorf("service %s: the worker would refuse its environment: %v", name, err)
 		}
 		// The URIs must name services of this file, not localhost.

@@ -59,7 +59,7 @@ func TestMongoClientPinsConcerns(t *testing.T) {
 	weak := "w=1&journal=false&readConcernLevel=local&readPreference=secondaryPreferred"
 	cfg, _, err := loadConfig("run", nil, envOf(map[string]string{
 		"OUTBOX_MONGO_URI": withQuery(testenv.MongoURI(t), weak),
-	}), false, nil)
+	}), relayCommand, nil)
 	if err != nil {
 		t.Fatalf("loadConfig: %v", err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/outboxrelay/outbox/broker"
 	"github.com/outboxrelay/outbox/claim"
+	"github.com/outboxrelay/outbox/internal/redact"
 	"github.com/outboxrelay/outbox/mongo"
 	"github.com/outboxrelay/outbox/recovery"
 	"github.com/outboxrelay/outbox/retention"
@@ -67,25 +68,37 @@ type Config struct {
 type setting struct {
 	env, flag, def, usage string
 	parse                 func(c *Config, v string) error
-	storeOnly             bool // also needed by the stats, requeue and show commands
+	// forOperatorCommands: the operator commands (stats, requeue, skip,
+	// show) read this setting too; the others only the relay does.
+	forOperatorCommands bool
 }
+
+// commandKind says which settings a command reads: the relay reads every
+// setting and checks the rules between them; an operator command reads
+// only those that reach the database and shape its output.
+type commandKind int
+
+const (
+	relayCommand commandKind = iota
+	operatorCommand
+)
 
 // ErrUsage marks a configuration error: the worker exits with code 2.
 var ErrUsage = errors.New("usage")
 
 func settings() []setting {
 	return []setting{
-		{env: "OUTBOX_MONGO_URI", flag: "mongo-uri", def: "mongodb://localhost:27017", storeOnly: true,
+		{env: "OUTBOX_MONGO_URI", flag: "mongo-uri", def: "mongodb://localhost:27017", forOperatorCommands: true,
 			usage: "MongoDB connection URI", parse: func(c *Config, v string) error { return parseMongoURI(&c.MongoURI, v) }},
-		{env: "OUTBOX_MONGO_DATABASE", flag: "mongo-database", def: mongo.DatabaseDefault, storeOnly: true,
+		{env: "OUTBOX_MONGO_DATABASE", flag: "mongo-database", def: mongo.DatabaseDefault, forOperatorCommands: true,
 			usage: "database of the outbox collection", parse: func(c *Config, v string) error { return nonEmpty(&c.MongoDatabase, v) }},
-		{env: "OUTBOX_MONGO_COLLECTION", flag: "mongo-collection", def: mongo.CollectionDefault, storeOnly: true,
+		{env: "OUTBOX_MONGO_COLLECTION", flag: "mongo-collection", def: mongo.CollectionDefault, forOperatorCommands: true,
 			usage: "outbox collection", parse: func(c *Config, v string) error { return nonEmpty(&c.MongoCollection, v) }},
-		{env: "OUTBOX_MONGO_READ_CONCERN", flag: "mongo-read-concern", def: "majority", storeOnly: true,
+		{env: "OUTBOX_MONGO_READ_CONCERN", flag: "mongo-read-concern", def: "majority", forOperatorCommands: true,
 			usage: "read concern of every read (overrides the URI's readConcernLevel)", parse: func(c *Config, v string) error { return oneOf(&c.MongoReadConcern, v, "majority", "local") }},
-		{env: "OUTBOX_MONGO_WRITE_CONCERN", flag: "mongo-write-concern", def: "majority", storeOnly: true,
+		{env: "OUTBOX_MONGO_WRITE_CONCERN", flag: "mongo-write-concern", def: "majority", forOperatorCommands: true,
 			usage: "write concern w of every write (overrides the URI's w)", parse: func(c *Config, v string) error { return parseWriteConcern(&c.MongoWriteConcern, v) }},
-		{env: "OUTBOX_MONGO_JOURNAL", flag: "mongo-journal", def: "true", storeOnly: true,
+		{env: "OUTBOX_MONGO_JOURNAL", flag: "mongo-journal", def: "true", forOperatorCommands: true,
 			usage: "writes wait for the journal (overrides the URI's journal)", parse: func(c *Config, v string) error { return parseBool(&c.MongoJournal, v) }},
 		{env: "OUTBOX_AMQP_URL", flag: "amqp-url", def: "amqp://guest:guest@localhost:5672/",
 			usage: "RabbitMQ URL, or a comma-separated list of the nodes' URLs, tried in order", parse: func(c *Config, v string) error { return parseAMQPURL(&c.AMQPURL, v) }},
@@ -101,7 +114,7 @@ func settings() []setting {
 			usage: "bound on the raw size of one claim's documents; the worker holds about three times it", parse: func(c *Config, v string) error { return parseInt(&c.BatchBytes, v, 1, 1<<34) }},
 		{env: "OUTBOX_RECOVERY_SCHEDULE", flag: "recovery-schedule", def: recovery.ScheduleDefault,
 			usage: "cron schedule of stale-claim recovery", parse: func(c *Config, v string) error { return parseSchedule(&c.RecoverySchedule, v) }},
-		{env: "OUTBOX_STALE_AFTER", flag: "stale-after", def: recovery.StaleAfterDefault.String(), storeOnly: true,
+		{env: "OUTBOX_STALE_AFTER", flag: "stale-after", def: recovery.StaleAfterDefault.String(), forOperatorCommands: true,
 			usage: "how long an event may stay PROCESSING before recovery takes it back", parse: func(c *Config, v string) error { return parseDuration(&c.StaleAfter, v, time.Second) }},
 		{env: "OUTBOX_MAX_ATTEMPTS", flag: "max-attempts", def: strconv.Itoa(claim.MaxAttemptsDefault),
 			usage: "claims an event gets before it becomes FAILED", parse: func(c *Config, v string) error { return parseInt(&c.MaxAttempts, v, 1, 1000) }},
@@ -121,15 +134,15 @@ func settings() []setting {
 			usage: "how long a stop may take", parse: func(c *Config, v string) error { return parseDuration(&c.ShutdownTimeout, v, time.Second) }},
 		{env: "OUTBOX_WORKER_ID", flag: "worker-id", def: defaultWorkerID(),
 			usage: "this worker's id on its claims", parse: func(c *Config, v string) error { return nonEmpty(&c.WorkerID, v) }},
-		{env: "OUTBOX_LOG_LEVEL", flag: "log-level", def: "info", storeOnly: true,
+		{env: "OUTBOX_LOG_LEVEL", flag: "log-level", def: "info", forOperatorCommands: true,
 			usage: "debug, info, warn or error", parse: func(c *Config, v string) error { return c.LogLevel.UnmarshalText([]byte(v)) }},
-		{env: "OUTBOX_LOG_FORMAT", flag: "log-format", def: "auto", storeOnly: true,
+		{env: "OUTBOX_LOG_FORMAT", flag: "log-format", def: "auto", forOperatorCommands: true,
 			usage: "auto (text on a terminal, else json), json or text", parse: func(c *Config, v string) error { return oneOf(&c.LogFormat, v, "auto", "json", "text") }},
 		{env: "OUTBOX_ORDERING", flag: "ordering", def: claim.OrderingAggregate,
 			usage: "aggregate: events of one aggregate are published in createdAt order; none: no order", parse: func(c *Config, v string) error {
 				return oneOf(&c.Ordering, v, claim.OrderingAggregate, claim.OrderingNone)
 			}},
-		{env: "OUTBOX_ORDERING_AFTER_FAILED", flag: "ordering-after-failed", def: claim.AfterFailedWait, storeOnly: true,
+		{env: "OUTBOX_ORDERING_AFTER_FAILED", flag: "ordering-after-failed", def: claim.AfterFailedWait, forOperatorCommands: true,
 			usage: "wait: later events of an aggregate wait behind a FAILED one until it is requeued or skipped; continue: they flow", parse: func(c *Config, v string) error {
 				return oneOf(&c.OrderingAfterFailed, v, claim.AfterFailedWait, claim.AfterFailedContinue)
 			}},
@@ -151,17 +164,17 @@ func defaultWorkerID() string {
 // loadConfig reads the settings a command needs from args, then getenv,
 // then defaults. It returns the remaining arguments. Every error wraps
 // ErrUsage and names the variable, the flag and the bad value.
-func loadConfig(name string, args []string, getenv func(string) string, storeOnly bool, extra func(*flag.FlagSet)) (Config, []string, error) {
+func loadConfig(name string, args []string, getenv func(string) string, kind commandKind, extra func(*flag.FlagSet)) (Config, []string, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	var chosen []setting
 	values := map[string]*string{}
 	for _, s := range settings() {
-		if storeOnly && !s.storeOnly {
+		if kind == operatorCommand && !s.forOperatorCommands {
 			continue
 		}
 		chosen = append(chosen, s)
-		values[s.flag] = fs.String(s.flag, "", fmt.Sprintf("%s (env %s, default %q)", s.usage, s.env, redactDefault(s.def)))
+		values[s.flag] = fs.String(s.flag, "", fmt.Sprintf("%s (env %s, default %q)", s.usage, s.env, redactSetting(s.def)))
 	}
 	if extra != nil {
 		extra(fs)
@@ -183,10 +196,10 @@ func loadConfig(name string, args []string, getenv func(string) string, storeOnl
 			v, from = s.def, "default of "+s.env
 		}
 		if err := s.parse(&cfg, strings.TrimSpace(v)); err != nil {
-			return Config{}, nil, fmt.Errorf("%w: invalid %s (%s) %q: %v", ErrUsage, s.env, from, redactDefault(v), err)
+			return Config{}, nil, fmt.Errorf("%w: invalid %s (%s) %q: %v", ErrUsage, s.env, from, redactSetting(v), err)
 		}
 	}
-	if !storeOnly {
+	if kind == relayCommand {
 		if err := cfg.validate(); err != nil {
 			return Config{}, nil, fmt.Errorf("%w: %v", ErrUsage, err)
 		}
@@ -376,11 +389,12 @@ func parseAMQPURL(dst *string, v string) error {
 	return nil
 }
 
-// redactDefault hides a password in a value that may be a URL or a list
-// of AMQP URLs.
-func redactDefault(v string) string {
-	if strings.Contains(v, "://") {
-		return broker.RedactList(v)
+// redactSetting hides the passwords in a setting's value, which may be a
+// URL, a comma-separated list of AMQP URLs, or no URL at all.
+func redactSetting(v string) string {
+	urls := broker.SplitURLs(v)
+	for i, u := range urls {
+		urls[i] = redact.Value(u)
 	}
-	return v
+	return strings.Join(urls, ",")
 }

@@ -190,7 +190,7 @@ func TestLoadConfig(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got, _, err := loadConfig("run", tt.args, envOf(tt.env), false, nil)
+			got, _, err := loadConfig("run", tt.args, envOf(tt.env), relayCommand, nil)
 			if err != nil {
 				t.Fatalf("loadConfig: %v", err)
 			}
@@ -311,7 +311,7 @@ func TestLoadConfigRejects(t *testing.T) {
 			for k, v := range tt.env {
 				env[k] = v
 			}
-			cfg, _, err := loadConfig("run", tt.args, envOf(env), false, nil)
+			cfg, _, err := loadConfig("run", tt.args, envOf(env), relayCommand, nil)
 			if err == nil {
 				t.Fatalf("loadConfig: no error, config %+v", cfg)
 			}
@@ -341,14 +341,14 @@ func TestLoadConfigStoreOnly(t *testing.T) {
 		"OUTBOX_PUBLISH_TIMEOUT": "1m",
 		"OUTBOX_BATCH_SIZE":      "abc", // not read by stats
 	}
-	cfg, _, err := loadConfig("stats", nil, envOf(env), true, nil)
+	cfg, _, err := loadConfig("stats", nil, envOf(env), operatorCommand, nil)
 	if err != nil {
 		t.Fatalf("loadConfig(stats): %v", err)
 	}
 	if cfg.MongoDatabase != "shop" || cfg.StaleAfter != 5*time.Second {
 		t.Errorf("stats config: database %q stale after %s, want shop and 5s", cfg.MongoDatabase, cfg.StaleAfter)
 	}
-	_, _, err = loadConfig("stats", []string{"--batch-size=10"}, envOf(nil), true, nil)
+	_, _, err = loadConfig("stats", []string{"--batch-size=10"}, envOf(nil), operatorCommand, nil)
 	if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "batch-size") {
 		t.Errorf("stats --batch-size: error %v, want a usage error naming the flag", err)
 	}

@@ -180,12 +180,8 @@ func ownershipFencingScenario(t *testing.T, s stack, n int) {
 	if lc := spies[2].lastClaim(); lc.After(paused.Add(term)) {
 		t.Errorf("replica c claimed events %s after its ownership loop stopped; its terms last %s", lc.Sub(paused), term)
 	}
-	deadline := time.Now().Add(5 * term)
-	for len(owners[0].Owned())+len(owners[1].Owned()) != events.Partitions {
-		if time.Now().After(deadline) {
-			t.Fatalf("a and b own %d partitions %s after c's pause, want all %d",
-				len(owners[0].Owned())+len(owners[1].Owned()), time.Since(paused), events.Partitions)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.Eventually(t, 5*term, func() (bool, string) {
+		owned := len(owners[0].Owned()) + len(owners[1].Owned())
+		return owned == events.Partitions, fmt.Sprintf("a and b own %d partitions %s after c's pause, want all %d", owned, time.Since(paused), events.Partitions)
+	})
 }

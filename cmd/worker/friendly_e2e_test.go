@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -13,10 +12,10 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/outboxrelay/outbox/broker"
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/redact"
 	"github.com/outboxrelay/outbox/internal/testenv"
-	"github.com/outboxrelay/outbox/mongo"
+	"github.com/outboxrelay/outbox/internal/workerproc"
 )
 
 // friendlyScenario: a worker given only a 10 s stale threshold (its publish
@@ -26,13 +25,10 @@ import (
 func friendlyScenario(t *testing.T, s stack, n int) {
 	ctx, cancel := context.WithTimeout(t.Context(), e2eTimeout(n))
 	defer cancel()
-	db := s.database(t)
-	coll := db.Collection(mongo.CollectionDefault)
-	exchange := testenv.UniqueName(t, "ex_")
-	r := consume(t, s, exchange)
+	db, coll, exchange, r := s.relayed(t)
 	ids := insertBacklog(ctx, t, coll, n, "e2e.friendly")
 
-	dead := deadAMQPURL(t, s.amqpURL)
+	dead := testenv.ClosedPortURL(t, s.amqpURL)
 	env := map[string]string{
 		"OUTBOX_MONGO_URI":      s.mongoURI,
 		"OUTBOX_MONGO_DATABASE": db.Name(),
@@ -43,9 +39,7 @@ func friendlyScenario(t *testing.T, s stack, n int) {
 		"OUTBOX_WORKER_ID":      db.Name() + "-friendly",
 	}
 	p := startWorker(t, "friendly", env)
-	if err := r.waitIDs(ctx, ids); err != nil {
-		t.Fatalf("%v; documents by status: %v", err, statusCounts(t, coll))
-	}
+	explained(t, coll, func() { r.waitIDs(ctx, t, ids) })
 	waitCount(ctx, t, coll, bson.D{{Key: events.FieldStatus, Value: events.StatusPublished}}, int64(n))
 
 	var status struct {
@@ -53,8 +47,8 @@ func friendlyScenario(t *testing.T, s stack, n int) {
 		WakeUp     string  `json:"wakeUp"`
 	}
 	getStatus(ctx, t, p, &status)
-	if status.BrokerNode == nil || *status.BrokerNode != broker.Redact(s.amqpURL) {
-		t.Errorf("/status brokerNode = %v, want the second node %q", status.BrokerNode, broker.Redact(s.amqpURL))
+	if status.BrokerNode == nil || *status.BrokerNode != redact.URL(s.amqpURL) {
+		t.Errorf("/status brokerNode = %v, want the second node %q", status.BrokerNode, redact.URL(s.amqpURL))
 	}
 	wantWake := "polling"
 	if s.atomicClaims {
@@ -81,25 +75,9 @@ func friendlyScenario(t *testing.T, s stack, n int) {
 	}
 }
 
-// deadAMQPURL is amqpURL pointed at a local port nothing listens on.
-func deadAMQPURL(t *testing.T, amqpURL string) string {
+func readLog(t *testing.T, p *workerproc.Proc) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	u, err := testenv.ProxyURI(amqpURL, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return u
-}
-
-func readLog(t *testing.T, p *workerProc) string {
-	t.Helper()
-	b, err := os.ReadFile(p.logPath)
+	b, err := os.ReadFile(p.LogPath())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +85,7 @@ func readLog(t *testing.T, p *workerProc) string {
 }
 
 // httpAddr is the address the worker's "worker running" line gives.
-func httpAddr(t *testing.T, p *workerProc) string {
+func httpAddr(t *testing.T, p *workerproc.Proc) string {
 	t.Helper()
 	sc := bufio.NewScanner(strings.NewReader(readLog(t, p)))
 	for sc.Scan() {
@@ -123,12 +101,13 @@ func httpAddr(t *testing.T, p *workerProc) string {
 }
 
 // getStatus decodes the worker's /status into v.
-func getStatus(ctx context.Context, t *testing.T, p *workerProc, v any) {
+func getStatus(ctx context.Context, t *testing.T, p *workerproc.Proc, v any) {
 	t.Helper()
 	var addr string
-	if err := poll(ctx, pollEvery, func() (bool, error) { addr = httpAddr(t, p); return addr != "", nil }); err != nil {
-		t.Fatalf("no \"worker running\" line: %v", err)
-	}
+	testenv.Eventually(t, timeLeft(ctx), func() (bool, string) {
+		addr = httpAddr(t, p)
+		return addr != "", `no "worker running" line in the log`
+	})
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/status", addr), nil)
 	if err != nil {
 		t.Fatal(err)

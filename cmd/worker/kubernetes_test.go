@@ -286,7 +286,7 @@ func TestKubernetesWorkerSettings(t *testing.T) {
 		t.Error("OUTBOX_WORKER_ID must come from the pod name (fieldRef metadata.name)")
 	}
 
-	cfg, _, err := loadConfig("run", nil, func(k string) string { return env[k] }, false, nil)
+	cfg, _, err := loadConfig("run", nil, func(k string) string { return env[k] }, relayCommand, nil)
 	if err != nil {
 		t.Fatalf("the worker would refuse the environment of the base: %v", err)
 	}

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +18,7 @@ import (
 
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/testenv"
+	"github.com/outboxrelay/outbox/internal/workerproc"
 	"github.com/outboxrelay/outbox/mongo"
 )
 
@@ -84,7 +89,7 @@ func TestRequeueIDsFrom(t *testing.T) {
 func runToolStdin(ctx context.Context, t *testing.T, env map[string]string, input string, wantCode int, args ...string) string {
 	t.Helper()
 	cmd := exec.CommandContext(ctx, workerBinary(t), args...)
-	cmd.Env = processEnv(env)
+	cmd.Env = workerproc.Environ(env)
 	cmd.Stdin = strings.NewReader(input)
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -144,4 +149,147 @@ func TestSkip(t *testing.T) {
 			}
 		}
 	}
+}
+
+// toolsScenario: stats, requeue and show against a prepared outbox.
+func toolsScenario(t *testing.T, s stack) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	db := s.database(t)
+	coll := db.Collection(mongo.CollectionDefault)
+	now := time.Now().UTC().Truncate(time.Millisecond)
+
+	doc := func(id any, typ string, status events.Status, extra ...bson.E) any {
+		d, err := events.Draft{ID: id, Type: typ, Payload: bson.D{{Key: "n", Value: 1}}}.Document(now.Add(-10 * time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return setFields(d, append([]bson.E{{Key: events.FieldStatus, Value: status}}, extra...)...)
+	}
+	failed := func(id any, typ string) any {
+		return doc(id, typ, events.StatusFailed,
+			bson.E{Key: events.FieldAttempts, Value: 10},
+			bson.E{Key: events.FieldLastError, Value: "nacked by the broker"},
+			bson.E{Key: events.FieldFailedAt, Value: now.Add(-time.Minute)})
+	}
+	paymentID := bson.NewObjectID()
+	docs := []any{
+		failed(nil, "order.created"),
+		failed(nil, "order.created"),
+		failed(nil, "order.created"),
+		failed(paymentID, "payment.captured"),
+		failed("payment-2", "payment.captured"),
+		doc(nil, "order.created", events.StatusNew, bson.E{Key: events.FieldCreatedAt, Value: now.Add(-time.Hour)}),
+		doc(nil, "order.created", events.StatusNew),
+		doc(nil, "order.created", events.StatusProcessing,
+			bson.E{Key: events.FieldWorkerID, Value: "gone-1"},
+			bson.E{Key: events.FieldProcessingAt, Value: now.Add(-2 * time.Hour)}),
+		doc(nil, "order.created", events.StatusProcessing,
+			bson.E{Key: events.FieldWorkerID, Value: "busy-1"},
+			bson.E{Key: events.FieldProcessingAt, Value: now}),
+		doc(nil, "order.created", events.StatusPublished, bson.E{Key: events.FieldPublishedAt, Value: now}),
+	}
+	if _, err := coll.InsertMany(ctx, docs); err != nil {
+		t.Fatalf("insert: %v", err)
+	}
+	env := map[string]string{"OUTBOX_MONGO_URI": s.mongoURI, "OUTBOX_MONGO_DATABASE": db.Name()}
+
+	t.Run("stats json", func(t *testing.T) {
+		out := runTool(ctx, t, env, 0, "stats", "--json")
+		var got struct {
+			Counts              map[string]int64 `json:"counts"`
+			OldestNewAgeSeconds float64          `json:"oldestNewAgeSeconds"`
+			StaleProcessing     int64            `json:"staleProcessing"`
+			StaleAfterSeconds   float64          `json:"staleAfterSeconds"`
+		}
+		if err := json.Unmarshal([]byte(out), &got); err != nil {
+			t.Fatalf("stats --json output is not JSON: %v\n%s", err, out)
+		}
+		want := map[string]int64{"NEW": 2, "PROCESSING": 2, "PUBLISHED": 1, "FAILED": 5}
+		if diff := cmp.Diff(want, got.Counts); diff != "" {
+			t.Errorf("counts (-want +got):\n%s", diff)
+		}
+		if got.StaleProcessing != 1 || got.StaleAfterSeconds != 60 {
+			t.Errorf("stale = %d after %gs, want 1 after 60s", got.StaleProcessing, got.StaleAfterSeconds)
+		}
+		if age := got.OldestNewAgeSeconds; age < 3600 || age > 3600+120 {
+			t.Errorf("oldest NEW age = %gs, want about 3600s", age)
+		}
+	})
+	t.Run("stats table", func(t *testing.T) {
+		out := runTool(ctx, t, env, 0, "stats")
+		for _, re := range []string{`(?m)^NEW\s+2$`, `(?m)^PROCESSING\s+2$`, `(?m)^PUBLISHED\s+1$`, `(?m)^FAILED\s+5$`,
+			`(?m)^oldest NEW event\s+1h0m\d+(\.\d+)?s old$`, `(?m)^stale PROCESSING \(older than 1m0s\)\s+1$`} {
+			if !regexp.MustCompile(re).MatchString(out) {
+				t.Errorf("stats output does not match %s:\n%s", re, out)
+			}
+		}
+	})
+	t.Run("requeue dry run", func(t *testing.T) {
+		out := runTool(ctx, t, env, 0, "requeue", "--type", "order.created", "--dry-run")
+		if want := "3 FAILED events would be requeued\n"; out != want {
+			t.Errorf("requeue --dry-run printed %q, want %q", out, want)
+		}
+		if c := countOf(ctx, t, coll, events.StatusFailed); c != 5 {
+			t.Errorf("FAILED after a dry run = %d, want 5", c)
+		}
+	})
+	t.Run("requeue by id", func(t *testing.T) {
+		out := runTool(ctx, t, env, 0, "requeue", "--id", paymentID.Hex())
+		if want := "requeued 1 FAILED events to NEW\n"; out != want {
+			t.Errorf("requeue --id printed %q, want %q", out, want)
+		}
+		out = runTool(ctx, t, env, 0, "requeue", "--id", "payment-2")
+		if want := "requeued 1 FAILED events to NEW\n"; out != want {
+			t.Errorf("requeue --id (string id) printed %q, want %q", out, want)
+		}
+		if c := countOf(ctx, t, coll, events.StatusFailed); c != 3 {
+			t.Errorf("FAILED after requeueing two = %d, want 3", c)
+		}
+	})
+	t.Run("show", func(t *testing.T) {
+		out := runTool(ctx, t, env, 0, "show", "--id", paymentID.Hex())
+		var got struct {
+			ID        bson.ObjectID `bson:"_id"`
+			Type      string        `bson:"type"`
+			Status    events.Status `bson:"status"`
+			Attempts  int           `bson:"attempts"`
+			LastError string        `bson:"lastError"`
+			FailedAt  *time.Time    `bson:"failedAt"`
+			Payload   bson.M        `bson:"payload"`
+		}
+		if err := bson.UnmarshalExtJSON([]byte(out), false, &got); err != nil {
+			t.Fatalf("show output is not Extended JSON: %v\n%s", err, out)
+		}
+		// Requeued above: NEW with fresh attempts, lastError kept.
+		if got.ID != paymentID || got.Type != "payment.captured" || got.Status != events.StatusNew ||
+			got.Attempts != 0 || got.LastError != "nacked by the broker" || got.FailedAt != nil || got.Payload["n"] == nil {
+			t.Errorf("show --id %s = %+v, want the requeued payment.captured event", paymentID.Hex(), got)
+		}
+	})
+	t.Run("show unknown id", func(t *testing.T) {
+		runTool(ctx, t, env, 1, "show", "--id", bson.NewObjectID().Hex())
+	})
+	t.Run("requeue without filter", func(t *testing.T) {
+		runTool(ctx, t, env, 2, "requeue")
+	})
+}
+
+// runTool runs the worker binary with args and returns its stdout,
+// failing the test unless it exits with wantCode.
+func runTool(ctx context.Context, t *testing.T, env map[string]string, wantCode int, args ...string) string {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, workerBinary(t), args...)
+	cmd.Env = workerproc.Environ(env)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exitErr *exec.ExitError
+	if err != nil && !errors.As(err, &exitErr) {
+		t.Fatalf("worker %s: %v", strings.Join(args, " "), err)
+	}
+	if code := cmd.ProcessState.ExitCode(); code != wantCode {
+		t.Errorf("worker %s exited with %d, want %d; stderr:\n%s", strings.Join(args, " "), code, wantCode, stderr.String())
+	}
+	return stdout.String()
 }

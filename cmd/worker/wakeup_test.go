@@ -54,15 +54,13 @@ func wakeupScenario(t *testing.T, s stack) {
 	var status struct {
 		WakeUp string `json:"wakeUp"`
 	}
-	if err := poll(ctx, pollEvery, func() (bool, error) {
+	testenv.Eventually(t, timeLeft(ctx), func() (bool, string) {
 		if httpAddr(t, p) == "" {
-			return false, nil
+			return false, "the worker has not started"
 		}
 		getStatus(ctx, t, p, &status)
-		return status.WakeUp == "change stream", nil
-	}); err != nil {
-		t.Fatalf("the change stream did not open (wakeUp %q): %v", status.WakeUp, err)
-	}
+		return status.WakeUp == "change stream", fmt.Sprintf("the change stream did not open (wakeUp %q)", status.WakeUp)
+	})
 
 	inserted := map[string]time.Time{}
 	tick := time.NewTicker(spread)
@@ -79,13 +77,11 @@ func wakeupScenario(t *testing.T, s stack) {
 		}
 		<-tick.C // the producer's pace, not a wait for the worker
 	}
-	if err := poll(ctx, pollEvery, func() (bool, error) {
+	testenv.Eventually(t, timeLeft(ctx), func() (bool, string) {
 		mu.Lock()
 		defer mu.Unlock()
-		return len(received) >= n, nil
-	}); err != nil {
-		t.Fatalf("%d of %d events delivered: %v", len(received), n, err)
-	}
+		return len(received) >= n, fmt.Sprintf("%d of %d events delivered", len(received), n)
+	})
 	stopWorkers(t, p)
 
 	mu.Lock()

@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outboxrelay/outbox/internal/redact"
 )
 
 // PostgreSQL error codes handled by EnsurePostgresDatabase.
@@ -32,11 +33,11 @@ const maintenanceDatabase = "postgres"
 func EnsurePostgresDatabase(ctx context.Context, pgURL string) error {
 	cfg, err := pgx.ParseConfig(pgURL)
 	if err != nil {
-		return fmt.Errorf("parse PostgreSQL URL %s: %w", RedactURL(pgURL), err)
+		return fmt.Errorf("parse PostgreSQL URL %s: %w", redact.URL(pgURL), err)
 	}
 	name := cfg.Database
 	if name == "" {
-		return fmt.Errorf("PostgreSQL URL %s names no database", RedactURL(pgURL))
+		return fmt.Errorf("PostgreSQL URL %s names no database", redact.URL(pgURL))
 	}
 
 	conn, err := pgx.ConnectConfig(ctx, cfg)
@@ -44,7 +45,7 @@ func EnsurePostgresDatabase(ctx context.Context, pgURL string) error {
 		return conn.Close(ctx)
 	}
 	if !hasCode(err, pgInvalidCatalogName) {
-		return fmt.Errorf("connect to PostgreSQL at %s: %w", RedactURL(pgURL), err)
+		return fmt.Errorf("connect to PostgreSQL at %s: %w", redact.URL(pgURL), err)
 	}
 
 	admin := cfg.Copy()
@@ -70,25 +71,11 @@ func WithDatabase(pgURL, name string) (string, error) {
 		return "", fmt.Errorf("parse PostgreSQL URL: %w", err)
 	}
 	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
-		return "", fmt.Errorf("PostgreSQL URL %s: want scheme postgres:// or postgresql://", RedactURL(pgURL))
+		return "", fmt.Errorf("PostgreSQL URL %s: want scheme postgres:// or postgresql://", redact.URL(pgURL))
 	}
 	u.Path = "/" + name
 	u.RawPath = ""
 	return u.String(), nil
-}
-
-// RedactURL returns rawURL with its password, if any, replaced by "xxxxx".
-// Strings that are not URLs are returned with everything after the scheme
-// hidden, since they may hold a password in another syntax.
-func RedactURL(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil || u.Scheme == "" {
-		if i := strings.Index(rawURL, "://"); i > 0 {
-			return rawURL[:i+3] + "(redacted)"
-		}
-		return "(redacted)"
-	}
-	return u.Redacted()
 }
 
 func hasCode(err error, codes ...string) bool {

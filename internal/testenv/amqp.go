@@ -9,7 +9,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/outboxrelay/outbox/internal/ferret"
+	"github.com/outboxrelay/outbox/internal/redact"
 )
 
 // EnvAMQPURL selects the RabbitMQ server for tests.
@@ -49,7 +49,7 @@ func checkAMQP(url string) error {
 		return fmt.Errorf("RabbitMQ is not reachable at %s: %w\n"+
 			"Start it with: rabbitmq-server -detached (install it with: apt-get install -y rabbitmq-server;\n"+
 			"`rabbitmqctl status` tells whether it runs), or point %s at another server.",
-			ferret.RedactURL(url), err, EnvAMQPURL)
+			redact.URL(url), err, EnvAMQPURL)
 	}
 	return conn.Close()
 }
@@ -71,7 +71,7 @@ func Consume(t testing.TB, amqpURL, exchange string) <-chan amqp.Delivery {
 	t.Helper()
 	conn, err := dialAMQP(amqpURL)
 	if err != nil {
-		t.Fatalf("testenv: dial RabbitMQ at %s: %v", ferret.RedactURL(amqpURL), err)
+		t.Fatalf("testenv: dial RabbitMQ at %s: %v", redact.URL(amqpURL), err)
 	}
 	var queue string
 	t.Cleanup(func() {

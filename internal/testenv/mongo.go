@@ -17,6 +17,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/outboxrelay/outbox/internal/ferret"
+	"github.com/outboxrelay/outbox/internal/redact"
 )
 
 // Environment variables read by this package.
@@ -87,7 +88,7 @@ func Client(t testing.TB) *mongo.Client {
 
 	client, err := mongo.Connect(options.Client().ApplyURI(uri).SetMaxPoolSize(ClientMaxPoolSize))
 	if err != nil {
-		t.Fatalf("testenv: connect to MongoDB at %s: %v", ferret.RedactURL(uri), err)
+		t.Fatalf("testenv: connect to MongoDB at %s: %v", redact.URL(uri), err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
@@ -100,7 +101,7 @@ func Client(t testing.TB) *mongo.Client {
 	ctx, cancel := context.WithTimeout(t.Context(), pingTimeout)
 	defer cancel()
 	if err := client.Ping(ctx, nil); err != nil {
-		t.Fatalf("testenv: ping MongoDB at %s: %v%s", ferret.RedactURL(uri), err, mongoHint())
+		t.Fatalf("testenv: ping MongoDB at %s: %v%s", redact.URL(uri), err, mongoHint())
 	}
 	return client
 }

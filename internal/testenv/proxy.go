@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/outboxrelay/outbox/internal/redact"
 )
 
 const proxyDialTimeout = 5 * time.Second
@@ -254,7 +256,7 @@ func halfClose(dst net.Conn) {
 func ProxyURI(uri, addr string) (string, error) {
 	scheme, rest, ok := strings.Cut(uri, "://")
 	if !ok {
-		return "", fmt.Errorf("proxy URI: %q has no scheme", redactLoose(uri))
+		return "", fmt.Errorf("proxy URI: %q has no scheme", redact.URL(uri))
 	}
 	switch scheme {
 	case "mongodb", "amqp", "amqps":
@@ -295,13 +297,22 @@ func ProxyURI(uri, addr string) (string, error) {
 	return out, nil
 }
 
-// redactLoose hides everything after an "@" in something that failed to
-// parse as a URL.
-func redactLoose(s string) string {
-	if i := strings.LastIndex(s, "@"); i >= 0 {
-		return "(redacted)" + s[i:]
+// ClosedPortURL is uri pointed at a local port nothing listens on: a
+// server that refuses connections, for tests of failover and start-up
+// without a server.
+func ClosedPortURL(t testing.TB, uri string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
-	return s
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	out, err := ProxyURI(uri, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // Proxied starts a Proxy to the server of uri (mongodb:// with one host, or
@@ -311,7 +322,7 @@ func Proxied(t testing.TB, uri string) (string, *Proxy) {
 	t.Helper()
 	u, err := url.Parse(uri)
 	if err != nil || u.Host == "" {
-		t.Fatalf("proxy to %s: want a URL with one host", redactLoose(uri))
+		t.Fatalf("proxy to %s: want a URL with one host", redact.URL(uri))
 	}
 	p := NewProxy(t, u.Host)
 	proxied, err := ProxyURI(uri, p.Addr())

@@ -3,8 +3,10 @@ package testenv
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -162,13 +164,10 @@ func TestProxyClientCloseReleasesConn(t *testing.T) {
 	}
 	_ = c.Close()
 
-	deadline := time.Now().Add(ioTimeout)
-	for p.Conns() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("Conns() = %d %v after the client closed, want 0", p.Conns(), ioTimeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	Eventually(t, ioTimeout, func() (bool, string) {
+		n := p.Conns()
+		return n == 0, fmt.Sprintf("Conns() = %d after the client closed, want 0", n)
+	})
 }
 
 func TestProxyURI(t *testing.T) {
@@ -389,17 +388,11 @@ func TestProxyStallAndRestore(t *testing.T) {
 		t.Fatalf("client write after Restore: %v", err)
 	}
 	want := n + len("after\n")
-	deadline := time.Now().Add(ioTimeout)
-	for {
+	Eventually(t, ioTimeout, func() (bool, string) {
 		got, tail := received.get()
-		if got == want && strings.HasSuffix(tail, "after\n") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server received %d bytes ending %q after Restore, want %d ending \"after\\n\"", got, tail, want)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return got == want && strings.HasSuffix(tail, "after\n"),
+			fmt.Sprintf("server received %d bytes ending %q after Restore, want %d ending \"after\\n\"", got, tail, want)
+	})
 }
 
 // Cut ends the connections of a stalled proxy too, and Restore after it
@@ -415,5 +408,18 @@ func TestProxyCutWhileStalled(t *testing.T) {
 	got, err := roundTrip(dial(t, p.Addr()), "again")
 	if err != nil || got != "again" {
 		t.Fatalf("round trip after Cut and Restore of a stall = %q, %v", got, err)
+	}
+}
+
+func TestClosedPortURLRefuses(t *testing.T) {
+	t.Parallel()
+	got := ClosedPortURL(t, "amqp://guest:guest@127.0.0.1:5672/vh")
+	u, err := url.Parse(got)
+	if err != nil || u.Path != "/vh" || u.User.Username() != "guest" || u.Port() == "5672" {
+		t.Fatalf("ClosedPortURL = %q (%v): want the same URL on another port", got, err)
+	}
+	if c, err := net.DialTimeout("tcp", u.Host, 5*time.Second); err == nil {
+		_ = c.Close()
+		t.Errorf("something listens on %s", u.Host)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/url"
 	"slices"
@@ -19,6 +18,8 @@ import (
 
 	"github.com/outboxrelay/outbox/broker"
 	"github.com/outboxrelay/outbox/claim"
+	"github.com/outboxrelay/outbox/internal/backoff"
+	"github.com/outboxrelay/outbox/internal/redact"
 	"github.com/outboxrelay/outbox/metrics"
 	"github.com/outboxrelay/outbox/mongo"
 	"github.com/outboxrelay/outbox/ops"
@@ -32,20 +33,6 @@ import (
 type service interface {
 	Start(ctx context.Context) error
 	Stop(ctx context.Context) error
-}
-
-// runCommand is `worker run`: the relay.
-func runCommand(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
-	cfg, _, err := loadConfig("run", args, getenv, false, nil)
-	if err != nil {
-		return err
-	}
-	logger := newLogger(cfg, stderr)
-	w, err := newWorker(cfg, logger)
-	if err != nil {
-		return err
-	}
-	return w.run(ctx)
 }
 
 // worker is the wired relay.
@@ -70,7 +57,7 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 
 	client, err := driver.Connect(mongoClientOptions(cfg, "outbox-worker").SetMonitor(m.CommandMonitor()))
 	if err != nil {
-		return nil, fmt.Errorf("%w: invalid OUTBOX_MONGO_URI %q: %v", ErrUsage, broker.Redact(cfg.MongoURI), err)
+		return nil, fmt.Errorf("%w: invalid OUTBOX_MONGO_URI %q: %v", ErrUsage, redact.URL(cfg.MongoURI), err)
 	}
 	w := &worker{cfg: cfg, logger: logger, client: client}
 	w.store = mongo.New(client, mongoStoreConfig(cfg, logger))
@@ -238,7 +225,7 @@ func overriddenURIOptions(uri string) []uriOverride {
 // run starts the worker, waits for ctx to end (a signal), and stops it.
 func (w *worker) run(ctx context.Context) error {
 	w.logger.Info("worker starting",
-		"mongo_uri", broker.Redact(w.cfg.MongoURI), "amqp_url", broker.RedactList(w.cfg.AMQPURL),
+		"mongo_uri", redact.URL(w.cfg.MongoURI), "amqp_url", redactSetting(w.cfg.AMQPURL),
 		"exchange", w.cfg.AMQPExchange, "batch_size", w.cfg.BatchSize, "claim_schedule", w.cfg.ClaimSchedule,
 		// Derived when not set: the log says what they came to.
 		"stale_after", w.cfg.StaleAfter.String(), "publish_timeout", w.cfg.PublishTimeout.String())
@@ -267,7 +254,7 @@ func (w *worker) run(ctx context.Context) error {
 // prepareStore waits for the database with backoff: a worker started
 // before its database comes up rather than crash-looping.
 func (w *worker) prepareStore(ctx context.Context) error {
-	wait := 500 * time.Millisecond
+	retry := backoff.Backoff{Min: 500 * time.Millisecond, Max: 30 * time.Second}
 	for {
 		attemptCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := w.store.Prepare(attemptCtx)
@@ -278,13 +265,11 @@ func (w *worker) prepareStore(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		wait := retry.Next()
 		w.logger.Warn("mongodb not ready; retrying", "error", err, "retry_in", wait.String())
-		select {
-		case <-ctx.Done():
+		if !backoff.Sleep(ctx, wait) {
 			return ctx.Err()
-		case <-time.After(wait):
 		}
-		wait = min(2*wait, 30*time.Second)
 	}
 	syncCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	if err := w.clock.Sync(syncCtx); err != nil && ctx.Err() == nil {

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	driver "go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/outboxrelay/outbox/internal/redact"
+	"github.com/outboxrelay/outbox/mongo"
+)
+
+// toolTimeout bounds an operator command.
+const toolTimeout = 60 * time.Second
+
+// openStore connects for an operator command, bounded by toolTimeout,
+// and returns the command's context, the store and a function that
+// disconnects and releases the context.
+func openStore(ctx context.Context, cfg Config) (context.Context, *mongo.Store, func(), error) {
+	client, err := driver.Connect(mongoClientOptions(cfg, "outbox-worker-cli"))
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("%w: invalid OUTBOX_MONGO_URI %q: %v", ErrUsage, redact.URL(cfg.MongoURI), err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, toolTimeout)
+	closeFn := func() {
+		_ = client.Disconnect(context.WithoutCancel(ctx))
+		cancel()
+	}
+	store := mongo.New(client, mongoStoreConfig(cfg, nil))
+	if err := store.Ping(ctx); err != nil {
+		closeFn()
+		return nil, nil, nil, fmt.Errorf("connect to %s: %w", redact.URL(cfg.MongoURI), err)
+	}
+	return ctx, store, closeFn, nil
+}
+
+// serverNow is the database server's time, so that `worker stats` reports
+// the same ages as the workers' /status and metrics whatever the clock of
+// the machine it runs on says; the local time if it cannot be read.
+func serverNow(ctx context.Context, store *mongo.Store) time.Time {
+	clock := mongo.NewClock(store.Collection().Database().Client(), slog.New(slog.DiscardHandler))
+	_ = clock.Sync(ctx) // on failure Now is the local time
+	return clock.Now().UTC()
+}
+
+// listFlag collects a repeatable string flag; commas separate values too.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*l = append(*l, s)
+		}
+	}
+	return nil
+}
+
+// distinct returns ids without repeats, in their first order.
+func distinct(ids []string) []string {
+	seen := make(map[string]bool, len(ids))
+	out := ids[:0:0]
+	for _, id := range ids {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
+}

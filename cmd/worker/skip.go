@@ -1,0 +1,57 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// skipCommand is `worker skip`: it marks FAILED events as skipped by an
+// operator, so that the later events of their aggregates flow, and
+// records and logs who skipped what, when and why.
+func skipCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var (
+		ids    listFlag
+		by     string
+		reason string
+		dryRun bool
+	)
+	cfg, _, err := loadConfig("skip", args, getenv, operatorCommand, func(fs *flag.FlagSet) {
+		fs.Var(&ids, "id", "FAILED event _id to skip (repeatable; commas separate ids)")
+		fs.StringVar(&by, "by", "", "who skips them (recorded as skippedBy)")
+		fs.StringVar(&reason, "reason", "", "why (recorded as skipReason)")
+		fs.BoolVar(&dryRun, "dry-run", false, "only count what would be skipped")
+	})
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(ids) == 0:
+		return fmt.Errorf("%w: skip needs --id", ErrUsage)
+	case strings.TrimSpace(by) == "":
+		return fmt.Errorf("%w: skip needs --by NAME (who skips)", ErrUsage)
+	case strings.TrimSpace(reason) == "":
+		return fmt.Errorf("%w: skip needs --reason TEXT (why)", ErrUsage)
+	}
+	ids = distinct(ids)
+	ctx, store, closeFn, err := openStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	n, err := store.Skip(ctx, ids, by, reason, time.Now(), dryRun)
+	if err != nil {
+		return err
+	}
+	if dryRun {
+		fmt.Fprintf(stdout, "%d FAILED events would be skipped\n", n)
+		return nil
+	}
+	newLogger(cfg, stderr).Info("FAILED events skipped; later events of their aggregates flow",
+		"event_ids", []string(ids), "skipped", n, "skipped_by", by, "skip_reason", reason)
+	fmt.Fprintf(stdout, "skipped %d FAILED events (of %d named; events not FAILED or already skipped are left alone)\n", n, len(ids))
+	return nil
+}

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/outboxrelay/outbox/internal/workerproc"
+)
+
+// workerBin is the worker binary, built once per test binary.
+var workerBin struct {
+	once sync.Once
+	dir  string
+	path string
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if workerBin.dir != "" {
+		_ = os.RemoveAll(workerBin.dir)
+	}
+	os.Exit(code)
+}
+
+// workerBinary builds this package once per test binary and returns the
+// path of the executable. It lives in a directory of its own, removed by
+// TestMain, since every test of the binary uses it.
+func workerBinary(t testing.TB) string {
+	t.Helper()
+	workerBin.once.Do(func() {
+		workerBin.dir, workerBin.err = os.MkdirTemp("", "outbox-worker-e2e-")
+		if workerBin.err != nil {
+			return
+		}
+		workerBin.path = filepath.Join(workerBin.dir, "worker")
+		// go test puts its own go command first on PATH.
+		out, err := exec.Command("go", "build", "-o", workerBin.path, ".").CombinedOutput()
+		if err != nil {
+			workerBin.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if workerBin.err != nil {
+		t.Fatalf("build the worker: %v", workerBin.err)
+	}
+	return workerBin.path
+}
+
+// startWorker starts `worker run` with env; its output goes to a file in
+// t.TempDir. In t.Cleanup the process is killed if it still runs, and the
+// end of its log is printed if the test failed.
+func startWorker(t *testing.T, name string, env map[string]string) *workerproc.Proc {
+	t.Helper()
+	p, err := workerproc.Start(workerproc.Config{
+		Bin: workerBinary(t), Name: name, Env: workerproc.Environ(env),
+		LogPath: filepath.Join(t.TempDir(), name+".log"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.Kill()
+		if t.Failed() {
+			t.Logf("%s: last lines of its log:\n%s", name, p.Tail(30))
+		}
+	})
+	return p
+}
+
+// stopWorkers sends SIGTERM to every process, then checks that each exits
+// 0 within the shutdown timeout: they stop side by side.
+func stopWorkers(t *testing.T, procs ...*workerproc.Proc) {
+	t.Helper()
+	for _, p := range procs {
+		if err := p.Signal(syscall.SIGTERM); err != nil {
+			t.Error(err)
+		}
+	}
+	for _, p := range procs {
+		state, exited := p.Wait(shutdownTimeout + 5*time.Second)
+		switch {
+		case !exited:
+			t.Errorf("%s still running %s after SIGTERM", p.Name(), shutdownTimeout+5*time.Second)
+		case state.ExitCode() != 0:
+			t.Errorf("%s exited with code %d after SIGTERM, want 0", p.Name(), state.ExitCode())
+		}
+	}
+}
