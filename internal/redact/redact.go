@@ -14,10 +14,15 @@ import (
 // what comes before may be a password in another syntax.
 func URL(raw string) string {
 	u, err := url.Parse(raw)
-	if err == nil && u.Scheme != "" && (u.User != nil || !strings.Contains(raw, "@")) {
+	// Two "@" mean a password with an unescaped "@" (or "/"), which the
+	// parser splits in the wrong place: trust only what follows the last.
+	if err == nil && u.Scheme != "" && strings.Count(raw, "@") <= 1 && (u.User != nil || !strings.Contains(raw, "@")) {
 		return u.Redacted()
 	}
 	if i := strings.LastIndex(raw, "@"); i >= 0 {
+		if j := strings.Index(raw, "://"); j > 0 && j < i {
+			return raw[:j+3] + "<redacted>" + raw[i:]
+		}
 		return "<redacted>" + raw[i:]
 	}
 	if i := strings.Index(raw, "://"); i > 0 {

@@ -13,14 +13,15 @@ func TestURL(t *testing.T) {
 		{"mongodb://db:27017", "mongodb://db:27017"},
 		{"guest:secret@rabbit:5672", "<redacted>@rabbit:5672"},
 		{"amqp:guest:secret@rabbit", "<redacted>@rabbit"},
-		{"amqp://user:pa ss@host", "<redacted>@host"},
+		{"amqp://user:pa ss@host", "amqp://<redacted>@host"},
+		{"mongodb://app:p@ss/w0rd@db/", "mongodb://<redacted>@db/"},
 		{"%zz", "<redacted>"},
 	} {
 		got := URL(tt.in)
 		if got != tt.want {
 			t.Errorf("URL(%q) = %q, want %q", tt.in, got, tt.want)
 		}
-		if strings.Contains(got, "secret") || strings.Contains(got, "pa ss") {
+		if strings.Contains(got, "secret") || strings.Contains(got, "pa ss") || strings.Contains(got, "w0rd") {
 			t.Errorf("URL(%q) = %q shows the password", tt.in, got)
 		}
 	}

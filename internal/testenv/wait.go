@@ -6,13 +6,20 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/outboxrelay/outbox/internal/backoff"
 )
 
 // WaitTimeout bounds every wait of a test on a server or a loop.
 const WaitTimeout = 30 * time.Second
 
-// pollEvery is how often Eventually asks again.
-const pollEvery = 10 * time.Millisecond
+// Eventually asks again after pollMin at first, then less often up to
+// pollMax: a quick answer for what settles at once, and a database that a
+// slow condition does not keep busy.
+const (
+	pollMin = 10 * time.Millisecond
+	pollMax = 100 * time.Millisecond
+)
 
 // Eventually asks cond until it reports done, and fails the test with
 // cond's last word on why not once timeout has passed. Tests wait for a
@@ -20,6 +27,7 @@ const pollEvery = 10 * time.Millisecond
 func Eventually(t testing.TB, timeout time.Duration, cond func() (done bool, why string)) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
+	wait := backoff.Backoff{Min: pollMin, Max: pollMax}
 	for {
 		done, why := cond()
 		if done {
@@ -28,7 +36,7 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() (done bool, why
 		if time.Now().After(deadline) {
 			t.Fatalf("not done after %s: %s", timeout, why)
 		}
-		time.Sleep(pollEvery)
+		time.Sleep(wait.Next())
 	}
 }
 
