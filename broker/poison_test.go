@@ -104,7 +104,7 @@ func TestPublishIsolatesPoison(t *testing.T) {
 			continue
 		}
 		never[msgs[i].ID] = true
-		if !errors.Is(err, broker.ErrRejected) {
+		if !errors.Is(err, events.ErrRejected) {
 			t.Errorf("poison message %d: %v, want ErrRejected", i, err)
 			continue
 		}
@@ -143,7 +143,7 @@ func TestPublishIsolatesClientRefusal(t *testing.T) {
 	want := map[string]bool{}
 	for i, err := range errs {
 		if i == 5 {
-			if !errors.Is(err, broker.ErrRejected) || !strings.Contains(err.Error(), "client") {
+			if !errors.Is(err, events.ErrRejected) || !strings.Contains(err.Error(), "client") {
 				t.Errorf("message with a 300-byte id: %v, want ErrRejected by the client", err)
 			}
 			continue
@@ -180,7 +180,7 @@ func TestPublishOutageIsNotPoison(t *testing.T) {
 	for i, err := range errs {
 		switch {
 		case err == nil:
-		case errors.Is(err, broker.ErrUnavailable) || errors.Is(err, broker.ErrUnconfirmed):
+		case errors.Is(err, events.ErrUnavailable) || errors.Is(err, events.ErrUnconfirmed):
 			failed++
 		default:
 			t.Errorf("message %d: %v, want nil, ErrUnavailable or ErrUnconfirmed", i, err)

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/outboxrelay/outbox/events"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -58,8 +59,8 @@ type Config struct {
 	// WriteTimeout bounds every socket write to the broker. A broker that
 	// stops reading (but keeps the connection open) makes the write fail
 	// after it; the connection is then closed, the messages in flight get
-	// ErrUnavailable, and the publisher reconnects. The worker passes its
-	// publish timeout. Defaults to WriteTimeoutDefault.
+	// events.ErrUnavailable, and the publisher reconnects. The worker passes
+	// its publish timeout. Defaults to WriteTimeoutDefault.
 	WriteTimeout time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
@@ -253,9 +254,9 @@ func (p *Publisher) Ready() error {
 	defer p.mu.Unlock()
 	switch {
 	case p.sess == nil || p.sess.ended():
-		return fmt.Errorf("%w: not connected", ErrUnavailable)
+		return fmt.Errorf("%w: not connected", events.ErrUnavailable)
 	case p.blocked:
-		return fmt.Errorf("%w: blocked by a broker alarm", ErrUnavailable)
+		return fmt.Errorf("%w: blocked by a broker alarm", events.ErrUnavailable)
 	}
 	return nil
 }

@@ -331,7 +331,7 @@ func TestPublishReturnedIsNotConfirmed(t *testing.T) {
 	if errs[0] != nil || errs[2] != nil {
 		t.Errorf("routable messages: errors %v and %v, want nil (confirmed)", errs[0], errs[2])
 	}
-	if !errors.Is(errs[1], broker.ErrReturned) {
+	if !errors.Is(errs[1], events.ErrReturned) {
 		t.Errorf("unroutable message: error %v, want ErrReturned", errs[1])
 	}
 	got := receive(t, deliveries, 2)
@@ -368,7 +368,7 @@ func TestPublisherLifecycle(t *testing.T) {
 			t.Fatalf("%s: Publish returned %d errors for %d messages", when, len(errs), len(msgs))
 		}
 		for i, err := range errs {
-			if !errors.Is(err, broker.ErrUnavailable) {
+			if !errors.Is(err, events.ErrUnavailable) {
 				t.Errorf("%s: message %d: error %v, want ErrUnavailable", when, i, err)
 			}
 		}
@@ -382,7 +382,7 @@ func TestPublisherLifecycle(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := p.Ready(); !errors.Is(err, broker.ErrUnavailable) {
+		if err := p.Ready(); !errors.Is(err, events.ErrUnavailable) {
 			t.Errorf("Ready before Start = %v, want ErrUnavailable (not connected)", err)
 		}
 		requireAllUnavailable("before Start", p.Publish(ctx, msgs))
@@ -411,7 +411,7 @@ func TestPublisherLifecycle(t *testing.T) {
 				t.Errorf("Stop #%d: %v", i+1, err)
 			}
 		}
-		if err := p.Ready(); !errors.Is(err, broker.ErrUnavailable) {
+		if err := p.Ready(); !errors.Is(err, events.ErrUnavailable) {
 			t.Errorf("Ready after Stop = %v, want ErrUnavailable", err)
 		}
 		requireAllUnavailable("after Stop", p.Publish(ctx, msgs))

@@ -114,11 +114,11 @@ func TestPublisherReconnectsAfterCut(t *testing.T) {
 	proxy.Cut()
 	took := waitFor(t, waitTimeout, "Ready reports the cut", func() bool { return p.Ready() != nil })
 	t.Logf("Ready() failed %s after the cut: %v", took.Round(time.Millisecond), p.Ready())
-	if err := p.Ready(); !errors.Is(err, broker.ErrUnavailable) {
+	if err := p.Ready(); !errors.Is(err, events.ErrUnavailable) {
 		t.Errorf("Ready during the cut = %v, want ErrUnavailable", err)
 	}
 	for i, err := range p.Publish(ctx, messages(t, "during", 3)) {
-		if !errors.Is(err, broker.ErrUnavailable) {
+		if !errors.Is(err, events.ErrUnavailable) {
 			t.Errorf("publish during the cut: message %d: %v, want ErrUnavailable", i, err)
 		}
 	}
@@ -177,7 +177,7 @@ func TestPublishCutMidBatch(t *testing.T) {
 		switch {
 		case err == nil:
 			confirmed++
-		case errors.Is(err, broker.ErrUnavailable) || errors.Is(err, broker.ErrUnconfirmed):
+		case errors.Is(err, events.ErrUnavailable) || errors.Is(err, events.ErrUnconfirmed):
 			unavailable++
 		default:
 			t.Errorf("message %d: %v, want nil or ErrUnavailable", i, err)

@@ -18,7 +18,7 @@ import (
 // default write timeout of 30 s: the library holds its send lock across
 // that write, so a graceful close would wait behind it. Stop still
 // returns within its deadline, and so does the publish, with every
-// message ErrUnavailable.
+// message events.ErrUnavailable.
 func TestStopUnblocksStalledWrite(t *testing.T) {
 	t.Parallel()
 	amqpURL := testenv.AMQPURL(t)
@@ -72,8 +72,8 @@ func TestStopUnblocksStalledWrite(t *testing.T) {
 	select {
 	case errs := <-result:
 		for i, err := range errs {
-			if !errors.Is(err, ErrUnavailable) {
-				t.Errorf("message %d: %v, want ErrUnavailable", i, err)
+			if !errors.Is(err, events.ErrUnavailable) {
+				t.Errorf("message %d: %v, want events.ErrUnavailable", i, err)
 			}
 		}
 	case <-stopCtx.Done():

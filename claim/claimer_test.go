@@ -482,8 +482,8 @@ func TestRunOnceBrokerFaultRefundsAttempt(t *testing.T) {
 		err    error
 		reason string
 	}{
-		{fmt.Errorf("%w: channel closed before the confirm", broker.ErrUnavailable), metrics.ReasonBrokerUnavailable},
-		{fmt.Errorf("%w: context deadline exceeded", broker.ErrUnconfirmed), metrics.ReasonUnconfirmed},
+		{fmt.Errorf("%w: channel closed before the confirm", events.ErrUnavailable), metrics.ReasonBrokerUnavailable},
+		{fmt.Errorf("%w: context deadline exceeded", events.ErrUnconfirmed), metrics.ReasonUnconfirmed},
 	} {
 		t.Run(tt.reason, func(t *testing.T) {
 			t.Parallel()
@@ -562,7 +562,7 @@ func TestRunOncePausedWhileBrokerNotReady(t *testing.T) {
 	store := newStore(t)
 	coll := store.Collection()
 	pub := &faultPublisher{Publisher: newPublisher(t, testenv.UniqueName(t, "ex_")),
-		notReady: fmt.Errorf("%w: blocked by a broker alarm", broker.ErrUnavailable)}
+		notReady: fmt.Errorf("%w: blocked by a broker alarm", events.ErrUnavailable)}
 	c, m := newClaimer(t, store, pub, Config{})
 	insertEvents(t, coll, 5, "order.created")
 
@@ -589,7 +589,7 @@ func TestRunOnceNackRetriesOnlyThoseNacked(t *testing.T) {
 	pub := &faultPublisher{Publisher: newPublisher(t, exchange)}
 	pub.fail = func(m events.Message) error {
 		if m.Type == "order.nacked" {
-			return broker.ErrNacked
+			return events.ErrNacked
 		}
 		return nil
 	}
@@ -610,7 +610,7 @@ func TestRunOnceNackRetriesOnlyThoseNacked(t *testing.T) {
 	}
 	for _, id := range nacked {
 		e := all[id]
-		if e.Status != events.StatusNew || e.Attempts != 1 || !e.RetryAt.After(before) || e.LastError != broker.ErrNacked.Error() {
+		if e.Status != events.StatusNew || e.Attempts != 1 || !e.RetryAt.After(before) || e.LastError != events.ErrNacked.Error() {
 			t.Errorf("nacked event %s: status %s attempts %d retryAt %s lastError %q; want NEW, 1 attempt, a retry time, the nack",
 				id, e.Status, e.Attempts, e.RetryAt, e.LastError)
 		}

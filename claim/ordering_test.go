@@ -15,7 +15,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	driver "go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/outboxrelay/outbox/broker"
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/mongo"
@@ -289,7 +288,7 @@ func TestOrderedReturnHoldsSuccessors(t *testing.T) {
 		}
 	}
 	pub := &faultPublisher{Publisher: newPublisher(t, exchange),
-		fail: failFirst(fmt.Errorf("%w: NO_ROUTE", broker.ErrReturned), first)}
+		fail: failFirst(fmt.Errorf("%w: NO_ROUTE", events.ErrReturned), first)}
 	c, _ := newClaimer(t, store, pub, Config{BatchSize: 500, RetryMin: time.Minute, RetryMax: time.Hour})
 
 	runOnce(t, c)
@@ -585,7 +584,7 @@ func TestOrderingNone(t *testing.T) {
 		}
 	}
 	pub := &faultPublisher{Publisher: newPublisher(t, exchange),
-		fail: failFirst(fmt.Errorf("%w: NO_ROUTE", broker.ErrReturned), first)}
+		fail: failFirst(fmt.Errorf("%w: NO_ROUTE", events.ErrReturned), first)}
 	c, _ := newClaimer(t, store, pub, Config{Ordering: OrderingNone, RetryMin: time.Minute, RetryMax: time.Hour})
 	runOnce(t, c)
 	deadline := time.Now().Add(waitFor)

@@ -406,7 +406,7 @@ func TestOutageBroker(t *testing.T) {
 		switch {
 		case i < half && err != nil:
 			t.Errorf("message %d of the cut batch, published before the cut: %v", i, err)
-		case i >= half && !errors.Is(err, broker.ErrUnavailable) && !errors.Is(err, broker.ErrUnconfirmed):
+		case i >= half && !errors.Is(err, events.ErrUnavailable) && !errors.Is(err, events.ErrUnconfirmed):
 			t.Errorf("message %d of the cut batch, published after the cut: %v, want ErrUnavailable", i, err)
 		case i >= half:
 			inFlight = append(inFlight, pub.cutBatch[i].ID)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/outboxrelay/outbox/broker"
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/metrics"
 )
@@ -33,7 +32,7 @@ type policy struct {
 
 // plan splits outcomes into the ids to mark PUBLISHED and the releases for
 // the rest, grouped so that each group is one write:
-//   - a poison event (events.InvalidError, or broker.ErrRejected: the
+//   - a poison event (events.InvalidError, or events.ErrRejected: the
 //     broker closed the channel on it even when published alone) fails at
 //     once;
 //   - an event held back behind an earlier event of its aggregate in the
@@ -85,13 +84,13 @@ func (p policy) decide(o outcome, retryAt func(attempts int) time.Time) release 
 	switch {
 	case errors.As(o.err, &invalid):
 		return release{events.Release{Status: events.StatusFailed, LastError: o.err.Error()}, metrics.ReasonInvalid}
-	case errors.Is(o.err, broker.ErrRejected):
+	case errors.Is(o.err, events.ErrRejected):
 		return release{events.Release{Status: events.StatusFailed, LastError: o.err.Error()}, metrics.ReasonRejected}
-	case errors.Is(o.err, broker.ErrUnavailable):
+	case errors.Is(o.err, events.ErrUnavailable):
 		return release{events.Release{Status: events.StatusNew, LastError: o.err.Error(), Refund: true}, metrics.ReasonBrokerUnavailable}
 	case errors.Is(o.err, errHeldBack):
 		return release{events.Release{Status: events.StatusNew, LastError: o.err.Error(), Refund: true}, metrics.ReasonHeldBack}
-	case errors.Is(o.err, broker.ErrUnconfirmed):
+	case errors.Is(o.err, events.ErrUnconfirmed):
 		return release{events.Release{Status: events.StatusNew, LastError: o.err.Error(), Refund: true}, metrics.ReasonUnconfirmed}
 	}
 	if o.attempts >= p.maxAttempts {
@@ -100,9 +99,9 @@ func (p policy) decide(o outcome, retryAt func(attempts int) time.Time) release 
 	}
 	reason := metrics.ReasonError
 	switch {
-	case errors.Is(o.err, broker.ErrNacked):
+	case errors.Is(o.err, events.ErrNacked):
 		reason = metrics.ReasonNacked
-	case errors.Is(o.err, broker.ErrReturned):
+	case errors.Is(o.err, events.ErrReturned):
 		reason = metrics.ReasonReturned
 	}
 	return release{events.Release{Status: events.StatusNew, LastError: o.err.Error(), RetryAt: retryAt(o.attempts)}, reason}

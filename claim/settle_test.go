@@ -9,7 +9,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/outboxrelay/outbox/broker"
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/metrics"
 )
@@ -24,12 +23,12 @@ func TestPlan(t *testing.T) {
 	t.Parallel()
 	poison := &events.InvalidError{Field: "type", Reason: "is missing"}
 	wrappedPoison := fmt.Errorf("build message: %w", &events.InvalidError{Field: "payload", Reason: "must be a document, got string"})
-	unavailable := fmt.Errorf("%w: not connected", broker.ErrUnavailable)
-	unconfirmed := fmt.Errorf("%w: context deadline exceeded", broker.ErrUnconfirmed)
-	returned := fmt.Errorf("%w: 312 NO_ROUTE (routing key %q)", broker.ErrReturned, "order.created")
+	unavailable := fmt.Errorf("%w: not connected", events.ErrUnavailable)
+	unconfirmed := fmt.Errorf("%w: context deadline exceeded", events.ErrUnconfirmed)
+	returned := fmt.Errorf("%w: 312 NO_ROUTE (routing key %q)", events.ErrReturned, "order.created")
 	other := errors.New("something else")
 	rejected := fmt.Errorf("%w: channel closed by the broker: 406 PRECONDITION_FAILED - invalid message: "+
-		"{unacceptable_type_in_header,\"CC\",longstr} (published alone 2 times)", broker.ErrRejected)
+		"{unacceptable_type_in_header,\"CC\",longstr} (published alone 2 times)", events.ErrRejected)
 
 	tests := []struct {
 		name          string
@@ -93,9 +92,9 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name:     "nack retries after the first backoff",
-			outcomes: []outcome{{id: "a", attempts: 1, err: broker.ErrNacked}},
+			outcomes: []outcome{{id: "a", attempts: 1, err: events.ErrNacked}},
 			wantReleases: []release{{events.Release{
-				IDs: []any{"a"}, Status: events.StatusNew, LastError: broker.ErrNacked.Error(), RetryAt: at(time.Second),
+				IDs: []any{"a"}, Status: events.StatusNew, LastError: events.ErrNacked.Error(), RetryAt: at(time.Second),
 			}, metrics.ReasonNacked}},
 		},
 		{
@@ -115,21 +114,21 @@ func TestPlan(t *testing.T) {
 		{
 			name: "same attempt count shares one release",
 			outcomes: []outcome{
-				{id: "a", attempts: 1, err: broker.ErrNacked},
-				{id: "b", attempts: 2, err: broker.ErrNacked},
-				{id: "c", attempts: 1, err: broker.ErrNacked},
-				{id: "d", attempts: 2, err: broker.ErrNacked},
+				{id: "a", attempts: 1, err: events.ErrNacked},
+				{id: "b", attempts: 2, err: events.ErrNacked},
+				{id: "c", attempts: 1, err: events.ErrNacked},
+				{id: "d", attempts: 2, err: events.ErrNacked},
 			},
 			wantReleases: []release{
-				{events.Release{IDs: []any{"a", "c"}, Status: events.StatusNew, LastError: broker.ErrNacked.Error(), RetryAt: at(time.Second)}, metrics.ReasonNacked},
-				{events.Release{IDs: []any{"b", "d"}, Status: events.StatusNew, LastError: broker.ErrNacked.Error(), RetryAt: at(2 * time.Second)}, metrics.ReasonNacked},
+				{events.Release{IDs: []any{"a", "c"}, Status: events.StatusNew, LastError: events.ErrNacked.Error(), RetryAt: at(time.Second)}, metrics.ReasonNacked},
+				{events.Release{IDs: []any{"b", "d"}, Status: events.StatusNew, LastError: events.ErrNacked.Error(), RetryAt: at(2 * time.Second)}, metrics.ReasonNacked},
 			},
 		},
 		{
 			name:     "max attempts fails with the last error kept",
-			outcomes: []outcome{{id: "a", attempts: 3, err: broker.ErrNacked}},
+			outcomes: []outcome{{id: "a", attempts: 3, err: events.ErrNacked}},
 			wantReleases: []release{{events.Release{
-				IDs: []any{"a"}, Status: events.StatusFailed, LastError: "gave up after 3 attempts: " + broker.ErrNacked.Error(),
+				IDs: []any{"a"}, Status: events.StatusFailed, LastError: "gave up after 3 attempts: " + events.ErrNacked.Error(),
 			}, metrics.ReasonMaxAttempts}},
 		},
 		{
@@ -144,18 +143,18 @@ func TestPlan(t *testing.T) {
 			outcomes: []outcome{
 				{id: "ok1", attempts: 1},
 				{id: "poison", attempts: 1, err: poison},
-				{id: "nack1", attempts: 1, err: broker.ErrNacked},
+				{id: "nack1", attempts: 1, err: events.ErrNacked},
 				{id: "down", attempts: 2, err: unavailable},
 				{id: "ok2", attempts: 2},
-				{id: "spent", attempts: 3, err: broker.ErrNacked},
-				{id: "nack2", attempts: 1, err: broker.ErrNacked},
+				{id: "spent", attempts: 3, err: events.ErrNacked},
+				{id: "nack2", attempts: 1, err: events.ErrNacked},
 			},
 			wantPublished: []any{"ok1", "ok2"},
 			wantReleases: []release{
 				{events.Release{IDs: []any{"poison"}, Status: events.StatusFailed, LastError: poison.Error()}, metrics.ReasonInvalid},
-				{events.Release{IDs: []any{"nack1", "nack2"}, Status: events.StatusNew, LastError: broker.ErrNacked.Error(), RetryAt: at(time.Second)}, metrics.ReasonNacked},
+				{events.Release{IDs: []any{"nack1", "nack2"}, Status: events.StatusNew, LastError: events.ErrNacked.Error(), RetryAt: at(time.Second)}, metrics.ReasonNacked},
 				{events.Release{IDs: []any{"down"}, Status: events.StatusNew, LastError: unavailable.Error(), Refund: true}, metrics.ReasonBrokerUnavailable},
-				{events.Release{IDs: []any{"spent"}, Status: events.StatusFailed, LastError: "gave up after 3 attempts: " + broker.ErrNacked.Error()}, metrics.ReasonMaxAttempts},
+				{events.Release{IDs: []any{"spent"}, Status: events.StatusFailed, LastError: "gave up after 3 attempts: " + events.ErrNacked.Error()}, metrics.ReasonMaxAttempts},
 			},
 		},
 		{
@@ -190,7 +189,7 @@ func TestPlanJitterOncePerAttemptCount(t *testing.T) {
 	p := policy{maxAttempts: 10, retryMin: time.Second, retryMax: time.Minute, jitter: jitter}
 	var outcomes []outcome
 	for i := range 100 {
-		outcomes = append(outcomes, outcome{id: i, attempts: 1 + i%2, err: broker.ErrNacked})
+		outcomes = append(outcomes, outcome{id: i, attempts: 1 + i%2, err: events.ErrNacked})
 	}
 	_, releases := p.plan(outcomes, planNow)
 
