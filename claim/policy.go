@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/backoff"
 	"github.com/outboxrelay/outbox/metrics"
 )
 
@@ -23,11 +24,29 @@ type release struct {
 	reason string
 }
 
-// policy decides what a failed publish means for its event.
+const (
+	// RetryMinDefault is the delay before the first retry of a failed publish.
+	RetryMinDefault = time.Second
+	// RetryMaxDefault caps the delay between retries.
+	RetryMaxDefault = 5 * time.Minute
+)
+
+// policy decides what a failed publish means for its event: the retry
+// policy of the claimer.
 type policy struct {
 	maxAttempts        int
 	retryMin, retryMax time.Duration
-	jitter             func(time.Duration) time.Duration
+	// jitter spreads a retry delay; backoff.Jitter outside tests.
+	jitter func(time.Duration) time.Duration
+}
+
+// retryDelay is the wait before the next claim of an event whose publish
+// failed on its n-th attempt: retryMin doubled for each attempt after the
+// first, capped at retryMax, then jittered so that batches and replicas
+// that failed together do not retry together (the events of one batch
+// share a delay, so that their release is one write).
+func (p policy) retryDelay(n int) time.Duration {
+	return p.jitter(backoff.Delay(max(n-1, 0), p.retryMin, p.retryMax))
 }
 
 // plan splits outcomes into the ids to mark PUBLISHED and the releases for
@@ -59,7 +78,7 @@ func (p policy) plan(outcomes []outcome, now time.Time) (published []any, releas
 	retryAt := func(attempts int) time.Time {
 		t, ok := retryAts[attempts]
 		if !ok {
-			t = now.Add(retryDelay(attempts, p.retryMin, p.retryMax, p.jitter)).Truncate(time.Millisecond)
+			t = now.Add(p.retryDelay(attempts)).Truncate(time.Millisecond)
 			retryAts[attempts] = t
 		}
 		return t
