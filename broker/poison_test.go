@@ -40,32 +40,15 @@ func ccPoison(t *testing.T, id string) events.Message {
 // never comes meanwhile.
 func requireDelivered(t *testing.T, deliveries <-chan amqp.Delivery, want map[string]bool, never map[string]bool) {
 	t.Helper()
-	missing := make(map[string]bool, len(want))
+	ids := make([]string, 0, len(want))
 	for id := range want {
-		missing[id] = true
+		ids = append(ids, id)
 	}
-	timeout := time.After(waitTimeout)
-	for len(missing) > 0 {
-		select {
-		case d, ok := <-deliveries:
-			if !ok {
-				t.Fatalf("deliveries closed with %d messages missing", len(missing))
-			}
-			if never[d.MessageId] {
-				t.Errorf("message %q was delivered; it should have been rejected", d.MessageId)
-			}
-			delete(missing, d.MessageId)
-		case <-timeout:
-			t.Fatalf("%d confirmed messages never delivered, e.g. %v", len(missing), first(missing))
+	for id := range testenv.Receive(t, deliveries, ids, waitTimeout) {
+		if never[id] {
+			t.Errorf("message %q was delivered; it should have been rejected", id)
 		}
 	}
-}
-
-func first(m map[string]bool) string {
-	for k := range m {
-		return k
-	}
-	return ""
 }
 
 // TestPublishIsolatesPoison publishes a window in which two messages make

@@ -50,19 +50,16 @@ func TestStopUnblocksStalledWrite(t *testing.T) {
 
 	// The wire's lock is held across each socket write: held through 20
 	// polls in a row, the write is blocked, not merely slow.
-	deadline := time.Now().Add(10 * time.Second)
-	for held := 0; held < 20; {
+	held := 0
+	testenv.Eventually(t, 10*time.Second, func() (bool, string) {
 		if s.wire.mu.TryLock() {
 			s.wire.mu.Unlock()
 			held = 0
 		} else {
 			held++
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("no socket write blocked on the stalled proxy")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return held >= 20, "no socket write blocked on the stalled proxy"
+	})
 
 	stopCtx, stopCancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer stopCancel()
