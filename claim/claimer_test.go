@@ -58,13 +58,7 @@ func newPublisher(t *testing.T, exchange string) *broker.Publisher {
 		defer cancel()
 		_ = p.Stop(ctx)
 	})
-	deadline := time.Now().Add(waitFor)
-	for p.Ready() != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("publisher not ready after %s: %v", waitFor, p.Ready())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.WaitReady(t, p.Ready)
 	return p
 }
 
@@ -182,34 +176,6 @@ func oid(t *testing.T, hex string) bson.ObjectID {
 	return id
 }
 
-// receive collects n deliveries, failing the test if they do not come.
-func receive(t *testing.T, deliveries <-chan amqp.Delivery, n int) []amqp.Delivery {
-	t.Helper()
-	out := make([]amqp.Delivery, 0, n)
-	timeout := time.After(waitFor)
-	for len(out) < n {
-		select {
-		case d, ok := <-deliveries:
-			if !ok {
-				t.Fatalf("deliveries closed after %d of %d messages", len(out), n)
-			}
-			out = append(out, d)
-		case <-timeout:
-			t.Fatalf("received %d of %d messages in %s", len(out), n, waitFor)
-		}
-	}
-	return out
-}
-
-// messageIDs counts deliveries by message id.
-func messageIDs(ds []amqp.Delivery) map[string]int {
-	out := make(map[string]int, len(ds))
-	for _, d := range ds {
-		out[d.MessageId]++
-	}
-	return out
-}
-
 func once(ids []string) map[string]int {
 	out := make(map[string]int, len(ids))
 	for _, id := range ids {
@@ -260,7 +226,7 @@ func TestRunOnceRelaysBacklog(t *testing.T) {
 		t.Error("runOnce on an empty outbox: more = true")
 	}
 
-	if diff := cmp.Diff(once(ids), messageIDs(receive(t, deliveries, n))); diff != "" {
+	if diff := cmp.Diff(once(ids), testenv.Receive(t, deliveries, ids, waitFor)); diff != "" {
 		t.Errorf("messages received, by id (-want +got):\n%s", diff)
 	}
 	for id, e := range allEvents(t, store.Collection()) {
@@ -328,7 +294,7 @@ func TestRunOncePoisonFailsInOnePass(t *testing.T) {
 
 	runOnce(t, c) // one pass: the whole outbox is one batch
 
-	if diff := cmp.Diff(once(valid), messageIDs(receive(t, deliveries, len(valid)))); diff != "" {
+	if diff := cmp.Diff(once(valid), testenv.Receive(t, deliveries, valid, waitFor)); diff != "" {
 		t.Errorf("messages received, by id (-want +got):\n%s", diff)
 	}
 	all := allEvents(t, coll)
@@ -399,7 +365,7 @@ func TestRunOnceUnroutableRetriesLater(t *testing.T) {
 	deliveries := testenv.Consume(t, testenv.AMQPURL(t), exchange)
 	c.now = func() time.Time { return time.Now().Add(2 * time.Hour) }
 	runOnce(t, c)
-	if diff := cmp.Diff(once(ids), messageIDs(receive(t, deliveries, len(ids)))); diff != "" {
+	if diff := cmp.Diff(once(ids), testenv.Receive(t, deliveries, ids, waitFor)); diff != "" {
 		t.Errorf("messages received on retry, by id (-want +got):\n%s", diff)
 	}
 	for id, e := range allEvents(t, coll) {
@@ -511,7 +477,7 @@ func TestRunOnceBrokerFaultRefundsAttempt(t *testing.T) {
 			// attempt lets these through.
 			pub.fail = nil
 			runOnce(t, c)
-			if diff := cmp.Diff(once(ids), messageIDs(receive(t, deliveries, len(ids)))); diff != "" {
+			if diff := cmp.Diff(once(ids), testenv.Receive(t, deliveries, ids, waitFor)); diff != "" {
 				t.Errorf("messages received after the fault, by id (-want +got):\n%s", diff)
 			}
 			for id, e := range allEvents(t, coll) {
@@ -599,7 +565,7 @@ func TestRunOnceNackRetriesOnlyThoseNacked(t *testing.T) {
 
 	before := time.Now()
 	runOnce(t, c)
-	if diff := cmp.Diff(once(good), messageIDs(receive(t, deliveries, len(good)))); diff != "" {
+	if diff := cmp.Diff(once(good), testenv.Receive(t, deliveries, good, waitFor)); diff != "" {
 		t.Errorf("messages received, by id (-want +got):\n%s", diff)
 	}
 	all := allEvents(t, coll)
@@ -819,7 +785,7 @@ func TestRunOnceManagedFieldOfWrongType(t *testing.T) {
 
 	runOnce(t, c)
 	want := append(slices.Clone(valid), "attempts-null")
-	if diff := cmp.Diff(once(want), messageIDs(receive(t, deliveries, len(want)))); diff != "" {
+	if diff := cmp.Diff(once(want), testenv.Receive(t, deliveries, want, waitFor)); diff != "" {
 		t.Errorf("messages received, by id (-want +got):\n%s", diff)
 	}
 	for _, id := range want {
@@ -907,14 +873,5 @@ func TestFailedClaimReleasesWhatItTook(t *testing.T) {
 	if _, err := c.runOnce(t.Context()); err != nil {
 		t.Fatalf("runOnce: %v", err)
 	}
-	got := map[string]bool{}
-	timeout := time.After(waitFor)
-	for len(got) < len(ids) {
-		select {
-		case d := <-deliveries:
-			got[d.MessageId] = true
-		case <-timeout:
-			t.Fatalf("received %d of %d events after the claim recovered", len(got), len(ids))
-		}
-	}
+	testenv.Receive(t, deliveries, ids, waitFor)
 }

@@ -401,18 +401,6 @@ func hostilePublisher(t *testing.T, exchange string, logs *syncBuffer) *broker.P
 	return p
 }
 
-// waitReady waits for the publisher to be ready, as /readyz would report.
-func waitReady(pub Publisher) error {
-	deadline := time.Now().Add(waitFor)
-	for {
-		err := pub.Ready()
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // safeRunOnce is one claim run that reports a panic as an error.
 func safeRunOnce(ctx context.Context, c *Claimer) (err error) {
 	defer func() {
@@ -492,10 +480,7 @@ func relayHostile(t *testing.T, cfg Config, hostile []hostileDoc) {
 	validRun := 0
 	var runErrs []string
 	for run := 1; run <= hostileMaxRuns; run++ {
-		if err := waitReady(pub); err != nil {
-			t.Errorf("before run %d: publisher not ready after %s: %v", run, waitFor, err)
-			break
-		}
+		testenv.WaitReady(t, pub.Ready)
 		if err := safeRunOnce(t.Context(), c); err != nil {
 			runErrs = append(runErrs, fmt.Sprintf("run %d: %v", run, err))
 		}
@@ -510,9 +495,7 @@ func relayHostile(t *testing.T, cfg Config, hostile []hostileDoc) {
 	for _, e := range runErrs {
 		t.Errorf("claim run failed: %s", trim(e))
 	}
-	if err := waitReady(pub); err != nil {
-		t.Errorf("publisher not ready after the runs: %v", err)
-	}
+	testenv.WaitReady(t, pub.Ready)
 
 	all := readEvents(t, coll)
 	switch {
@@ -563,37 +546,7 @@ func relayHostile(t *testing.T, cfg Config, hostile []hostileDoc) {
 	} else if failed > 0 {
 		t.Logf("outbox_events_failed_total by reason: %v", by)
 	}
-	checkReceived(t, deliveries, wantIDs)
-}
-
-// checkReceived waits until every id in want has been received under its
-// own message id.
-func checkReceived(t *testing.T, deliveries <-chan amqp.Delivery, want []string) {
-	t.Helper()
-	missing := make(map[string]bool, len(want))
-	for _, id := range want {
-		missing[id] = true
-	}
-	timeout := time.After(10 * time.Second)
-	for len(missing) > 0 {
-		select {
-		case d, ok := <-deliveries:
-			if !ok {
-				t.Errorf("deliveries closed with %d messages missing", len(missing))
-				return
-			}
-			delete(missing, d.MessageId)
-		case <-timeout:
-			var some []string
-			for id := range missing {
-				if len(some) < 5 {
-					some = append(some, trim(id))
-				}
-			}
-			t.Errorf("%d of %d messages never received under their message id, e.g. %q", len(missing), len(want), some)
-			return
-		}
-	}
+	testenv.Receive(t, deliveries, wantIDs, waitFor)
 }
 
 func allStatus(all map[string]hostileEvent, keys []string, s events.Status) bool {

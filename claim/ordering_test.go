@@ -88,6 +88,15 @@ func (in *inbox) distinct() int {
 	return len(in.count)
 }
 
+// waitDistinct waits until n distinct messages have come.
+func (in *inbox) waitDistinct(t *testing.T, n int) {
+	t.Helper()
+	testenv.Eventually(t, waitFor, func() (bool, string) {
+		got := in.distinct()
+		return got >= n, fmt.Sprintf("%d of %d distinct messages received", got, n)
+	})
+}
+
 // checkOrder fails for every event whose first delivery came before the
 // first delivery of an earlier event of its aggregate, for every missing
 // event, and for every duplicate when noDuplicates.
@@ -223,8 +232,8 @@ func TestOrderedThreeClaimersInterleaved(t *testing.T) {
 	}
 
 	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
 	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }() // no runOnce outlives a failed wait
 	for _, c := range claimers {
 		wg.Add(1)
 		go func() {
@@ -237,10 +246,7 @@ func TestOrderedThreeClaimersInterleaved(t *testing.T) {
 			}
 		}()
 	}
-	deadline := time.Now().Add(waitFor)
-	for in.distinct() < len(want) && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	in.waitDistinct(t, len(want))
 	cancel()
 	wg.Wait()
 	in.checkOrder(t, want, true)
@@ -327,10 +333,7 @@ func TestOrderedReturnHoldsSuccessors(t *testing.T) {
 	c.cfg.BatchSize = 500
 	c.now = func() time.Time { return time.Now().Add(2 * time.Hour) }
 	runOnce(t, c)
-	deadline := time.Now().Add(waitFor)
-	for in.distinct() < len(want) && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	in.waitDistinct(t, len(want))
 	in.checkOrder(t, want, true)
 }
 
@@ -410,10 +413,7 @@ func TestOrderedFailedHoldsUntilRequeueOrSkip(t *testing.T) {
 				}
 			}
 			if tc.name == "requeue" {
-				deadline := time.Now().Add(waitFor)
-				for in.distinct() < len(want) && time.Now().Before(deadline) {
-					time.Sleep(10 * time.Millisecond)
-				}
+				in.waitDistinct(t, len(want))
 				in.checkOrder(t, want, true)
 			}
 		})
@@ -450,10 +450,7 @@ func TestOrderedHotAggregate(t *testing.T) {
 			break
 		}
 	}
-	deadline := time.Now().Add(waitFor)
-	for in.distinct() < n && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	in.waitDistinct(t, n)
 	in.checkOrder(t, want, true)
 }
 
@@ -587,10 +584,7 @@ func TestOrderingNone(t *testing.T) {
 		fail: failFirst(fmt.Errorf("%w: NO_ROUTE", events.ErrReturned), first)}
 	c, _ := newClaimer(t, store, pub, Config{Ordering: OrderingNone, RetryMin: time.Minute, RetryMax: time.Hour})
 	runOnce(t, c)
-	deadline := time.Now().Add(waitFor)
-	for in.distinct() < len(want)-1 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	in.waitDistinct(t, len(want)-1)
 	for id, e := range allEvents(t, coll) {
 		wantStatus := events.StatusPublished
 		if id == first {

@@ -236,24 +236,18 @@ func (r *outageRig) runUntil(c *Claimer, what string, done func() bool) {
 	}
 }
 
-// poll checks cond every 50ms until it holds or timeout passes, and returns
-// how long that took.
+// poll waits until cond holds, and returns how long that took. A wait
+// that fails logs how the events stand.
 func (r *outageRig) poll(timeout time.Duration, what string, cond func() bool) time.Duration {
 	r.t.Helper()
 	start := time.Now()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Since(start) > timeout {
-			r.t.Fatalf("%s: not within %s (NEW %d, PROCESSING %d, PUBLISHED %d, FAILED %d)", what, timeout,
+	defer func() {
+		if r.t.Failed() {
+			r.t.Logf("%s: NEW %d, PROCESSING %d, PUBLISHED %d, FAILED %d", what,
 				r.count(events.StatusNew), r.count(events.StatusProcessing), r.count(events.StatusPublished), r.count(events.StatusFailed))
 		}
-		select {
-		case <-tick.C:
-		case <-r.t.Context().Done():
-			r.t.Fatalf("%s: test ended", what)
-		}
-	}
+	}()
+	testenv.Eventually(r.t, timeout, func() (bool, string) { return cond(), what })
 	return time.Since(start)
 }
 
