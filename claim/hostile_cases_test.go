@@ -1,6 +1,3 @@
-// The cases of TestHostileDocuments: documents a producer should never write,
-// each with what may become of it.
-
 package claim
 
 // The hostile-document suite: no single document in the outbox may stop

@@ -1,6 +1,3 @@
-// Partitioned claiming: ownership decides who claims where, and a paused
-// owner cannot claim or write once its terms ran out.
-
 package claim
 
 // Per-aggregate order and work sharing against the real store and broker:
