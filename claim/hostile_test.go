@@ -136,21 +136,8 @@ func readEvents(t *testing.T, coll *driver.Collection) map[string]hostileEvent {
 // hostilePublisher is newPublisher with its log lines kept in logs.
 func hostilePublisher(t *testing.T, exchange string, logs *syncBuffer) *broker.Publisher {
 	t.Helper()
-	logger := slog.New(slog.NewTextHandler(logs, nil))
-	p, err := broker.New(broker.Config{URL: testenv.AMQPURL(t), Exchange: exchange, Logger: logger,
+	return startPublisher(t, broker.Config{Exchange: exchange, Logger: slog.New(slog.NewTextHandler(logs, nil)),
 		ReconnectMin: 50 * time.Millisecond, ReconnectMax: 500 * time.Millisecond})
-	if err != nil {
-		t.Fatalf("broker.New: %v", err)
-	}
-	if err := p.Start(t.Context()); err != nil {
-		t.Fatalf("publisher Start: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-		defer cancel()
-		_ = p.Stop(ctx)
-	})
-	return p
 }
 
 // safeRunOnce is one claim run that reports a panic as an error.

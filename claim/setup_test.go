@@ -46,7 +46,17 @@ func newPublisher(t *testing.T, exchange string) *broker.Publisher {
 	t.Helper()
 	url := testenv.AMQPURL(t)
 	deleteExchangeAtCleanup(t, url, exchange)
-	p, err := broker.New(broker.Config{URL: url, Exchange: exchange, Logger: discard})
+	return startPublisher(t, broker.Config{URL: url, Exchange: exchange, Logger: discard})
+}
+
+// startPublisher starts a publisher on cfg, the shared broker's URL if cfg
+// has none, stops it at cleanup, and returns it once it is ready.
+func startPublisher(t *testing.T, cfg broker.Config) *broker.Publisher {
+	t.Helper()
+	if cfg.URL == "" {
+		cfg.URL = testenv.AMQPURL(t)
+	}
+	p, err := broker.New(cfg)
 	if err != nil {
 		t.Fatalf("broker.New: %v", err)
 	}
