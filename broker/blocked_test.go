@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outboxrelay/outbox/events"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -26,11 +27,11 @@ func TestBlockedAlarmPausesPublishing(t *testing.T) {
 	}
 	p.setBlocked(amqp.Blocking{Active: true, Reason: "low on memory"})
 	err = p.Ready()
-	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "alarm") {
-		t.Errorf("Ready while blocked = %v, want ErrUnavailable naming the alarm", err)
+	if !errors.Is(err, events.ErrUnavailable) || !strings.Contains(err.Error(), "alarm") {
+		t.Errorf("Ready while blocked = %v, want events.ErrUnavailable naming the alarm", err)
 	}
-	if _, err := p.readySession(); !errors.Is(err, ErrUnavailable) {
-		t.Errorf("readySession while blocked = %v, want ErrUnavailable: no publish may start", err)
+	if _, err := p.readySession(); !errors.Is(err, events.ErrUnavailable) {
+		t.Errorf("readySession while blocked = %v, want events.ErrUnavailable: no publish may start", err)
 	}
 	p.setBlocked(amqp.Blocking{Active: false})
 	if err := p.Ready(); err != nil {

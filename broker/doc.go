@@ -5,7 +5,8 @@
 //
 // Publishes are pipelined: a window of messages is sent, then the confirms
 // are awaited together. Every message is published mandatory, so one the
-// broker cannot route comes back as ErrReturned rather than a silent ack.
+// broker cannot route comes back as events.ErrReturned rather than a silent
+// ack.
 // Returns never outlive their window: a window that ends with confirms
 // outstanding retires its connection, so a late return is never matched to
 // a later publish of the same message.
@@ -16,7 +17,8 @@
 // with a code one message can cause (406, 501, 502, 503, 505, 540), or the
 // client refuses to encode a message, the unconfirmed messages are
 // published again one at a time on the next connection; one that closes it
-// alone twice is ErrRejected. An outage leaves them ErrUnavailable.
+// alone twice is events.ErrRejected. An outage leaves them
+// events.ErrUnavailable.
 //
 // Every socket write has a deadline (Config.WriteTimeout), and Stop closes
 // the socket under a write that is still blocked, so a broker that stops

@@ -16,6 +16,7 @@ import (
 	"github.com/outboxrelay/outbox/broker"
 	"github.com/outboxrelay/outbox/claim"
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/redact"
 	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/mongo"
 )
@@ -47,7 +48,7 @@ func TestPublisherSkipsANodeThatDoesNotAnswer(t *testing.T) {
 		URL: dead + "," + amqpURL, Exchange: exchange,
 		ReconnectMin: reconnectMin, ReconnectMax: reconnectMax,
 	})
-	if got, want := p.Node(), broker.Redact(amqpURL); got != want {
+	if got, want := p.Node(), redact.URL(amqpURL); got != want {
 		t.Errorf("Node = %q, want the second node %q", got, want)
 	}
 	msgs := make([]events.Message, 20)
@@ -59,16 +60,11 @@ func TestPublisherSkipsANodeThatDoesNotAnswer(t *testing.T) {
 			t.Fatalf("message %d: %v", i, err)
 		}
 	}
-	seen := map[string]bool{}
-	deadline := time.After(waitTimeout)
-	for len(seen) < len(msgs) {
-		select {
-		case d := <-deliveries:
-			seen[d.MessageId] = true
-		case <-deadline:
-			t.Fatalf("%d of %d messages delivered", len(seen), len(msgs))
-		}
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
 	}
+	testenv.Receive(t, deliveries, ids, waitTimeout)
 }
 
 // cutOnPublish cuts the first node's link during the n-th publish.
@@ -126,7 +122,7 @@ func TestRelayFailsOverToTheNextNode(t *testing.T) {
 		ReconnectMin: reconnectMin, ReconnectMax: reconnectMax,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 	})
-	if got, want := pub.Node(), broker.Redact(first); got != want {
+	if got, want := pub.Node(), redact.URL(first); got != want {
 		t.Fatalf("Node = %q, want the first node %q", got, want)
 	}
 	// The first node stays away: a lost connection must not come back to
@@ -149,23 +145,20 @@ func TestRelayFailsOverToTheNextNode(t *testing.T) {
 		_ = c.Stop(stopCtx)
 	})
 
-	seen := map[string]int{}
-	deadline := time.After(2 * time.Minute)
-	for len(seen) < total {
-		select {
-		case d := <-deliveries:
-			if !want[d.MessageId] {
-				t.Fatalf("unexpected message id %q", d.MessageId)
-			}
-			seen[d.MessageId]++
-		case <-deadline:
-			t.Fatalf("%d of %d events delivered", len(seen), total)
+	ids := make([]string, 0, len(want))
+	for id := range want {
+		ids = append(ids, id)
+	}
+	seen := testenv.Receive(t, deliveries, ids, 2*time.Minute)
+	for id := range seen {
+		if !want[id] {
+			t.Errorf("unexpected message id %q", id)
 		}
 	}
 	if relay.calls.Load() < relay.n {
 		t.Fatalf("the link was never cut: %d publishes", relay.calls.Load())
 	}
-	if got, want := pub.Node(), broker.Redact(amqpURL); got != want {
+	if got, want := pub.Node(), redact.URL(amqpURL); got != want {
 		t.Errorf("Node after the cut = %q, want the second node %q", got, want)
 	}
 	if !strings.Contains(logs.String(), "broker connection lost") {

@@ -40,32 +40,15 @@ func ccPoison(t *testing.T, id string) events.Message {
 // never comes meanwhile.
 func requireDelivered(t *testing.T, deliveries <-chan amqp.Delivery, want map[string]bool, never map[string]bool) {
 	t.Helper()
-	missing := make(map[string]bool, len(want))
+	ids := make([]string, 0, len(want))
 	for id := range want {
-		missing[id] = true
+		ids = append(ids, id)
 	}
-	timeout := time.After(waitTimeout)
-	for len(missing) > 0 {
-		select {
-		case d, ok := <-deliveries:
-			if !ok {
-				t.Fatalf("deliveries closed with %d messages missing", len(missing))
-			}
-			if never[d.MessageId] {
-				t.Errorf("message %q was delivered; it should have been rejected", d.MessageId)
-			}
-			delete(missing, d.MessageId)
-		case <-timeout:
-			t.Fatalf("%d confirmed messages never delivered, e.g. %v", len(missing), first(missing))
+	for id := range testenv.Receive(t, deliveries, ids, waitTimeout) {
+		if never[id] {
+			t.Errorf("message %q was delivered; it should have been rejected", id)
 		}
 	}
-}
-
-func first(m map[string]bool) string {
-	for k := range m {
-		return k
-	}
-	return ""
 }
 
 // TestPublishIsolatesPoison publishes a window in which two messages make
@@ -104,7 +87,7 @@ func TestPublishIsolatesPoison(t *testing.T) {
 			continue
 		}
 		never[msgs[i].ID] = true
-		if !errors.Is(err, broker.ErrRejected) {
+		if !errors.Is(err, events.ErrRejected) {
 			t.Errorf("poison message %d: %v, want ErrRejected", i, err)
 			continue
 		}
@@ -143,7 +126,7 @@ func TestPublishIsolatesClientRefusal(t *testing.T) {
 	want := map[string]bool{}
 	for i, err := range errs {
 		if i == 5 {
-			if !errors.Is(err, broker.ErrRejected) || !strings.Contains(err.Error(), "client") {
+			if !errors.Is(err, events.ErrRejected) || !strings.Contains(err.Error(), "client") {
 				t.Errorf("message with a 300-byte id: %v, want ErrRejected by the client", err)
 			}
 			continue
@@ -180,7 +163,7 @@ func TestPublishOutageIsNotPoison(t *testing.T) {
 	for i, err := range errs {
 		switch {
 		case err == nil:
-		case errors.Is(err, broker.ErrUnavailable) || errors.Is(err, broker.ErrUnconfirmed):
+		case errors.Is(err, events.ErrUnavailable) || errors.Is(err, events.ErrUnconfirmed):
 			failed++
 		default:
 			t.Errorf("message %d: %v, want nil, ErrUnavailable or ErrUnconfirmed", i, err)

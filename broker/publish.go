@@ -21,15 +21,15 @@ const isolatedTries = 2
 // Publish publishes msgs to the exchange, persistent and mandatory, and
 // waits for their confirms. It returns one error per message: nil for a
 // message the broker confirmed and routed; otherwise one wrapping
-// ErrUnavailable, ErrNacked, ErrReturned, ErrUnconfirmed or ErrRejected,
-// or an *events.InvalidError for a message whose properties do not fit the
-// broker's frame size.
+// events.ErrUnavailable, ErrNacked, ErrReturned, ErrUnconfirmed or
+// ErrRejected, or an *events.InvalidError for a message whose properties do
+// not fit the broker's frame size.
 //
 // When the broker closes the channel or connection while a window is in
 // flight with a code that one message can cause, the window's unconfirmed
 // messages are published again one at a time on the next connection (Publish
 // waits for it, within ctx), so that one bad message fails alone as
-// ErrRejected instead of taking its whole batch back to NEW forever.
+// events.ErrRejected instead of taking its whole batch back to NEW forever.
 func (p *Publisher) Publish(ctx context.Context, msgs []events.Message) []error {
 	errs := make([]error, len(msgs))
 	p.publishing.Lock()
@@ -100,13 +100,13 @@ func (p *Publisher) isolate(ctx context.Context, msgs []events.Message, suspects
 			case !r.poisoned:
 				// An outage meanwhile; what is left goes back unblamed.
 				for _, j := range suspects[n:] {
-					errs[j] = fmt.Errorf("%w: %v", ErrUnavailable, r.cause)
+					errs[j] = fmt.Errorf("%w: %v", events.ErrUnavailable, r.cause)
 				}
 				return
 			default:
 				tries++
 				if tries == isolatedTries {
-					errs[i] = fmt.Errorf("%w: %w (published alone %d times)", ErrRejected, r.cause, tries)
+					errs[i] = fmt.Errorf("%w: %w (published alone %d times)", events.ErrRejected, r.cause, tries)
 					p.logger.Warn("broker rejected a message: published alone, it closed the channel or connection every time",
 						append(closeAttrs(r.cause), "event_id", msgs[i].ID, "event_type", msgs[i].Type)...)
 				}
@@ -121,7 +121,7 @@ type attemptResult struct {
 	// suspects are the messages that the channel or connection closing
 	// left without a result, in publish order: sent but unconfirmed,
 	// refused by the client, or not sent because of the close. Their
-	// errors say ErrUnavailable until isolate decides otherwise.
+	// errors say events.ErrUnavailable until isolate decides otherwise.
 	suspects []int
 	sent     bool  // whether any suspect left for the broker or was refused
 	cause    error // why the session closed
@@ -141,7 +141,7 @@ func (p *Publisher) attempt(ctx context.Context, s *session, msgs []events.Messa
 	if err := ctx.Err(); err != nil {
 		// Not even a session's socket is touched for a context already over.
 		for _, i := range idx {
-			errs[i] = fmt.Errorf("%w: not sent: %v", ErrUnconfirmed, err)
+			errs[i] = fmt.Errorf("%w: not sent: %v", events.ErrUnconfirmed, err)
 		}
 		return r
 	}
@@ -166,7 +166,7 @@ send:
 			sentIdx = append(sentIdx, i)
 		case ctx.Err() != nil && errors.Is(err, ctx.Err()):
 			for _, j := range idx[k:] {
-				errs[j] = fmt.Errorf("%w: not sent: %v", ErrUnconfirmed, err)
+				errs[j] = fmt.Errorf("%w: not sent: %v", events.ErrUnconfirmed, err)
 			}
 			break send
 		case errors.Is(err, amqp.ErrClosed):
@@ -198,7 +198,7 @@ send:
 	if err := s.wire.flush(); err != nil {
 		// The socket failed under frames the library counts as sent.
 		// Ending the session closes the connection, which fails their
-		// confirms at once (ErrUnavailable) rather than at the deadline.
+		// confirms at once (events.ErrUnavailable) rather than at the deadline.
 		s.end(fmt.Errorf("write to the broker: %w", err))
 		s.wire.abort()
 	}
@@ -209,7 +209,7 @@ send:
 		acked, ok := waitConfirm(ctx, dc)
 		switch {
 		case !ok:
-			errs[i] = fmt.Errorf("%w: %v", ErrUnconfirmed, ctx.Err())
+			errs[i] = fmt.Errorf("%w: %v", events.ErrUnconfirmed, ctx.Err())
 			outstanding++
 		case acked:
 			errs[i] = nil
@@ -217,7 +217,7 @@ send:
 			// The library nacks every pending confirm when the channel dies.
 			outcomes[i] = true
 		default:
-			errs[i] = ErrNacked
+			errs[i] = events.ErrNacked
 		}
 	}
 	p.matchReturns(s.returns, msgs, sentIdx, errs)
@@ -244,7 +244,7 @@ send:
 	for i, sent := range outcomes {
 		r.suspects = append(r.suspects, i)
 		r.sent = r.sent || sent
-		errs[i] = fmt.Errorf("%w: %v", ErrUnavailable, r.cause)
+		errs[i] = fmt.Errorf("%w: %v", events.ErrUnavailable, r.cause)
 	}
 	slices.Sort(r.suspects)
 	return r
@@ -314,9 +314,9 @@ func (p *Publisher) waitSession(ctx context.Context) (*session, error) {
 		case <-changed:
 		case <-ended:
 		case <-p.done:
-			return nil, fmt.Errorf("%w: publisher stopped", ErrUnavailable)
+			return nil, fmt.Errorf("%w: publisher stopped", events.ErrUnavailable)
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: not reconnected before the deadline: %v", ErrUnavailable, ctx.Err())
+			return nil, fmt.Errorf("%w: not reconnected before the deadline: %v", events.ErrUnavailable, ctx.Err())
 		}
 	}
 }
@@ -341,7 +341,7 @@ func (p *Publisher) matchReturns(returns <-chan amqp.Return, msgs []events.Messa
 				}
 			}
 			if i, found := index[r.MessageId]; found && errs[i] == nil {
-				errs[i] = fmt.Errorf("%w: %d %s (routing key %q)", ErrReturned, r.ReplyCode, r.ReplyText, r.RoutingKey)
+				errs[i] = fmt.Errorf("%w: %d %s (routing key %q)", events.ErrReturned, r.ReplyCode, r.ReplyText, r.RoutingKey)
 			}
 		default:
 			return

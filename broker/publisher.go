@@ -5,13 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/url"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/backoff"
+	"github.com/outboxrelay/outbox/internal/redact"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -58,8 +59,8 @@ type Config struct {
 	// WriteTimeout bounds every socket write to the broker. A broker that
 	// stops reading (but keeps the connection open) makes the write fail
 	// after it; the connection is then closed, the messages in flight get
-	// ErrUnavailable, and the publisher reconnects. The worker passes its
-	// publish timeout. Defaults to WriteTimeoutDefault.
+	// events.ErrUnavailable, and the publisher reconnects. The worker passes
+	// its publish timeout. Defaults to WriteTimeoutDefault.
 	WriteTimeout time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
@@ -72,16 +73,16 @@ func (c *Config) setDefaults() {
 	if c.Exchange == "" {
 		c.Exchange = ExchangeDefault
 	}
-	if c.Window <= 0 {
+	if c.Window == 0 {
 		c.Window = WindowDefault
 	}
-	if c.ReconnectMin <= 0 {
+	if c.ReconnectMin == 0 {
 		c.ReconnectMin = ReconnectMinDefault
 	}
-	if c.ReconnectMax <= 0 {
+	if c.ReconnectMax == 0 {
 		c.ReconnectMax = ReconnectMaxDefault
 	}
-	if c.WriteTimeout <= 0 {
+	if c.WriteTimeout == 0 {
 		c.WriteTimeout = WriteTimeoutDefault
 	}
 	if c.Logger == nil {
@@ -92,7 +93,8 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// Validate reports the first bad field.
+// Validate reports the first bad field, naming it and its value. New
+// calls it after filling the defaults, so a zero value is never bad there.
 func (c Config) Validate() error {
 	urls := SplitURLs(c.URL)
 	if len(urls) == 0 {
@@ -101,31 +103,23 @@ func (c Config) Validate() error {
 	for _, raw := range urls {
 		u, err := url.Parse(raw)
 		if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Host == "" {
-			return fmt.Errorf("broker URL %q: want amqp://user:pass@host:port/vhost", Redact(raw))
+			return fmt.Errorf("broker URL %q: want amqp://user:pass@host:port/vhost", redact.URL(raw))
 		}
 	}
-	if c.Window < 0 {
-		return fmt.Errorf("broker window %d: must be positive", c.Window)
-	}
-	if c.WriteTimeout < 0 {
-		return fmt.Errorf("broker write timeout %s: must be positive", c.WriteTimeout)
+	switch {
+	case c.Window < 1:
+		return fmt.Errorf("broker window %d: want at least 1", c.Window)
+	case c.ReconnectMin <= 0 || c.ReconnectMax < c.ReconnectMin:
+		return fmt.Errorf("broker reconnect backoff %s..%s: want 0 < min <= max", c.ReconnectMin, c.ReconnectMax)
+	case c.WriteTimeout <= 0:
+		return fmt.Errorf("broker write timeout %s: want more than 0", c.WriteTimeout)
 	}
 	return nil
 }
 
-// Redact hides the password in an AMQP or MongoDB URL.
-func Redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "<unparsable URL>"
-	}
-	if u.User == nil && strings.Contains(raw, "@") {
-		// Not scheme://user:pass@host (a forgotten scheme or "//"), so the
-		// parser saw no credentials: hide everything before the last "@".
-		return "<redacted>" + raw[strings.LastIndex(raw, "@"):]
-	}
-	return u.Redacted()
-}
+// Redact hides the password in an AMQP or MongoDB URL. It is redact.URL,
+// kept for the commands that still call it here.
+func Redact(raw string) string { return redact.URL(raw) }
 
 // session is one live connection and its confirming channel.
 type session struct {
@@ -253,9 +247,9 @@ func (p *Publisher) Ready() error {
 	defer p.mu.Unlock()
 	switch {
 	case p.sess == nil || p.sess.ended():
-		return fmt.Errorf("%w: not connected", ErrUnavailable)
+		return fmt.Errorf("%w: not connected", events.ErrUnavailable)
 	case p.blocked:
-		return fmt.Errorf("%w: blocked by a broker alarm", ErrUnavailable)
+		return fmt.Errorf("%w: blocked by a broker alarm", events.ErrUnavailable)
 	}
 	return nil
 }
@@ -269,7 +263,7 @@ func (p *Publisher) Ready() error {
 func (p *Publisher) run(ctx context.Context, first chan struct{}) {
 	defer close(p.done)
 	defer p.watchers.Wait()
-	wait := p.cfg.ReconnectMin
+	wait := backoff.Backoff{Min: p.cfg.ReconnectMin, Max: p.cfg.ReconnectMax, Jitter: true}
 	start := 0
 	for attempt := 0; ; attempt++ {
 		s, i, err := p.connectAny(ctx, start)
@@ -280,15 +274,15 @@ func (p *Publisher) run(ctx context.Context, first chan struct{}) {
 			if ctx.Err() != nil {
 				return
 			}
-			p.logger.Warn("broker connect failed; retrying", "error", err, "retry_in", wait.String(), "url", RedactList(p.cfg.URL))
-			if !sleep(ctx, jitter(wait)) {
+			d := wait.Next()
+			p.logger.Warn("broker connect failed; retrying", "error", err, "retry_in", d.String(), "url", RedactList(p.cfg.URL))
+			if !backoff.Sleep(ctx, d) {
 				return
 			}
-			wait = min(2*wait, p.cfg.ReconnectMax)
 			continue
 		}
-		wait = p.cfg.ReconnectMin
-		node := Redact(p.urls[i])
+		wait.Reset()
+		node := redact.URL(p.urls[i])
 		p.setSession(s, node)
 		if attempt == 0 {
 			close(first) // after setSession: Ready is nil once Start returns
@@ -327,7 +321,7 @@ func (p *Publisher) connectAny(ctx context.Context, start int) (*session, int, e
 		if len(p.urls) == 1 {
 			return nil, i, err
 		}
-		node := Redact(p.urls[i])
+		node := redact.URL(p.urls[i])
 		p.logger.Warn("broker node unreachable; trying the next", "error", err, "url", node)
 		errs = append(errs, fmt.Errorf("%s: %w", node, err))
 	}
@@ -490,20 +484,4 @@ func (p *Publisher) watch(ctx context.Context, s *session) {
 			p.setBlocked(b)
 		}
 	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
-// jitter spreads reconnects of many replicas over [d/2, d).
-func jitter(d time.Duration) time.Duration {
-	return d/2 + rand.N(d/2+1)
 }

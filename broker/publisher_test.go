@@ -331,7 +331,7 @@ func TestPublishReturnedIsNotConfirmed(t *testing.T) {
 	if errs[0] != nil || errs[2] != nil {
 		t.Errorf("routable messages: errors %v and %v, want nil (confirmed)", errs[0], errs[2])
 	}
-	if !errors.Is(errs[1], broker.ErrReturned) {
+	if !errors.Is(errs[1], events.ErrReturned) {
 		t.Errorf("unroutable message: error %v, want ErrReturned", errs[1])
 	}
 	got := receive(t, deliveries, 2)
@@ -368,7 +368,7 @@ func TestPublisherLifecycle(t *testing.T) {
 			t.Fatalf("%s: Publish returned %d errors for %d messages", when, len(errs), len(msgs))
 		}
 		for i, err := range errs {
-			if !errors.Is(err, broker.ErrUnavailable) {
+			if !errors.Is(err, events.ErrUnavailable) {
 				t.Errorf("%s: message %d: error %v, want ErrUnavailable", when, i, err)
 			}
 		}
@@ -382,7 +382,7 @@ func TestPublisherLifecycle(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := p.Ready(); !errors.Is(err, broker.ErrUnavailable) {
+		if err := p.Ready(); !errors.Is(err, events.ErrUnavailable) {
 			t.Errorf("Ready before Start = %v, want ErrUnavailable (not connected)", err)
 		}
 		requireAllUnavailable("before Start", p.Publish(ctx, msgs))
@@ -411,7 +411,7 @@ func TestPublisherLifecycle(t *testing.T) {
 				t.Errorf("Stop #%d: %v", i+1, err)
 			}
 		}
-		if err := p.Ready(); !errors.Is(err, broker.ErrUnavailable) {
+		if err := p.Ready(); !errors.Is(err, events.ErrUnavailable) {
 			t.Errorf("Ready after Stop = %v, want ErrUnavailable", err)
 		}
 		requireAllUnavailable("after Stop", p.Publish(ctx, msgs))
@@ -455,27 +455,27 @@ func TestConfigRejectsBadURL(t *testing.T) {
 	}
 }
 
-func TestConfigRejectsNegativeWindow(t *testing.T) {
+// TestNewRejectsBadSettings checks that a bad value is refused by New, not
+// replaced by its default, and that the error names the setting and value.
+func TestNewRejectsBadSettings(t *testing.T) {
 	t.Parallel()
-	err := broker.Config{URL: "amqp://guest:guest@127.0.0.1:5672/", Window: -1}.Validate()
-	if err == nil || !strings.Contains(err.Error(), "-1") || !strings.Contains(err.Error(), "window") {
-		t.Errorf("Validate(Window: -1) = %v, want an error naming the window and -1", err)
+	const url = "amqp://guest:guest@127.0.0.1:5672/"
+	tests := []struct {
+		cfg  broker.Config
+		want string
+	}{
+		{broker.Config{URL: url, Window: -1}, "broker window -1"},
+		{broker.Config{URL: url, ReconnectMin: -time.Second}, "broker reconnect backoff -1s..30s"},
+		{broker.Config{URL: url, ReconnectMin: time.Minute}, "broker reconnect backoff 1m0s..30s"},
+		{broker.Config{URL: url, WriteTimeout: -time.Second}, "broker write timeout -1s"},
 	}
-}
-
-func TestRedact(t *testing.T) {
-	t.Parallel()
-	for _, raw := range []string{
-		"amqp://guest:s3cretPW@rabbit:5672/vhost",
-		"mongodb://user:s3cretPW@db:27017/outbox?authSource=admin",
-		"guest:s3cretPW@rabbit:5672",
-		"amqp//guest:s3cretPW@rabbit:5672/",
-	} {
-		if got := broker.Redact(raw); strings.Contains(got, "s3cretPW") {
-			t.Errorf("Redact(%q) = %q, leaks the password", raw, got)
+	for _, tt := range tests {
+		_, err := broker.New(tt.cfg)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("New(%+v) = %v, want an error containing %q", tt.cfg, err, tt.want)
 		}
 	}
-	if got, want := broker.Redact("amqp://guest:s3cretPW@rabbit:5672/vhost"), "amqp://guest:xxxxx@rabbit:5672/vhost"; got != want {
-		t.Errorf("Redact = %q, want %q (host and user kept for the logs)", got, want)
+	if _, err := broker.New(broker.Config{URL: url}); err != nil {
+		t.Errorf("New with every default: %v", err)
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxrelay/outbox/broker"
+	"github.com/outboxrelay/outbox/events"
 )
 
 // TestPublishDuringReconnects publishes and asks Ready from several
@@ -38,7 +38,7 @@ func TestPublishDuringReconnects(t *testing.T) {
 				_ = p.Ready()
 				pubCtx, pubCancel := context.WithTimeout(ctx, 2*time.Second)
 				for _, err := range p.Publish(pubCtx, messages(t, fmt.Sprintf("g%d-r%d", g, round), 20)) {
-					if err != nil && !errors.Is(err, broker.ErrUnavailable) && !errors.Is(err, broker.ErrUnconfirmed) {
+					if err != nil && !errors.Is(err, events.ErrUnavailable) && !errors.Is(err, events.ErrUnconfirmed) {
 						select {
 						case results <- err:
 						default:
@@ -67,7 +67,7 @@ func TestPublishDuringReconnects(t *testing.T) {
 	for err := range results {
 		t.Errorf("publish during reconnects: %v, want nil, ErrUnavailable or ErrUnconfirmed", err)
 	}
-	if err := p.Ready(); !errors.Is(err, broker.ErrUnavailable) {
+	if err := p.Ready(); !errors.Is(err, events.ErrUnavailable) {
 		t.Errorf("Ready after Stop = %v, want ErrUnavailable", err)
 	}
 }

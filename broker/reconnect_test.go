@@ -66,18 +66,7 @@ func proxiedPublisher(t *testing.T) (*broker.Publisher, *testenv.Proxy, *connLog
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Since(start) > timeout {
-			t.Fatalf("%s: not within %s", what, timeout)
-		}
-		select {
-		case <-tick.C:
-		case <-t.Context().Done():
-			t.Fatalf("%s: test ended", what)
-		}
-	}
+	testenv.Eventually(t, timeout, func() (bool, string) { return cond(), what })
 	return time.Since(start)
 }
 
@@ -114,11 +103,11 @@ func TestPublisherReconnectsAfterCut(t *testing.T) {
 	proxy.Cut()
 	took := waitFor(t, waitTimeout, "Ready reports the cut", func() bool { return p.Ready() != nil })
 	t.Logf("Ready() failed %s after the cut: %v", took.Round(time.Millisecond), p.Ready())
-	if err := p.Ready(); !errors.Is(err, broker.ErrUnavailable) {
+	if err := p.Ready(); !errors.Is(err, events.ErrUnavailable) {
 		t.Errorf("Ready during the cut = %v, want ErrUnavailable", err)
 	}
 	for i, err := range p.Publish(ctx, messages(t, "during", 3)) {
-		if !errors.Is(err, broker.ErrUnavailable) {
+		if !errors.Is(err, events.ErrUnavailable) {
 			t.Errorf("publish during the cut: message %d: %v, want ErrUnavailable", i, err)
 		}
 	}
@@ -177,7 +166,7 @@ func TestPublishCutMidBatch(t *testing.T) {
 		switch {
 		case err == nil:
 			confirmed++
-		case errors.Is(err, broker.ErrUnavailable) || errors.Is(err, broker.ErrUnconfirmed):
+		case errors.Is(err, events.ErrUnavailable) || errors.Is(err, events.ErrUnconfirmed):
 			unavailable++
 		default:
 			t.Errorf("message %d: %v, want nil or ErrUnavailable", i, err)
@@ -189,21 +178,14 @@ func TestPublishCutMidBatch(t *testing.T) {
 	}
 
 	// Every confirmed message is in the queue: read until each has come.
-	missing := map[string]bool{}
+	var missing []string
 	for i, err := range errs {
 		if err == nil && delivered[msgs[i].ID] == 0 {
-			missing[msgs[i].ID] = true
+			missing = append(missing, msgs[i].ID)
 		}
 	}
-	timeout := time.After(waitTimeout)
-	for len(missing) > 0 {
-		select {
-		case d := <-deliveries:
-			delivered[d.MessageId]++
-			delete(missing, d.MessageId)
-		case <-timeout:
-			t.Fatalf("%d confirmed messages never delivered", len(missing))
-		}
+	for id, n := range testenv.Receive(t, deliveries, missing, waitTimeout) {
+		delivered[id] += n
 	}
 
 	proxy.Restore()

@@ -66,7 +66,7 @@ func timeOut(t *testing.T, p *broker.Publisher, proxy *testenv.Proxy, msgs []eve
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
 	for i, err := range p.Publish(ctx, msgs) {
-		if !errors.Is(err, broker.ErrUnconfirmed) {
+		if !errors.Is(err, events.ErrUnconfirmed) {
 			t.Fatalf("message %d published while stalled: %v, want ErrUnconfirmed", i, err)
 		}
 	}
@@ -96,7 +96,7 @@ func TestLateReturnIsNotTakenForRepublish(t *testing.T) {
 			defer cancel()
 			err := p.Publish(ctx, []events.Message{simpleMessage(t, "event-1", tt.republish)})[0]
 			switch {
-			case tt.wantReturned && !errors.Is(err, broker.ErrReturned):
+			case tt.wantReturned && !errors.Is(err, events.ErrReturned):
 				t.Errorf("republish as %s: %v, want ErrReturned", tt.republish, err)
 			case !tt.wantReturned && err != nil:
 				t.Errorf("republish as %s: %v, want confirmed: the late return belongs to the first publish", tt.republish, err)
@@ -122,7 +122,7 @@ func TestManyReturnsAreAllReported(t *testing.T) {
 	requireReturned := func(what string, errs []error) {
 		t.Helper()
 		for i, err := range errs {
-			if !errors.Is(err, broker.ErrReturned) {
+			if !errors.Is(err, events.ErrReturned) {
 				t.Fatalf("%s: message %d: %v, want ErrReturned", what, i, err)
 			}
 		}

@@ -48,7 +48,7 @@ func TestPublishToStalledBroker(t *testing.T) {
 		t.Fatalf("Publish returned only when its context ended: the blocked write had no deadline")
 	}
 	for i, err := range errs {
-		if !errors.Is(err, broker.ErrUnavailable) {
+		if !errors.Is(err, events.ErrUnavailable) {
 			t.Errorf("message %d: %v, want ErrUnavailable", i, err)
 		}
 	}

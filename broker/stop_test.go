@@ -18,7 +18,7 @@ import (
 // default write timeout of 30 s: the library holds its send lock across
 // that write, so a graceful close would wait behind it. Stop still
 // returns within its deadline, and so does the publish, with every
-// message ErrUnavailable.
+// message events.ErrUnavailable.
 func TestStopUnblocksStalledWrite(t *testing.T) {
 	t.Parallel()
 	amqpURL := testenv.AMQPURL(t)
@@ -50,19 +50,16 @@ func TestStopUnblocksStalledWrite(t *testing.T) {
 
 	// The wire's lock is held across each socket write: held through 20
 	// polls in a row, the write is blocked, not merely slow.
-	deadline := time.Now().Add(10 * time.Second)
-	for held := 0; held < 20; {
+	held := 0
+	testenv.Eventually(t, 10*time.Second, func() (bool, string) {
 		if s.wire.mu.TryLock() {
 			s.wire.mu.Unlock()
 			held = 0
 		} else {
 			held++
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("no socket write blocked on the stalled proxy")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return held >= 20, "no socket write blocked on the stalled proxy"
+	})
 
 	stopCtx, stopCancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer stopCancel()
@@ -72,8 +69,8 @@ func TestStopUnblocksStalledWrite(t *testing.T) {
 	select {
 	case errs := <-result:
 		for i, err := range errs {
-			if !errors.Is(err, ErrUnavailable) {
-				t.Errorf("message %d: %v, want ErrUnavailable", i, err)
+			if !errors.Is(err, events.ErrUnavailable) {
+				t.Errorf("message %d: %v, want events.ErrUnavailable", i, err)
 			}
 		}
 	case <-stopCtx.Done():

@@ -2,6 +2,8 @@ package broker
 
 import (
 	"strings"
+
+	"github.com/outboxrelay/outbox/internal/redact"
 )
 
 // SplitURLs splits a comma-separated list of AMQP URLs (the nodes of a
@@ -39,13 +41,13 @@ func startsURL(s string) bool {
 	return false
 }
 
-// RedactList is Redact of every URL of a comma-separated list, joined
+// RedactList is redact.URL of every URL of a comma-separated list, joined
 // again with commas: what a log line or an error may show of
 // OUTBOX_AMQP_URL.
 func RedactList(list string) string {
 	urls := SplitURLs(list)
 	for i, u := range urls {
-		urls[i] = Redact(u)
+		urls[i] = redact.URL(u)
 	}
 	return strings.Join(urls, ",")
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/backoff"
 	"github.com/outboxrelay/outbox/metrics"
 	"github.com/outboxrelay/outbox/schedule"
 )
@@ -65,6 +66,10 @@ const (
 	AfterFailedWait = "wait"
 	// AfterFailedContinue lets them flow past a FAILED event.
 	AfterFailedContinue = "continue"
+	// writeRetryMin and writeRetryMax bound the backoff between tries of
+	// an outcome write: short, since a confirmed event waits on it.
+	writeRetryMin = 100 * time.Millisecond
+	writeRetryMax = time.Second
 	// settleReserve is the part of a stop's time kept back for writing the
 	// outcome of the batch in flight once its confirms are given up.
 	settleReserve = 5 * time.Second
@@ -254,7 +259,7 @@ func New(store Store, pub Publisher, cfg Config) (*Claimer, error) {
 			maxAttempts: cfg.MaxAttempts,
 			retryMin:    cfg.RetryMin,
 			retryMax:    cfg.RetryMax,
-			jitter:      randomJitter,
+			jitter:      backoff.Jitter,
 		},
 		now:       cfg.Now,
 		halted:    make(chan struct{}),
@@ -483,18 +488,15 @@ func (c *Claimer) settle(ctx context.Context, lease events.Lease, outcomes []out
 // status PROCESSING), so a retry after a write that did land changes
 // nothing; its count is then not the whole count, which exact reports.
 func retryWrite(ctx context.Context, write func(context.Context) (int, error)) (n int, exact bool, err error) {
-	wait := 100 * time.Millisecond
+	wait := backoff.Backoff{Min: writeRetryMin, Max: writeRetryMax}
 	for attempt := 0; ; attempt++ {
 		n, err = write(ctx)
 		if err == nil {
 			return n, attempt == 0, nil
 		}
-		select {
-		case <-ctx.Done():
+		if !backoff.Sleep(ctx, wait.Next()) {
 			return 0, false, err
-		case <-time.After(wait):
 		}
-		wait = min(2*wait, time.Second)
 	}
 }
 

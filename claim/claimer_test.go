@@ -2,230 +2,21 @@ package claim
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	amqp "github.com/rabbitmq/amqp091-go"
 	"go.mongodb.org/mongo-driver/v2/bson"
-	driver "go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/outboxrelay/outbox/broker"
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/metrics"
-	"github.com/outboxrelay/outbox/mongo"
 )
-
-// waitFor bounds every wait on a server in these tests.
-const waitFor = 30 * time.Second
-
-var discard = slog.New(slog.DiscardHandler)
-
-// newStore returns a prepared store on a database of its own.
-func newStore(t *testing.T) *mongo.Store {
-	t.Helper()
-	db := testenv.Database(t)
-	s := mongo.New(db.Client(), mongo.Config{Database: db.Name(), Logger: discard})
-	if err := s.Prepare(t.Context()); err != nil {
-		t.Fatalf("Prepare: %v", err)
-	}
-	return s
-}
-
-// newPublisher returns a connected publisher on exchange, stopped in
-// t.Cleanup. The exchange is deleted after the publisher stops.
-func newPublisher(t *testing.T, exchange string) *broker.Publisher {
-	t.Helper()
-	url := testenv.AMQPURL(t)
-	deleteExchangeAtCleanup(t, url, exchange)
-	p, err := broker.New(broker.Config{URL: url, Exchange: exchange, Logger: discard})
-	if err != nil {
-		t.Fatalf("broker.New: %v", err)
-	}
-	if err := p.Start(t.Context()); err != nil {
-		t.Fatalf("publisher Start: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-		defer cancel()
-		_ = p.Stop(ctx)
-	})
-	deadline := time.Now().Add(waitFor)
-	for p.Ready() != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("publisher not ready after %s: %v", waitFor, p.Ready())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return p
-}
-
-// deleteExchangeAtCleanup removes an exchange the publisher declared, for
-// the tests that bind no queue to it (testenv.Consume cleans up its own).
-func deleteExchangeAtCleanup(t *testing.T, url, exchange string) {
-	t.Helper()
-	t.Cleanup(func() {
-		conn, err := amqp.Dial(url)
-		if err != nil {
-			return
-		}
-		defer conn.Close()
-		if ch, err := conn.Channel(); err == nil {
-			_ = ch.ExchangeDelete(exchange, false, false)
-		}
-	})
-}
-
-// newClaimer returns a Claimer for tests with its own metrics.
-func newClaimer(t *testing.T, store Store, pub Publisher, cfg Config) (*Claimer, *metrics.Metrics) {
-	t.Helper()
-	if cfg.WorkerID == "" {
-		cfg.WorkerID = "worker-a"
-	}
-	cfg.Logger = discard
-	cfg.Metrics = metrics.New(nil)
-	c, err := New(store, pub, cfg)
-	if err != nil {
-		t.Fatalf("claim.New: %v", err)
-	}
-	return c, cfg.Metrics
-}
-
-// insertEvents inserts n valid NEW events of type typ, one millisecond
-// apart and in the past, and returns their ids oldest first.
-func insertEvents(t *testing.T, coll *driver.Collection, n int, typ string) []string {
-	t.Helper()
-	start := time.Now().Add(-time.Hour)
-	ids := make([]string, n)
-	docs := make([]any, n)
-	for i := range n {
-		id := bson.NewObjectID()
-		d := events.Draft{ID: id, Type: typ, AggregateType: "order", AggregateID: fmt.Sprint(i),
-			Payload: bson.D{{Key: "n", Value: i}}}
-		doc, err := d.Document(start.Add(time.Duration(i) * time.Millisecond))
-		if err != nil {
-			t.Fatalf("draft %d: %v", i, err)
-		}
-		ids[i], docs[i] = id.Hex(), doc
-	}
-	if _, err := coll.InsertMany(t.Context(), docs); err != nil {
-		t.Fatalf("insert %d events: %v", n, err)
-	}
-	return ids
-}
-
-// stored is what the tests read back of an event: the fields the worker
-// manages. (events.Event would refuse a poison event's payload.)
-type stored struct {
-	ID           any           `bson:"_id"`
-	Status       events.Status `bson:"status"`
-	Attempts     int           `bson:"attempts"`
-	WorkerID     string        `bson:"workerId"`
-	ClaimToken   string        `bson:"claimToken"`
-	ProcessingAt time.Time     `bson:"processingAt"`
-	PublishedAt  time.Time     `bson:"publishedAt"`
-	LastError    string        `bson:"lastError"`
-	RetryAt      time.Time     `bson:"retryAt"`
-	FailedAt     time.Time     `bson:"failedAt"`
-}
-
-// allEvents returns every stored event by its _id as a string.
-func allEvents(t *testing.T, coll *driver.Collection) map[string]stored {
-	t.Helper()
-	cur, err := coll.Find(t.Context(), bson.D{})
-	if err != nil {
-		t.Fatalf("find events: %v", err)
-	}
-	var all []stored
-	if err := cur.All(t.Context(), &all); err != nil {
-		t.Fatalf("read events: %v", err)
-	}
-	out := make(map[string]stored, len(all))
-	for _, e := range all {
-		out[idString(e.ID)] = e
-	}
-	return out
-}
-
-func idString(id any) string {
-	if oid, ok := id.(bson.ObjectID); ok {
-		return oid.Hex()
-	}
-	return fmt.Sprint(id)
-}
-
-// hasField reports whether the stored event id has the field key at all.
-func hasField(t *testing.T, coll *driver.Collection, id any, key string) bool {
-	t.Helper()
-	raw, err := coll.FindOne(t.Context(), bson.D{{Key: events.FieldID, Value: id}}).Raw()
-	if err != nil {
-		t.Fatalf("find event %v: %v", id, err)
-	}
-	_, err = raw.LookupErr(key)
-	return err == nil
-}
-
-func oid(t *testing.T, hex string) bson.ObjectID {
-	t.Helper()
-	id, err := bson.ObjectIDFromHex(hex)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return id
-}
-
-// receive collects n deliveries, failing the test if they do not come.
-func receive(t *testing.T, deliveries <-chan amqp.Delivery, n int) []amqp.Delivery {
-	t.Helper()
-	out := make([]amqp.Delivery, 0, n)
-	timeout := time.After(waitFor)
-	for len(out) < n {
-		select {
-		case d, ok := <-deliveries:
-			if !ok {
-				t.Fatalf("deliveries closed after %d of %d messages", len(out), n)
-			}
-			out = append(out, d)
-		case <-timeout:
-			t.Fatalf("received %d of %d messages in %s", len(out), n, waitFor)
-		}
-	}
-	return out
-}
-
-// messageIDs counts deliveries by message id.
-func messageIDs(ds []amqp.Delivery) map[string]int {
-	out := make(map[string]int, len(ds))
-	for _, d := range ds {
-		out[d.MessageId]++
-	}
-	return out
-}
-
-func once(ids []string) map[string]int {
-	out := make(map[string]int, len(ids))
-	for _, id := range ids {
-		out[id] = 1
-	}
-	return out
-}
-
-func runOnce(t *testing.T, c *Claimer) bool {
-	t.Helper()
-	more, err := c.runOnce(t.Context())
-	if err != nil {
-		t.Fatalf("runOnce: %v", err)
-	}
-	return more
-}
 
 func TestRunOnceRelaysBacklog(t *testing.T) {
 	t.Parallel()
@@ -260,7 +51,7 @@ func TestRunOnceRelaysBacklog(t *testing.T) {
 		t.Error("runOnce on an empty outbox: more = true")
 	}
 
-	if diff := cmp.Diff(once(ids), messageIDs(receive(t, deliveries, n))); diff != "" {
+	if diff := cmp.Diff(once(ids), testenv.Receive(t, deliveries, ids, waitFor)); diff != "" {
 		t.Errorf("messages received, by id (-want +got):\n%s", diff)
 	}
 	for id, e := range allEvents(t, store.Collection()) {
@@ -328,7 +119,7 @@ func TestRunOncePoisonFailsInOnePass(t *testing.T) {
 
 	runOnce(t, c) // one pass: the whole outbox is one batch
 
-	if diff := cmp.Diff(once(valid), messageIDs(receive(t, deliveries, len(valid)))); diff != "" {
+	if diff := cmp.Diff(once(valid), testenv.Receive(t, deliveries, valid, waitFor)); diff != "" {
 		t.Errorf("messages received, by id (-want +got):\n%s", diff)
 	}
 	all := allEvents(t, coll)
@@ -399,7 +190,7 @@ func TestRunOnceUnroutableRetriesLater(t *testing.T) {
 	deliveries := testenv.Consume(t, testenv.AMQPURL(t), exchange)
 	c.now = func() time.Time { return time.Now().Add(2 * time.Hour) }
 	runOnce(t, c)
-	if diff := cmp.Diff(once(ids), messageIDs(receive(t, deliveries, len(ids)))); diff != "" {
+	if diff := cmp.Diff(once(ids), testenv.Receive(t, deliveries, ids, waitFor)); diff != "" {
 		t.Errorf("messages received on retry, by id (-want +got):\n%s", diff)
 	}
 	for id, e := range allEvents(t, coll) {
@@ -482,8 +273,8 @@ func TestRunOnceBrokerFaultRefundsAttempt(t *testing.T) {
 		err    error
 		reason string
 	}{
-		{fmt.Errorf("%w: channel closed before the confirm", broker.ErrUnavailable), metrics.ReasonBrokerUnavailable},
-		{fmt.Errorf("%w: context deadline exceeded", broker.ErrUnconfirmed), metrics.ReasonUnconfirmed},
+		{fmt.Errorf("%w: channel closed before the confirm", events.ErrUnavailable), metrics.ReasonBrokerUnavailable},
+		{fmt.Errorf("%w: context deadline exceeded", events.ErrUnconfirmed), metrics.ReasonUnconfirmed},
 	} {
 		t.Run(tt.reason, func(t *testing.T) {
 			t.Parallel()
@@ -511,7 +302,7 @@ func TestRunOnceBrokerFaultRefundsAttempt(t *testing.T) {
 			// attempt lets these through.
 			pub.fail = nil
 			runOnce(t, c)
-			if diff := cmp.Diff(once(ids), messageIDs(receive(t, deliveries, len(ids)))); diff != "" {
+			if diff := cmp.Diff(once(ids), testenv.Receive(t, deliveries, ids, waitFor)); diff != "" {
 				t.Errorf("messages received after the fault, by id (-want +got):\n%s", diff)
 			}
 			for id, e := range allEvents(t, coll) {
@@ -562,7 +353,7 @@ func TestRunOncePausedWhileBrokerNotReady(t *testing.T) {
 	store := newStore(t)
 	coll := store.Collection()
 	pub := &faultPublisher{Publisher: newPublisher(t, testenv.UniqueName(t, "ex_")),
-		notReady: fmt.Errorf("%w: blocked by a broker alarm", broker.ErrUnavailable)}
+		notReady: fmt.Errorf("%w: blocked by a broker alarm", events.ErrUnavailable)}
 	c, m := newClaimer(t, store, pub, Config{})
 	insertEvents(t, coll, 5, "order.created")
 
@@ -589,7 +380,7 @@ func TestRunOnceNackRetriesOnlyThoseNacked(t *testing.T) {
 	pub := &faultPublisher{Publisher: newPublisher(t, exchange)}
 	pub.fail = func(m events.Message) error {
 		if m.Type == "order.nacked" {
-			return broker.ErrNacked
+			return events.ErrNacked
 		}
 		return nil
 	}
@@ -599,7 +390,7 @@ func TestRunOnceNackRetriesOnlyThoseNacked(t *testing.T) {
 
 	before := time.Now()
 	runOnce(t, c)
-	if diff := cmp.Diff(once(good), messageIDs(receive(t, deliveries, len(good)))); diff != "" {
+	if diff := cmp.Diff(once(good), testenv.Receive(t, deliveries, good, waitFor)); diff != "" {
 		t.Errorf("messages received, by id (-want +got):\n%s", diff)
 	}
 	all := allEvents(t, coll)
@@ -610,176 +401,13 @@ func TestRunOnceNackRetriesOnlyThoseNacked(t *testing.T) {
 	}
 	for _, id := range nacked {
 		e := all[id]
-		if e.Status != events.StatusNew || e.Attempts != 1 || !e.RetryAt.After(before) || e.LastError != broker.ErrNacked.Error() {
+		if e.Status != events.StatusNew || e.Attempts != 1 || !e.RetryAt.After(before) || e.LastError != events.ErrNacked.Error() {
 			t.Errorf("nacked event %s: status %s attempts %d retryAt %s lastError %q; want NEW, 1 attempt, a retry time, the nack",
 				id, e.Status, e.Attempts, e.RetryAt, e.LastError)
 		}
 	}
 	if got := testutil.ToFloat64(m.Released.WithLabelValues(metrics.ReasonNacked)); got != 4 {
 		t.Errorf("released{reason=nacked} = %v, want 4", got)
-	}
-}
-
-func TestNewValidatesConfig(t *testing.T) {
-	t.Parallel()
-	for _, tt := range []struct {
-		cfg  Config
-		want string
-	}{
-		{Config{}, "worker id"},
-		{Config{WorkerID: "w", BatchSize: -1}, "batch size -1"},
-		{Config{WorkerID: "w", BatchSize: 10001}, "batch size 10001"},
-		{Config{WorkerID: "w", MaxAttempts: -2}, "max attempts -2"},
-		{Config{WorkerID: "w", MaxBodyBytes: -1}, "max body bytes -1"},
-		{Config{WorkerID: "w", PublishTimeout: -time.Second}, "publish timeout -1s"},
-		{Config{WorkerID: "w", RetryMin: time.Minute, RetryMax: time.Second}, "retry backoff 1m0s..1s"},
-		{Config{WorkerID: "w", Schedule: "bogus"}, `"bogus"`},
-		{Config{WorkerID: "w", PublishTimeout: time.Minute, StaleAfter: time.Minute}, "stale after 1m0s"},
-	} {
-		_, err := New(nil, nil, tt.cfg)
-		if err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("New(%+v) = %v, want an error naming %s", tt.cfg, err, tt.want)
-		}
-	}
-	if _, err := New(nil, nil, Config{WorkerID: "w"}); err != nil {
-		t.Errorf("New with only a worker id: %v, want the defaults to be valid", err)
-	}
-}
-
-// oneEventStore hands out one valid event, then nothing, and holds its
-// PUBLISHED write until the write's context ends: a database that stopped
-// answering between the confirm and the mark.
-type oneEventStore struct {
-	Store
-	handedOut bool
-	marking   chan struct{} // closed when the mark has started
-	markErr   chan error    // the mark's context error when it gave up
-}
-
-func (s *oneEventStore) Claim(_ context.Context, lease events.Lease, _ events.ClaimLimit) (events.ClaimResult, error) {
-	if s.handedOut {
-		return events.ClaimResult{}, nil
-	}
-	s.handedOut = true
-	doc, err := events.Draft{Type: "order.created", Payload: bson.D{{Key: "n", Value: 1}}}.Document(lease.At)
-	if err != nil {
-		return events.ClaimResult{}, err
-	}
-	raw, err := bson.Marshal(doc)
-	if err != nil {
-		return events.ClaimResult{}, err
-	}
-	return events.ClaimResult{Claimed: []events.Claimed{{ID: doc[0].Value, Attempts: 1, Doc: raw}}}, nil
-}
-
-func (s *oneEventStore) MarkPublished(ctx context.Context, _ events.Lease, _ []any, _ time.Time) (int, error) {
-	close(s.marking)
-	<-ctx.Done()
-	s.markErr <- ctx.Err()
-	return 0, ctx.Err()
-}
-
-// confirmingPublisher confirms every message.
-type confirmingPublisher struct{}
-
-func (confirmingPublisher) Ready() error { return nil }
-
-func (confirmingPublisher) Publish(_ context.Context, msgs []events.Message) []error {
-	return make([]error, len(msgs))
-}
-
-// Outcome writes outlive the shutdown's cancellation and a database outage,
-// up to the lease, but not a stop's deadline: Stop returns when its time is
-// up, and the write in flight is cancelled.
-func TestStopEndsOutcomeWritesAtItsDeadline(t *testing.T) {
-	t.Parallel()
-	store := &oneEventStore{marking: make(chan struct{}), markErr: make(chan error, 1)}
-	c, _ := newClaimer(t, store, confirmingPublisher{}, Config{Schedule: "@every 1h"})
-	if err := c.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	c.Trigger()
-	select {
-	case <-store.marking:
-	case <-time.After(waitFor):
-		t.Fatal("the claimer never tried to mark its batch")
-	}
-
-	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
-	defer cancel()
-	stopped := make(chan error, 1)
-	go func() { stopped <- c.Stop(ctx) }()
-	select {
-	case err := <-stopped:
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("Stop = %v, want %v", err, context.DeadlineExceeded)
-		}
-	case <-time.After(waitFor):
-		t.Fatalf("Stop did not return within %s of its 300ms deadline: the mark holds it up", waitFor)
-	}
-	select {
-	case err := <-store.markErr:
-		if !errors.Is(err, context.Canceled) {
-			t.Errorf("the mark gave up with %v, want %v (cancelled by the stop)", err, context.Canceled)
-		}
-	default:
-		t.Error("the mark was still running after Stop returned")
-	}
-}
-
-// claimN claims up to n events with no byte bound, as Claim did before
-// it took a ClaimLimit.
-func claimN(ctx context.Context, s *mongo.Store, lease events.Lease, n int) ([]events.Claimed, bool, error) {
-	res, err := s.Claim(ctx, lease, events.ClaimLimit{Events: n})
-	return res.Claimed, res.More, err
-}
-
-// stopSpyStore reports a full batch lost to other replicas (so the drain
-// asks for more) from a Claim that returns only once Stop has begun, and
-// counts its claims.
-type stopSpyStore struct {
-	Store
-	c       *Claimer
-	claims  atomic.Int32
-	started chan struct{}
-}
-
-func (s *stopSpyStore) Claim(context.Context, events.Lease, events.ClaimLimit) (events.ClaimResult, error) {
-	if s.claims.Add(1) == 1 {
-		close(s.started)
-	}
-	<-s.c.stopping
-	s.c.Trigger() // a Trigger during the stop must not start a claim either
-	return events.ClaimResult{More: true}, nil
-}
-
-// Nothing is claimed after SIGTERM: once Stop has been called, neither the
-// drain of a backlog nor a pending Trigger starts another claim.
-func TestNoClaimAfterStop(t *testing.T) {
-	t.Parallel()
-	store := &stopSpyStore{started: make(chan struct{})}
-	c, _ := newClaimer(t, store, idlePublisher{t}, Config{Schedule: "@every 1h"})
-	store.c = c
-	if err := c.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	c.Trigger()
-	select {
-	case <-store.started:
-	case <-time.After(waitFor):
-		t.Fatal("the claimer never claimed")
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
-	defer cancel()
-	if err := c.Stop(ctx); err != nil {
-		t.Fatalf("Stop: %v", err)
-	}
-	if got := store.claims.Load(); got != 1 {
-		t.Errorf("claims = %d, want 1: a claim started after Stop", got)
-	}
-	// runOnce itself refuses once stopped.
-	if more, err := c.runOnce(t.Context()); more || err != nil || store.claims.Load() != 1 {
-		t.Errorf("runOnce after Stop = %t, %v with %d claims; want false, nil and no claim", more, err, store.claims.Load())
 	}
 }
 
@@ -819,7 +447,7 @@ func TestRunOnceManagedFieldOfWrongType(t *testing.T) {
 
 	runOnce(t, c)
 	want := append(slices.Clone(valid), "attempts-null")
-	if diff := cmp.Diff(once(want), messageIDs(receive(t, deliveries, len(want)))); diff != "" {
+	if diff := cmp.Diff(once(want), testenv.Receive(t, deliveries, want, waitFor)); diff != "" {
 		t.Errorf("messages received, by id (-want +got):\n%s", diff)
 	}
 	for _, id := range want {
@@ -855,66 +483,4 @@ func storedID(s string) any {
 		return id
 	}
 	return s
-}
-
-// failingClaimStore lets the claim's write land, then reports it failed,
-// as a claim cut off by a timeout after the server applied its update.
-type failingClaimStore struct {
-	*mongo.Store
-	fail atomic.Bool
-}
-
-func (s *failingClaimStore) Claim(ctx context.Context, lease events.Lease, limit events.ClaimLimit) (events.ClaimResult, error) {
-	res, err := s.Store.Claim(ctx, lease, limit)
-	if s.fail.Load() {
-		return events.ClaimResult{}, errors.New("client timed out waiting for server response")
-	}
-	return res, err
-}
-
-// A claim that fails after the server claimed events for it leaves them
-// neither PROCESSING until recovery nor an attempt poorer: they go back to
-// NEW at once, and the next run relays them.
-func TestFailedClaimReleasesWhatItTook(t *testing.T) {
-	t.Parallel()
-	store := &failingClaimStore{Store: newStore(t)}
-	coll := store.Collection()
-	exchange := testenv.UniqueName(t, "ex_")
-	deliveries := testenv.Consume(t, testenv.AMQPURL(t), exchange)
-	c, _ := newClaimer(t, store, newPublisher(t, exchange), Config{BatchSize: 50})
-	ids := insertEvents(t, coll, 20, "order.created")
-
-	store.fail.Store(true)
-	if _, err := c.runOnce(t.Context()); err == nil {
-		t.Fatal("runOnce with a failing claim returned no error")
-	}
-	var docs []stored
-	cur, err := coll.Find(t.Context(), bson.D{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cur.All(t.Context(), &docs); err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range docs {
-		if d.Status != events.StatusNew || d.Attempts != 0 || d.ClaimToken != "" {
-			t.Errorf("event %v after the failed claim: status %s, attempts %d, token %q; want NEW, 0, none",
-				d.ID, d.Status, d.Attempts, d.ClaimToken)
-		}
-	}
-
-	store.fail.Store(false)
-	if _, err := c.runOnce(t.Context()); err != nil {
-		t.Fatalf("runOnce: %v", err)
-	}
-	got := map[string]bool{}
-	timeout := time.After(waitFor)
-	for len(got) < len(ids) {
-		select {
-		case d := <-deliveries:
-			got[d.MessageId] = true
-		case <-timeout:
-			t.Fatalf("received %d of %d events after the claim recovered", len(got), len(ids))
-		}
-	}
 }

@@ -282,7 +282,7 @@ func TestRunOnceLateConfirmAfterRecovery(t *testing.T) {
 		t.Fatalf("b's claim during a's publish (-want +got):\n%s", diff)
 	}
 	// a's messages went out: the broker has them once.
-	if diff := cmp.Diff(once(ids), messageIDs(receive(t, deliveries, len(ids)))); diff != "" {
+	if diff := cmp.Diff(once(ids), testenv.Receive(t, deliveries, ids, waitFor)); diff != "" {
 		t.Errorf("a's messages (-want +got):\n%s", diff)
 	}
 	ownedBy(t, coll, b, 2, ids)

@@ -15,7 +15,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	driver "go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/outboxrelay/outbox/broker"
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/mongo"
@@ -89,6 +88,15 @@ func (in *inbox) distinct() int {
 	return len(in.count)
 }
 
+// waitDistinct waits until n distinct messages have come.
+func (in *inbox) waitDistinct(t *testing.T, n int) {
+	t.Helper()
+	testenv.Eventually(t, waitFor, func() (bool, string) {
+		got := in.distinct()
+		return got >= n, fmt.Sprintf("%d of %d distinct messages received", got, n)
+	})
+}
+
 // checkOrder fails for every event whose first delivery came before the
 // first delivery of an earlier event of its aggregate, for every missing
 // event, and for every duplicate when noDuplicates.
@@ -129,71 +137,6 @@ func (in *inbox) checkOrder(t *testing.T, want []ordered, noDuplicates bool) {
 	}
 }
 
-// fakeClock is the ownership managers' clock (server and local alike),
-// moved by hand so that terms expire when a test says.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Now()} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
-const testTerm = 30 * time.Second
-
-func newOwner(t *testing.T, store *mongo.Store, clock *fakeClock, id string) *ownership.Manager {
-	t.Helper()
-	m, err := ownership.New(store.Owners(), ownership.Config{WorkerID: id, TermLength: testTerm,
-		Now: clock.Now, Local: clock.Now, Logger: discard})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
-
-// settleOwnership runs ownership rounds, the clock moving past the margin
-// between them, until every partition has an owner and the managers hold
-// about equal shares.
-func settleOwnership(t *testing.T, clock *fakeClock, ms ...*ownership.Manager) {
-	t.Helper()
-	for range 8 {
-		balanced := true
-		owned := map[int]bool{}
-		for _, m := range ms {
-			if err := m.Tick(t.Context()); err != nil {
-				t.Fatalf("Tick: %v", err)
-			}
-		}
-		for _, m := range ms {
-			if len(m.Owned()) < ownership.Share(len(ms))-len(ms)+1 {
-				balanced = false
-			}
-			for _, p := range m.Owned() {
-				if owned[p] {
-					t.Fatalf("partition %d owned twice", p)
-				}
-				owned[p] = true
-			}
-		}
-		if len(owned) == events.Partitions && balanced {
-			return
-		}
-		clock.Advance(testTerm / 8)
-	}
-	t.Fatal("ownership did not settle in 8 rounds")
-}
-
 // TestOrderedThreeClaimersInterleaved relays interleaved aggregates with
 // three claimers running at once, each on its own publisher and its share
 // of the partitions: every aggregate arrives in order, and no event is
@@ -224,8 +167,8 @@ func TestOrderedThreeClaimersInterleaved(t *testing.T) {
 	}
 
 	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
 	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }() // no runOnce outlives a failed wait
 	for _, c := range claimers {
 		wg.Add(1)
 		go func() {
@@ -238,10 +181,7 @@ func TestOrderedThreeClaimersInterleaved(t *testing.T) {
 			}
 		}()
 	}
-	deadline := time.Now().Add(waitFor)
-	for in.distinct() < len(want) && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	in.waitDistinct(t, len(want))
 	cancel()
 	wg.Wait()
 	in.checkOrder(t, want, true)
@@ -289,7 +229,7 @@ func TestOrderedReturnHoldsSuccessors(t *testing.T) {
 		}
 	}
 	pub := &faultPublisher{Publisher: newPublisher(t, exchange),
-		fail: failFirst(fmt.Errorf("%w: NO_ROUTE", broker.ErrReturned), first)}
+		fail: failFirst(fmt.Errorf("%w: NO_ROUTE", events.ErrReturned), first)}
 	c, _ := newClaimer(t, store, pub, Config{BatchSize: 500, RetryMin: time.Minute, RetryMax: time.Hour})
 
 	runOnce(t, c)
@@ -328,10 +268,7 @@ func TestOrderedReturnHoldsSuccessors(t *testing.T) {
 	c.cfg.BatchSize = 500
 	c.now = func() time.Time { return time.Now().Add(2 * time.Hour) }
 	runOnce(t, c)
-	deadline := time.Now().Add(waitFor)
-	for in.distinct() < len(want) && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	in.waitDistinct(t, len(want))
 	in.checkOrder(t, want, true)
 }
 
@@ -411,10 +348,7 @@ func TestOrderedFailedHoldsUntilRequeueOrSkip(t *testing.T) {
 				}
 			}
 			if tc.name == "requeue" {
-				deadline := time.Now().Add(waitFor)
-				for in.distinct() < len(want) && time.Now().Before(deadline) {
-					time.Sleep(10 * time.Millisecond)
-				}
+				in.waitDistinct(t, len(want))
 				in.checkOrder(t, want, true)
 			}
 		})
@@ -451,121 +385,8 @@ func TestOrderedHotAggregate(t *testing.T) {
 			break
 		}
 	}
-	deadline := time.Now().Add(waitFor)
-	for in.distinct() < n && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	in.waitDistinct(t, n)
 	in.checkOrder(t, want, true)
-}
-
-// TestFencingOldOwnerClaimsNothing is the interleaving of a paused owner:
-// a owns every partition and claims a batch; a pauses past its term;
-// recovery takes the batch back; b takes the partitions and claims the
-// events again; a, awake, claims nothing, loses its renewals, and its late
-// writes for the batch it held change nothing.
-func TestFencingOldOwnerClaimsNothing(t *testing.T) {
-	t.Parallel()
-	store := newStore(t)
-	coll := store.Collection()
-	ids := insertEvents(t, coll, 10, "order.created")
-	extra := insertEvents(t, coll, 5, "order.updated") // still NEW when a wakes up
-	clock := newFakeClock()
-	ownerA, ownerB := newOwner(t, store, clock, "worker-a"), newOwner(t, store, clock, "worker-b")
-	settleOwnership(t, clock, ownerA)
-
-	// a claims the first ten under its ownership.
-	owned, validFor, done := ownerA.Hold()
-	if validFor <= 0 {
-		t.Fatal("a holds nothing")
-	}
-	a := fenceLease("worker-a", "token-a", time.Now())
-	resA, err := store.Claim(t.Context(), a, events.ClaimLimit{Events: 10, Owned: owned, Ordered: true, FailedHolds: true})
-	done()
-	if err != nil || len(resA.Claimed) != 10 {
-		t.Fatalf("a's Claim = %d events, %v; want 10", len(resA.Claimed), err)
-	}
-
-	// a pauses; its terms run out; recovery resets its batch; b takes over.
-	clock.Advance(testTerm + testTerm/5)
-	if reset, _, err := store.RecoverStale(t.Context(), a.At.Add(time.Minute), a.At.Add(time.Minute), 10); err != nil || reset != 10 {
-		t.Fatalf("RecoverStale = %d, %v; want 10", reset, err)
-	}
-	settleOwnership(t, clock, ownerB)
-
-	// a wakes up: its claimer finds no partition to claim in, even after
-	// its ownership round, which loses every renewal.
-	cA, _ := newClaimer(t, store, idlePublisher{t}, Config{WorkerID: "worker-a", Owner: ownerA})
-	if err := ownerA.Tick(t.Context()); err != nil {
-		t.Fatalf("a's Tick: %v", err)
-	}
-	if n := len(ownerA.Owned()); n != 0 {
-		t.Errorf("a owns %d partitions after b's takeover, want 0", n)
-	}
-	runOnce(t, cA)
-	for _, id := range append(append([]string{}, ids...), extra...) {
-		if e := allEvents(t, coll)[id]; e.WorkerID == "worker-a" {
-			t.Errorf("event %s claimed by a after it lost its partitions: %s", id, e.Status)
-		}
-	}
-	// b claims them; a's late writes for its old batch change nothing.
-	owned, _, done = ownerB.Hold()
-	b := fenceLease("worker-b", "token-b", time.Now())
-	resB, err := store.Claim(t.Context(), b, events.ClaimLimit{Events: 100, Owned: owned, Ordered: true, FailedHolds: true})
-	done()
-	if err != nil || len(resB.Claimed) != 15 {
-		t.Fatalf("b's Claim = %d events, %v; want 15", len(resB.Claimed), err)
-	}
-	if n, err := store.MarkPublished(t.Context(), a, claimedIDs(resA.Claimed), time.Now()); err != nil || n != 0 {
-		t.Errorf("a's late MarkPublished = %d, %v; want 0", n, err)
-	}
-	if n, err := store.Release(t.Context(), a, events.Release{IDs: claimedIDs(resA.Claimed), Status: events.StatusNew, Refund: true}); err != nil || n != 0 {
-		t.Errorf("a's late Release = %d, %v; want 0", n, err)
-	}
-	var twice, once []string
-	for _, id := range append(ids, extra...) {
-		if claimedHex(resA.Claimed)[id] > 0 {
-			twice = append(twice, id)
-		} else {
-			once = append(once, id)
-		}
-	}
-	ownedBy(t, coll, b, 2, twice)
-	ownedBy(t, coll, b, 1, once)
-}
-
-// TestOwnershipJoinAndDeath: a replica that joins gets its share within a
-// few rounds, and the partitions of one that died are taken over once its
-// terms run out; the events in them are claimed by the survivors.
-func TestOwnershipJoinAndDeath(t *testing.T) {
-	t.Parallel()
-	store := newStore(t)
-	clock := newFakeClock()
-	a, b := newOwner(t, store, clock, "worker-a"), newOwner(t, store, clock, "worker-b")
-	settleOwnership(t, clock, a)
-	// b joins.
-	settleOwnership(t, clock, a, b)
-	if na, nb := len(a.Owned()), len(b.Owned()); na != 32 || nb != 32 {
-		t.Errorf("after b joined: a owns %d, b %d; want 32 each", na, nb)
-	}
-	// b dies: a takes all once b's terms have run out, not before.
-	bOwned := b.Owned()
-	clock.Advance(testTerm / 3)
-	if err := a.Tick(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	if n := len(a.Owned()); n != 32 {
-		t.Errorf("a owns %d while b's terms stand, want 32", n)
-	}
-	// a keeps ticking every third of a term, as its loop does.
-	for range 4 {
-		clock.Advance(testTerm / 3)
-		if err := a.Tick(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n := len(a.Owned()); n != events.Partitions {
-		t.Errorf("a owns %d after b's terms ran out, want all %d (b had %v)", n, events.Partitions, bOwned)
-	}
 }
 
 // TestOrderingNone: without ordering a returned event holds nothing back:
@@ -585,13 +406,10 @@ func TestOrderingNone(t *testing.T) {
 		}
 	}
 	pub := &faultPublisher{Publisher: newPublisher(t, exchange),
-		fail: failFirst(fmt.Errorf("%w: NO_ROUTE", broker.ErrReturned), first)}
+		fail: failFirst(fmt.Errorf("%w: NO_ROUTE", events.ErrReturned), first)}
 	c, _ := newClaimer(t, store, pub, Config{Ordering: OrderingNone, RetryMin: time.Minute, RetryMax: time.Hour})
 	runOnce(t, c)
-	deadline := time.Now().Add(waitFor)
-	for in.distinct() < len(want)-1 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	in.waitDistinct(t, len(want)-1)
 	for id, e := range allEvents(t, coll) {
 		wantStatus := events.StatusPublished
 		if id == first {

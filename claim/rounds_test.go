@@ -9,7 +9,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/outboxrelay/outbox/broker"
 	"github.com/outboxrelay/outbox/events"
 )
 
@@ -90,8 +89,8 @@ func TestPublishInRoundsStopsTheKey(t *testing.T) {
 		[2]string{"a1", "A"}, [2]string{"b1", "B"}, [2]string{"u1", ""}, [2]string{"a2", "A"},
 		[2]string{"b2", "B"}, [2]string{"a3", "A"}, [2]string{"b3", "B"})
 	pub := &roundPublisher{fail: map[string]error{
-		"a1": broker.ErrReturned,
-		"b2": broker.ErrNacked,
+		"a1": events.ErrReturned,
+		"b2": events.ErrNacked,
 	}}
 	c, _ := newClaimer(t, nil, pub, Config{})
 	outcomes := make([]outcome, len(batch))

@@ -205,7 +205,7 @@ func TestHealthzIgnoresDependencies(t *testing.T) {
 	// Liveness must not depend on the database or the broker: a worker
 	// waiting for them is alive, and restarting it would not help.
 	s.store.setPingErr(errors.New("connection refused"))
-	s.broker.set(broker.ErrUnavailable)
+	s.broker.set(events.ErrUnavailable)
 
 	code, body := getJSON(t, s.base+"/healthz")
 	if code != http.StatusOK {
@@ -227,9 +227,9 @@ func TestReadyz(t *testing.T) {
 	}{
 		{name: "both up", wantCode: http.StatusOK},
 		{name: "database down", pingErr: errors.New("server selection timeout"), wantCode: http.StatusServiceUnavailable, wantReason: "mongodb: server selection timeout"},
-		{name: "broker down", brokerErr: fmt.Errorf("%w: not connected", broker.ErrUnavailable), wantCode: http.StatusServiceUnavailable, wantReason: "rabbitmq: broker unavailable: not connected"},
-		{name: "broker blocked", brokerErr: fmt.Errorf("%w: blocked by a broker alarm", broker.ErrUnavailable), wantCode: http.StatusServiceUnavailable, wantReason: "rabbitmq: broker unavailable: blocked"},
-		{name: "both down", pingErr: errors.New("ping failed"), brokerErr: broker.ErrUnavailable, wantCode: http.StatusServiceUnavailable, wantReason: "mongodb: "},
+		{name: "broker down", brokerErr: fmt.Errorf("%w: not connected", events.ErrUnavailable), wantCode: http.StatusServiceUnavailable, wantReason: "rabbitmq: broker unavailable: not connected"},
+		{name: "broker blocked", brokerErr: fmt.Errorf("%w: blocked by a broker alarm", events.ErrUnavailable), wantCode: http.StatusServiceUnavailable, wantReason: "rabbitmq: broker unavailable: blocked"},
+		{name: "both down", pingErr: errors.New("ping failed"), brokerErr: events.ErrUnavailable, wantCode: http.StatusServiceUnavailable, wantReason: "mongodb: "},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -266,7 +266,7 @@ func TestReadyzFollowsSwitch(t *testing.T) {
 		want               int
 	}{
 		{nil, nil, http.StatusOK},
-		{nil, broker.ErrUnavailable, http.StatusServiceUnavailable},
+		{nil, events.ErrUnavailable, http.StatusServiceUnavailable},
 		{nil, nil, http.StatusOK},
 		{errors.New("down"), nil, http.StatusServiceUnavailable},
 		{nil, nil, http.StatusOK},
@@ -635,13 +635,13 @@ func (outcomePublisher) Publish(_ context.Context, msgs []events.Message) []erro
 	for i, m := range msgs {
 		switch {
 		case strings.Contains(m.ID, "returned"):
-			errs[i] = broker.ErrReturned
+			errs[i] = events.ErrReturned
 		case strings.Contains(m.ID, "nacked"):
-			errs[i] = broker.ErrNacked
+			errs[i] = events.ErrNacked
 		case strings.Contains(m.ID, "outage"):
-			errs[i] = broker.ErrUnavailable
+			errs[i] = events.ErrUnavailable
 		case strings.Contains(m.ID, "last"):
-			errs[i] = broker.ErrReturned // on its last attempt: FAILED
+			errs[i] = events.ErrReturned // on its last attempt: FAILED
 		}
 	}
 	return errs

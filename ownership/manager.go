@@ -51,8 +51,8 @@ type Table interface {
 }
 
 const (
-	// marginFraction is the part of TermLength that Margin defaults to.
-	marginFraction = 10
+	// MarginDivisorDefault makes Margin default to TermLength divided by it.
+	MarginDivisorDefault = 10
 	// memberForget is how many term lengths a silent member's heartbeat
 	// is kept before Prune deletes it.
 	memberForget = 10
@@ -68,8 +68,8 @@ type Config struct {
 	TermLength time.Duration
 	// Margin is subtracted from an owner's own deadline and added to
 	// others' view of a term's expiry: it covers the uncertainty of the
-	// server clock's offset and one claim's duration. Defaults to a tenth
-	// of TermLength.
+	// server clock's offset and one claim's duration. Defaults to
+	// TermLength / MarginDivisorDefault (a tenth).
 	Margin time.Duration
 	// Now is the database server's time (mongo.Clock's Now). Defaults to
 	// time.Now.
@@ -88,7 +88,7 @@ type Config struct {
 
 func (c *Config) setDefaults() {
 	if c.Margin == 0 {
-		c.Margin = c.TermLength / marginFraction
+		c.Margin = c.TermLength / MarginDivisorDefault
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -101,7 +101,7 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// Validate reports the first bad field.
+// Validate reports the first bad field, naming it and its value.
 func (c Config) Validate() error {
 	switch {
 	case c.WorkerID == "":

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/outboxrelay/outbox/internal/backoff"
 	"github.com/robfig/cron/v3"
 )
 
@@ -210,7 +211,7 @@ func (j *Job) runOnce(ctx context.Context) (more bool) {
 	}()
 	more, err := j.run(ctx)
 	if err != nil && !errors.Is(err, context.Canceled) {
-		j.lastErr.log(j.logger, err, j.backoff(j.failures+1))
+		j.lastErr.log(j.logger, err, skipFor(j.failures+1))
 		return false
 	}
 	failed = false
@@ -228,16 +229,13 @@ func (j *Job) record(failed bool) {
 		return
 	}
 	j.failures++
-	j.retryAt.Store(now.Add(j.backoff(j.failures)).UnixNano())
+	j.retryAt.Store(now.Add(skipFor(j.failures)).UnixNano())
 }
 
-// backoff is how long ticks are skipped after n failed runs in a row.
-func (j *Job) backoff(n int) time.Duration {
-	d := backoffMin
-	for i := 1; i < n && d < backoffMax; i++ {
-		d *= 2
-	}
-	return min(d, backoffMax)
+// skipFor is how long ticks are skipped after n failed runs in a row. No
+// jitter: each replica's schedule already ticks at its own moments.
+func skipFor(n int) time.Duration {
+	return backoff.Delay(max(n-1, 0), backoffMin, backoffMax)
 }
 
 // errorLog logs a repeated error at most once per errorLogEvery, with the

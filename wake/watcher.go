@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,15 +14,17 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/backoff"
 )
 
 const (
 	// DebounceDefault is the least time between two triggers: a burst of
 	// inserts wakes the claimer once, and the claim drains the burst.
 	DebounceDefault = 50 * time.Millisecond
-	// BackoffMinDefault and BackoffMaxDefault bound the wait before
-	// reopening a stream that failed.
+	// BackoffMinDefault is the first wait before reopening a stream that
+	// failed.
 	BackoffMinDefault = 500 * time.Millisecond
+	// BackoffMaxDefault caps the wait between reopens.
 	BackoffMaxDefault = 30 * time.Second
 )
 
@@ -51,17 +52,33 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Validate reports the first bad field.
+func (c *Config) setDefaults() {
+	if c.Debounce == 0 {
+		c.Debounce = DebounceDefault
+	}
+	if c.BackoffMin == 0 {
+		c.BackoffMin = BackoffMinDefault
+	}
+	if c.BackoffMax == 0 {
+		c.BackoffMax = BackoffMaxDefault
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports the first bad field, naming it and its value. New calls
+// it after filling the defaults, so a zero value is never bad there.
 func (c Config) Validate() error {
 	switch {
 	case c.Collection == nil:
 		return errors.New("wake: a collection is required")
 	case c.Trigger == nil:
 		return errors.New("wake: a trigger is required")
-	case c.Debounce < 0:
-		return fmt.Errorf("wake: debounce %s: want 0 or more", c.Debounce)
-	case c.BackoffMax < c.BackoffMin:
-		return fmt.Errorf("wake: backoff max %s: below backoff min %s", c.BackoffMax, c.BackoffMin)
+	case c.Debounce <= 0:
+		return fmt.Errorf("wake: debounce %s: want more than 0", c.Debounce)
+	case c.BackoffMin <= 0 || c.BackoffMax < c.BackoffMin:
+		return fmt.Errorf("wake: backoff %s..%s: want 0 < min <= max", c.BackoffMin, c.BackoffMax)
 	}
 	return nil
 }
@@ -79,18 +96,7 @@ type Watcher struct {
 
 // New returns a Watcher; Start runs it.
 func New(cfg Config) (*Watcher, error) {
-	if cfg.Debounce == 0 {
-		cfg.Debounce = DebounceDefault
-	}
-	if cfg.BackoffMin <= 0 {
-		cfg.BackoffMin = BackoffMinDefault
-	}
-	if cfg.BackoffMax <= 0 {
-		cfg.BackoffMax = BackoffMaxDefault
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -161,7 +167,7 @@ func (w *Watcher) debounce(ctx context.Context) {
 		case <-w.kick:
 		}
 		w.cfg.Trigger()
-		if !sleep(ctx, w.cfg.Debounce) {
+		if !backoff.Sleep(ctx, w.cfg.Debounce) {
 			return
 		}
 	}
@@ -184,7 +190,7 @@ func pipeline() mongo.Pipeline {
 // turns out not to support change streams.
 func (w *Watcher) run(ctx context.Context) {
 	var token bson.Raw
-	wait := w.cfg.BackoffMin
+	wait := backoff.Backoff{Min: w.cfg.BackoffMin, Max: w.cfg.BackoffMax, Jitter: true}
 	opened := false // a stream has been open before
 	for {
 		opts := options.ChangeStream()
@@ -209,11 +215,11 @@ func (w *Watcher) run(ctx context.Context) {
 			return
 		case err != nil:
 			w.mode.Store(ModeStarting)
-			w.cfg.Logger.Warn("change stream not opened; retrying", "error", err, "retry_in", wait.String())
-			if !sleep(ctx, jitter(wait)) {
+			d := wait.Next()
+			w.cfg.Logger.Warn("change stream not opened; retrying", "error", err, "retry_in", d.String())
+			if !backoff.Sleep(ctx, d) {
 				return
 			}
-			wait = min(2*wait, w.cfg.BackoffMax)
 			continue
 		}
 		w.mode.Store(ModeChangeStream)
@@ -228,7 +234,7 @@ func (w *Watcher) run(ctx context.Context) {
 		}
 		opened = true
 		for cs.Next(ctx) {
-			wait = w.cfg.BackoffMin // a stream that delivers is healthy
+			wait.Reset() // a stream that delivers is healthy
 			token = cs.ResumeToken()
 			w.notify()
 		}
@@ -243,11 +249,11 @@ func (w *Watcher) run(ctx context.Context) {
 			return
 		}
 		w.mode.Store(ModeStarting)
-		w.cfg.Logger.Warn("change stream closed; reopening", "error", err, "retry_in", wait.String())
-		if !sleep(ctx, jitter(wait)) {
+		d := wait.Next()
+		w.cfg.Logger.Warn("change stream closed; reopening", "error", err, "retry_in", d.String())
+		if !backoff.Sleep(ctx, d) {
 			return
 		}
-		wait = min(2*wait, w.cfg.BackoffMax)
 	}
 }
 
@@ -284,19 +290,3 @@ func transient(err error) bool {
 // reason that passes. Support is found by trying, not by the server's
 // name, so a server that gains it is used.
 func unsupported(err error) bool { return !transient(err) }
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
-// jitter spreads d over [d/2, d) so that replicas do not reopen together.
-func jitter(d time.Duration) time.Duration {
-	return d/2 + rand.N(d/2+1)
-}

@@ -36,13 +36,7 @@ func (l *lockedBuffer) String() string {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 20s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, testenv.WaitTimeout, func() (bool, string) { return cond(), what })
 }
 
 func TestWatcherWakesOnInsertsOrFallsBackToPolling(t *testing.T) {

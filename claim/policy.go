@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/outboxrelay/outbox/broker"
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/backoff"
 	"github.com/outboxrelay/outbox/metrics"
 )
 
@@ -24,16 +24,34 @@ type release struct {
 	reason string
 }
 
-// policy decides what a failed publish means for its event.
+const (
+	// RetryMinDefault is the delay before the first retry of a failed publish.
+	RetryMinDefault = time.Second
+	// RetryMaxDefault caps the delay between retries.
+	RetryMaxDefault = 5 * time.Minute
+)
+
+// policy decides what a failed publish means for its event: the retry
+// policy of the claimer.
 type policy struct {
 	maxAttempts        int
 	retryMin, retryMax time.Duration
-	jitter             func(time.Duration) time.Duration
+	// jitter spreads a retry delay; backoff.Jitter outside tests.
+	jitter func(time.Duration) time.Duration
+}
+
+// retryDelay is the wait before the next claim of an event whose publish
+// failed on its n-th attempt: retryMin doubled for each attempt after the
+// first, capped at retryMax, then jittered so that batches and replicas
+// that failed together do not retry together (the events of one batch
+// share a delay, so that their release is one write).
+func (p policy) retryDelay(n int) time.Duration {
+	return p.jitter(backoff.Delay(max(n-1, 0), p.retryMin, p.retryMax))
 }
 
 // plan splits outcomes into the ids to mark PUBLISHED and the releases for
 // the rest, grouped so that each group is one write:
-//   - a poison event (events.InvalidError, or broker.ErrRejected: the
+//   - a poison event (events.InvalidError, or events.ErrRejected: the
 //     broker closed the channel on it even when published alone) fails at
 //     once;
 //   - an event held back behind an earlier event of its aggregate in the
@@ -60,7 +78,7 @@ func (p policy) plan(outcomes []outcome, now time.Time) (published []any, releas
 	retryAt := func(attempts int) time.Time {
 		t, ok := retryAts[attempts]
 		if !ok {
-			t = now.Add(retryDelay(attempts, p.retryMin, p.retryMax, p.jitter)).Truncate(time.Millisecond)
+			t = now.Add(p.retryDelay(attempts)).Truncate(time.Millisecond)
 			retryAts[attempts] = t
 		}
 		return t
@@ -85,13 +103,13 @@ func (p policy) decide(o outcome, retryAt func(attempts int) time.Time) release 
 	switch {
 	case errors.As(o.err, &invalid):
 		return release{events.Release{Status: events.StatusFailed, LastError: o.err.Error()}, metrics.ReasonInvalid}
-	case errors.Is(o.err, broker.ErrRejected):
+	case errors.Is(o.err, events.ErrRejected):
 		return release{events.Release{Status: events.StatusFailed, LastError: o.err.Error()}, metrics.ReasonRejected}
-	case errors.Is(o.err, broker.ErrUnavailable):
+	case errors.Is(o.err, events.ErrUnavailable):
 		return release{events.Release{Status: events.StatusNew, LastError: o.err.Error(), Refund: true}, metrics.ReasonBrokerUnavailable}
 	case errors.Is(o.err, errHeldBack):
 		return release{events.Release{Status: events.StatusNew, LastError: o.err.Error(), Refund: true}, metrics.ReasonHeldBack}
-	case errors.Is(o.err, broker.ErrUnconfirmed):
+	case errors.Is(o.err, events.ErrUnconfirmed):
 		return release{events.Release{Status: events.StatusNew, LastError: o.err.Error(), Refund: true}, metrics.ReasonUnconfirmed}
 	}
 	if o.attempts >= p.maxAttempts {
@@ -100,9 +118,9 @@ func (p policy) decide(o outcome, retryAt func(attempts int) time.Time) release 
 	}
 	reason := metrics.ReasonError
 	switch {
-	case errors.Is(o.err, broker.ErrNacked):
+	case errors.Is(o.err, events.ErrNacked):
 		reason = metrics.ReasonNacked
-	case errors.Is(o.err, broker.ErrReturned):
+	case errors.Is(o.err, events.ErrReturned):
 		reason = metrics.ReasonReturned
 	}
 	return release{events.Release{Status: events.StatusNew, LastError: o.err.Error(), RetryAt: retryAt(o.attempts)}, reason}

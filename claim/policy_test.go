@@ -9,8 +9,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/outboxrelay/outbox/broker"
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/backoff"
 	"github.com/outboxrelay/outbox/metrics"
 )
 
@@ -24,12 +24,12 @@ func TestPlan(t *testing.T) {
 	t.Parallel()
 	poison := &events.InvalidError{Field: "type", Reason: "is missing"}
 	wrappedPoison := fmt.Errorf("build message: %w", &events.InvalidError{Field: "payload", Reason: "must be a document, got string"})
-	unavailable := fmt.Errorf("%w: not connected", broker.ErrUnavailable)
-	unconfirmed := fmt.Errorf("%w: context deadline exceeded", broker.ErrUnconfirmed)
-	returned := fmt.Errorf("%w: 312 NO_ROUTE (routing key %q)", broker.ErrReturned, "order.created")
+	unavailable := fmt.Errorf("%w: not connected", events.ErrUnavailable)
+	unconfirmed := fmt.Errorf("%w: context deadline exceeded", events.ErrUnconfirmed)
+	returned := fmt.Errorf("%w: 312 NO_ROUTE (routing key %q)", events.ErrReturned, "order.created")
 	other := errors.New("something else")
 	rejected := fmt.Errorf("%w: channel closed by the broker: 406 PRECONDITION_FAILED - invalid message: "+
-		"{unacceptable_type_in_header,\"CC\",longstr} (published alone 2 times)", broker.ErrRejected)
+		"{unacceptable_type_in_header,\"CC\",longstr} (published alone 2 times)", events.ErrRejected)
 
 	tests := []struct {
 		name          string
@@ -93,9 +93,9 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name:     "nack retries after the first backoff",
-			outcomes: []outcome{{id: "a", attempts: 1, err: broker.ErrNacked}},
+			outcomes: []outcome{{id: "a", attempts: 1, err: events.ErrNacked}},
 			wantReleases: []release{{events.Release{
-				IDs: []any{"a"}, Status: events.StatusNew, LastError: broker.ErrNacked.Error(), RetryAt: at(time.Second),
+				IDs: []any{"a"}, Status: events.StatusNew, LastError: events.ErrNacked.Error(), RetryAt: at(time.Second),
 			}, metrics.ReasonNacked}},
 		},
 		{
@@ -115,21 +115,21 @@ func TestPlan(t *testing.T) {
 		{
 			name: "same attempt count shares one release",
 			outcomes: []outcome{
-				{id: "a", attempts: 1, err: broker.ErrNacked},
-				{id: "b", attempts: 2, err: broker.ErrNacked},
-				{id: "c", attempts: 1, err: broker.ErrNacked},
-				{id: "d", attempts: 2, err: broker.ErrNacked},
+				{id: "a", attempts: 1, err: events.ErrNacked},
+				{id: "b", attempts: 2, err: events.ErrNacked},
+				{id: "c", attempts: 1, err: events.ErrNacked},
+				{id: "d", attempts: 2, err: events.ErrNacked},
 			},
 			wantReleases: []release{
-				{events.Release{IDs: []any{"a", "c"}, Status: events.StatusNew, LastError: broker.ErrNacked.Error(), RetryAt: at(time.Second)}, metrics.ReasonNacked},
-				{events.Release{IDs: []any{"b", "d"}, Status: events.StatusNew, LastError: broker.ErrNacked.Error(), RetryAt: at(2 * time.Second)}, metrics.ReasonNacked},
+				{events.Release{IDs: []any{"a", "c"}, Status: events.StatusNew, LastError: events.ErrNacked.Error(), RetryAt: at(time.Second)}, metrics.ReasonNacked},
+				{events.Release{IDs: []any{"b", "d"}, Status: events.StatusNew, LastError: events.ErrNacked.Error(), RetryAt: at(2 * time.Second)}, metrics.ReasonNacked},
 			},
 		},
 		{
 			name:     "max attempts fails with the last error kept",
-			outcomes: []outcome{{id: "a", attempts: 3, err: broker.ErrNacked}},
+			outcomes: []outcome{{id: "a", attempts: 3, err: events.ErrNacked}},
 			wantReleases: []release{{events.Release{
-				IDs: []any{"a"}, Status: events.StatusFailed, LastError: "gave up after 3 attempts: " + broker.ErrNacked.Error(),
+				IDs: []any{"a"}, Status: events.StatusFailed, LastError: "gave up after 3 attempts: " + events.ErrNacked.Error(),
 			}, metrics.ReasonMaxAttempts}},
 		},
 		{
@@ -144,18 +144,18 @@ func TestPlan(t *testing.T) {
 			outcomes: []outcome{
 				{id: "ok1", attempts: 1},
 				{id: "poison", attempts: 1, err: poison},
-				{id: "nack1", attempts: 1, err: broker.ErrNacked},
+				{id: "nack1", attempts: 1, err: events.ErrNacked},
 				{id: "down", attempts: 2, err: unavailable},
 				{id: "ok2", attempts: 2},
-				{id: "spent", attempts: 3, err: broker.ErrNacked},
-				{id: "nack2", attempts: 1, err: broker.ErrNacked},
+				{id: "spent", attempts: 3, err: events.ErrNacked},
+				{id: "nack2", attempts: 1, err: events.ErrNacked},
 			},
 			wantPublished: []any{"ok1", "ok2"},
 			wantReleases: []release{
 				{events.Release{IDs: []any{"poison"}, Status: events.StatusFailed, LastError: poison.Error()}, metrics.ReasonInvalid},
-				{events.Release{IDs: []any{"nack1", "nack2"}, Status: events.StatusNew, LastError: broker.ErrNacked.Error(), RetryAt: at(time.Second)}, metrics.ReasonNacked},
+				{events.Release{IDs: []any{"nack1", "nack2"}, Status: events.StatusNew, LastError: events.ErrNacked.Error(), RetryAt: at(time.Second)}, metrics.ReasonNacked},
 				{events.Release{IDs: []any{"down"}, Status: events.StatusNew, LastError: unavailable.Error(), Refund: true}, metrics.ReasonBrokerUnavailable},
-				{events.Release{IDs: []any{"spent"}, Status: events.StatusFailed, LastError: "gave up after 3 attempts: " + broker.ErrNacked.Error()}, metrics.ReasonMaxAttempts},
+				{events.Release{IDs: []any{"spent"}, Status: events.StatusFailed, LastError: "gave up after 3 attempts: " + events.ErrNacked.Error()}, metrics.ReasonMaxAttempts},
 			},
 		},
 		{
@@ -183,14 +183,14 @@ func TestPlan(t *testing.T) {
 func TestPlanJitterOncePerAttemptCount(t *testing.T) {
 	t.Parallel()
 	calls := 0
-	jitter := func(time.Duration) time.Duration {
+	jitter := func(d time.Duration) time.Duration {
 		calls++
-		return time.Duration(calls) * time.Millisecond // a different draw every call
+		return d - time.Duration(calls)*time.Millisecond // a different draw every call
 	}
 	p := policy{maxAttempts: 10, retryMin: time.Second, retryMax: time.Minute, jitter: jitter}
 	var outcomes []outcome
 	for i := range 100 {
-		outcomes = append(outcomes, outcome{id: i, attempts: 1 + i%2, err: broker.ErrNacked})
+		outcomes = append(outcomes, outcome{id: i, attempts: 1 + i%2, err: events.ErrNacked})
 	}
 	_, releases := p.plan(outcomes, planNow)
 
@@ -211,5 +211,84 @@ func TestPlanJitterOncePerAttemptCount(t *testing.T) {
 	}
 	if calls != 2 {
 		t.Errorf("jitter drawn %d times for two attempt counts, want 2", calls)
+	}
+}
+
+// noJitter keeps every delay at its full length.
+func noJitter(d time.Duration) time.Duration { return d }
+
+// fullJitter shortens a delay the most backoff.Jitter may: to half.
+func fullJitter(d time.Duration) time.Duration { return d / 2 }
+
+func TestRetryDelay(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		n      int
+		lo, hi time.Duration
+		jitter func(time.Duration) time.Duration
+		want   time.Duration
+	}{
+		{"first retry waits min", 1, time.Second, 5 * time.Minute, noJitter, time.Second},
+		{"second doubles", 2, time.Second, 5 * time.Minute, noJitter, 2 * time.Second},
+		{"third doubles again", 3, time.Second, 5 * time.Minute, noJitter, 4 * time.Second},
+		{"ninth below the cap", 9, time.Second, 5 * time.Minute, noJitter, 256 * time.Second},
+		{"tenth capped at max", 10, time.Second, 5 * time.Minute, noJitter, 5 * time.Minute},
+		{"far past the cap stays at max", 1000, time.Second, 5 * time.Minute, noJitter, 5 * time.Minute},
+		{"zero attempts waits min", 0, time.Second, 5 * time.Minute, noJitter, time.Second},
+		{"min equals max", 7, 3 * time.Second, 3 * time.Second, noJitter, 3 * time.Second},
+		{"full jitter halves the first", 1, time.Second, 5 * time.Minute, fullJitter, 500 * time.Millisecond},
+		{"full jitter halves the cap", 20, time.Second, 5 * time.Minute, fullJitter, 150 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := policy{retryMin: tt.lo, retryMax: tt.hi, jitter: tt.jitter}
+			if diff := cmp.Diff(tt.want, p.retryDelay(tt.n)); diff != "" {
+				t.Errorf("retryDelay(%d) with %s..%s (-want +got):\n%s", tt.n, tt.lo, tt.hi, diff)
+			}
+		})
+	}
+}
+
+// TestRetryDelayJitterGetsTheCappedDelay checks what jitter is asked to
+// spread: the capped delay, not the uncapped one.
+func TestRetryDelayJitterGetsTheCappedDelay(t *testing.T) {
+	t.Parallel()
+	var got []time.Duration
+	p := policy{retryMin: time.Second, retryMax: time.Minute, jitter: func(d time.Duration) time.Duration {
+		got = append(got, d)
+		return d
+	}}
+	for _, n := range []int{1, 3, 30} {
+		p.retryDelay(n)
+	}
+	want := []time.Duration{time.Second, 4 * time.Second, time.Minute}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("jitter arguments (-want +got):\n%s", diff)
+	}
+}
+
+// TestRetryDelayRandomJitterBounds checks the production jitter: every delay
+// lies in [half, whole] of the un-jittered delay, and varies.
+func TestRetryDelayRandomJitterBounds(t *testing.T) {
+	t.Parallel()
+	exact := policy{retryMin: time.Second, retryMax: 5 * time.Minute, jitter: noJitter}
+	random := policy{retryMin: time.Second, retryMax: 5 * time.Minute, jitter: backoff.Jitter}
+	for n := 1; n <= 12; n++ {
+		full := exact.retryDelay(n)
+		seen := map[time.Duration]bool{}
+		for range 200 {
+			d := random.retryDelay(n)
+			if d < full/2 || d > full {
+				t.Fatalf("retryDelay(%d) = %s with random jitter, want within [%s, %s]", n, d, full/2, full)
+			}
+			seen[d] = true
+		}
+		// 200 draws from a range of at least 500ms in nanoseconds: a jitter
+		// that always returned the same value would be no jitter at all.
+		if len(seen) < 2 {
+			t.Errorf("retryDelay(%d) with random jitter returned one value 200 times: %v", n, seen)
+		}
 	}
 }

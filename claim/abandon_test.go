@@ -1,0 +1,67 @@
+package claim
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/testenv"
+	"github.com/outboxrelay/outbox/mongo"
+)
+
+// failingClaimStore lets the claim's write land, then reports it failed,
+// as a claim cut off by a timeout after the server applied its update.
+type failingClaimStore struct {
+	*mongo.Store
+	fail atomic.Bool
+}
+
+func (s *failingClaimStore) Claim(ctx context.Context, lease events.Lease, limit events.ClaimLimit) (events.ClaimResult, error) {
+	res, err := s.Store.Claim(ctx, lease, limit)
+	if s.fail.Load() {
+		return events.ClaimResult{}, errors.New("client timed out waiting for server response")
+	}
+	return res, err
+}
+
+// A claim that fails after the server claimed events for it leaves them
+// neither PROCESSING until recovery nor an attempt poorer: they go back to
+// NEW at once, and the next run relays them.
+func TestFailedClaimReleasesWhatItTook(t *testing.T) {
+	t.Parallel()
+	store := &failingClaimStore{Store: newStore(t)}
+	coll := store.Collection()
+	exchange := testenv.UniqueName(t, "ex_")
+	deliveries := testenv.Consume(t, testenv.AMQPURL(t), exchange)
+	c, _ := newClaimer(t, store, newPublisher(t, exchange), Config{BatchSize: 50})
+	ids := insertEvents(t, coll, 20, "order.created")
+
+	store.fail.Store(true)
+	if _, err := c.runOnce(t.Context()); err == nil {
+		t.Fatal("runOnce with a failing claim returned no error")
+	}
+	var docs []stored
+	cur, err := coll.Find(t.Context(), bson.D{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cur.All(t.Context(), &docs); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range docs {
+		if d.Status != events.StatusNew || d.Attempts != 0 || d.ClaimToken != "" {
+			t.Errorf("event %v after the failed claim: status %s, attempts %d, token %q; want NEW, 0, none",
+				d.ID, d.Status, d.Attempts, d.ClaimToken)
+		}
+	}
+
+	store.fail.Store(false)
+	if _, err := c.runOnce(t.Context()); err != nil {
+		t.Fatalf("runOnce: %v", err)
+	}
+	testenv.Receive(t, deliveries, ids, waitFor)
+}
