@@ -117,10 +117,6 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Redact hides the password in an AMQP or MongoDB URL. It is redact.URL,
-// kept for the commands that still call it here.
-func Redact(raw string) string { return redact.URL(raw) }
-
 // session is one live connection and its confirming channel.
 type session struct {
 	conn     *amqp.Connection
