@@ -132,10 +132,10 @@ func TestHeldStats(t *testing.T) {
 	)
 	for _, tc := range []struct {
 		failedHolds bool
-		want        mongo.HeldStats
+		want        events.HeldStats
 	}{
-		{true, mongo.HeldStats{Aggregates: 2, OldestWaiting: at.Add(time.Millisecond)}},
-		{false, mongo.HeldStats{Aggregates: 1, OldestWaiting: at.Add(2 * time.Millisecond)}},
+		{true, events.HeldStats{Aggregates: 2, OldestWaiting: at.Add(time.Millisecond)}},
+		{false, events.HeldStats{Aggregates: 1, OldestWaiting: at.Add(2 * time.Millisecond)}},
 	} {
 		got, err := s.Held(t.Context(), base, tc.failedHolds)
 		if err != nil {

@@ -544,7 +544,7 @@ func TestStats(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Stats on an empty outbox: %v", err)
 	}
-	want := mongo.Stats{Counts: map[events.Status]int64{
+	want := events.Stats{Counts: map[events.Status]int64{
 		events.StatusNew: 0, events.StatusProcessing: 0, events.StatusPublished: 0, events.StatusFailed: 0,
 	}}
 	if diff := cmp.Diff(want, st); diff != "" {
@@ -569,7 +569,7 @@ func TestStats(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Stats: %v", err)
 	}
-	want = mongo.Stats{
+	want = events.Stats{
 		Counts: map[events.Status]int64{
 			events.StatusNew: 3, events.StatusProcessing: 2, events.StatusPublished: 3, events.StatusFailed: 1,
 		},
