@@ -1,6 +1,7 @@
 package mongo_test
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"sort"
@@ -9,7 +10,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	driver "go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/mongo"
@@ -283,4 +286,169 @@ func TestClaimLargeDocumentsShrinkTheReply(t *testing.T) {
 	if claimed != docs {
 		t.Fatalf("claimed %d of %d large documents in three claims", claimed, docs)
 	}
+}
+
+// TestClaim runs with both of the claim's find strategies: the split one
+// MongoDB uses and the single find FerretDB uses must claim the same events.
+func TestClaim(t *testing.T) {
+	t.Parallel()
+	for _, split := range []bool{false, true} {
+		t.Run(fmt.Sprintf("split=%t", split), func(t *testing.T) {
+			t.Parallel()
+			testClaim(t, split)
+		})
+	}
+}
+
+func testClaim(t *testing.T, split bool) {
+	s, coll := setup(t)
+	mongo.SetSplitClaim(s, split)
+	oid := bson.NewObjectID()
+	insert(t, coll,
+		// Inserted out of order: the claim sorts by createdAt.
+		ev("new-3", events.StatusNew, ago(3*time.Minute)),
+		ev(oid, events.StatusNew, ago(5*time.Minute)),
+		ev("new-1", events.StatusNew, ago(1*time.Minute), field(events.FieldAttempts, 2)),
+		ev("new-4", events.StatusNew, ago(4*time.Minute)),
+		// Older than every NEW event, but not claimable.
+		ev("published", events.StatusPublished, ago(time.Hour), field(events.FieldPublishedAt, ago(time.Hour))),
+		ev("failed", events.StatusFailed, ago(time.Hour)),
+		ev("processing", events.StatusProcessing, ago(time.Hour),
+			field(events.FieldWorkerID, "other"), field(events.FieldClaimToken, "other-token"),
+			field(events.FieldProcessingAt, ago(time.Second)), field(events.FieldAttempts, 1)),
+		// Waiting for a retry: the oldest of all, skipped until its time.
+		ev("retry-later", events.StatusNew, ago(2*time.Hour), field(events.FieldRetryAt, base.Add(time.Second)), field(events.FieldAttempts, 1)),
+		// Its retry time has passed: claimable, in createdAt order.
+		ev("retry-due", events.StatusNew, ago(2*time.Minute), field(events.FieldRetryAt, ago(time.Millisecond)), field(events.FieldAttempts, 1)),
+	)
+
+	a := lease("a")
+	got, full, err := claimN(t.Context(), s, a, 3)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	if !full {
+		t.Error("first claim of 3 with 5 claimable: full = false, want true")
+	}
+	if diff := cmp.Diff([]string{oid.Hex(), "new-4", "new-3"}, ids(got)); diff != "" {
+		t.Errorf("first claim of 3: ids (-want +got):\n%s", diff)
+	}
+	for _, c := range got {
+		if c.Attempts != 1 {
+			t.Errorf("claimed %v: Attempts = %d, want 1", c.ID, c.Attempts)
+		}
+		if typ := c.Doc.Lookup(events.FieldType).StringValue(); typ != "order.created" {
+			t.Errorf("claimed %v: Doc type = %q, want the stored document", c.ID, typ)
+		}
+	}
+
+	b := lease("b")
+	got, full, err = claimN(t.Context(), s, b, 10)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	if full {
+		t.Error("second claim of 10 with 2 claimable: full = true, want false")
+	}
+	if diff := cmp.Diff([]string{"retry-due", "new-1"}, ids(got)); diff != "" {
+		t.Errorf("second claim of 10: ids (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]int{2, 3}, []int{got[0].Attempts, got[1].Attempts}); diff != "" {
+		t.Errorf("second claim: attempts (-want +got):\n%s", diff)
+	}
+
+	got, _, err = claimN(t.Context(), s, lease("c"), 10)
+	if err != nil || len(got) != 0 {
+		t.Errorf("third claim = %v, %v; want nothing left to claim", ids(got), err)
+	}
+	// At the retry time, the waiting event is claimable.
+	later := lease("d")
+	later.At = base.Add(time.Second)
+	got, _, err = claimN(t.Context(), s, later, 10)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	if diff := cmp.Diff([]string{"retry-later"}, ids(got)); diff != "" {
+		t.Errorf("claim at the retry time: ids (-want +got):\n%s", diff)
+	}
+
+	// What the claims wrote.
+	for _, tt := range []struct {
+		id       any
+		lease    events.Lease
+		attempts int
+	}{{oid, a, 1}, {"new-3", a, 1}, {"new-1", b, 3}, {"retry-due", b, 2}, {"retry-later", later, 2}} {
+		e := get(t, coll, tt.id)
+		want := events.Event{Status: events.StatusProcessing, WorkerID: tt.lease.WorkerID,
+			ClaimToken: tt.lease.Token, ProcessingAt: tt.lease.At, Attempts: tt.attempts}
+		gotE := events.Event{Status: e.Status, WorkerID: e.WorkerID, ClaimToken: e.ClaimToken,
+			ProcessingAt: e.ProcessingAt, Attempts: e.Attempts, RetryAt: e.RetryAt}
+		if diff := cmp.Diff(want, gotE); diff != "" {
+			t.Errorf("event %v after claim (-want +got):\n%s", tt.id, diff)
+		}
+	}
+	// What no claim may touch.
+	if e := get(t, coll, "processing"); e.WorkerID != "other" || e.ClaimToken != "other-token" || e.Attempts != 1 {
+		t.Errorf("another worker's PROCESSING event changed: %+v", e)
+	}
+	if diff := cmp.Diff(map[string]events.Status{
+		oid.Hex(): events.StatusProcessing, "new-1": events.StatusProcessing, "new-3": events.StatusProcessing,
+		"new-4": events.StatusProcessing, "retry-due": events.StatusProcessing, "retry-later": events.StatusProcessing,
+		"published": events.StatusPublished, "failed": events.StatusFailed, "processing": events.StatusProcessing,
+	}, statuses(t, coll)); diff != "" {
+		t.Errorf("statuses (-want +got):\n%s", diff)
+	}
+}
+
+func TestClaimEmpty(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t)
+	got, _, err := claimN(t.Context(), s, lease("a"), 10)
+	if err != nil || len(got) != 0 {
+		t.Errorf("Claim on an empty outbox = %v, %v; want nothing, nil", got, err)
+	}
+}
+
+// claimAll inserts n NEW events and claims them for l.
+func claimAll(t *testing.T, s *mongo.Store, coll *driver.Collection, l events.Lease, names ...string) {
+	t.Helper()
+	var docs []bson.D
+	for i, name := range names {
+		docs = append(docs, ev(name, events.StatusNew, ago(time.Duration(len(names)-i)*time.Second)))
+	}
+	insert(t, coll, docs...)
+	got, _, err := claimN(t.Context(), s, l, len(names))
+	if err != nil || len(got) != len(names) {
+		t.Fatalf("Claim = %v, %v; want all of %v", ids(got), err, names)
+	}
+}
+
+// TestClaimIsSorted checks oldest-first on a batch where insertion order is
+// the reverse of createdAt order.
+func TestClaimIsSorted(t *testing.T) {
+	t.Parallel()
+	s, coll := setup(t)
+	var docs []bson.D
+	var want []string
+	for i := range 50 {
+		// createdAt descending with insertion order, so natural order is wrong.
+		docs = append(docs, ev(fmt.Sprintf("e%02d", i), events.StatusNew, ago(time.Duration(i)*time.Second)))
+		want = append(want, fmt.Sprintf("e%02d", i))
+	}
+	insert(t, coll, docs...)
+	sort.Sort(sort.Reverse(sort.StringSlice(want)))
+	got, _, err := claimN(t.Context(), s, lease("a"), 20)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	if diff := cmp.Diff(want[:20], ids(got), cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("claim of 20 from 50: ids (-want +got):\n%s", diff)
+	}
+}
+
+// claimN claims up to n events with no byte bound, as Claim did before
+// it took a ClaimLimit.
+func claimN(ctx context.Context, s *mongo.Store, lease events.Lease, n int) ([]events.Claimed, bool, error) {
+	res, err := s.Claim(ctx, lease, events.ClaimLimit{Events: n})
+	return res.Claimed, res.More, err
 }
