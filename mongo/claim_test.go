@@ -39,85 +39,80 @@ func rejectedIDs(t *testing.T, rs []events.Rejected) []string {
 // events around them are claimed in the same claim.
 func TestClaimManagedFieldTypes(t *testing.T) {
 	t.Parallel()
-	for _, split := range []bool{false, true} {
-		t.Run(fmt.Sprintf("split=%t", split), func(t *testing.T) {
-			t.Parallel()
-			s, coll := setup(t)
-			mongo.SetSplitClaim(s, split)
-			insert(t, coll,
-				ev("ok-1", events.StatusNew, ago(9*time.Minute)),
-				ev("attempts-string", events.StatusNew, ago(8*time.Minute), field(events.FieldAttempts, "2")),
-				ev("attempts-null", events.StatusNew, ago(7*time.Minute), field(events.FieldAttempts, nil)),
-				ev("attempts-double", events.StatusNew, ago(6*time.Minute), field(events.FieldAttempts, 2.0)),
-				ev("attempts-fraction", events.StatusNew, ago(5*time.Minute), field(events.FieldAttempts, 2.5)),
-				ev("processingAt-string", events.StatusNew, ago(4*time.Minute), field(events.FieldProcessingAt, "yesterday")),
-				ev("retryAt-string", events.StatusNew, ago(3*time.Minute), field(events.FieldRetryAt, "soon")),
-				ev("nulls", events.StatusNew, ago(2*time.Minute), field(events.FieldRetryAt, nil),
-					field(events.FieldClaimToken, nil), field(events.FieldWorkerID, nil), field(events.FieldProcessingAt, nil)),
-				ev("ok-2", events.StatusNew, ago(1*time.Minute)),
-			)
-			l := lease("a")
-			res, err := s.Claim(t.Context(), l, events.ClaimLimit{Events: 100})
+	eachClaimStrategy(t, func(t *testing.T, s *mongo.Store, coll *driver.Collection) {
+		insert(t, coll,
+			ev("ok-1", events.StatusNew, ago(9*time.Minute)),
+			ev("attempts-string", events.StatusNew, ago(8*time.Minute), field(events.FieldAttempts, "2")),
+			ev("attempts-null", events.StatusNew, ago(7*time.Minute), field(events.FieldAttempts, nil)),
+			ev("attempts-double", events.StatusNew, ago(6*time.Minute), field(events.FieldAttempts, 2.0)),
+			ev("attempts-fraction", events.StatusNew, ago(5*time.Minute), field(events.FieldAttempts, 2.5)),
+			ev("processingAt-string", events.StatusNew, ago(4*time.Minute), field(events.FieldProcessingAt, "yesterday")),
+			ev("retryAt-string", events.StatusNew, ago(3*time.Minute), field(events.FieldRetryAt, "soon")),
+			ev("nulls", events.StatusNew, ago(2*time.Minute), field(events.FieldRetryAt, nil),
+				field(events.FieldClaimToken, nil), field(events.FieldWorkerID, nil), field(events.FieldProcessingAt, nil)),
+			ev("ok-2", events.StatusNew, ago(1*time.Minute)),
+		)
+		l := lease("a")
+		res, err := s.Claim(t.Context(), l, events.ClaimLimit{Events: 100})
+		if err != nil {
+			t.Fatalf("Claim: %v", err)
+		}
+		wantClaimed := []string{"attempts-double", "attempts-null", "nulls", "ok-1", "ok-2"}
+		got := ids(res.Claimed)
+		sort.Strings(got)
+		if diff := cmp.Diff(wantClaimed, got); diff != "" {
+			t.Errorf("claimed (-want +got):\n%s", diff)
+		}
+		wantAttempts := map[string]int{"attempts-double": 3, "attempts-null": 1, "nulls": 1, "ok-1": 1, "ok-2": 1}
+		for _, c := range res.Claimed {
+			if c.Attempts != wantAttempts[idString(c.ID)] {
+				t.Errorf("claimed %v: Attempts %d, want %d", c.ID, c.Attempts, wantAttempts[idString(c.ID)])
+			}
+			if e := get(t, coll, c.ID); e.Status != events.StatusProcessing || e.Attempts != wantAttempts[idString(c.ID)] ||
+				e.ClaimToken != l.Token || !e.RetryAt.IsZero() {
+				t.Errorf("claimed %v stored as %s attempts %d token %q retryAt %s; want PROCESSING, attempts %d, this lease, no retryAt",
+					c.ID, e.Status, e.Attempts, e.ClaimToken, e.RetryAt, wantAttempts[idString(c.ID)])
+			}
+		}
+		if diff := cmp.Diff([]string{"attempts-fraction", "attempts-string", "processingAt-string", "retryAt-string"},
+			rejectedIDs(t, res.Rejected)); diff != "" {
+			t.Errorf("rejected (-want +got):\n%s", diff)
+		}
+		for id, want := range map[string]struct {
+			field string
+			value any
+		}{
+			"attempts-string":     {`"attempts" must be a whole number of 0 or more, got string`, "2"},
+			"attempts-fraction":   {`"attempts" must be a whole number of 0 or more, got double 2.5`, 2.5},
+			"processingAt-string": {`"processingAt" must be a date, got string`, "yesterday"},
+			"retryAt-string":      {`"retryAt" must be a date, got string`, "soon"},
+		} {
+			raw, err := coll.FindOne(t.Context(), bson.D{{Key: "_id", Value: id}}).Raw()
 			if err != nil {
-				t.Fatalf("Claim: %v", err)
+				t.Fatal(err)
 			}
-			wantClaimed := []string{"attempts-double", "attempts-null", "nulls", "ok-1", "ok-2"}
-			got := ids(res.Claimed)
-			sort.Strings(got)
-			if diff := cmp.Diff(wantClaimed, got); diff != "" {
-				t.Errorf("claimed (-want +got):\n%s", diff)
+			status := raw.Lookup(events.FieldStatus).StringValue()
+			lastError, _ := raw.Lookup(events.FieldLastError).StringValueOK()
+			if status != string(events.StatusFailed) || !strings.Contains(lastError, want.field) {
+				t.Errorf("%s: status %s lastError %q; want FAILED naming %s", id, status, lastError, want.field)
 			}
-			wantAttempts := map[string]int{"attempts-double": 3, "attempts-null": 1, "nulls": 1, "ok-1": 1, "ok-2": 1}
-			for _, c := range res.Claimed {
-				if c.Attempts != wantAttempts[idString(c.ID)] {
-					t.Errorf("claimed %v: Attempts %d, want %d", c.ID, c.Attempts, wantAttempts[idString(c.ID)])
-				}
-				if e := get(t, coll, c.ID); e.Status != events.StatusProcessing || e.Attempts != wantAttempts[idString(c.ID)] ||
-					e.ClaimToken != l.Token || !e.RetryAt.IsZero() {
-					t.Errorf("claimed %v stored as %s attempts %d token %q retryAt %s; want PROCESSING, attempts %d, this lease, no retryAt",
-						c.ID, e.Status, e.Attempts, e.ClaimToken, e.RetryAt, wantAttempts[idString(c.ID)])
-				}
+			if _, ok := raw.Lookup(events.FieldFailedAt).TimeOK(); !ok {
+				t.Errorf("%s: no failedAt", id)
 			}
-			if diff := cmp.Diff([]string{"attempts-fraction", "attempts-string", "processingAt-string", "retryAt-string"},
-				rejectedIDs(t, res.Rejected)); diff != "" {
-				t.Errorf("rejected (-want +got):\n%s", diff)
+			// The bad field is left as it was, for the operator.
+			bad := strings.Split(want.field, `"`)[1]
+			var got any
+			switch v := raw.Lookup(bad); v.Type {
+			case bson.TypeString:
+				got = v.StringValue()
+			case bson.TypeDouble:
+				got = v.Double()
 			}
-			for id, want := range map[string]struct {
-				field string
-				value any
-			}{
-				"attempts-string":     {`"attempts" must be a whole number of 0 or more, got string`, "2"},
-				"attempts-fraction":   {`"attempts" must be a whole number of 0 or more, got double 2.5`, 2.5},
-				"processingAt-string": {`"processingAt" must be a date, got string`, "yesterday"},
-				"retryAt-string":      {`"retryAt" must be a date, got string`, "soon"},
-			} {
-				raw, err := coll.FindOne(t.Context(), bson.D{{Key: "_id", Value: id}}).Raw()
-				if err != nil {
-					t.Fatal(err)
-				}
-				status := raw.Lookup(events.FieldStatus).StringValue()
-				lastError, _ := raw.Lookup(events.FieldLastError).StringValueOK()
-				if status != string(events.StatusFailed) || !strings.Contains(lastError, want.field) {
-					t.Errorf("%s: status %s lastError %q; want FAILED naming %s", id, status, lastError, want.field)
-				}
-				if _, ok := raw.Lookup(events.FieldFailedAt).TimeOK(); !ok {
-					t.Errorf("%s: no failedAt", id)
-				}
-				// The bad field is left as it was, for the operator.
-				bad := strings.Split(want.field, `"`)[1]
-				var got any
-				switch v := raw.Lookup(bad); v.Type {
-				case bson.TypeString:
-					got = v.StringValue()
-				case bson.TypeDouble:
-					got = v.Double()
-				}
-				if got != want.value {
-					t.Errorf("%s: %s = %v after the FAILED write, want it untouched (%v)", id, bad, got, want.value)
-				}
+			if got != want.value {
+				t.Errorf("%s: %s = %v after the FAILED write, want it untouched (%v)", id, bad, got, want.value)
 			}
-		})
-	}
+		}
+	})
 }
 
 // The claim's update refused by the server because of one document (here
@@ -205,59 +200,54 @@ func TestClaimFailsDocumentNearSizeLimit(t *testing.T) {
 // that each respect it, always taking at least one document, in order.
 func TestClaimByteBound(t *testing.T) {
 	t.Parallel()
-	for _, split := range []bool{false, true} {
-		t.Run(fmt.Sprintf("split=%t", split), func(t *testing.T) {
-			t.Parallel()
-			s, coll := setup(t)
-			mongo.SetSplitClaim(s, split)
-			const n, pad, bound = 10, 10 << 10, 35 << 10 // three 10 KiB documents fit
-			var docs []bson.D
-			var want []string
-			for i := range n {
-				id := fmt.Sprintf("e%02d", i)
-				extra := []bson.E{field("pad", strings.Repeat("x", pad))}
-				if i%3 == 1 { // a due retry among them, merged in order
-					extra = append(extra, field(events.FieldRetryAt, ago(time.Hour)))
-				}
-				docs = append(docs, ev(id, events.StatusNew, ago(time.Duration(n-i)*time.Minute), extra...))
-				want = append(want, id)
+	eachClaimStrategy(t, func(t *testing.T, s *mongo.Store, coll *driver.Collection) {
+		const n, pad, bound = 10, 10 << 10, 35 << 10 // three 10 KiB documents fit
+		var docs []bson.D
+		var want []string
+		for i := range n {
+			id := fmt.Sprintf("e%02d", i)
+			extra := []bson.E{field("pad", strings.Repeat("x", pad))}
+			if i%3 == 1 { // a due retry among them, merged in order
+				extra = append(extra, field(events.FieldRetryAt, ago(time.Hour)))
 			}
-			// One larger than the bound on its own: taken alone.
-			docs = append(docs, ev("huge", events.StatusNew, ago(0), field("pad", strings.Repeat("x", 2*bound))))
-			want = append(want, "huge")
-			insert(t, coll, docs...)
+			docs = append(docs, ev(id, events.StatusNew, ago(time.Duration(n-i)*time.Minute), extra...))
+			want = append(want, id)
+		}
+		// One larger than the bound on its own: taken alone.
+		docs = append(docs, ev("huge", events.StatusNew, ago(0), field("pad", strings.Repeat("x", 2*bound))))
+		want = append(want, "huge")
+		insert(t, coll, docs...)
 
-			var got []string
-			var sizes []int
-			for range 20 {
-				res, err := s.Claim(t.Context(), lease("a"), events.ClaimLimit{Events: 100, Bytes: bound})
-				if err != nil {
-					t.Fatalf("Claim: %v", err)
-				}
-				if len(res.Claimed) == 0 {
-					if res.More {
-						t.Error("empty claim: More = true")
-					}
-					break
-				}
-				total := 0
-				for _, c := range res.Claimed {
-					total += len(c.Doc)
-					got = append(got, idString(c.ID))
-				}
-				sizes = append(sizes, len(res.Claimed))
-				if total > bound && len(res.Claimed) > 1 {
-					t.Errorf("a batch of %d documents holds %d bytes, past the bound %d", len(res.Claimed), total, bound)
-				}
+		var got []string
+		var sizes []int
+		for range 20 {
+			res, err := s.Claim(t.Context(), lease("a"), events.ClaimLimit{Events: 100, Bytes: bound})
+			if err != nil {
+				t.Fatalf("Claim: %v", err)
 			}
-			if diff := cmp.Diff(want, got); diff != "" {
-				t.Errorf("claimed in order (-want +got):\n%s", diff)
+			if len(res.Claimed) == 0 {
+				if res.More {
+					t.Error("empty claim: More = true")
+				}
+				break
 			}
-			if diff := cmp.Diff([]int{3, 3, 3, 1, 1}, sizes); diff != "" {
-				t.Errorf("batch sizes (-want +got):\n%s", diff)
+			total := 0
+			for _, c := range res.Claimed {
+				total += len(c.Doc)
+				got = append(got, idString(c.ID))
 			}
-		})
-	}
+			sizes = append(sizes, len(res.Claimed))
+			if total > bound && len(res.Claimed) > 1 {
+				t.Errorf("a batch of %d documents holds %d bytes, past the bound %d", len(res.Claimed), total, bound)
+			}
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("claimed in order (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff([]int{3, 3, 3, 1, 1}, sizes); diff != "" {
+			t.Errorf("batch sizes (-want +got):\n%s", diff)
+		}
+	})
 }
 
 // A backlog of large documents must not stall the claim: FerretDB, unlike
@@ -292,17 +282,10 @@ func TestClaimLargeDocumentsShrinkTheReply(t *testing.T) {
 // MongoDB uses and the single find FerretDB uses must claim the same events.
 func TestClaim(t *testing.T) {
 	t.Parallel()
-	for _, split := range []bool{false, true} {
-		t.Run(fmt.Sprintf("split=%t", split), func(t *testing.T) {
-			t.Parallel()
-			testClaim(t, split)
-		})
-	}
+	eachClaimStrategy(t, testClaim)
 }
 
-func testClaim(t *testing.T, split bool) {
-	s, coll := setup(t)
-	mongo.SetSplitClaim(s, split)
+func testClaim(t *testing.T, s *mongo.Store, coll *driver.Collection) {
 	oid := bson.NewObjectID()
 	insert(t, coll,
 		// Inserted out of order: the claim sorts by createdAt.

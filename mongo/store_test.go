@@ -202,3 +202,18 @@ func TestPrepare(t *testing.T) {
 		t.Errorf("Ping: %v", err)
 	}
 }
+
+// eachClaimStrategy runs test, in parallel, on a store of its own that
+// claims with each of the claim's find strategies: the split finds MongoDB
+// uses and the single find FerretDB uses must claim the same events.
+func eachClaimStrategy(t *testing.T, test func(t *testing.T, s *mongo.Store, coll *driver.Collection)) {
+	t.Helper()
+	for _, split := range []bool{false, true} {
+		t.Run(fmt.Sprintf("split=%t", split), func(t *testing.T) {
+			t.Parallel()
+			s, coll := setup(t)
+			mongo.SetSplitClaim(s, split)
+			test(t, s, coll)
+		})
+	}
+}

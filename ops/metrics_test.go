@@ -119,14 +119,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-		defer cancel()
-		_ = c.Stop(ctx)
-	})
+	startStopped(t, c)
 	c.Trigger()
 	eventually(t, "the claimer settles its batch and counts every outcome", func() bool {
 		return store.settledCount() == len(batch) &&

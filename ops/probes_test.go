@@ -1,7 +1,6 @@
 package ops_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -114,16 +113,7 @@ func TestReadyzDuringBrokerOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := pub.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-		defer cancel()
-		if err := pub.Stop(ctx); err != nil {
-			t.Errorf("publisher Stop: %v", err)
-		}
-	})
+	startStopped(t, pub)
 	s := startServer(t, func(cfg *ops.ServerConfig) { cfg.Broker = pub })
 	cutAndRestore(t, s, proxy, "rabbitmq: ")
 }

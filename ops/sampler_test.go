@@ -1,7 +1,6 @@
 package ops_test
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
@@ -24,16 +23,7 @@ func startSampler(t *testing.T, cfg ops.SamplerConfig) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-		defer cancel()
-		if err := s.Stop(ctx); err != nil {
-			t.Errorf("sampler Stop: %v", err)
-		}
-	})
+	startStopped(t, s)
 }
 
 func TestSamplerSetsGauges(t *testing.T) {
