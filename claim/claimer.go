@@ -46,7 +46,7 @@ const (
 	// BatchBytesDefault bounds the raw size of one claim's documents.
 	BatchBytesDefault = 64 << 20
 	// MaxAttemptsDefault is how many claims an event gets before FAILED.
-	MaxAttemptsDefault = 10
+	MaxAttemptsDefault = events.MaxAttemptsDefault
 	// MaxBodyBytesDefault bounds a message body (RabbitMQ 4's default
 	// max_message_size is 16 MiB).
 	MaxBodyBytesDefault = 16 << 20

@@ -13,6 +13,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/outboxrelay/outbox/internal/deployment"
 )
 
 // Handler processes one message. With transactions, ctx carries the
@@ -137,9 +139,9 @@ func (i *Inbox) Start(ctx context.Context) error {
 	if i.started {
 		return nil
 	}
-	txn, err := supportsTransactions(ctx, i.client)
+	txn, err := deployment.SupportsTransactions(ctx, i.client)
 	if err != nil {
-		return err
+		return fmt.Errorf("inbox: %w", err)
 	}
 	ttl, err := i.ensureExpiry(ctx)
 	if err != nil {
@@ -186,21 +188,6 @@ func (i *Inbox) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-// supportsTransactions asks the server what it is: transactions need a
-// replica set member (setName) or a mongos router (msg "isdbgrid"). A
-// standalone server, and FerretDB, report neither.
-func supportsTransactions(ctx context.Context, client *mongo.Client) (bool, error) {
-	var hello struct {
-		SetName string `bson:"setName"`
-		Msg     string `bson:"msg"`
-	}
-	err := client.Database("admin").RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&hello)
-	if err != nil {
-		return false, fmt.Errorf("inbox: ask the server what it is (hello): %w", err)
-	}
-	return hello.SetName != "" || hello.Msg == "isdbgrid", nil
 }
 
 // outcome is how a processed delivery is settled.

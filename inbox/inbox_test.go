@@ -154,16 +154,13 @@ func (r *rig) run() {
 	})
 }
 
-// eventually polls cond until it holds or the deadline passes.
+// eventually waits until cond holds, failing the test with what and the
+// inbox's logs.
 func (r *rig) eventually(what string, cond func() bool) {
 	r.t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			r.t.Fatalf("not within %s: %s\nlogs:\n%s", waitFor, what, r.logs.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(r.t, waitFor, func() (bool, string) {
+		return cond(), what + "\nlogs:\n" + r.logs.String()
+	})
 }
 
 // queued returns how many messages wait in queue, unacknowledged ones not

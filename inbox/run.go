@@ -3,9 +3,10 @@ package inbox
 import (
 	"context"
 	"fmt"
-	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/outboxrelay/outbox/internal/backoff"
 )
 
 // Run processes deliveries one at a time until deliveries is closed (it
@@ -83,14 +84,7 @@ func (i *Inbox) pause(ctx context.Context) bool {
 	if i.cfg.RetryPause <= 0 {
 		return true
 	}
-	t := time.NewTimer(i.cfg.RetryPause)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return backoff.Sleep(ctx, i.cfg.RetryPause)
 }
 
 // ackBatch holds the latest delivery to acknowledge and how many settled

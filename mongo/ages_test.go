@@ -20,18 +20,6 @@ import (
 	"github.com/outboxrelay/outbox/recovery"
 )
 
-func TestOldestNewAgeIsNeverNegative(t *testing.T) {
-	t.Parallel()
-	created := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	st := mongo.Stats{OldestNew: created}
-	if age := st.OldestNewAge(created.Add(-time.Minute)); age != 0 {
-		t.Errorf("age of an event created after now = %s, want 0", age)
-	}
-	if age := st.OldestNewAge(created.Add(time.Minute)); age != time.Minute {
-		t.Errorf("age = %s, want 1m", age)
-	}
-}
-
 type readyBroker struct{}
 
 func (readyBroker) Ready() error { return nil }
@@ -98,7 +86,9 @@ func TestAgesUseTheServersClockWhateverTheWorkersSays(t *testing.T) {
 
 			// The sampler's gauges.
 			m := metrics.New(nil)
-			sampler, err := ops.NewSampler(store, staleAfter, "@every 1h", clock.Now, m, slog.New(slog.DiscardHandler))
+			sampler, err := ops.NewSampler(ops.SamplerConfig{
+				Store: store, StaleAfter: staleAfter, Schedule: "@every 1h", Now: clock.Now, Metrics: m, Logger: slog.New(slog.DiscardHandler),
+			})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -113,11 +103,14 @@ func TestAgesUseTheServersClockWhateverTheWorkersSays(t *testing.T) {
 			}
 
 			// /status.
-			srv := ops.NewServer(ops.ServerConfig{
+			srv, err := ops.NewServer(ops.ServerConfig{
 				Addr: "127.0.0.1:0", Store: store, Broker: readyBroker{}, StaleAfter: staleAfter,
 				Claimer: idleJob{}, Recovery: idleJob{}, Gatherer: prometheus.NewRegistry(),
 				Logger: slog.New(slog.DiscardHandler), Now: clock.Now,
 			})
+			if err != nil {
+				t.Fatal(err)
+			}
 			if err := srv.Start(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -167,13 +160,8 @@ func TestAgesUseTheServersClockWhateverTheWorkersSays(t *testing.T) {
 	}
 }
 
+// waitUntil waits for cond, failing the test with what.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 20s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, testenv.WaitTimeout, func() (bool, string) { return cond(), what })
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	driver "go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/mongo"
@@ -21,51 +22,46 @@ func agg(id string) []bson.E {
 // the single find (FerretDB) and the split finds (MongoDB) agree.
 func TestClaimOrdered(t *testing.T) {
 	t.Parallel()
-	for _, split := range []bool{false, true} {
-		t.Run(fmt.Sprintf("split=%t", split), func(t *testing.T) {
-			t.Parallel()
-			s, coll := setup(t)
-			mongo.SetSplitClaim(s, split)
-			at := ago(time.Hour)
-			insert(t, coll,
-				ev("p1", events.StatusProcessing, at, agg("in-flight")...),
-				ev("p2", events.StatusNew, at.Add(time.Millisecond), agg("in-flight")...),
-				ev("r1", events.StatusNew, at, append(agg("backing-off"), field(events.FieldRetryAt, base.Add(time.Hour)), field(events.FieldAttempts, 1))...),
-				ev("r2", events.StatusNew, at.Add(time.Millisecond), agg("backing-off")...),
-				ev("f1", events.StatusFailed, at, agg("failed")...),
-				ev("f2", events.StatusNew, at.Add(time.Millisecond), agg("failed")...),
-				ev("s1", events.StatusFailed, at, append(agg("skipped"), field(events.FieldSkippedAt, base), field(events.FieldSkippedBy, "alice"))...),
-				ev("s2", events.StatusNew, at.Add(time.Millisecond), agg("skipped")...),
-				ev("t-b", events.StatusNew, at.Add(2*time.Millisecond), agg("tie")...),
-				ev("t-a", events.StatusNew, at.Add(2*time.Millisecond), agg("tie")...),
-				ev("d1", events.StatusNew, at, append(agg("due-retry"), field(events.FieldRetryAt, base.Add(-time.Minute)), field(events.FieldAttempts, 1))...),
-				ev("d2", events.StatusNew, at.Add(time.Millisecond), agg("due-retry")...),
-				ev("u1", events.StatusNew, at.Add(3*time.Millisecond)),
-			)
-			claim := func(token string, limit events.ClaimLimit) []string {
-				t.Helper()
-				res, err := s.Claim(t.Context(), events.Lease{WorkerID: "w", Token: token, At: base}, limit)
-				if err != nil {
-					t.Fatalf("Claim: %v", err)
-				}
-				var ids []string
-				for _, c := range res.Claimed {
-					ids = append(ids, fmt.Sprint(c.ID))
-				}
-				return ids
+	eachClaimStrategy(t, func(t *testing.T, s *mongo.Store, coll *driver.Collection) {
+		at := ago(time.Hour)
+		insert(t, coll,
+			ev("p1", events.StatusProcessing, at, agg("in-flight")...),
+			ev("p2", events.StatusNew, at.Add(time.Millisecond), agg("in-flight")...),
+			ev("r1", events.StatusNew, at, append(agg("backing-off"), field(events.FieldRetryAt, base.Add(time.Hour)), field(events.FieldAttempts, 1))...),
+			ev("r2", events.StatusNew, at.Add(time.Millisecond), agg("backing-off")...),
+			ev("f1", events.StatusFailed, at, agg("failed")...),
+			ev("f2", events.StatusNew, at.Add(time.Millisecond), agg("failed")...),
+			ev("s1", events.StatusFailed, at, append(agg("skipped"), field(events.FieldSkippedAt, base), field(events.FieldSkippedBy, "alice"))...),
+			ev("s2", events.StatusNew, at.Add(time.Millisecond), agg("skipped")...),
+			ev("t-b", events.StatusNew, at.Add(2*time.Millisecond), agg("tie")...),
+			ev("t-a", events.StatusNew, at.Add(2*time.Millisecond), agg("tie")...),
+			ev("d1", events.StatusNew, at, append(agg("due-retry"), field(events.FieldRetryAt, base.Add(-time.Minute)), field(events.FieldAttempts, 1))...),
+			ev("d2", events.StatusNew, at.Add(time.Millisecond), agg("due-retry")...),
+			ev("u1", events.StatusNew, at.Add(3*time.Millisecond)),
+		)
+		claim := func(token string, limit events.ClaimLimit) []string {
+			t.Helper()
+			res, err := s.Claim(t.Context(), events.Lease{WorkerID: "w", Token: token, At: base}, limit)
+			if err != nil {
+				t.Fatalf("Claim: %v", err)
 			}
-			got := claim("t1", events.ClaimLimit{Events: 100, Ordered: true, FailedHolds: true})
-			want := []string{"d1", "d2", "s2", "t-a", "t-b", "u1"} // claim order: createdAt, then _id
-			if diff := cmp.Diff(want, got); diff != "" {
-				t.Errorf("ordered claim (-want +got):\n%s", diff)
+			var ids []string
+			for _, c := range res.Claimed {
+				ids = append(ids, fmt.Sprint(c.ID))
 			}
-			// continue: the FAILED event holds nothing.
-			got = claim("t2", events.ClaimLimit{Events: 100, Ordered: true})
-			if diff := cmp.Diff([]string{"f2"}, got); diff != "" {
-				t.Errorf("claim under continue (-want +got):\n%s", diff)
-			}
-		})
-	}
+			return ids
+		}
+		got := claim("t1", events.ClaimLimit{Events: 100, Ordered: true, FailedHolds: true})
+		want := []string{"d1", "d2", "s2", "t-a", "t-b", "u1"} // claim order: createdAt, then _id
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("ordered claim (-want +got):\n%s", diff)
+		}
+		// continue: the FAILED event holds nothing.
+		got = claim("t2", events.ClaimLimit{Events: 100, Ordered: true})
+		if diff := cmp.Diff([]string{"f2"}, got); diff != "" {
+			t.Errorf("claim under continue (-want +got):\n%s", diff)
+		}
+	})
 }
 
 func TestClaimOwnedPartitions(t *testing.T) {
@@ -132,10 +128,10 @@ func TestHeldStats(t *testing.T) {
 	)
 	for _, tc := range []struct {
 		failedHolds bool
-		want        mongo.HeldStats
+		want        events.HeldStats
 	}{
-		{true, mongo.HeldStats{Aggregates: 2, OldestWaiting: at.Add(time.Millisecond)}},
-		{false, mongo.HeldStats{Aggregates: 1, OldestWaiting: at.Add(2 * time.Millisecond)}},
+		{true, events.HeldStats{Aggregates: 2, OldestWaiting: at.Add(time.Millisecond)}},
+		{false, events.HeldStats{Aggregates: 1, OldestWaiting: at.Add(2 * time.Millisecond)}},
 	} {
 		got, err := s.Held(t.Context(), base, tc.failedHolds)
 		if err != nil {

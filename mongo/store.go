@@ -16,6 +16,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/deployment"
 )
 
 const (
@@ -98,44 +99,17 @@ func New(client *mongo.Client, cfg Config) *Store {
 // whether it is FerretDB, and creates the indexes the worker's queries
 // rely on. It is idempotent and safe to run from every replica at once.
 func (s *Store) Prepare(ctx context.Context) error {
-	txn, err := supportsTransactions(ctx, s.client)
+	txn, err := deployment.SupportsTransactions(ctx, s.client)
 	if err != nil {
 		return err
 	}
 	s.txn = txn
-	ferret, err := isFerretDB(ctx, s.client)
+	ferret, err := deployment.IsFerretDB(ctx, s.client)
 	if err != nil {
 		return err
 	}
 	s.splitClaim = !ferret
 	return s.ensureIndexes(ctx)
-}
-
-// isFerretDB reports a FerretDB server, which names its own version in
-// buildInfo.
-func isFerretDB(ctx context.Context, client *mongo.Client) (bool, error) {
-	var info bson.Raw
-	err := client.Database("admin").RunCommand(ctx, bson.D{{Key: "buildInfo", Value: 1}}).Decode(&info)
-	if err != nil {
-		return false, fmt.Errorf("ask the server its build (buildInfo): %w", err)
-	}
-	_, err = info.LookupErr("ferretdbVersion")
-	return err == nil, nil
-}
-
-// supportsTransactions asks the server what it is: transactions need a
-// replica set member (setName) or a mongos router (msg "isdbgrid"). A
-// standalone server, and FerretDB, report neither.
-func supportsTransactions(ctx context.Context, client *mongo.Client) (bool, error) {
-	var hello struct {
-		SetName string `bson:"setName"`
-		Msg     string `bson:"msg"`
-	}
-	err := client.Database("admin").RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&hello)
-	if err != nil {
-		return false, fmt.Errorf("ask the server what it is (hello): %w", err)
-	}
-	return hello.SetName != "" || hello.Msg == "isdbgrid", nil
 }
 
 // SupportsTransactions reports whether PUBLISHED writes run in a

@@ -6,61 +6,102 @@ package ops
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/metrics"
-	"github.com/outboxrelay/outbox/mongo"
 	"github.com/outboxrelay/outbox/schedule"
 )
 
 // StatsSource counts the outbox.
 type StatsSource interface {
-	Stats(ctx context.Context, staleBefore time.Time) (mongo.Stats, error)
+	Stats(ctx context.Context, staleBefore time.Time) (events.Stats, error)
 }
 
-// HeldSource reads the held aggregates (see mongo.HeldStats).
+// HeldSource reads the aggregates held by ordering.
 type HeldSource interface {
-	Held(ctx context.Context, now time.Time, failedHolds bool) (mongo.HeldStats, error)
+	Held(ctx context.Context, now time.Time, failedHolds bool) (events.HeldStats, error)
 }
 
-// SampleScheduleDefault is how often the backlog gauges are refreshed.
-const SampleScheduleDefault = "@every 15s"
+const (
+	// SampleScheduleDefault is how often the backlog gauges are refreshed.
+	SampleScheduleDefault = "@every 15s"
+	// sampleTimeout bounds one sample, so that a hung database leaves the
+	// gauges at their last value rather than stalling the schedule.
+	sampleTimeout = 10 * time.Second
+)
+
+// SamplerConfig configures a Sampler.
+type SamplerConfig struct {
+	// Store is counted at each sample. Required.
+	Store StatsSource
+	// StaleAfter is the stale threshold of the stale-processing gauge: the
+	// recovery's OUTBOX_STALE_AFTER. Required.
+	StaleAfter time.Duration
+	// Schedule is the cron schedule of samples. Defaults to
+	// SampleScheduleDefault.
+	Schedule string
+	// Held, when set, keeps the held-aggregates gauges current too, FAILED
+	// events holding their aggregates when FailedHolds
+	// (OUTBOX_ORDERING_AFTER_FAILED=wait).
+	Held        HeldSource
+	FailedHolds bool
+	// Now is the clock ages and the stale threshold are measured with: the
+	// database server's time (mongo.Clock.Now). Defaults to time.Now.
+	Now func() time.Time
+	// Metrics receives the gauges. Defaults to an unregistered set.
+	Metrics *metrics.Metrics
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *SamplerConfig) setDefaults() {
+	if c.Schedule == "" {
+		c.Schedule = SampleScheduleDefault
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Metrics == nil {
+		c.Metrics = metrics.New(nil)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports the first bad setting.
+func (c SamplerConfig) Validate() error {
+	if c.Store == nil {
+		return errors.New("sampler store: required")
+	}
+	if c.StaleAfter <= 0 {
+		return fmt.Errorf("stale after %s: want more than 0", c.StaleAfter)
+	}
+	if _, err := schedule.Parse(c.Schedule); err != nil {
+		return fmt.Errorf("sample schedule: %w", err)
+	}
+	return nil
+}
 
 // Sampler refreshes the backlog gauges on a schedule.
 type Sampler struct {
-	store      StatsSource
-	now        func() time.Time
-	staleAfter time.Duration
-	metrics    *metrics.Metrics
-	job        *schedule.Job
-	// held, when set, keeps the held-aggregates gauges current too.
-	held        HeldSource
-	failedHolds bool
+	cfg SamplerConfig
+	job *schedule.Job
 }
 
-// TrackHeld makes the sampler keep the held-aggregates gauges current
-// from src, FAILED events holding their aggregates when failedHolds
-// (OUTBOX_ORDERING_AFTER_FAILED=wait). Call before Start.
-func (s *Sampler) TrackHeld(src HeldSource, failedHolds bool) {
-	s.held, s.failedHolds = src, failedHolds
-}
-
-// NewSampler returns a Sampler; Start runs it. now is the clock ages and
-// the stale threshold are measured with: the database server's time
-// (mongo.Clock.Now); nil is time.Now.
-func NewSampler(store StatsSource, staleAfter time.Duration, spec string, now func() time.Time, m *metrics.Metrics, logger *slog.Logger) (*Sampler, error) {
-	if spec == "" {
-		spec = SampleScheduleDefault
+// NewSampler returns a Sampler; Start runs it.
+func NewSampler(cfg SamplerConfig) (*Sampler, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("sampler config: %w", err)
 	}
-	if now == nil {
-		now = time.Now
-	}
-	s := &Sampler{store: store, now: now, staleAfter: staleAfter, metrics: m}
+	s := &Sampler{cfg: cfg}
 	var err error
-	if s.job, err = schedule.New("sampler", spec, s.runOnce, logger); err != nil {
+	if s.job, err = schedule.New("sampler", cfg.Schedule, s.runOnce, cfg.Logger); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -79,27 +120,28 @@ func (s *Sampler) Start(ctx context.Context) error {
 func (s *Sampler) Stop(ctx context.Context) error { return s.job.Stop(ctx) }
 
 func (s *Sampler) runOnce(ctx context.Context) (bool, error) {
-	now := s.now().UTC()
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	now := s.cfg.Now().UTC()
+	ctx, cancel := context.WithTimeout(ctx, sampleTimeout)
 	defer cancel()
-	st, err := s.store.Stats(ctx, now.Add(-s.staleAfter))
+	m := s.cfg.Metrics
+	st, err := s.cfg.Store.Stats(ctx, now.Add(-s.cfg.StaleAfter))
 	if err != nil {
-		s.metrics.JobErrors.WithLabelValues("sampler").Inc()
+		m.JobErrors.WithLabelValues("sampler").Inc()
 		return false, fmt.Errorf("sample outbox stats: %w", err)
 	}
 	for _, status := range events.Statuses {
-		s.metrics.Events.WithLabelValues(string(status)).Set(float64(st.Counts[status]))
+		m.Events.WithLabelValues(string(status)).Set(float64(st.Counts[status]))
 	}
-	s.metrics.OldestNewAge.Set(st.OldestNewAge(now).Seconds())
-	s.metrics.StaleProcessing.Set(float64(st.Stale))
-	if s.held != nil {
-		h, err := s.held.Held(ctx, now, s.failedHolds)
+	m.OldestNewAge.Set(st.OldestNewAge(now).Seconds())
+	m.StaleProcessing.Set(float64(st.Stale))
+	if s.cfg.Held != nil {
+		h, err := s.cfg.Held.Held(ctx, now, s.cfg.FailedHolds)
 		if err != nil {
-			s.metrics.JobErrors.WithLabelValues("sampler").Inc()
+			m.JobErrors.WithLabelValues("sampler").Inc()
 			return false, fmt.Errorf("sample held aggregates: %w", err)
 		}
-		s.metrics.HeldAggregates.Set(float64(h.Aggregates))
-		s.metrics.OldestHeldAge.Set(h.OldestAge(now).Seconds())
+		m.HeldAggregates.Set(float64(h.Aggregates))
+		m.OldestHeldAge.Set(h.OldestAge(now).Seconds())
 	}
 	return false, nil
 }

@@ -33,27 +33,43 @@ type Job interface {
 	LastRun() time.Time
 }
 
+const (
+	// AddrDefault is the listen address of the endpoints.
+	AddrDefault = ":8080"
+	// readyTimeout bounds /readyz's ping, under a probe's usual timeout.
+	readyTimeout = 2 * time.Second
+	// statusTimeout bounds /status's counts.
+	statusTimeout = 10 * time.Second
+)
+
 // ServerConfig wires the endpoints to the worker's parts.
 type ServerConfig struct {
-	// Addr is the listen address, e.g. ":8080".
-	Addr     string
+	// Addr is the listen address, e.g. ":8080". Defaults to AddrDefault.
+	Addr string
+	// WorkerID names the worker in /healthz and /status.
 	WorkerID string
-	// Store answers /readyz's ping and /status's counts.
-	Store      ServerStore
-	Broker     Readier
+	// Store answers /readyz's ping and /status's counts. Required.
+	Store ServerStore
+	// Broker answers /readyz's broker check. Required.
+	Broker Readier
+	// StaleAfter is the stale threshold of /status's staleProcessing:
+	// the recovery's OUTBOX_STALE_AFTER. Required.
 	StaleAfter time.Duration
-	// Claimer runs a claim at once on POST /trigger.
+	// Claimer runs a claim at once on POST /trigger. Required.
 	Claimer interface {
 		Job
 		Trigger()
 	}
+	// Recovery's last run is /status's lastRecoveryAt. Required.
 	Recovery Job
 	// Held, when set, adds the held aggregates to /status, FAILED events
 	// holding their aggregates when FailedHolds.
 	Held        HeldSource
 	FailedHolds bool
-	Gatherer    prometheus.Gatherer
-	Logger      *slog.Logger
+	// Gatherer is what /metrics serves. Required.
+	Gatherer prometheus.Gatherer
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
 	// Pprof serves net/http/pprof under /debug/pprof/ when set.
 	Pprof bool
 	// Now is the clock /status measures ages and the stale threshold
@@ -66,6 +82,37 @@ type ServerConfig struct {
 	// WakeUp, if set, says how claims are woken between ticks, for
 	// /status: "change stream", "polling" or "starting".
 	WakeUp func() string
+}
+
+func (c *ServerConfig) setDefaults() {
+	if c.Addr == "" {
+		c.Addr = AddrDefault
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Validate reports the first bad setting.
+func (c ServerConfig) Validate() error {
+	switch {
+	case c.Store == nil:
+		return errors.New("ops server store: required")
+	case c.Broker == nil:
+		return errors.New("ops server broker: required")
+	case c.Claimer == nil:
+		return errors.New("ops server claimer: required")
+	case c.Recovery == nil:
+		return errors.New("ops server recovery: required")
+	case c.Gatherer == nil:
+		return errors.New("ops server gatherer: required")
+	case c.StaleAfter <= 0:
+		return fmt.Errorf("stale after %s: want more than 0", c.StaleAfter)
+	}
+	return nil
 }
 
 // Server serves the operations endpoints.
@@ -84,12 +131,10 @@ type ServerStore interface {
 }
 
 // NewServer returns a Server; Start serves it.
-func NewServer(cfg ServerConfig) *Server {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+func NewServer(cfg ServerConfig) (*Server, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("ops server config: %w", err)
 	}
 	s := &Server{cfg: cfg, done: make(chan struct{})}
 	mux := http.NewServeMux()
@@ -105,7 +150,7 @@ func NewServer(cfg ServerConfig) *Server {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	return s
+	return s, nil
 }
 
 // Start listens, so that a taken port fails the start, and serves in the
@@ -157,7 +202,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) notReady(ctx context.Context) string {
 	st := s.cfg.Store
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
 	if err := st.Ping(ctx); err != nil {
 		return "mongodb: " + err.Error()
@@ -184,7 +229,7 @@ type statusBody struct {
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	st := s.cfg.Store
-	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(r.Context(), statusTimeout)
 	defer cancel()
 	now := s.cfg.Now().UTC()
 	stats, err := st.Stats(ctx, now.Add(-s.cfg.StaleAfter))

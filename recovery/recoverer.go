@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/metrics"
 	"github.com/outboxrelay/outbox/schedule"
 )
@@ -24,7 +25,7 @@ type Store interface {
 const (
 	// ScheduleDefault is how often recovery runs: every two minutes.
 	ScheduleDefault = "*/2 * * * *"
-	// StaleAfterDefault is how long a claim may stay PROCESSING.
+	// StaleAfterDefault is how long a claim may stay PROCESSING: a minute.
 	StaleAfterDefault = 60 * time.Second
 )
 
@@ -38,7 +39,9 @@ type Config struct {
 	// Defaults to StaleAfterDefault.
 	StaleAfter time.Duration
 	// MaxAttempts: a stale event that has used this many claims becomes
-	// FAILED instead of NEW. Zero means no limit.
+	// FAILED instead of NEW, as the claimer fails an event whose publishes
+	// have used them. Defaults to events.MaxAttemptsDefault, the claimer's
+	// default too.
 	MaxAttempts int
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
@@ -51,16 +54,39 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Validate reports the first bad field.
+func (c *Config) setDefaults() {
+	if c.Schedule == "" {
+		c.Schedule = ScheduleDefault
+	}
+	if c.StaleAfter == 0 {
+		c.StaleAfter = StaleAfterDefault
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = events.MaxAttemptsDefault
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics = metrics.New(nil)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Validate reports the first bad setting, after defaults.
 func (c Config) Validate() error {
 	if c.StaleAfter <= 0 {
 		return fmt.Errorf("stale after %s: want more than 0", c.StaleAfter)
 	}
-	if c.MaxAttempts < 0 {
-		return fmt.Errorf("max attempts %d: want 0 or more", c.MaxAttempts)
+	if c.MaxAttempts < 1 {
+		return fmt.Errorf("max attempts %d: want at least 1", c.MaxAttempts)
 	}
-	_, err := schedule.Parse(c.Schedule)
-	return err
+	if _, err := schedule.Parse(c.Schedule); err != nil {
+		return fmt.Errorf("recovery schedule: %w", err)
+	}
+	return nil
 }
 
 // Recoverer runs stale-claim recovery on a schedule.
@@ -68,30 +94,15 @@ type Recoverer struct {
 	cfg   Config
 	store Store
 	job   *schedule.Job
-	now   func() time.Time
 }
 
 // New returns a Recoverer; Start runs it.
 func New(store Store, cfg Config) (*Recoverer, error) {
-	if cfg.Schedule == "" {
-		cfg.Schedule = ScheduleDefault
-	}
-	if cfg.StaleAfter == 0 {
-		cfg.StaleAfter = StaleAfterDefault
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Metrics == nil {
-		cfg.Metrics = metrics.New(nil)
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("recovery config: %w", err)
 	}
-	r := &Recoverer{cfg: cfg, store: store, now: cfg.Now}
+	r := &Recoverer{cfg: cfg, store: store}
 	var err error
 	if r.job, err = schedule.New("recovery", cfg.Schedule, r.runOnce, cfg.Logger); err != nil {
 		return nil, err
@@ -112,7 +123,7 @@ func (r *Recoverer) LastRun() time.Time { return r.job.LastRun() }
 func (r *Recoverer) Trigger() { r.job.Trigger() }
 
 func (r *Recoverer) runOnce(ctx context.Context) (bool, error) {
-	now := r.now().UTC()
+	now := r.cfg.Now().UTC()
 	reset, failed, err := r.store.RecoverStale(ctx, now.Add(-r.cfg.StaleAfter), now, r.cfg.MaxAttempts)
 	r.cfg.Metrics.Recovered.Add(float64(reset))
 	r.cfg.Metrics.Failed.WithLabelValues(metrics.ReasonStaleMaxAttempts).Add(float64(failed))

@@ -34,11 +34,11 @@ func setup(t *testing.T, cfg Config) (*Recoverer, *driver.Collection, *metrics.M
 	}
 	cfg.Logger = discard
 	cfg.Metrics = metrics.New(nil)
+	cfg.Now = func() time.Time { return clock }
 	r, err := New(store, cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	r.now = func() time.Time { return clock }
 	return r, store.Collection(), cfg.Metrics
 }
 
@@ -120,17 +120,25 @@ func TestRunOnceResetsStaleClaims(t *testing.T) {
 	}
 }
 
-func TestRunOnceWithoutAttemptLimit(t *testing.T) {
+// MaxAttempts 0 means the claimer's default, not unlimited: a stale event
+// that has used its claims becomes FAILED, and one claim short goes back.
+func TestRunOnceDefaultAttemptLimit(t *testing.T) {
 	t.Parallel()
 	r, coll, m := setup(t, Config{StaleAfter: time.Minute})
-	if _, err := coll.InsertOne(t.Context(), processing("many", clock.Add(-time.Hour), 100)); err != nil {
+	_, err := coll.InsertMany(t.Context(), []any{
+		processing("one-left", clock.Add(-time.Hour), events.MaxAttemptsDefault-1),
+		processing("used-up", clock.Add(-time.Hour), events.MaxAttemptsDefault),
+		processing("over", clock.Add(-time.Hour), 100),
+	})
+	if err != nil {
 		t.Fatalf("insert: %v", err)
 	}
 	if _, err := r.runOnce(t.Context()); err != nil {
 		t.Fatalf("runOnce: %v", err)
 	}
-	if diff := cmp.Diff(map[string]events.Status{"many": events.StatusNew}, statuses(t, coll)); diff != "" {
-		t.Errorf("MaxAttempts 0 means no limit (-want +got):\n%s", diff)
+	want := map[string]events.Status{"one-left": events.StatusNew, "used-up": events.StatusFailed, "over": events.StatusFailed}
+	if diff := cmp.Diff(want, statuses(t, coll)); diff != "" {
+		t.Errorf("MaxAttempts 0 means %d (-want +got):\n%s", events.MaxAttemptsDefault, diff)
 	}
 	if got := testutil.ToFloat64(m.Recovered); got != 1 {
 		t.Errorf("recovered = %v, want 1", got)
@@ -167,7 +175,7 @@ func TestNewValidatesConfig(t *testing.T) {
 	}{
 		{Config{StaleAfter: -time.Second}, "stale after -1s"},
 		{Config{MaxAttempts: -1}, "max attempts -1"},
-		{Config{Schedule: "bogus"}, `"bogus"`},
+		{Config{Schedule: "bogus"}, `recovery schedule: schedule "bogus"`},
 	} {
 		_, err := New(failingStore{}, tt.cfg)
 		if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "recovery config") {
@@ -178,7 +186,8 @@ func TestNewValidatesConfig(t *testing.T) {
 	if err != nil {
 		t.Fatalf("New with defaults: %v", err)
 	}
-	if r.cfg.StaleAfter != StaleAfterDefault || r.cfg.Schedule != ScheduleDefault {
-		t.Errorf("defaults: stale after %s, schedule %q; want %s, %q", r.cfg.StaleAfter, r.cfg.Schedule, StaleAfterDefault, ScheduleDefault)
+	if r.cfg.StaleAfter != StaleAfterDefault || r.cfg.Schedule != ScheduleDefault || r.cfg.MaxAttempts != events.MaxAttemptsDefault {
+		t.Errorf("defaults: stale after %s, schedule %q, max attempts %d; want %s, %q, %d",
+			r.cfg.StaleAfter, r.cfg.Schedule, r.cfg.MaxAttempts, StaleAfterDefault, ScheduleDefault, events.MaxAttemptsDefault)
 	}
 }

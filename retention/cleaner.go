@@ -60,6 +60,40 @@ type Config struct {
 	Metrics *metrics.Metrics
 }
 
+func (c *Config) setDefaults() {
+	if c.Schedule == "" {
+		c.Schedule = ScheduleDefault
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = BatchSizeDefault
+	}
+	if c.MaxRunTime == 0 {
+		c.MaxRunTime = MaxRunTimeDefault
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics = metrics.New(nil)
+	}
+}
+
+// Validate reports the first bad setting, after defaults.
+func (c Config) Validate() error {
+	switch {
+	case c.Retention < 0:
+		return fmt.Errorf("retention %s: want 0 (keep forever) or more", c.Retention)
+	case c.BatchSize < 1:
+		return fmt.Errorf("retention batch size %d: want at least 1", c.BatchSize)
+	case c.MaxRunTime < 0:
+		return fmt.Errorf("retention max run time %s: want more than 0", c.MaxRunTime)
+	}
+	if _, err := schedule.Parse(c.Schedule); err != nil {
+		return fmt.Errorf("retention schedule: %w", err)
+	}
+	return nil
+}
+
 // Cleaner deletes old PUBLISHED events on a schedule.
 type Cleaner struct {
 	cfg   Config
@@ -82,29 +116,9 @@ type Cleaner struct {
 
 // New returns a Cleaner; Start runs it.
 func New(store Store, cfg Config) (*Cleaner, error) {
-	if cfg.Schedule == "" {
-		cfg.Schedule = ScheduleDefault
-	}
-	if cfg.BatchSize == 0 {
-		cfg.BatchSize = BatchSizeDefault
-	}
-	if cfg.MaxRunTime == 0 {
-		cfg.MaxRunTime = MaxRunTimeDefault
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Metrics == nil {
-		cfg.Metrics = metrics.New(nil)
-	}
-	if cfg.Retention < 0 {
-		return nil, fmt.Errorf("retention %s: want 0 (keep forever) or more", cfg.Retention)
-	}
-	if cfg.BatchSize < 1 {
-		return nil, fmt.Errorf("retention batch size %d: want at least 1", cfg.BatchSize)
-	}
-	if cfg.MaxRunTime < 0 {
-		return nil, fmt.Errorf("retention max run time %s: want more than 0", cfg.MaxRunTime)
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("retention config: %w", err)
 	}
 	c := &Cleaner{cfg: cfg, store: store, now: time.Now, stopping: make(chan struct{})}
 	c.pause = c.wait

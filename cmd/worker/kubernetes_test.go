@@ -18,8 +18,8 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
+	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/metrics"
-	"github.com/outboxrelay/outbox/mongo"
 	"github.com/outboxrelay/outbox/ops"
 )
 
@@ -430,8 +430,8 @@ func TestKubernetesPodSecurity(t *testing.T) {
 type probeStore struct{ err error }
 
 func (s probeStore) Ping(context.Context) error { return s.err }
-func (s probeStore) Stats(context.Context, time.Time) (mongo.Stats, error) {
-	return mongo.Stats{}, s.err
+func (s probeStore) Stats(context.Context, time.Time) (events.Stats, error) {
+	return events.Stats{}, s.err
 }
 
 type probeBroker struct{ err error }
@@ -461,10 +461,13 @@ func TestKubernetesProbePaths(t *testing.T) {
 		t.Helper()
 		reg := prometheus.NewRegistry()
 		metrics.New(reg)
-		srv := ops.NewServer(ops.ServerConfig{
+		srv, err := ops.NewServer(ops.ServerConfig{
 			Addr: "127.0.0.1:0", WorkerID: "probe-test", Store: probeStore{}, Broker: probeBroker{err: brokerErr},
 			StaleAfter: time.Minute, Claimer: probeJob{}, Recovery: probeJob{}, Gatherer: reg,
 		})
+		if err != nil {
+			t.Fatal(err)
+		}
 		if err := srv.Start(t.Context()); err != nil {
 			t.Fatal(err)
 		}

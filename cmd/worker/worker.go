@@ -131,15 +131,17 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
-	sampler, err := ops.NewSampler(w.store, cfg.StaleAfter, "", w.clock.Now, m, logger)
-	if err != nil {
-		return nil, err
-	}
 	failedHolds := cfg.Ordering == claim.OrderingAggregate && cfg.OrderingAfterFailed == claim.AfterFailedWait
 	var held ops.HeldSource
 	if cfg.Ordering == claim.OrderingAggregate {
 		held = w.store
-		sampler.TrackHeld(w.store, failedHolds)
+	}
+	sampler, err := ops.NewSampler(ops.SamplerConfig{
+		Store: w.store, StaleAfter: cfg.StaleAfter, Held: held, FailedHolds: failedHolds,
+		Now: w.clock.Now, Metrics: m, Logger: logger,
+	})
+	if err != nil {
+		return nil, err
 	}
 	w.jobs = []service{ownerService{w.owner}}
 	wakeUp := func() string { return "off" }
@@ -148,12 +150,15 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 		wakeUp = w.waker.Mode
 	}
 	w.jobs = append(w.jobs, recoverer, cleaner, sampler, w.clock)
-	w.http = ops.NewServer(ops.ServerConfig{
+	w.http, err = ops.NewServer(ops.ServerConfig{
 		Addr: cfg.HTTPAddr, WorkerID: cfg.WorkerID, Store: w.store, Broker: w.publisher,
 		StaleAfter: cfg.StaleAfter, Claimer: w.claimer, Recovery: recoverer, Gatherer: reg, Logger: logger,
 		Pprof: cfg.Pprof, Held: held, FailedHolds: failedHolds,
 		Now: w.clock.Now, BrokerNode: w.publisher.Node, WakeUp: wakeUp,
 	})
+	if err != nil {
+		return nil, err
+	}
 	return w, nil
 }
 

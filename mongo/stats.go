@@ -11,31 +11,63 @@ import (
 	"github.com/outboxrelay/outbox/events"
 )
 
-// HeldStats is what operators see of held aggregates.
-type HeldStats struct {
-	// Aggregates counts the aggregates with NEW events waiting behind an
-	// event that is backing off before a retry, or FAILED and not skipped
-	// (where FAILED holds). An event in flight (PROCESSING) holds its
-	// aggregate for a batch's time only and is not counted.
-	Aggregates int64 `json:"heldAggregates"`
-	// OldestWaiting is the createdAt of the oldest NEW event waiting
-	// behind one of them; zero when none.
-	OldestWaiting time.Time `json:"oldestHeld,omitzero"`
-}
-
-// OldestAge is how long the oldest held event has waited at now.
-func (h HeldStats) OldestAge(now time.Time) time.Duration {
-	if h.OldestWaiting.IsZero() {
-		return 0
+// Stats counts events by status, finds the oldest NEW event and counts
+// PROCESSING events claimed before staleBefore. Each query is an equality
+// on status, so none of them reads published history: the PUBLISHED count
+// is the collection's size from its metadata (estimatedDocumentCount) less
+// the other statuses, because counting a week of history exactly would walk
+// every one of its index keys, on every replica, at every sample.
+func (s *Store) Stats(ctx context.Context, staleBefore time.Time) (events.Stats, error) {
+	st := events.Stats{Counts: make(map[events.Status]int64, len(events.Statuses))}
+	var unpublished int64
+	for _, status := range events.Statuses {
+		if status == events.StatusPublished {
+			continue
+		}
+		n, err := s.coll.CountDocuments(ctx, bson.D{{Key: events.FieldStatus, Value: status}})
+		if err != nil {
+			return events.Stats{}, fmt.Errorf("count %s events: %w", status, err)
+		}
+		st.Counts[status] = n
+		unpublished += n
 	}
-	return max(now.Sub(h.OldestWaiting), 0)
+	total, err := s.coll.EstimatedDocumentCount(ctx)
+	if err != nil {
+		return events.Stats{}, fmt.Errorf("estimate the outbox's size: %w", err)
+	}
+	// The counts are taken one after the other while the relay runs, so
+	// the difference can dip below zero for a moment.
+	st.Counts[events.StatusPublished] = max(total-unpublished, 0)
+	var oldest struct {
+		CreatedAt time.Time `bson:"createdAt"`
+	}
+	err = s.coll.FindOne(ctx,
+		bson.D{{Key: events.FieldStatus, Value: events.StatusNew}},
+		options.FindOne().
+			SetSort(bson.D{{Key: events.FieldCreatedAt, Value: 1}}).
+			SetProjection(bson.D{{Key: events.FieldCreatedAt, Value: 1}}),
+	).Decode(&oldest)
+	switch {
+	case err == nil:
+		st.OldestNew = oldest.CreatedAt
+	case !isNoDocuments(err):
+		return events.Stats{}, fmt.Errorf("find oldest NEW event: %w", err)
+	}
+	st.Stale, err = s.coll.CountDocuments(ctx, bson.D{
+		{Key: events.FieldStatus, Value: events.StatusProcessing},
+		{Key: events.FieldProcessingAt, Value: bson.D{{Key: "$lt", Value: staleBefore}}},
+	})
+	if err != nil {
+		return events.Stats{}, fmt.Errorf("count stale events: %w", err)
+	}
+	return st, nil
 }
 
 // Held reads the held aggregates at now: the keys of FAILED events not
 // skipped (when failedHolds) and of NEW events backing off, then, only
 // when there are any, the due NEW events of those keys. Every find is an
 // equality on status and projects the key fields.
-func (s *Store) Held(ctx context.Context, now time.Time, failedHolds bool) (HeldStats, error) {
+func (s *Store) Held(ctx context.Context, now time.Time, failedHolds bool) (events.HeldStats, error) {
 	proj := options.Find().SetProjection(bson.D{
 		{Key: events.FieldAggregateType, Value: 1}, {Key: events.FieldAggregateID, Value: 1},
 		{Key: events.FieldSkippedAt, Value: 1}, {Key: events.FieldRetryAt, Value: 1},
@@ -57,10 +89,10 @@ func (s *Store) Held(ctx context.Context, now time.Time, failedHolds bool) (Held
 			}
 		})
 		if err != nil {
-			return HeldStats{}, err
+			return events.HeldStats{}, err
 		}
 	}
-	var st HeldStats
+	var st events.HeldStats
 	if len(holders) == 0 {
 		return st, nil
 	}
@@ -78,7 +110,7 @@ func (s *Store) Held(ctx context.Context, now time.Time, failedHolds bool) (Held
 		}
 	})
 	if err != nil {
-		return HeldStats{}, err
+		return events.HeldStats{}, err
 	}
 	st.Aggregates = int64(len(waiting))
 	return st, nil
@@ -100,36 +132,4 @@ func (s *Store) eachKey(ctx context.Context, filter bson.D, opts *options.FindOp
 		return fmt.Errorf("read held aggregates: %w", err)
 	}
 	return nil
-}
-
-// Skip marks the FAILED events named by ids (string or ObjectID hex) as
-// skipped by an operator: status stays FAILED, and skippedBy, skippedAt
-// and skipReason record who, when and why, so that the later events of
-// their aggregates flow. An event already skipped keeps its first record.
-// With dryRun it only counts them. Only FAILED events can be skipped.
-func (s *Store) Skip(ctx context.Context, ids []string, by, reason string, at time.Time, dryRun bool) (int, error) {
-	if len(ids) == 0 {
-		return 0, nil
-	}
-	filter := bson.D{
-		{Key: events.FieldStatus, Value: events.StatusFailed},
-		{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: idCandidates(ids)}}},
-		{Key: events.FieldSkippedAt, Value: bson.D{{Key: "$exists", Value: false}}},
-	}
-	if dryRun {
-		n, err := s.coll.CountDocuments(ctx, filter)
-		if err != nil {
-			return 0, fmt.Errorf("count events to skip: %w", err)
-		}
-		return int(n), nil
-	}
-	res, err := s.coll.UpdateMany(ctx, filter, bson.D{{Key: "$set", Value: bson.D{
-		{Key: events.FieldSkippedBy, Value: by},
-		{Key: events.FieldSkippedAt, Value: at.UTC().Truncate(time.Millisecond)},
-		{Key: events.FieldSkipReason, Value: truncateError(reason)},
-	}}})
-	if err != nil {
-		return 0, fmt.Errorf("skip events: %w", err)
-	}
-	return int(res.ModifiedCount), nil
 }

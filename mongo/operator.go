@@ -1,0 +1,134 @@
+package mongo
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/outboxrelay/outbox/events"
+)
+
+// The operator's tools: requeue, skip and show (Find) a FAILED event.
+
+// RequeueFilter chooses FAILED events to move back to NEW. At least one of
+// its fields must be set; All chooses every FAILED event.
+type RequeueFilter struct {
+	IDs  []string
+	Type string
+	All  bool
+}
+
+func (f RequeueFilter) query() (bson.D, error) {
+	q := bson.D{{Key: events.FieldStatus, Value: events.StatusFailed}}
+	if len(f.IDs) == 0 && f.Type == "" && !f.All {
+		return nil, fmt.Errorf("requeue needs --id, --type or --all")
+	}
+	if len(f.IDs) > 0 {
+		q = append(q, bson.E{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: idCandidates(f.IDs)}}})
+	}
+	if f.Type != "" {
+		q = append(q, bson.E{Key: events.FieldType, Value: f.Type})
+	}
+	return q, nil
+}
+
+// idCandidates matches an id given on a command line whether the event
+// stored it as an ObjectID or as a string.
+func idCandidates(ids []string) []any {
+	out := make([]any, 0, 2*len(ids))
+	for _, id := range ids {
+		out = append(out, id)
+		if oid, err := bson.ObjectIDFromHex(id); err == nil {
+			out = append(out, oid)
+		}
+	}
+	return out
+}
+
+// Requeue moves the FAILED events f chooses back to NEW with a fresh set of
+// attempts, keeping lastError for the record. With dryRun it only counts
+// them.
+func (s *Store) Requeue(ctx context.Context, f RequeueFilter, dryRun bool) (int, error) {
+	q, err := f.query()
+	if err != nil {
+		return 0, err
+	}
+	if dryRun {
+		n, err := s.coll.CountDocuments(ctx, q)
+		if err != nil {
+			return 0, fmt.Errorf("count events to requeue: %w", err)
+		}
+		return int(n), nil
+	}
+	update := bson.D{
+		{Key: "$set", Value: bson.D{
+			{Key: events.FieldStatus, Value: events.StatusNew},
+			{Key: events.FieldAttempts, Value: 0},
+		}},
+		{Key: "$unset", Value: bson.D{
+			{Key: events.FieldWorkerID, Value: ""},
+			{Key: events.FieldProcessingAt, Value: ""},
+			{Key: events.FieldClaimToken, Value: ""},
+			{Key: events.FieldRetryAt, Value: ""},
+			{Key: events.FieldFailedAt, Value: ""},
+			// A requeued event is no longer skipped: it holds its
+			// aggregate again until it is published.
+			{Key: events.FieldSkippedBy, Value: ""},
+			{Key: events.FieldSkippedAt, Value: ""},
+			{Key: events.FieldSkipReason, Value: ""},
+		}},
+	}
+	res, err := s.coll.UpdateMany(ctx, q, update)
+	if err != nil {
+		return 0, fmt.Errorf("requeue events: %w", err)
+	}
+	return int(res.ModifiedCount), nil
+}
+
+// Find returns the event whose _id is id (as a string or an ObjectID's hex).
+func (s *Store) Find(ctx context.Context, id string) (bson.Raw, error) {
+	raw, err := s.coll.FindOne(ctx, bson.D{
+		{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: idCandidates([]string{id})}}},
+	}).Raw()
+	if isNoDocuments(err) {
+		return nil, fmt.Errorf("no event with _id %q", id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("find event %q: %w", id, err)
+	}
+	return raw, nil
+}
+
+// Skip marks the FAILED events named by ids (string or ObjectID hex) as
+// skipped by an operator: status stays FAILED, and skippedBy, skippedAt
+// and skipReason record who, when and why, so that the later events of
+// their aggregates flow. An event already skipped keeps its first record.
+// With dryRun it only counts them. Only FAILED events can be skipped.
+func (s *Store) Skip(ctx context.Context, ids []string, by, reason string, at time.Time, dryRun bool) (int, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	filter := bson.D{
+		{Key: events.FieldStatus, Value: events.StatusFailed},
+		{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: idCandidates(ids)}}},
+		{Key: events.FieldSkippedAt, Value: bson.D{{Key: "$exists", Value: false}}},
+	}
+	if dryRun {
+		n, err := s.coll.CountDocuments(ctx, filter)
+		if err != nil {
+			return 0, fmt.Errorf("count events to skip: %w", err)
+		}
+		return int(n), nil
+	}
+	res, err := s.coll.UpdateMany(ctx, filter, bson.D{{Key: "$set", Value: bson.D{
+		{Key: events.FieldSkippedBy, Value: by},
+		{Key: events.FieldSkippedAt, Value: at.UTC().Truncate(time.Millisecond)},
+		{Key: events.FieldSkipReason, Value: truncateError(reason)},
+	}}})
+	if err != nil {
+		return 0, fmt.Errorf("skip events: %w", err)
+	}
+	return int(res.ModifiedCount), nil
+}
