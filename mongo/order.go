@@ -81,13 +81,21 @@ func (s *Store) readHead(ctx context.Context, now time.Time, limit events.ClaimL
 	}
 	opts := options.Find().SetSort(bson.D{{Key: events.FieldCreatedAt, Value: 1}, {Key: events.FieldID, Value: 1}})
 	if filtered {
-		// Read on past what is skipped, a window of about the owned share
-		// of the head per cursor batch.
+		// Read past what is skipped, but only so far: twice the window in
+		// which the owned share of the head should hold a batch, in one
+		// reply. Reading on to the end instead made every idle tick of a
+		// replica whose partitions were drained scan the other replicas'
+		// whole backlog, a getMore per cursor batch (hundreds of commands
+		// per 1,000 events with 2 and 4 replicas). Owned events further
+		// down come into the window as the head moves; a dead replica's
+		// events at the head hold it back only until its partitions are
+		// taken over.
 		window := limit.Events
 		if owned > 0 {
 			window = limit.Events * events.Partitions / owned
 		}
-		opts.SetBatchSize(s.capBatch(oneBatch(min(max(window, 100), 1<<16))))
+		examine := min(max(2*window, 200), 1<<16)
+		opts.SetLimit(int64(examine)).SetBatchSize(s.capBatch(oneBatch(examine)))
 	} else {
 		opts.SetLimit(int64(limit.Events)).SetBatchSize(s.findBatch(limit.Events))
 	}

@@ -121,8 +121,16 @@ type held struct {
 	deadline time.Time
 }
 
+// roundMax bounds the time between two rounds. A round costs two commands
+// (read the owners, heartbeat) unless a renewal is due, and balancing moves
+// only at rounds: a replica that joins gets its share within about two of
+// them, not within two thirds of a term (20 s at the default stale
+// threshold), during which it would only poll.
+const roundMax = 2 * time.Second
+
 // Manager takes, renews, balances and gives back partitions for one
-// replica. Tick runs one round; Start runs it every third of a term.
+// replica. Tick runs one round; Start runs it every third of a term, and
+// at least every roundMax.
 type Manager struct {
 	cfg   Config
 	table Table
@@ -142,7 +150,7 @@ func New(table Table, cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{cfg: cfg, table: table, owned: map[int]held{}}
-	spec := fmt.Sprintf("@every %s", max(cfg.TermLength/3, time.Millisecond))
+	spec := fmt.Sprintf("@every %s", max(min(cfg.TermLength/3, roundMax), time.Millisecond))
 	var err error
 	if m.job, err = schedule.New("ownership", spec, func(ctx context.Context) (bool, error) {
 		return false, m.Tick(ctx)
