@@ -181,7 +181,7 @@ type bench struct {
 	started  time.Time
 }
 
-// Default backlogs: the 20,000 on MongoDB; half that on FerretDB,
+// Default backlogs: 20,000 on MongoDB; half that on FerretDB,
 // where a drain of 20,000 takes 170 to 230 s on two cores.
 const (
 	backlogMongoDB  = 20000

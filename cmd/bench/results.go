@@ -235,7 +235,7 @@ type StageTime struct {
 	Seconds float64 `json:"seconds"`
 }
 
-// Target is one goal of issue 4 and whether this run met it.
+// Target is one goal the benchmark checks and whether this run met it.
 type Target struct {
 	Name string `json:"name"`
 	Want string `json:"want"`

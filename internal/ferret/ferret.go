@@ -4,8 +4,8 @@
 //
 // FerretDB differs from MongoDB in ways that matter to this project (no
 // transactions, no change streams, no per-document atomicity of
-// filter-and-update under concurrency); see docs and
-// shared/test-environment.md before reading results obtained with it.
+// filter-and-update under concurrency); see docs/performance.md before
+// reading results obtained with it.
 package ferret
 
 import (

@@ -14,7 +14,7 @@ import (
 )
 
 // adminURL is the PostgreSQL server of the test environment
-// (shared/test-environment.md). This package cannot use internal/testenv,
+// (see internal/testenv). This package cannot use internal/testenv,
 // which imports it.
 const adminURL = "postgres://postgres@127.0.0.1:5432/postgres"
 
