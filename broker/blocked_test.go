@@ -45,3 +45,38 @@ func TestBlockedAlarmPausesPublishing(t *testing.T) {
 		t.Errorf("Ready on a new connection after an alarm on the old = %v, want nil", err)
 	}
 }
+
+// readySession never answers "ready" with no session, however the run loop
+// swaps sessions meanwhile: Publish would take that nil for live.
+func TestReadySessionIsNeverNil(t *testing.T) {
+	t.Parallel()
+	p, err := New(Config{URL: "amqp://guest:guest@127.0.0.1:5672/", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 20_000 {
+			p.setSession(&session{}, "")
+			p.setSession(nil, "")
+		}
+	}()
+	for ready := 0; ; {
+		select {
+		case <-done:
+			if ready == 0 {
+				t.Log("no call found the publisher ready; the race was not exercised this run")
+			}
+			return
+		default:
+		}
+		s, err := p.readySession()
+		if err == nil {
+			ready++
+			if s == nil {
+				t.Fatal("readySession returned no session and no error")
+			}
+		}
+	}
+}

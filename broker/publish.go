@@ -287,15 +287,6 @@ func isNetError(err error) bool {
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrClosedPipe) || errors.Is(err, io.ErrShortWrite)
 }
 
-func (p *Publisher) readySession() (*session, error) {
-	if err := p.Ready(); err != nil {
-		return nil, err
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.sess, nil
-}
-
 // waitSession returns a live, unblocked session, waiting within ctx for
 // the run loop to reconnect if need be.
 func (p *Publisher) waitSession(ctx context.Context) (*session, error) {

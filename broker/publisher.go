@@ -239,15 +239,23 @@ func (p *Publisher) Stop(ctx context.Context) error {
 
 // Ready returns nil when messages can be published, or why not.
 func (p *Publisher) Ready() error {
+	_, err := p.readySession()
+	return err
+}
+
+// readySession returns the live, unblocked session, or why there is none.
+// The check and the read share one lock: the run loop may drop the session
+// at any moment.
+func (p *Publisher) readySession() (*session, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
 	case p.sess == nil || p.sess.ended():
-		return fmt.Errorf("%w: not connected", events.ErrUnavailable)
+		return nil, fmt.Errorf("%w: not connected", events.ErrUnavailable)
 	case p.blocked:
-		return fmt.Errorf("%w: blocked by a broker alarm", events.ErrUnavailable)
+		return nil, fmt.Errorf("%w: blocked by a broker alarm", events.ErrUnavailable)
 	}
-	return nil
+	return p.sess, nil
 }
 
 // run connects, waits for the connection to drop, and connects again with
