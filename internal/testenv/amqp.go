@@ -58,21 +58,34 @@ func dialAMQP(url string) (*amqp.Connection, error) {
 	return amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(amqpDialTimeout)})
 }
 
+// Dial opens a connection of the test's own to the RabbitMQ at amqpURL,
+// closed in t.Cleanup: after the cleanups registered later, which may still
+// use it.
+func Dial(t testing.TB, amqpURL string) *amqp.Connection {
+	t.Helper()
+	conn, err := dialAMQP(amqpURL)
+	if err != nil {
+		t.Fatalf("testenv: dial RabbitMQ at %s: %v", redact.URL(amqpURL), err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
 // Consume declares exchange as a durable topic exchange (as the worker does)
-// and an exclusive, auto-delete queue bound to it with binding key "#", and
-// returns the queue's deliveries, acknowledged automatically.
+// and an exclusive, auto-delete queue bound to it with each of keys ("#",
+// every message, when there are none), and returns the queue's deliveries,
+// acknowledged automatically. With keys, messages of other routing keys are
+// unroutable: published with mandatory set, as the worker does, they come
+// back returned.
 //
 // In t.Cleanup it deletes the queue, deletes the exchange if no other queue
 // is bound to it, and closes the connection, which closes the returned
 // channel. Start the code under test after Consume, so that its own cleanup
 // (stopping publishers) runs first and it never publishes to a deleted
 // exchange.
-func Consume(t testing.TB, amqpURL, exchange string) <-chan amqp.Delivery {
+func Consume(t testing.TB, amqpURL, exchange string, keys ...string) <-chan amqp.Delivery {
 	t.Helper()
-	conn, err := dialAMQP(amqpURL)
-	if err != nil {
-		t.Fatalf("testenv: dial RabbitMQ at %s: %v", redact.URL(amqpURL), err)
-	}
+	conn := Dial(t, amqpURL)
 	var queue string
 	t.Cleanup(func() {
 		// Errors are expected here (another queue still bound, connection
@@ -82,7 +95,6 @@ func Consume(t testing.TB, amqpURL, exchange string) <-chan amqp.Delivery {
 				_ = ch.ExchangeDelete(exchange, true, false)
 			}
 		}
-		_ = conn.Close()
 	})
 
 	ch, err := conn.Channel()
@@ -97,8 +109,13 @@ func Consume(t testing.TB, amqpURL, exchange string) <-chan amqp.Delivery {
 		t.Fatalf("testenv: declare queue for exchange %q: %v", exchange, err)
 	}
 	queue = q.Name
-	if err := ch.QueueBind(q.Name, "#", exchange, false, nil); err != nil {
-		t.Fatalf("testenv: bind queue %q to exchange %q: %v", q.Name, exchange, err)
+	if len(keys) == 0 {
+		keys = []string{"#"}
+	}
+	for _, key := range keys {
+		if err := ch.QueueBind(q.Name, key, exchange, false, nil); err != nil {
+			t.Fatalf("testenv: bind queue %q to exchange %q with %q: %v", q.Name, exchange, key, err)
+		}
 	}
 	deliveries, err := ch.Consume(q.Name, "", true, true, false, false, nil)
 	if err != nil {

@@ -15,12 +15,7 @@ func TestConsumeReceivesPublish(t *testing.T) {
 	exchange := UniqueName(t, "ex_")
 	deliveries := Consume(t, url, exchange)
 
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	ch, err := conn.Channel()
+	ch, err := Dial(t, url).Channel()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,6 +40,42 @@ func TestConsumeReceivesPublish(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("no delivery within 10s")
+	}
+}
+
+// TestConsumeBindsKeys: a queue bound with keys gets their messages; a
+// message of any other key is returned as unroutable.
+func TestConsumeBindsKeys(t *testing.T) {
+	t.Parallel()
+	url := AMQPURL(t)
+	exchange := UniqueName(t, "ex_")
+	deliveries := Consume(t, url, exchange, "order.created")
+
+	ch, err := Dial(t, url).Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	returns := ch.NotifyReturn(make(chan amqp.Return, 1))
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	for _, key := range []string{"nobody.listens", "order.created"} {
+		if err := ch.PublishWithContext(ctx, exchange, key, true, false, amqp.Publishing{MessageId: key}); err != nil {
+			t.Fatalf("publish %s: %v", key, err)
+		}
+	}
+	for range 2 {
+		select {
+		case r := <-returns:
+			if r.MessageId != "nobody.listens" {
+				t.Errorf("returned %q, want only nobody.listens", r.MessageId)
+			}
+		case d := <-deliveries:
+			if d.MessageId != "order.created" {
+				t.Errorf("delivered %q, want only order.created", d.MessageId)
+			}
+		case <-ctx.Done():
+			t.Fatal("no return and delivery within 10s")
+		}
 	}
 }
 

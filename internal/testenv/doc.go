@@ -1,6 +1,9 @@
 // Package testenv gives integration tests the servers they talk to: a
-// MongoDB wire-protocol server, RabbitMQ, and a TCP proxy for fault injection.
-// It is imported only from _test.go files.
+// MongoDB wire-protocol server, RabbitMQ, and a TCP proxy for fault injection;
+// and what tests of several packages share: unique names, waits, services
+// started and stopped at cleanup, log buffers. It is imported only from
+// _test.go files, and imports none of the packages it serves (see its
+// mongotest package for the store).
 //
 // MongoDB: OUTBOX_TEST_MONGO_URI selects a real server. Without it, the test
 // binary starts one embedded FerretDB v1.24.0 backed by PostgreSQL

@@ -3,13 +3,18 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"testing"
 	"time"
 
 	"github.com/testcontainers/testcontainers-go"
+	tcmongo "github.com/testcontainers/testcontainers-go/modules/mongodb"
 )
 
 const dockerCheckTimeout = 15 * time.Second
+
+// MongoImage is the MongoDB the container suites run.
+const MongoImage = "mongo:7"
 
 // RequireDocker skips the test when no Docker engine answers, as found by
 // testcontainers-go (DOCKER_HOST, Docker contexts, ~/.testcontainers.properties,
@@ -41,4 +46,40 @@ func dockerHealth(ctx context.Context) (err error) {
 	}
 	defer provider.Close() //nolint:errcheck // nothing to do about a failed close.
 	return provider.Health(ctx)
+}
+
+// ReplicaSetURI starts MongoImage as a single-node replica set, so that
+// transactions exist, removed in t.Cleanup, and returns its URI. Call
+// RequireDocker first.
+func ReplicaSetURI(ctx context.Context, t testing.TB) string {
+	t.Helper()
+	mc, err := tcmongo.Run(ctx, MongoImage, tcmongo.WithReplicaSet("rs0"))
+	testcontainers.CleanupContainer(t, mc)
+	if err != nil {
+		t.Fatalf("testenv: start %s: %v", MongoImage, err)
+	}
+	uri, err := mc.ConnectionString(ctx)
+	if err != nil {
+		t.Fatalf("testenv: MongoDB connection string: %v", err)
+	}
+	direct, err := directURI(uri)
+	if err != nil {
+		t.Fatalf("testenv: MongoDB connection string %q: %v", uri, err)
+	}
+	return direct
+}
+
+// directURI is uri with directConnection=true. The member of a replica set
+// in a container is registered under the container's own address, which
+// the host may not reach: the driver must keep to the mapped port it was
+// given. hello still reports the replica set, so transactions are used.
+func directURI(uri string) (string, error) {
+	u, err := url.Parse(uri)
+	if err != nil {
+		return "", err
+	}
+	q := u.Query()
+	q.Set("directConnection", "true")
+	u.RawQuery = q.Encode()
+	return u.String(), nil
 }

@@ -37,3 +37,20 @@ func TestRequireDocker(t *testing.T) {
 		t.Errorf("with Docker: skipped with %q, want no skip", r.skipped)
 	}
 }
+
+func TestDirectURI(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ in, want string }{
+		{"mongodb://127.0.0.1:32768", "mongodb://127.0.0.1:32768?directConnection=true"},
+		{"mongodb://127.0.0.1:32768/?replicaSet=rs0", "mongodb://127.0.0.1:32768/?directConnection=true&replicaSet=rs0"},
+		{"mongodb://127.0.0.1:32768/?directConnection=false", "mongodb://127.0.0.1:32768/?directConnection=true"},
+	} {
+		got, err := directURI(tt.in)
+		if err != nil || got != tt.want {
+			t.Errorf("directURI(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
+		}
+	}
+	if _, err := directURI("mongodb://%zz"); err == nil {
+		t.Error("directURI of an unparsable URI: no error")
+	}
+}
