@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,31 +16,15 @@ import (
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/redact"
 	"github.com/outboxrelay/outbox/internal/testenv"
-	"github.com/outboxrelay/outbox/mongo"
+	"github.com/outboxrelay/outbox/internal/testenv/mongotest"
 )
-
-// closedPortURL is amqpURL pointed at a local port nothing listens on.
-func closedPortURL(t *testing.T, amqpURL string) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	u, err := testenv.ProxyURI(amqpURL, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return u
-}
 
 func TestPublisherSkipsANodeThatDoesNotAnswer(t *testing.T) {
 	t.Parallel()
 	amqpURL := testenv.AMQPURL(t)
 	exchange := testenv.UniqueName(t, "ex_")
 	deliveries := testenv.Consume(t, amqpURL, exchange)
-	dead := closedPortURL(t, amqpURL)
+	dead := testenv.ClosedPortURL(t, amqpURL)
 
 	p := startPublisher(t, broker.Config{
 		URL: dead + "," + amqpURL, Exchange: exchange,
@@ -88,25 +70,15 @@ func TestRelayFailsOverToTheNextNode(t *testing.T) {
 	t.Parallel()
 	const total, batch = 600, 100
 	ctx := t.Context()
-	db := testenv.Database(t)
-	store := mongo.New(db.Client(), mongo.Config{Database: db.Name(), Logger: slog.New(slog.DiscardHandler)})
-	if err := store.Prepare(ctx); err != nil {
-		t.Fatal(err)
-	}
-	coll := db.Collection(mongo.CollectionDefault)
+	store := mongotest.Store(t)
+	coll := store.Collection()
 	base := time.Now().UTC().Add(-time.Minute)
 	docs := make([]any, total)
 	want := map[string]bool{}
 	for i := range docs {
 		id := bson.NewObjectID()
 		want[id.Hex()] = true
-		docs[i] = bson.D{
-			{Key: events.FieldID, Value: id},
-			{Key: events.FieldType, Value: "order.created"},
-			{Key: events.FieldPayload, Value: bson.D{{Key: "n", Value: int32(i)}}},
-			{Key: events.FieldStatus, Value: events.StatusNew},
-			{Key: events.FieldCreatedAt, Value: base.Add(time.Duration(i) * time.Millisecond)},
-		}
+		docs[i] = mongotest.Event(id, events.StatusNew, base.Add(time.Duration(i)*time.Millisecond))
 	}
 	if _, err := coll.InsertMany(ctx, docs); err != nil {
 		t.Fatal(err)
@@ -116,7 +88,7 @@ func TestRelayFailsOverToTheNextNode(t *testing.T) {
 	exchange := testenv.UniqueName(t, "ex_")
 	deliveries := testenv.Consume(t, amqpURL, exchange)
 	first, proxy := testenv.Proxied(t, amqpURL)
-	var logs lockedBuffer
+	var logs testenv.LogBuffer
 	pub := startPublisher(t, broker.Config{
 		URL: first + "," + amqpURL, Exchange: exchange,
 		ReconnectMin: reconnectMin, ReconnectMax: reconnectMax,
@@ -136,14 +108,7 @@ func TestRelayFailsOverToTheNextNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		stopCtx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-		defer cancel()
-		_ = c.Stop(stopCtx)
-	})
+	testenv.Start(t, c)
 
 	ids := make([]string, 0, len(want))
 	for id := range want {
@@ -176,21 +141,4 @@ func redelivered(seen map[string]int) int {
 		n += c - 1
 	}
 	return n
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

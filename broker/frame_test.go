@@ -184,14 +184,7 @@ func TestPublishFrameSizeBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = p.Stop(ctx)
-	})
+	testenv.Start(t, p)
 	s, err := p.readySession()
 	if err != nil {
 		t.Fatal(err)

@@ -35,20 +35,45 @@ func ccPoison(t *testing.T, id string) events.Message {
 	return m
 }
 
-// requireDelivered reads deliveries until every id in want has come (a
-// message republished after a close may come twice) and fails if an id in
-// never comes meanwhile.
-func requireDelivered(t *testing.T, deliveries <-chan amqp.Delivery, want map[string]bool, never map[string]bool) {
+// publishIsolating publishes msgs in one call to a fresh exchange, and
+// checks that each message at an index in bad fails alone as
+// events.ErrRejected, which checkBad examines further, while every other
+// message is confirmed and delivered and no bad one is (a message
+// republished after a close may come twice). It returns the publisher and
+// what Publish returned.
+func publishIsolating(t *testing.T, msgs []events.Message, bad map[int]bool, checkBad func(i int, err error)) (*broker.Publisher, []error) {
 	t.Helper()
-	ids := make([]string, 0, len(want))
-	for id := range want {
-		ids = append(ids, id)
+	url := testenv.AMQPURL(t)
+	exchange := testenv.UniqueName(t, "ex_")
+	deliveries := testenv.Consume(t, url, exchange)
+	p := startPublisher(t, broker.Config{URL: url, Exchange: exchange, ReconnectMin: reconnectMin, ReconnectMax: reconnectMax})
+	ctx, cancel := context.WithTimeout(t.Context(), 4*waitTimeout)
+	defer cancel()
+	errs := p.Publish(ctx, msgs)
+
+	var want []string
+	never := map[string]bool{}
+	for i, err := range errs {
+		switch {
+		case !bad[i]:
+			if err != nil {
+				t.Errorf("message %d: %v, want confirmed: only the bad messages may fail", i, err)
+			}
+			want = append(want, msgs[i].ID)
+		case !errors.Is(err, events.ErrRejected):
+			never[msgs[i].ID] = true
+			t.Errorf("bad message %d: %v, want ErrRejected", i, err)
+		default:
+			never[msgs[i].ID] = true
+			checkBad(i, err)
+		}
 	}
-	for id := range testenv.Receive(t, deliveries, ids, waitTimeout) {
+	for id := range testenv.Receive(t, deliveries, want, waitTimeout) {
 		if never[id] {
 			t.Errorf("message %q was delivered; it should have been rejected", id)
 		}
 	}
+	return p, errs
 }
 
 // TestPublishIsolatesPoison publishes a window in which two messages make
@@ -57,11 +82,6 @@ func requireDelivered(t *testing.T, deliveries <-chan amqp.Delivery, want map[st
 // delivered; and the publisher goes on publishing.
 func TestPublishIsolatesPoison(t *testing.T) {
 	t.Parallel()
-	url := testenv.AMQPURL(t)
-	exchange := testenv.UniqueName(t, "ex_")
-	deliveries := testenv.Consume(t, url, exchange)
-	p := startPublisher(t, broker.Config{URL: url, Exchange: exchange, ReconnectMin: reconnectMin, ReconnectMax: reconnectMax})
-
 	const n = 200
 	poison := map[int]bool{20: true, 150: true}
 	msgs := make([]events.Message, n)
@@ -73,24 +93,7 @@ func TestPublishIsolatesPoison(t *testing.T) {
 			msgs[i] = simpleMessage(t, id, "order.created")
 		}
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 4*waitTimeout)
-	defer cancel()
-	errs := p.Publish(ctx, msgs)
-
-	want, never := map[string]bool{}, map[string]bool{}
-	for i, err := range errs {
-		if !poison[i] {
-			if err != nil {
-				t.Errorf("message %d: %v, want confirmed: only the poison may fail", i, err)
-			}
-			want[msgs[i].ID] = true
-			continue
-		}
-		never[msgs[i].ID] = true
-		if !errors.Is(err, events.ErrRejected) {
-			t.Errorf("poison message %d: %v, want ErrRejected", i, err)
-			continue
-		}
+	p, errs := publishIsolating(t, msgs, poison, func(i int, err error) {
 		var amqpErr *amqp.Error
 		if !errors.As(err, &amqpErr) || amqpErr.Code != amqp.PreconditionFailed || !amqpErr.Server {
 			t.Errorf("poison message %d: %v, want it to wrap the broker's 406 close", i, err)
@@ -98,11 +101,12 @@ func TestPublishIsolatesPoison(t *testing.T) {
 		if !strings.Contains(err.Error(), "unacceptable_type_in_header") {
 			t.Errorf("poison message %d: %q does not carry the broker's reason", i, err)
 		}
-	}
+	})
 	t.Logf("poison: %v", errs[20])
-	requireDelivered(t, deliveries, want, never)
 
 	waitFor(t, waitTimeout, "ready after isolating the poison", func() bool { return p.Ready() == nil })
+	ctx, cancel := context.WithTimeout(t.Context(), 4*waitTimeout)
+	defer cancel()
 	requireConfirmed(t, "publish after the poison", p.Publish(ctx, messages(t, "after", 3)))
 }
 
@@ -112,32 +116,14 @@ func TestPublishIsolatesPoison(t *testing.T) {
 // message fails alone as ErrRejected, and the others are confirmed.
 func TestPublishIsolatesClientRefusal(t *testing.T) {
 	t.Parallel()
-	url := testenv.AMQPURL(t)
-	exchange := testenv.UniqueName(t, "ex_")
-	deliveries := testenv.Consume(t, url, exchange)
-	p := startPublisher(t, broker.Config{URL: url, Exchange: exchange, ReconnectMin: reconnectMin, ReconnectMax: reconnectMax})
-
 	msgs := messages(t, "m", 20)
 	msgs[5].ID = strings.Repeat("x", 300)
-	ctx, cancel := context.WithTimeout(t.Context(), 4*waitTimeout)
-	defer cancel()
-	errs := p.Publish(ctx, msgs)
-
-	want := map[string]bool{}
-	for i, err := range errs {
-		if i == 5 {
-			if !errors.Is(err, events.ErrRejected) || !strings.Contains(err.Error(), "client") {
-				t.Errorf("message with a 300-byte id: %v, want ErrRejected by the client", err)
-			}
-			continue
+	_, errs := publishIsolating(t, msgs, map[int]bool{5: true}, func(_ int, err error) {
+		if !strings.Contains(err.Error(), "client") {
+			t.Errorf("message with a 300-byte id: %v, want ErrRejected by the client", err)
 		}
-		if err != nil {
-			t.Errorf("message %d: %v, want confirmed", i, err)
-		}
-		want[msgs[i].ID] = true
-	}
+	})
 	t.Logf("refused: %.200s", errs[5])
-	requireDelivered(t, deliveries, want, map[string]bool{msgs[5].ID: true})
 }
 
 // TestPublishOutageIsNotPoison cuts the link while a window waits for its
@@ -145,7 +131,7 @@ func TestPublishIsolatesClientRefusal(t *testing.T) {
 // (or ErrUnconfirmed), as before isolation existed.
 func TestPublishOutageIsNotPoison(t *testing.T) {
 	t.Parallel()
-	p, proxy, _, deliveries := proxiedPublisher(t)
+	p, proxy, deliveries := proxiedPublisher(t, broker.Config{})
 	ctx, cancel := context.WithTimeout(t.Context(), 4*waitTimeout)
 	defer cancel()
 

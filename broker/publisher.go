@@ -1,18 +1,19 @@
 package broker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/url"
 	"sync"
 	"time"
 
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/backoff"
 	"github.com/outboxrelay/outbox/internal/redact"
+	"github.com/outboxrelay/outbox/internal/rule"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -70,24 +71,12 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	if c.Exchange == "" {
-		c.Exchange = ExchangeDefault
-	}
-	if c.Window == 0 {
-		c.Window = WindowDefault
-	}
-	if c.ReconnectMin == 0 {
-		c.ReconnectMin = ReconnectMinDefault
-	}
-	if c.ReconnectMax == 0 {
-		c.ReconnectMax = ReconnectMaxDefault
-	}
-	if c.WriteTimeout == 0 {
-		c.WriteTimeout = WriteTimeoutDefault
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c.Exchange = cmp.Or(c.Exchange, ExchangeDefault)
+	c.Window = cmp.Or(c.Window, WindowDefault)
+	c.ReconnectMin = cmp.Or(c.ReconnectMin, ReconnectMinDefault)
+	c.ReconnectMax = cmp.Or(c.ReconnectMax, ReconnectMaxDefault)
+	c.WriteTimeout = cmp.Or(c.WriteTimeout, WriteTimeoutDefault)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 	if c.OnConnected == nil {
 		c.OnConnected = func(bool) {}
 	}
@@ -96,25 +85,13 @@ func (c *Config) setDefaults() {
 // Validate reports the first bad field, naming it and its value. New
 // calls it after filling the defaults, so a zero value is never bad there.
 func (c Config) Validate() error {
-	urls := SplitURLs(c.URL)
-	if len(urls) == 0 {
-		return errors.New("broker URL: want amqp://user:pass@host:port/vhost")
-	}
-	for _, raw := range urls {
-		u, err := url.Parse(raw)
-		if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Host == "" {
-			return fmt.Errorf("broker URL %q: want amqp://user:pass@host:port/vhost", redact.URL(raw))
-		}
-	}
-	switch {
-	case c.Window < 1:
-		return fmt.Errorf("broker window %d: want at least 1", c.Window)
-	case c.ReconnectMin <= 0 || c.ReconnectMax < c.ReconnectMin:
-		return fmt.Errorf("broker reconnect backoff %s..%s: want 0 < min <= max", c.ReconnectMin, c.ReconnectMax)
-	case c.WriteTimeout <= 0:
-		return fmt.Errorf("broker write timeout %s: want more than 0", c.WriteTimeout)
-	}
-	return nil
+	return rule.First("broker",
+		urlRule("URL", c.URL),
+		rule.AtLeast("Window", c.Window, 1),
+		rule.Above("ReconnectMin", c.ReconnectMin, 0),
+		rule.AtLeastField("ReconnectMax", c.ReconnectMax, "ReconnectMin", c.ReconnectMin),
+		rule.Above("WriteTimeout", c.WriteTimeout, 0),
+	)
 }
 
 // session is one live connection and its confirming channel.

@@ -32,31 +32,11 @@ func startPublisher(t *testing.T, cfg broker.Config) *broker.Publisher {
 	if err != nil {
 		t.Fatalf("broker.New: %v", err)
 	}
-	if err := p.Start(t.Context()); err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-		defer cancel()
-		if err := p.Stop(ctx); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	})
+	testenv.Start(t, p)
 	if err := p.Ready(); err != nil {
 		t.Fatalf("Ready after Start: %v", err)
 	}
 	return p
-}
-
-// dial opens a connection of the test's own, closed in t.Cleanup.
-func dial(t *testing.T, url string) *amqp.Connection {
-	t.Helper()
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		t.Fatalf("dial RabbitMQ: %v", err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return conn
 }
 
 // message builds a message the way the claimer does: from a stored
@@ -116,7 +96,7 @@ func receive(t *testing.T, deliveries <-chan amqp.Delivery, n int) map[string]am
 // each check gets a channel of its own.
 func requireDeclaredTopicDurable(t *testing.T, url, exchange string) {
 	t.Helper()
-	conn := dial(t, url)
+	conn := testenv.Dial(t, url)
 	declare := func(passive bool, kind string, durable bool) error {
 		ch, err := conn.Channel()
 		if err != nil {
@@ -296,26 +276,7 @@ func TestPublishReturnedIsNotConfirmed(t *testing.T) {
 	url := testenv.AMQPURL(t)
 	exchange := testenv.UniqueName(t, "ex_")
 
-	// A queue bound for order.created only, unlike testenv.Consume's "#".
-	ch, err := dial(t, url).Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.ExchangeDeclare(exchange, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ch.ExchangeDelete(exchange, false, false) })
-	q, err := ch.QueueDeclare("", false, true, true, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.QueueBind(q.Name, "order.created", exchange, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	deliveries, err := ch.Consume(q.Name, "", true, true, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	deliveries := testenv.Consume(t, url, exchange, "order.created")
 
 	p := startPublisher(t, broker.Config{URL: url, Exchange: exchange})
 	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
@@ -464,10 +425,10 @@ func TestNewRejectsBadSettings(t *testing.T) {
 		cfg  broker.Config
 		want string
 	}{
-		{broker.Config{URL: url, Window: -1}, "broker window -1"},
-		{broker.Config{URL: url, ReconnectMin: -time.Second}, "broker reconnect backoff -1s..30s"},
-		{broker.Config{URL: url, ReconnectMin: time.Minute}, "broker reconnect backoff 1m0s..30s"},
-		{broker.Config{URL: url, WriteTimeout: -time.Second}, "broker write timeout -1s"},
+		{broker.Config{URL: url, Window: -1}, "broker: Window -1"},
+		{broker.Config{URL: url, ReconnectMin: -time.Second}, "broker: ReconnectMin -1s"},
+		{broker.Config{URL: url, ReconnectMin: time.Minute}, "broker: ReconnectMax 30s: want at least ReconnectMin (1m0s)"},
+		{broker.Config{URL: url, WriteTimeout: -time.Second}, "broker: WriteTimeout -1s"},
 	}
 	for _, tt := range tests {
 		_, err := broker.New(tt.cfg)

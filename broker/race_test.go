@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxrelay/outbox/broker"
 	"github.com/outboxrelay/outbox/events"
 )
 
@@ -18,7 +19,7 @@ import (
 // outage, never a rejection or a nack.
 func TestPublishDuringReconnects(t *testing.T) {
 	t.Parallel()
-	p, proxy, _, _ := proxiedPublisher(t)
+	p, proxy, _ := proxiedPublisher(t, broker.Config{})
 	ctx, cancel := context.WithTimeout(t.Context(), 4*waitTimeout)
 	defer cancel()
 

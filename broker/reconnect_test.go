@@ -41,24 +41,20 @@ func (l *connLog) get() []bool {
 	return slices.Clone(l.ups)
 }
 
-// proxiedPublisher starts a Publisher that reaches RabbitMQ through a proxy
-// the test can cut, and a consumer on a direct connection.
-func proxiedPublisher(t *testing.T) (*broker.Publisher, *testenv.Proxy, *connLog, <-chan amqp.Delivery) {
+// proxiedPublisher starts a Publisher on cfg, with a fresh exchange, that
+// reaches RabbitMQ through a proxy the test can cut or stall and reconnects
+// within a second. A queue on a direct connection is bound to the exchange
+// with keys ("#", every message, when there are none): the others are
+// unroutable. It returns the queue's deliveries.
+func proxiedPublisher(t *testing.T, cfg broker.Config, keys ...string) (*broker.Publisher, *testenv.Proxy, <-chan amqp.Delivery) {
 	t.Helper()
 	amqpURL := testenv.AMQPURL(t)
-	exchange := testenv.UniqueName(t, "ex_")
-	deliveries := testenv.Consume(t, amqpURL, exchange)
-
-	proxied, proxy := testenv.Proxied(t, amqpURL)
-	var log connLog
-	p := startPublisher(t, broker.Config{
-		URL:          proxied,
-		Exchange:     exchange,
-		ReconnectMin: reconnectMin,
-		ReconnectMax: reconnectMax,
-		OnConnected:  log.record,
-	})
-	return p, proxy, &log, deliveries
+	cfg.Exchange = testenv.UniqueName(t, "ex_")
+	deliveries := testenv.Consume(t, amqpURL, cfg.Exchange, keys...)
+	var proxy *testenv.Proxy
+	cfg.URL, proxy = testenv.Proxied(t, amqpURL)
+	cfg.ReconnectMin, cfg.ReconnectMax = reconnectMin, reconnectMax
+	return startPublisher(t, cfg), proxy, deliveries
 }
 
 // waitFor polls cond every 10ms until it holds or timeout passes, and
@@ -93,7 +89,8 @@ func requireConfirmed(t *testing.T, what string, errs []error) {
 // after Restore it reconnects on its own and publishes again.
 func TestPublisherReconnectsAfterCut(t *testing.T) {
 	t.Parallel()
-	p, proxy, log, deliveries := proxiedPublisher(t)
+	var log connLog
+	p, proxy, deliveries := proxiedPublisher(t, broker.Config{OnConnected: log.record})
 	ctx, cancel := context.WithTimeout(t.Context(), 4*waitTimeout)
 	defer cancel()
 
@@ -136,7 +133,7 @@ func TestPublisherReconnectsAfterCut(t *testing.T) {
 // or a return, which would cost the event an attempt.
 func TestPublishCutMidBatch(t *testing.T) {
 	t.Parallel()
-	p, proxy, _, deliveries := proxiedPublisher(t)
+	p, proxy, deliveries := proxiedPublisher(t, broker.Config{})
 	ctx, cancel := context.WithTimeout(t.Context(), 4*waitTimeout)
 	defer cancel()
 

@@ -7,52 +7,16 @@ import (
 	"testing"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
-
 	"github.com/outboxrelay/outbox/broker"
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/testenv"
 )
 
-// boundQueue declares exchange and a queue bound for routingKey only, so
-// that messages of any other type are unroutable, and returns its
-// deliveries.
-func boundQueue(t *testing.T, url, exchange, routingKey string) <-chan amqp.Delivery {
-	t.Helper()
-	ch, err := dial(t, url).Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.ExchangeDeclare(exchange, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ch.ExchangeDelete(exchange, false, false) })
-	q, err := ch.QueueDeclare("", false, true, true, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.QueueBind(q.Name, routingKey, exchange, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	deliveries, err := ch.Consume(q.Name, "", true, true, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return deliveries
-}
-
 // stalledPublisher starts a publisher through a proxy, with a window of
 // the given size, to an exchange where only "order.created" is routable.
 func stalledPublisher(t *testing.T, window int) (*broker.Publisher, *testenv.Proxy) {
 	t.Helper()
-	url := testenv.AMQPURL(t)
-	exchange := testenv.UniqueName(t, "ex_")
-	boundQueue(t, url, exchange, "order.created")
-	proxied, proxy := testenv.Proxied(t, url)
-	p := startPublisher(t, broker.Config{
-		URL: proxied, Exchange: exchange, Window: window,
-		ReconnectMin: reconnectMin, ReconnectMax: reconnectMax,
-	})
+	p, proxy, _ := proxiedPublisher(t, broker.Config{Window: window}, "order.created")
 	return p, proxy
 }
 

@@ -10,7 +10,6 @@ import (
 
 	"github.com/outboxrelay/outbox/broker"
 	"github.com/outboxrelay/outbox/events"
-	"github.com/outboxrelay/outbox/internal/testenv"
 )
 
 // largeMessages are n messages of 1 MiB each: a window of them is far more
@@ -31,14 +30,7 @@ func largeMessages(prefix string, n int) []events.Message {
 // returns, although the reconnect it interrupts is stalled too.
 func TestPublishToStalledBroker(t *testing.T) {
 	t.Parallel()
-	amqpURL := testenv.AMQPURL(t)
-	exchange := testenv.UniqueName(t, "ex_")
-	testenv.Consume(t, amqpURL, exchange)
-	proxied, proxy := testenv.Proxied(t, amqpURL)
-	p := startPublisher(t, broker.Config{
-		URL: proxied, Exchange: exchange, WriteTimeout: 500 * time.Millisecond,
-		ReconnectMin: reconnectMin, ReconnectMax: reconnectMax,
-	})
+	p, proxy, _ := proxiedPublisher(t, broker.Config{WriteTimeout: 500 * time.Millisecond})
 
 	proxy.Stall()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)

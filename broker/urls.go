@@ -1,9 +1,12 @@
 package broker
 
 import (
+	"fmt"
+	"net/url"
 	"strings"
 
 	"github.com/outboxrelay/outbox/internal/redact"
+	"github.com/outboxrelay/outbox/internal/rule"
 )
 
 // SplitURLs splits a comma-separated list of AMQP URLs (the nodes of a
@@ -50,4 +53,26 @@ func RedactList(list string) string {
 		urls[i] = redact.URL(u)
 	}
 	return strings.Join(urls, ",")
+}
+
+// urlRule is the rule of a field that holds an AMQP URL or a list of them
+// (SplitURLs): each is amqp:// or amqps:// with a host. The error shows
+// the bad URL, its password redacted.
+func urlRule(name, list string) *rule.Error {
+	const want = "amqp://user:password@host:port/vhost"
+	urls := SplitURLs(list)
+	if len(urls) == 0 {
+		return &rule.Error{Field: name, Value: list, Want: want}
+	}
+	for i, raw := range urls {
+		u, err := url.Parse(raw)
+		if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Host == "" {
+			e := &rule.Error{Field: name, Value: redact.URL(raw), Want: want}
+			if len(urls) > 1 {
+				e.Want = fmt.Sprintf("%s (URL %d of %d)", want, i+1, len(urls))
+			}
+			return e
+		}
+	}
+	return nil
 }

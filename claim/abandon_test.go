@@ -6,8 +6,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
-
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/mongo"
@@ -33,35 +31,23 @@ func (s *failingClaimStore) Claim(ctx context.Context, lease events.Lease, limit
 // NEW at once, and the next run relays them.
 func TestFailedClaimReleasesWhatItTook(t *testing.T) {
 	t.Parallel()
-	store := &failingClaimStore{Store: newStore(t)}
-	coll := store.Collection()
-	exchange := testenv.UniqueName(t, "ex_")
-	deliveries := testenv.Consume(t, testenv.AMQPURL(t), exchange)
-	c, _ := newClaimer(t, store, newPublisher(t, exchange), Config{BatchSize: 50})
-	ids := insertEvents(t, coll, 20, "order.created")
+	r := newRelayRig(t)
+	store := &failingClaimStore{Store: r.store}
+	c, _ := newClaimer(t, store, newPublisher(t, r.exchange), Config{BatchSize: 50})
+	ids := insertEvents(t, r.coll, 20, "order.created")
 
 	store.fail.Store(true)
 	if _, err := c.runOnce(t.Context()); err == nil {
 		t.Fatal("runOnce with a failing claim returned no error")
 	}
-	var docs []stored
-	cur, err := coll.Find(t.Context(), bson.D{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cur.All(t.Context(), &docs); err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range docs {
+	for id, d := range allEvents(t, r.coll) {
 		if d.Status != events.StatusNew || d.Attempts != 0 || d.ClaimToken != "" {
-			t.Errorf("event %v after the failed claim: status %s, attempts %d, token %q; want NEW, 0, none",
-				d.ID, d.Status, d.Attempts, d.ClaimToken)
+			t.Errorf("event %s after the failed claim: status %s, attempts %d, token %q; want NEW, 0, none",
+				id, d.Status, d.Attempts, d.ClaimToken)
 		}
 	}
 
 	store.fail.Store(false)
-	if _, err := c.runOnce(t.Context()); err != nil {
-		t.Fatalf("runOnce: %v", err)
-	}
-	testenv.Receive(t, deliveries, ids, waitFor)
+	runOnce(t, c)
+	testenv.Receive(t, r.deliveries, ids, waitFor)
 }

@@ -21,17 +21,15 @@ import (
 func TestRunOnceRelaysBacklog(t *testing.T) {
 	t.Parallel()
 	const n, batch = 1200, 500
-	store := newStore(t)
-	exchange := testenv.UniqueName(t, "ex_")
-	deliveries := testenv.Consume(t, testenv.AMQPURL(t), exchange)
-	c, m := newClaimer(t, store, newPublisher(t, exchange), Config{BatchSize: batch})
-	ids := insertEvents(t, store.Collection(), n, "order.created")
+	r := newRelayRig(t)
+	c, m := newClaimer(t, r.store, newPublisher(t, r.exchange), Config{BatchSize: batch})
+	ids := insertEvents(t, r.coll, n, "order.created")
 
 	var mores []bool
 	mores = append(mores, runOnce(t, c))
 	// The first batch is the oldest 500.
 	var first []string
-	for id, e := range allEvents(t, store.Collection()) {
+	for id, e := range allEvents(t, r.coll) {
 		if e.Status == events.StatusPublished {
 			first = append(first, id)
 		}
@@ -51,10 +49,10 @@ func TestRunOnceRelaysBacklog(t *testing.T) {
 		t.Error("runOnce on an empty outbox: more = true")
 	}
 
-	if diff := cmp.Diff(once(ids), testenv.Receive(t, deliveries, ids, waitFor)); diff != "" {
+	if diff := cmp.Diff(once(ids), testenv.Receive(t, r.deliveries, ids, waitFor)); diff != "" {
 		t.Errorf("messages received, by id (-want +got):\n%s", diff)
 	}
-	for id, e := range allEvents(t, store.Collection()) {
+	for id, e := range allEvents(t, r.coll) {
 		if e.Status != events.StatusPublished || e.PublishedAt.IsZero() || e.Attempts != 1 {
 			t.Errorf("event %s: status %s publishedAt %s attempts %d; want PUBLISHED with publishedAt, 1 attempt",
 				id, e.Status, e.PublishedAt, e.Attempts)
@@ -78,11 +76,8 @@ func TestRunOnceRelaysBacklog(t *testing.T) {
 func TestRunOncePoisonFailsInOnePass(t *testing.T) {
 	t.Parallel()
 	const batch = 500
-	store := newStore(t)
-	coll := store.Collection()
-	exchange := testenv.UniqueName(t, "ex_")
-	deliveries := testenv.Consume(t, testenv.AMQPURL(t), exchange)
-	c, m := newClaimer(t, store, newPublisher(t, exchange), Config{BatchSize: batch, MaxBodyBytes: 1000})
+	r := newRelayRig(t)
+	c, m := newClaimer(t, r.store, newPublisher(t, r.exchange), Config{BatchSize: batch, MaxBodyBytes: 1000})
 
 	ok := bson.D{{Key: "n", Value: 1}}
 	poison := []struct {
@@ -104,7 +99,7 @@ func TestRunOncePoisonFailsInOnePass(t *testing.T) {
 		{"aggregate-id-number", bson.D{{Key: "type", Value: "order.created"}, {Key: "payload", Value: ok},
 			{Key: "aggregateId", Value: 42}}, `"aggregateId"`},
 	}
-	valid := insertEvents(t, coll, batch-len(poison), "order.created")
+	valid := insertEvents(t, r.coll, batch-len(poison), "order.created")
 	// insertEvents spaces the valid events 1 ms apart from an hour ago:
 	// poison event k sorts among them, every 50 or so.
 	first := time.Now().Add(-time.Hour)
@@ -112,17 +107,17 @@ func TestRunOncePoisonFailsInOnePass(t *testing.T) {
 		doc := append(bson.D{{Key: "_id", Value: p.id}}, p.fields...)
 		doc = append(doc, bson.E{Key: "status", Value: "NEW"},
 			bson.E{Key: "createdAt", Value: first.Add(time.Duration(k*50+25) * time.Millisecond)})
-		if _, err := coll.InsertOne(t.Context(), doc); err != nil {
+		if _, err := r.coll.InsertOne(t.Context(), doc); err != nil {
 			t.Fatalf("insert %s: %v", p.id, err)
 		}
 	}
 
 	runOnce(t, c) // one pass: the whole outbox is one batch
 
-	if diff := cmp.Diff(once(valid), testenv.Receive(t, deliveries, valid, waitFor)); diff != "" {
+	if diff := cmp.Diff(once(valid), testenv.Receive(t, r.deliveries, valid, waitFor)); diff != "" {
 		t.Errorf("messages received, by id (-want +got):\n%s", diff)
 	}
-	all := allEvents(t, coll)
+	all := allEvents(t, r.coll)
 	for _, id := range valid {
 		if e := all[id]; e.Status != events.StatusPublished || e.Attempts != 1 {
 			t.Errorf("valid event %s: %s after %d attempts, want PUBLISHED after 1", id, e.Status, e.Attempts)
@@ -169,7 +164,7 @@ func TestRunOnceUnroutableRetriesLater(t *testing.T) {
 			t.Errorf("event %s: lastError %q, want it to say the message was unroutable", id, e.LastError)
 		}
 		for _, f := range []string{events.FieldWorkerID, events.FieldClaimToken, events.FieldProcessingAt} {
-			if hasField(t, coll, oid(t, id), f) {
+			if testenv.HasField(t, coll, oid(t, id), f) {
 				t.Errorf("event %s: %s still set after release to NEW", id, f)
 			}
 		}
@@ -278,17 +273,14 @@ func TestRunOnceBrokerFaultRefundsAttempt(t *testing.T) {
 	} {
 		t.Run(tt.reason, func(t *testing.T) {
 			t.Parallel()
-			store := newStore(t)
-			coll := store.Collection()
-			exchange := testenv.UniqueName(t, "ex_")
-			deliveries := testenv.Consume(t, testenv.AMQPURL(t), exchange)
-			pub := &faultPublisher{Publisher: newPublisher(t, exchange)}
-			c, m := newClaimer(t, store, pub, Config{MaxAttempts: 1})
-			ids := insertEvents(t, coll, 20, "order.created")
+			r := newRelayRig(t)
+			pub := &faultPublisher{Publisher: newPublisher(t, r.exchange)}
+			c, m := newClaimer(t, r.store, pub, Config{MaxAttempts: 1})
+			ids := insertEvents(t, r.coll, 20, "order.created")
 
 			pub.fail = func(events.Message) error { return tt.err }
 			runOnce(t, c)
-			for id, e := range allEvents(t, coll) {
+			for id, e := range allEvents(t, r.coll) {
 				if e.Status != events.StatusNew || e.Attempts != 0 || !e.RetryAt.IsZero() || !strings.Contains(e.LastError, tt.err.Error()) {
 					t.Errorf("event %s after %v: status %s attempts %d retryAt %s lastError %q; want NEW, attempt refunded, no retry time, the error kept",
 						id, tt.err, e.Status, e.Attempts, e.RetryAt, e.LastError)
@@ -302,10 +294,10 @@ func TestRunOnceBrokerFaultRefundsAttempt(t *testing.T) {
 			// attempt lets these through.
 			pub.fail = nil
 			runOnce(t, c)
-			if diff := cmp.Diff(once(ids), testenv.Receive(t, deliveries, ids, waitFor)); diff != "" {
+			if diff := cmp.Diff(once(ids), testenv.Receive(t, r.deliveries, ids, waitFor)); diff != "" {
 				t.Errorf("messages received after the fault, by id (-want +got):\n%s", diff)
 			}
-			for id, e := range allEvents(t, coll) {
+			for id, e := range allEvents(t, r.coll) {
 				if e.Status != events.StatusPublished || e.Attempts != 1 {
 					t.Errorf("event %s: %s after %d attempts, want PUBLISHED after 1", id, e.Status, e.Attempts)
 				}
@@ -373,27 +365,24 @@ func TestRunOncePausedWhileBrokerNotReady(t *testing.T) {
 
 func TestRunOnceNackRetriesOnlyThoseNacked(t *testing.T) {
 	t.Parallel()
-	store := newStore(t)
-	coll := store.Collection()
-	exchange := testenv.UniqueName(t, "ex_")
-	deliveries := testenv.Consume(t, testenv.AMQPURL(t), exchange)
-	pub := &faultPublisher{Publisher: newPublisher(t, exchange)}
+	r := newRelayRig(t)
+	pub := &faultPublisher{Publisher: newPublisher(t, r.exchange)}
 	pub.fail = func(m events.Message) error {
 		if m.Type == "order.nacked" {
 			return events.ErrNacked
 		}
 		return nil
 	}
-	c, m := newClaimer(t, store, pub, Config{})
-	good := insertEvents(t, coll, 8, "order.created")
-	nacked := insertEvents(t, coll, 4, "order.nacked")
+	c, m := newClaimer(t, r.store, pub, Config{})
+	good := insertEvents(t, r.coll, 8, "order.created")
+	nacked := insertEvents(t, r.coll, 4, "order.nacked")
 
 	before := time.Now()
 	runOnce(t, c)
-	if diff := cmp.Diff(once(good), testenv.Receive(t, deliveries, good, waitFor)); diff != "" {
+	if diff := cmp.Diff(once(good), testenv.Receive(t, r.deliveries, good, waitFor)); diff != "" {
 		t.Errorf("messages received, by id (-want +got):\n%s", diff)
 	}
-	all := allEvents(t, coll)
+	all := allEvents(t, r.coll)
 	for _, id := range good {
 		if e := all[id]; e.Status != events.StatusPublished {
 			t.Errorf("confirmed event %s: %s, want PUBLISHED", id, e.Status)
@@ -417,12 +406,9 @@ func TestRunOnceNackRetriesOnlyThoseNacked(t *testing.T) {
 // that run; a null attempts is claimed as if absent.
 func TestRunOnceManagedFieldOfWrongType(t *testing.T) {
 	t.Parallel()
-	store := newStore(t)
-	coll := store.Collection()
-	exchange := testenv.UniqueName(t, "ex_")
-	deliveries := testenv.Consume(t, testenv.AMQPURL(t), exchange)
-	c, m := newClaimer(t, store, newPublisher(t, exchange), Config{BatchSize: 50})
-	valid := insertEvents(t, coll, 20, "order.created")
+	r := newRelayRig(t)
+	c, m := newClaimer(t, r.store, newPublisher(t, r.exchange), Config{BatchSize: 50})
+	valid := insertEvents(t, r.coll, 20, "order.created")
 	first := time.Now().Add(-time.Hour)
 	bad := map[string]bson.E{
 		"attempts-string": {Key: events.FieldAttempts, Value: "1"},
@@ -433,7 +419,7 @@ func TestRunOnceManagedFieldOfWrongType(t *testing.T) {
 		doc := bson.D{{Key: "_id", Value: id}, {Key: "type", Value: "order.created"},
 			{Key: "payload", Value: bson.D{{Key: "n", Value: 1}}}, {Key: "status", Value: "NEW"},
 			{Key: "createdAt", Value: first.Add(time.Duration(5+k*5) * time.Millisecond)}, f}
-		if _, err := coll.InsertOne(t.Context(), doc); err != nil {
+		if _, err := r.coll.InsertOne(t.Context(), doc); err != nil {
 			t.Fatal(err)
 		}
 		k++
@@ -441,18 +427,18 @@ func TestRunOnceManagedFieldOfWrongType(t *testing.T) {
 	nullDoc := bson.D{{Key: "_id", Value: "attempts-null"}, {Key: "type", Value: "order.created"},
 		{Key: "payload", Value: bson.D{{Key: "n", Value: 1}}}, {Key: "status", Value: "NEW"},
 		{Key: "createdAt", Value: first.Add(12 * time.Millisecond)}, {Key: events.FieldAttempts, Value: nil}}
-	if _, err := coll.InsertOne(t.Context(), nullDoc); err != nil {
+	if _, err := r.coll.InsertOne(t.Context(), nullDoc); err != nil {
 		t.Fatal(err)
 	}
 
 	runOnce(t, c)
 	want := append(slices.Clone(valid), "attempts-null")
-	if diff := cmp.Diff(once(want), testenv.Receive(t, deliveries, want, waitFor)); diff != "" {
+	if diff := cmp.Diff(once(want), testenv.Receive(t, r.deliveries, want, waitFor)); diff != "" {
 		t.Errorf("messages received, by id (-want +got):\n%s", diff)
 	}
 	for _, id := range want {
 		var e stored
-		if err := coll.FindOne(t.Context(), bson.D{{Key: "_id", Value: storedID(id)}}).Decode(&e); err != nil {
+		if err := r.coll.FindOne(t.Context(), bson.D{{Key: "_id", Value: storedID(id)}}).Decode(&e); err != nil {
 			t.Fatalf("find %s: %v", id, err)
 		}
 		if e.Status != events.StatusPublished || e.Attempts != 1 {
@@ -460,7 +446,7 @@ func TestRunOnceManagedFieldOfWrongType(t *testing.T) {
 		}
 	}
 	for id, f := range bad {
-		raw, err := coll.FindOne(t.Context(), bson.D{{Key: "_id", Value: id}}).Raw()
+		raw, err := r.coll.FindOne(t.Context(), bson.D{{Key: "_id", Value: id}}).Raw()
 		if err != nil {
 			t.Fatalf("find %s: %v", id, err)
 		}
@@ -477,7 +463,7 @@ func TestRunOnceManagedFieldOfWrongType(t *testing.T) {
 	}
 }
 
-// storedID is the _id of an event named by idString.
+// storedID is the _id of an event named by its message id.
 func storedID(s string) any {
 	if id, err := bson.ObjectIDFromHex(s); err == nil {
 		return id

@@ -12,15 +12,15 @@ func TestNewValidatesConfig(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{Config{}, "worker id"},
-		{Config{WorkerID: "w", BatchSize: -1}, "batch size -1"},
-		{Config{WorkerID: "w", BatchSize: 10001}, "batch size 10001"},
-		{Config{WorkerID: "w", MaxAttempts: -2}, "max attempts -2"},
-		{Config{WorkerID: "w", MaxBodyBytes: -1}, "max body bytes -1"},
-		{Config{WorkerID: "w", PublishTimeout: -time.Second}, "publish timeout -1s"},
-		{Config{WorkerID: "w", RetryMin: time.Minute, RetryMax: time.Second}, "retry backoff 1m0s..1s"},
+		{Config{}, "WorkerID"},
+		{Config{WorkerID: "w", BatchSize: -1}, "BatchSize -1"},
+		{Config{WorkerID: "w", BatchSize: 10001}, "BatchSize 10001"},
+		{Config{WorkerID: "w", MaxAttempts: -2}, "MaxAttempts -2"},
+		{Config{WorkerID: "w", MaxBodyBytes: -1}, "MaxBodyBytes -1"},
+		{Config{WorkerID: "w", PublishTimeout: -time.Second}, "PublishTimeout -1s"},
+		{Config{WorkerID: "w", RetryMin: time.Minute, RetryMax: time.Second}, "RetryMax 1s: want at least RetryMin (1m0s)"},
 		{Config{WorkerID: "w", Schedule: "bogus"}, `"bogus"`},
-		{Config{WorkerID: "w", PublishTimeout: time.Minute, StaleAfter: time.Minute}, "stale after 1m0s"},
+		{Config{WorkerID: "w", PublishTimeout: time.Minute, StaleAfter: time.Minute}, "StaleAfter 1m0s"},
 	} {
 		_, err := New(nil, nil, tt.cfg)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {

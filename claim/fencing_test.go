@@ -32,7 +32,7 @@ func claimedIDs(cs []events.Claimed) []any {
 func claimedHex(cs []events.Claimed) map[string]int {
 	out := make(map[string]int, len(cs))
 	for _, c := range cs {
-		out[idString(c.ID)]++
+		out[testenv.MessageID(c.ID)]++
 	}
 	return out
 }
@@ -84,100 +84,109 @@ func claimRecoverReclaim(t *testing.T, store *mongo.Store, a, b events.Lease, n 
 	return got
 }
 
+// TestFencingLateWriterChangesNothing: a lease whose events were recovered
+// and claimed again, by another worker or by the same worker's next run
+// under a new token, writes nothing: neither before the new lease settles
+// nor after.
 func TestFencingLateWriterChangesNothing(t *testing.T) {
 	t.Parallel()
-	store := newStore(t)
-	coll := store.Collection()
-	ids := insertEvents(t, coll, 6, "order.created")
 	now := time.Now()
-	a := fenceLease("worker-a", "token-a", now)
-	b := fenceLease("worker-b", "token-b", now.Add(time.Second))
-	claimedByA := claimedIDs(claimRecoverReclaim(t, store, a, b, len(ids)))
-	ownedBy(t, coll, b, 2, ids)
-
-	// a wakes up with its confirms and writes every outcome it could.
-	ctx := t.Context()
-	if n, err := store.MarkPublished(ctx, a, claimedByA, now); err != nil || n != 0 {
-		t.Errorf("a's late MarkPublished = %d, %v; want 0, nil", n, err)
-	}
-	for _, r := range []events.Release{
-		{IDs: claimedByA, Status: events.StatusNew, LastError: "a: nacked", RetryAt: now.Add(time.Hour)},
-		{IDs: claimedByA, Status: events.StatusNew, LastError: "a: broker down", Refund: true},
-		{IDs: claimedByA, Status: events.StatusFailed, LastError: "a: gave up"},
+	for _, tc := range []struct {
+		name      string
+		late, now events.Lease
+	}{
+		{"other worker", fenceLease("worker-a", "token-a", now), fenceLease("worker-b", "token-b", now.Add(time.Second))},
+		// One worker, two runs: the first hung past the stale threshold,
+		// the second re-claimed the same events under a new token.
+		{"same worker, new token", fenceLease("worker-a", "token-1", now), fenceLease("worker-a", "token-2", now.Add(time.Second))},
 	} {
-		if n, err := store.Release(ctx, a, r); err != nil || n != 0 {
-			t.Errorf("a's late Release to %s (refund %t) = %d, %v; want 0, nil", r.Status, r.Refund, n, err)
-		}
-	}
-	ownedBy(t, coll, b, 2, ids)
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			store := newStore(t)
+			coll := store.Collection()
+			ids := insertEvents(t, coll, 6, "order.created")
+			a, b := tc.late, tc.now
+			claimed := claimedIDs(claimRecoverReclaim(t, store, a, b, len(ids)))
+			ownedBy(t, coll, b, 2, ids)
 
-	// b completes.
-	if n, err := store.MarkPublished(ctx, b, claimedByA, now.Add(2*time.Second)); err != nil || n != len(ids) {
-		t.Errorf("b's MarkPublished = %d, %v; want %d, nil", n, err, len(ids))
-	}
-	// And a's writes still change nothing on a PUBLISHED event.
-	if n, err := store.Release(ctx, a, events.Release{IDs: claimedByA, Status: events.StatusNew}); err != nil || n != 0 {
-		t.Errorf("a's Release after b published = %d, %v; want 0, nil", n, err)
-	}
-	for id, e := range allEvents(t, coll) {
-		if e.Status != events.StatusPublished || e.WorkerID != b.WorkerID {
-			t.Errorf("event %s: %s by %q, want PUBLISHED by %s", id, e.Status, e.WorkerID, b.WorkerID)
-		}
+			// a wakes up with its confirms and writes every outcome it could.
+			ctx := t.Context()
+			if n, err := store.MarkPublished(ctx, a, claimed, now); err != nil || n != 0 {
+				t.Errorf("a's late MarkPublished = %d, %v; want 0, nil", n, err)
+			}
+			for _, r := range []events.Release{
+				{IDs: claimed, Status: events.StatusNew, LastError: "a: nacked", RetryAt: now.Add(time.Hour)},
+				{IDs: claimed, Status: events.StatusNew, LastError: "a: broker down", Refund: true},
+				{IDs: claimed, Status: events.StatusFailed, LastError: "a: gave up"},
+			} {
+				if n, err := store.Release(ctx, a, r); err != nil || n != 0 {
+					t.Errorf("a's late Release to %s (refund %t) = %d, %v; want 0, nil", r.Status, r.Refund, n, err)
+				}
+			}
+			ownedBy(t, coll, b, 2, ids)
+
+			// b completes.
+			if n, err := store.MarkPublished(ctx, b, claimed, now.Add(2*time.Second)); err != nil || n != len(ids) {
+				t.Errorf("b's MarkPublished = %d, %v; want %d, nil", n, err, len(ids))
+			}
+			// And a's writes still change nothing on a PUBLISHED event.
+			if n, err := store.Release(ctx, a, events.Release{IDs: claimed, Status: events.StatusNew}); err != nil || n != 0 {
+				t.Errorf("a's Release after b published = %d, %v; want 0, nil", n, err)
+			}
+			for id, e := range allEvents(t, coll) {
+				if e.Status != events.StatusPublished || e.WorkerID != b.WorkerID || e.ClaimToken != b.Token {
+					t.Errorf("event %s: %s by %q under %q, want PUBLISHED by %s under %s", id, e.Status, e.WorkerID, e.ClaimToken, b.WorkerID, b.Token)
+				}
+			}
+		})
 	}
 }
 
-func TestFencingSameWorkerNewToken(t *testing.T) {
-	t.Parallel()
-	store := newStore(t)
-	coll := store.Collection()
-	ids := insertEvents(t, coll, 4, "order.created")
-	now := time.Now()
-	// One worker, two runs: the first hung past the stale threshold, the
-	// second re-claimed the same events under a new token.
-	first := fenceLease("worker-a", "token-1", now)
-	second := fenceLease("worker-a", "token-2", now.Add(time.Second))
-	claimed := claimedIDs(claimRecoverReclaim(t, store, first, second, len(ids)))
+// claimSplit is where the tests of two claims on one outbox start: ten
+// NEW events, and the leases of workers a and b, taken at the same time.
+// a claims four, b ten, and each must get only its share.
+type claimSplit struct {
+	store *mongo.Store
+	ids   []string
+	a, b  events.Lease
+}
 
-	ctx := t.Context()
-	if n, err := store.MarkPublished(ctx, first, claimed, now); err != nil || n != 0 {
-		t.Errorf("old token's MarkPublished = %d, %v; want 0, nil", n, err)
+func newClaimSplit(t *testing.T) claimSplit {
+	t.Helper()
+	store := newStore(t)
+	now := time.Now()
+	return claimSplit{store: store, ids: insertEvents(t, store.Collection(), 10, "order.created"),
+		a: fenceLease("worker-a", "token-a", now), b: fenceLease("worker-b", "token-b", now)}
+}
+
+// check checks that a got and holds the four oldest events, and b the
+// six a left.
+func (s claimSplit) check(t *testing.T, gotA, gotB []events.Claimed) {
+	t.Helper()
+	if diff := cmp.Diff(once(s.ids[:4]), claimedHex(gotA)); diff != "" {
+		t.Errorf("a's claim (-want +got):\n%s", diff)
 	}
-	if n, err := store.Release(ctx, first, events.Release{IDs: claimed, Status: events.StatusFailed, LastError: "old"}); err != nil || n != 0 {
-		t.Errorf("old token's Release = %d, %v; want 0, nil", n, err)
+	if diff := cmp.Diff(once(s.ids[4:]), claimedHex(gotB)); diff != "" {
+		t.Errorf("b's claim of what a left (-want +got):\n%s", diff)
 	}
-	ownedBy(t, coll, second, 2, ids)
-	if n, err := store.MarkPublished(ctx, second, claimed, now); err != nil || n != len(ids) {
-		t.Errorf("new token's MarkPublished = %d, %v; want %d, nil", n, err, len(ids))
-	}
+	ownedBy(t, s.store.Collection(), s.a, 1, s.ids[:4])
+	ownedBy(t, s.store.Collection(), s.b, 1, s.ids[4:])
 }
 
 // TestClaimSecondLeaseGetsOnlyNew: two claims in sequence; the second
 // takes only what the first left NEW.
 func TestClaimSecondLeaseGetsOnlyNew(t *testing.T) {
 	t.Parallel()
-	store := newStore(t)
-	coll := store.Collection()
-	ids := insertEvents(t, coll, 10, "order.created")
-	now := time.Now()
-	a := fenceLease("worker-a", "token-a", now)
-	b := fenceLease("worker-b", "token-b", now)
-
-	gotA, _, err := claimN(t.Context(), store, a, 4)
+	s := newClaimSplit(t)
+	gotA, _, err := claimN(t.Context(), s.store, s.a, 4)
 	if err != nil {
 		t.Fatalf("a's Claim: %v", err)
 	}
-	gotB, _, err := claimN(t.Context(), store, b, 10)
+	gotB, _, err := claimN(t.Context(), s.store, s.b, 10)
 	if err != nil {
 		t.Fatalf("b's Claim: %v", err)
 	}
-	if diff := cmp.Diff(once(ids[:4]), claimedHex(gotA)); diff != "" {
-		t.Errorf("a's claim (-want +got):\n%s", diff)
-	}
-	if diff := cmp.Diff(once(ids[4:]), claimedHex(gotB)); diff != "" {
-		t.Errorf("b's claim (-want +got):\n%s", diff)
-	}
-	ownedBy(t, coll, a, 1, ids[:4])
-	ownedBy(t, coll, b, 1, ids[4:])
+	s.check(t, gotA, gotB)
 }
 
 // TestClaimLosesRaceBetweenFindAndUpdate drives Claim's race path: b
@@ -186,16 +195,7 @@ func TestClaimSecondLeaseGetsOnlyNew(t *testing.T) {
 // left, read back by its token, and a's four must stay a's.
 func TestClaimLosesRaceBetweenFindAndUpdate(t *testing.T) {
 	t.Parallel()
-	db := testenv.Database(t)
-	storeA := mongo.New(db.Client(), mongo.Config{Database: db.Name(), Logger: discard})
-	if err := storeA.Prepare(t.Context()); err != nil {
-		t.Fatalf("Prepare: %v", err)
-	}
-	coll := storeA.Collection()
-	ids := insertEvents(t, coll, 10, "order.created")
-	now := time.Now()
-	a := fenceLease("worker-a", "token-a", now)
-	b := fenceLease("worker-b", "token-b", now)
+	s := newClaimSplit(t)
 
 	// b's client runs a's claim, on a's own client, from the moment b's
 	// first update command starts: after b's find, before b's update.
@@ -204,7 +204,7 @@ func TestClaimLosesRaceBetweenFindAndUpdate(t *testing.T) {
 	var errA error
 	monitor := &event.CommandMonitor{Started: func(ctx context.Context, e *event.CommandStartedEvent) {
 		if e.CommandName == "update" && armed.CompareAndSwap(true, false) {
-			gotA, _, errA = claimN(context.WithoutCancel(ctx), storeA, a, 4)
+			gotA, _, errA = claimN(context.WithoutCancel(ctx), s.store, s.a, 4)
 		}
 	}}
 	clientB, err := driver.Connect(options.Client().ApplyURI(testenv.MongoURI(t)).
@@ -213,10 +213,10 @@ func TestClaimLosesRaceBetweenFindAndUpdate(t *testing.T) {
 		t.Fatalf("connect b: %v", err)
 	}
 	t.Cleanup(func() { _ = clientB.Disconnect(context.Background()) })
-	storeB := mongo.New(clientB, mongo.Config{Database: db.Name(), Logger: discard})
+	storeB := mongo.New(clientB, mongo.Config{Database: s.store.Collection().Database().Name(), Logger: discard})
 
 	armed.Store(true)
-	gotB, fullB, err := claimN(t.Context(), storeB, b, 10)
+	gotB, fullB, err := claimN(t.Context(), storeB, s.b, 10)
 	if err != nil {
 		t.Fatalf("b's Claim: %v", err)
 	}
@@ -231,22 +231,15 @@ func TestClaimLosesRaceBetweenFindAndUpdate(t *testing.T) {
 	if errA != nil {
 		t.Fatalf("a's Claim inside b's: %v", errA)
 	}
-	if diff := cmp.Diff(once(ids[:4]), claimedHex(gotA)); diff != "" {
-		t.Errorf("a's claim (-want +got):\n%s", diff)
-	}
-	if diff := cmp.Diff(once(ids[4:]), claimedHex(gotB)); diff != "" {
-		t.Errorf("b's claim after losing four to a (-want +got):\n%s", diff)
-	}
+	s.check(t, gotA, gotB)
 	for _, c := range gotB {
 		if c.Attempts != 1 {
 			t.Errorf("b's claim of %v: Attempts = %d, want 1 (as stored)", c.ID, c.Attempts)
 		}
-		if got := c.Doc.Lookup(events.FieldClaimToken).StringValue(); got != b.Token {
-			t.Errorf("b's claim of %v: document read back with token %q, want %q", c.ID, got, b.Token)
+		if got := c.Doc.Lookup(events.FieldClaimToken).StringValue(); got != s.b.Token {
+			t.Errorf("b's claim of %v: document read back with token %q, want %q", c.ID, got, s.b.Token)
 		}
 	}
-	ownedBy(t, coll, a, 1, ids[:4])
-	ownedBy(t, coll, b, 1, ids[4:])
 }
 
 // TestRunOnceLateConfirmAfterRecovery is the whole story through the
@@ -255,23 +248,20 @@ func TestClaimLosesRaceBetweenFindAndUpdate(t *testing.T) {
 // nothing and count the claims as lost; b then completes.
 func TestRunOnceLateConfirmAfterRecovery(t *testing.T) {
 	t.Parallel()
-	store := newStore(t)
-	coll := store.Collection()
-	exchange := testenv.UniqueName(t, "ex_")
-	deliveries := testenv.Consume(t, testenv.AMQPURL(t), exchange)
-	pub := &faultPublisher{Publisher: newPublisher(t, exchange)}
-	c, m := newClaimer(t, store, pub, Config{WorkerID: "worker-a"})
-	ids := insertEvents(t, coll, 8, "order.created")
+	r := newRelayRig(t)
+	pub := &faultPublisher{Publisher: newPublisher(t, r.exchange)}
+	c, m := newClaimer(t, r.store, pub, Config{WorkerID: "worker-a"})
+	ids := insertEvents(t, r.coll, 8, "order.created")
 
 	b := fenceLease("worker-b", "token-b", time.Now().Add(2*time.Minute))
 	var gotB []events.Claimed
 	pub.during = func() {
 		ctx := context.WithoutCancel(t.Context())
-		if _, _, err := store.RecoverStale(ctx, b.At, b.At, 10); err != nil {
+		if _, _, err := r.store.RecoverStale(ctx, b.At, b.At, 10); err != nil {
 			t.Errorf("RecoverStale: %v", err)
 		}
 		var err error
-		if gotB, _, err = claimN(ctx, store, b, 100); err != nil {
+		if gotB, _, err = claimN(ctx, r.store, b, 100); err != nil {
 			t.Errorf("b's Claim: %v", err)
 		}
 	}
@@ -282,10 +272,10 @@ func TestRunOnceLateConfirmAfterRecovery(t *testing.T) {
 		t.Fatalf("b's claim during a's publish (-want +got):\n%s", diff)
 	}
 	// a's messages went out: the broker has them once.
-	if diff := cmp.Diff(once(ids), testenv.Receive(t, deliveries, ids, waitFor)); diff != "" {
+	if diff := cmp.Diff(once(ids), testenv.Receive(t, r.deliveries, ids, waitFor)); diff != "" {
 		t.Errorf("a's messages (-want +got):\n%s", diff)
 	}
-	ownedBy(t, coll, b, 2, ids)
+	ownedBy(t, r.coll, b, 2, ids)
 	if got := testutil.ToFloat64(m.Published); got != 0 {
 		t.Errorf("a's published metric = %v, want 0: its write matched nothing", got)
 	}
@@ -293,10 +283,10 @@ func TestRunOnceLateConfirmAfterRecovery(t *testing.T) {
 		t.Errorf("a's lost claims = %v, want %d", got, len(ids))
 	}
 
-	if n, err := store.MarkPublished(t.Context(), b, claimedIDs(gotB), time.Now()); err != nil || n != len(ids) {
+	if n, err := r.store.MarkPublished(t.Context(), b, claimedIDs(gotB), time.Now()); err != nil || n != len(ids) {
 		t.Errorf("b's MarkPublished = %d, %v; want %d, nil", n, err, len(ids))
 	}
-	for id, e := range allEvents(t, coll) {
+	for id, e := range allEvents(t, r.coll) {
 		if e.Status != events.StatusPublished || e.WorkerID != b.WorkerID {
 			t.Errorf("event %s: %s by %q, want PUBLISHED by %s", id, e.Status, e.WorkerID, b.WorkerID)
 		}

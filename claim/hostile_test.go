@@ -11,14 +11,12 @@ package claim
 // every run, and nothing may be left PROCESSING.
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -45,24 +43,6 @@ func TestHostileDocuments(t *testing.T) {
 			relayHostile(t, tc.cfg, tc.hostile)
 		})
 	}
-}
-
-// syncBuffer collects log lines written from several goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // hostileEvent is what the suite reads back of a stored event: read with
@@ -134,7 +114,7 @@ func readEvents(t *testing.T, coll *driver.Collection) map[string]hostileEvent {
 }
 
 // hostilePublisher is newPublisher with its log lines kept in logs.
-func hostilePublisher(t *testing.T, exchange string, logs *syncBuffer) *broker.Publisher {
+func hostilePublisher(t *testing.T, exchange string, logs *testenv.LogBuffer) *broker.Publisher {
 	t.Helper()
 	return startPublisher(t, broker.Config{Exchange: exchange, Logger: slog.New(slog.NewTextHandler(logs, nil)),
 		ReconnectMin: 50 * time.Millisecond, ReconnectMax: 500 * time.Millisecond})
@@ -180,16 +160,13 @@ func failedTotal(t *testing.T, m *metrics.Metrics) (float64, map[string]float64)
 // and checks everything the suite promises.
 func relayHostile(t *testing.T, cfg Config, hostile []hostileDoc) {
 	t.Helper()
-	store := newStore(t)
-	coll := store.Collection()
-	exchange := testenv.UniqueName(t, "ex_")
-	deliveries := testenv.Consume(t, testenv.AMQPURL(t), exchange)
-	logs := &syncBuffer{}
-	pub := hostilePublisher(t, exchange, logs)
+	r := newRelayRig(t)
+	logs := &testenv.LogBuffer{}
+	pub := hostilePublisher(t, r.exchange, logs)
 	cfg.WorkerID = "worker-hostile"
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	cfg.Metrics = metrics.New(nil)
-	c, err := New(store, pub, cfg)
+	c, err := New(r.store, pub, cfg)
 	if err != nil {
 		t.Fatalf("claim.New: %v", err)
 	}
@@ -202,14 +179,14 @@ func relayHostile(t *testing.T, cfg Config, hostile []hostileDoc) {
 	// The hostile documents sort among the valid ones: insertEvents spaces
 	// those 1 ms apart from an hour ago.
 	start := time.Now().Add(-time.Hour)
-	valid := insertEvents(t, coll, hostileValid, "order.created")
+	valid := insertEvents(t, r.coll, hostileValid, "order.created")
 	keys := make([]string, len(hostile))
 	for i, h := range hostile {
 		at := start.Add(time.Duration((i+1)*hostileValid/(len(hostile)+1)) * time.Millisecond)
 		doc := h.doc(t, at)
 		keys[i] = docKeyOf(t, doc)
 		ctx, cancel := context.WithTimeout(t.Context(), waitFor)
-		_, err := coll.InsertOne(ctx, doc)
+		_, err := r.coll.InsertOne(ctx, doc)
 		cancel()
 		if err != nil {
 			t.Fatalf("insert hostile document %q: %v", trim(keys[i]), err)
@@ -223,7 +200,7 @@ func relayHostile(t *testing.T, cfg Config, hostile []hostileDoc) {
 		if err := safeRunOnce(t.Context(), c); err != nil {
 			runErrs = append(runErrs, fmt.Sprintf("run %d: %v", run, err))
 		}
-		all := readEvents(t, coll)
+		all := readEvents(t, r.coll)
 		if validRun == 0 && allStatus(all, valid, events.StatusPublished) {
 			validRun = run
 		}
@@ -236,7 +213,7 @@ func relayHostile(t *testing.T, cfg Config, hostile []hostileDoc) {
 	}
 	testenv.WaitReady(t, pub.Ready)
 
-	all := readEvents(t, coll)
+	all := readEvents(t, r.coll)
 	switch {
 	case validRun == 0:
 		t.Errorf("valid events not all PUBLISHED after %d claim runs: %v", hostileMaxRuns, countStatus(all, valid))
@@ -285,7 +262,7 @@ func relayHostile(t *testing.T, cfg Config, hostile []hostileDoc) {
 	} else if failed > 0 {
 		t.Logf("outbox_events_failed_total by reason: %v", by)
 	}
-	testenv.Receive(t, deliveries, wantIDs, waitFor)
+	testenv.Receive(t, r.deliveries, wantIDs, waitFor)
 }
 
 func allStatus(all map[string]hostileEvent, keys []string, s events.Status) bool {

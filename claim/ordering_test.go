@@ -8,15 +8,15 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	driver "go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/outboxrelay/outbox/events"
-	"github.com/outboxrelay/outbox/internal/testenv"
+	"github.com/outboxrelay/outbox/internal/fakeclock"
 	"github.com/outboxrelay/outbox/mongo"
 	"github.com/outboxrelay/outbox/ownership"
 )
@@ -61,40 +61,13 @@ func insertInterleaved(t *testing.T, coll *driver.Collection, n, aggregates int)
 	return out
 }
 
-// inbox records deliveries in arrival order.
-type inbox struct {
-	mu    sync.Mutex
-	order []string
-	count map[string]int
-}
-
-func startInbox(t *testing.T, deliveries <-chan amqp.Delivery) *inbox {
+// relayInterleaved returns a relay rig whose outbox holds n events
+// interleaved over aggregates (see insertInterleaved), and an inbox on its
+// queue.
+func relayInterleaved(t *testing.T, n, aggregates int) (relayRig, *inbox, []ordered) {
 	t.Helper()
-	in := &inbox{count: map[string]int{}}
-	go func() {
-		for d := range deliveries {
-			in.mu.Lock()
-			in.order = append(in.order, d.MessageId)
-			in.count[d.MessageId]++
-			in.mu.Unlock()
-		}
-	}()
-	return in
-}
-
-func (in *inbox) distinct() int {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return len(in.count)
-}
-
-// waitDistinct waits until n distinct messages have come.
-func (in *inbox) waitDistinct(t *testing.T, n int) {
-	t.Helper()
-	testenv.Eventually(t, waitFor, func() (bool, string) {
-		got := in.distinct()
-		return got >= n, fmt.Sprintf("%d of %d distinct messages received", got, n)
-	})
+	r := newRelayRig(t)
+	return r, startInbox(t, r.deliveries), insertInterleaved(t, r.coll, n, aggregates)
 }
 
 // checkOrder fails for every event whose first delivery came before the
@@ -144,19 +117,15 @@ func (in *inbox) checkOrder(t *testing.T, want []ordered, noDuplicates bool) {
 // guarded update has no racer, even on FerretDB).
 func TestOrderedThreeClaimersInterleaved(t *testing.T) {
 	t.Parallel()
-	store := newStore(t)
-	coll := store.Collection()
-	exchange := testenv.UniqueName(t, "ex_")
-	in := startInbox(t, testenv.Consume(t, testenv.AMQPURL(t), exchange))
-	want := insertInterleaved(t, coll, 300, 30)
+	r, in, want := relayInterleaved(t, 300, 30)
 
-	clock := newFakeClock()
+	clock := fakeclock.New(time.Now())
 	var owners []*ownership.Manager
 	var claimers []*Claimer
 	for _, id := range []string{"worker-a", "worker-b", "worker-c"} {
-		o := newOwner(t, store, clock, id)
+		o := newOwner(t, r.store, clock, id)
 		owners = append(owners, o)
-		c, _ := newClaimer(t, store, newPublisher(t, exchange), Config{WorkerID: id, BatchSize: 50, Owner: o})
+		c, _ := newClaimer(t, r.store, newPublisher(t, r.exchange), Config{WorkerID: id, BatchSize: 50, Owner: o})
 		claimers = append(claimers, c)
 	}
 	settleOwnership(t, clock, owners...)
@@ -185,29 +154,36 @@ func TestOrderedThreeClaimersInterleaved(t *testing.T) {
 	cancel()
 	wg.Wait()
 	in.checkOrder(t, want, true)
-	for id, e := range allEvents(t, coll) {
+	for id, e := range allEvents(t, r.coll) {
 		if e.Status != events.StatusPublished || e.Attempts != 1 {
 			t.Errorf("event %s: %s after %d attempts, want PUBLISHED after 1", id, e.Status, e.Attempts)
 		}
 	}
 }
 
-// failFirst fails the first publish of the given events with err.
-func failFirst(err error, ids ...string) func(events.Message) error {
-	var mu sync.Mutex
-	pending := map[string]bool{}
-	for _, id := range ids {
-		pending[id] = true
+// headOf returns the id of aggregate's first event in want.
+func headOf(t *testing.T, want []ordered, aggregate string) string {
+	t.Helper()
+	for _, e := range want {
+		if e.aggregate == aggregate && e.seq == 0 {
+			return e.id
+		}
 	}
-	return func(m events.Message) error {
-		mu.Lock()
-		defer mu.Unlock()
-		if pending[m.ID] {
-			delete(pending, m.ID)
-			return err
+	t.Fatalf("no event of aggregate %s", aggregate)
+	return ""
+}
+
+// returnFirst returns a publisher on exchange whose first publish of event
+// id comes back unroutable; it sends everything else.
+func returnFirst(t *testing.T, exchange, id string) *faultPublisher {
+	t.Helper()
+	var returned atomic.Bool
+	return &faultPublisher{Publisher: newPublisher(t, exchange), fail: func(m events.Message) error {
+		if m.ID == id && returned.CompareAndSwap(false, true) {
+			return fmt.Errorf("%w: NO_ROUTE", events.ErrReturned)
 		}
 		return nil
-	}
+	}}
 }
 
 // TestOrderedReturnHoldsSuccessors: the first event of an aggregate is
@@ -217,23 +193,13 @@ func failFirst(err error, ids ...string) func(events.Message) error {
 // is delivered in order.
 func TestOrderedReturnHoldsSuccessors(t *testing.T) {
 	t.Parallel()
-	store := newStore(t)
-	coll := store.Collection()
-	exchange := testenv.UniqueName(t, "ex_")
-	in := startInbox(t, testenv.Consume(t, testenv.AMQPURL(t), exchange))
-	want := insertInterleaved(t, coll, 40, 4)
-	var first string // agg-0's first event
-	for _, e := range want {
-		if e.aggregate == "agg-0" && e.seq == 0 {
-			first = e.id
-		}
-	}
-	pub := &faultPublisher{Publisher: newPublisher(t, exchange),
-		fail: failFirst(fmt.Errorf("%w: NO_ROUTE", events.ErrReturned), first)}
-	c, _ := newClaimer(t, store, pub, Config{BatchSize: 500, RetryMin: time.Minute, RetryMax: time.Hour})
+	r, in, want := relayInterleaved(t, 40, 4)
+	first := headOf(t, want, "agg-0")
+	pub := returnFirst(t, r.exchange, first)
+	c, _ := newClaimer(t, r.store, pub, Config{BatchSize: 500, RetryMin: time.Minute, RetryMax: time.Hour})
 
 	runOnce(t, c)
-	all := allEvents(t, coll)
+	all := allEvents(t, r.coll)
 	for _, e := range want {
 		got := all[e.id]
 		switch {
@@ -259,7 +225,7 @@ func TestOrderedReturnHoldsSuccessors(t *testing.T) {
 		runOnce(t, c)
 	}
 	for _, e := range want {
-		if e.aggregate == "agg-0" && allEvents(t, coll)[e.id].Status != events.StatusNew {
+		if e.aggregate == "agg-0" && allEvents(t, r.coll)[e.id].Status != events.StatusNew {
 			t.Fatalf("agg-0 #%d claimed while #0 backs off", e.seq)
 		}
 	}
@@ -297,28 +263,19 @@ func TestOrderedFailedHoldsUntilRequeueOrSkip(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			store := newStore(t)
-			coll := store.Collection()
-			exchange := testenv.UniqueName(t, "ex_")
-			in := startInbox(t, testenv.Consume(t, testenv.AMQPURL(t), exchange))
-			want := insertInterleaved(t, coll, 20, 2)
-			var failed string
-			for _, e := range want {
-				if e.aggregate == "agg-0" && e.seq == 0 {
-					failed = e.id
-				}
-			}
-			if _, err := coll.UpdateOne(t.Context(), bson.D{{Key: events.FieldID, Value: oid(t, failed)}},
+			r, in, want := relayInterleaved(t, 20, 2)
+			failed := headOf(t, want, "agg-0")
+			if _, err := r.coll.UpdateOne(t.Context(), bson.D{{Key: events.FieldID, Value: oid(t, failed)}},
 				bson.D{{Key: "$set", Value: bson.D{{Key: events.FieldStatus, Value: events.StatusFailed}, {Key: events.FieldLastError, Value: "gave up"}}}}); err != nil {
 				t.Fatal(err)
 			}
-			c, _ := newClaimer(t, store, newPublisher(t, exchange), Config{AfterFailed: tc.afterFailed})
+			c, _ := newClaimer(t, r.store, newPublisher(t, r.exchange), Config{AfterFailed: tc.afterFailed})
 			runOnce(t, c)
-			held, err := store.Held(t.Context(), time.Now(), tc.afterFailed == AfterFailedWait)
+			held, err := r.store.Held(t.Context(), time.Now(), tc.afterFailed == AfterFailedWait)
 			if err != nil {
 				t.Fatal(err)
 			}
-			all := allEvents(t, coll)
+			all := allEvents(t, r.coll)
 			for _, e := range want {
 				if e.id == failed {
 					continue
@@ -340,9 +297,9 @@ func TestOrderedFailedHoldsUntilRequeueOrSkip(t *testing.T) {
 			if held.Aggregates != 1 || held.OldestWaiting.IsZero() {
 				t.Errorf("Held = %+v, want 1 aggregate with an oldest event", held)
 			}
-			tc.unblock(t, store, failed)
+			tc.unblock(t, r.store, failed)
 			runOnce(t, c)
-			for id, e := range allEvents(t, coll) {
+			for id, e := range allEvents(t, r.coll) {
 				if id != failed && e.Status != events.StatusPublished {
 					t.Errorf("event %s after %s: %s, want PUBLISHED", id, tc.name, e.Status)
 				}
@@ -359,10 +316,8 @@ func TestOrderedFailedHoldsUntilRequeueOrSkip(t *testing.T) {
 // time, go out in order, one round per event.
 func TestOrderedHotAggregate(t *testing.T) {
 	t.Parallel()
-	store := newStore(t)
-	coll := store.Collection()
-	exchange := testenv.UniqueName(t, "ex_")
-	in := startInbox(t, testenv.Consume(t, testenv.AMQPURL(t), exchange))
+	r := newRelayRig(t)
+	in := startInbox(t, r.deliveries)
 	const n = 1000 // the 10,000 of the container suite, scaled down for FerretDB
 	start := time.Now().Add(-time.Hour)
 	want := make([]ordered, n)
@@ -376,10 +331,10 @@ func TestOrderedHotAggregate(t *testing.T) {
 		}
 		want[i], docs[i] = ordered{id: id.Hex(), aggregate: "hot", seq: i}, doc
 	}
-	if _, err := coll.InsertMany(t.Context(), docs); err != nil {
+	if _, err := r.coll.InsertMany(t.Context(), docs); err != nil {
 		t.Fatal(err)
 	}
-	c, _ := newClaimer(t, store, newPublisher(t, exchange), Config{BatchSize: 500})
+	c, _ := newClaimer(t, r.store, newPublisher(t, r.exchange), Config{BatchSize: 500})
 	for range 4 {
 		if !runOnce(t, c) {
 			break
@@ -394,23 +349,13 @@ func TestOrderedHotAggregate(t *testing.T) {
 // its aggregate while it backs off.
 func TestOrderingNone(t *testing.T) {
 	t.Parallel()
-	store := newStore(t)
-	coll := store.Collection()
-	exchange := testenv.UniqueName(t, "ex_")
-	in := startInbox(t, testenv.Consume(t, testenv.AMQPURL(t), exchange))
-	want := insertInterleaved(t, coll, 12, 2)
-	var first string
-	for _, e := range want {
-		if e.aggregate == "agg-0" && e.seq == 0 {
-			first = e.id
-		}
-	}
-	pub := &faultPublisher{Publisher: newPublisher(t, exchange),
-		fail: failFirst(fmt.Errorf("%w: NO_ROUTE", events.ErrReturned), first)}
-	c, _ := newClaimer(t, store, pub, Config{Ordering: OrderingNone, RetryMin: time.Minute, RetryMax: time.Hour})
+	r, in, want := relayInterleaved(t, 12, 2)
+	first := headOf(t, want, "agg-0")
+	pub := returnFirst(t, r.exchange, first)
+	c, _ := newClaimer(t, r.store, pub, Config{Ordering: OrderingNone, RetryMin: time.Minute, RetryMax: time.Hour})
 	runOnce(t, c)
 	in.waitDistinct(t, len(want)-1)
-	for id, e := range allEvents(t, coll) {
+	for id, e := range allEvents(t, r.coll) {
 		wantStatus := events.StatusPublished
 		if id == first {
 			wantStatus = events.StatusNew

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	amqp "github.com/rabbitmq/amqp091-go"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	driver "go.mongodb.org/mongo-driver/v2/mongo"
 
@@ -53,7 +52,7 @@ type outageRig struct {
 	dbProxy   *testenv.Proxy
 	pub       *broker.Publisher // through amqpProxy
 	amqpProxy *testenv.Proxy
-	inbox     *outageInbox
+	inbox     *inbox
 	metrics   *metrics.Metrics
 	logger    *slog.Logger
 	ids       []string // message ids of the backlog, oldest first
@@ -77,28 +76,13 @@ func newOutageRig(t *testing.T) *outageRig {
 	// Broker: the consumer goes direct, the publisher through the proxy.
 	amqpURL := testenv.AMQPURL(t)
 	exchange := testenv.UniqueName(t, "ex_")
-	r.inbox = startOutageInbox(t, testenv.Consume(t, amqpURL, exchange))
+	r.inbox = startInbox(t, testenv.Consume(t, amqpURL, exchange))
 	var proxiedAMQP string
 	proxiedAMQP, r.amqpProxy = testenv.Proxied(t, amqpURL)
-	var err error
-	r.pub, err = broker.New(broker.Config{
+	r.pub = startPublisher(t, broker.Config{
 		URL: proxiedAMQP, Exchange: exchange, Logger: r.logger,
 		ReconnectMin: 50 * time.Millisecond, ReconnectMax: 500 * time.Millisecond,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.pub.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), outageWait)
-		defer cancel()
-		_ = r.pub.Stop(ctx)
-	})
-	if err := r.pub.Ready(); err != nil {
-		t.Fatalf("publisher not ready after Start: %v", err)
-	}
 
 	r.insertBacklog()
 	return r
@@ -179,31 +163,25 @@ func (r *outageRig) newClaimer(store Store, pub Publisher) *Claimer {
 	return c
 }
 
-// outageDoc is what the assertions read of an event.
-type outageDoc struct {
-	ID        bson.ObjectID `bson:"_id"`
-	Status    events.Status `bson:"status"`
-	Attempts  int           `bson:"attempts"`
-	WorkerID  string        `bson:"workerId"`
-	LastError string        `bson:"lastError"`
+// drainAndStop waits until c, running on its schedule, has marked the whole
+// backlog PUBLISHED, then stops it. It returns how long after restored the
+// backlog was drained.
+func (r *outageRig) drainAndStop(c *Claimer, restored time.Time) time.Duration {
+	r.t.Helper()
+	r.poll(outageDrainTimeout, "backlog PUBLISHED after Restore", r.allMarked)
+	drained := time.Since(restored)
+	ctx, cancel := context.WithTimeout(r.t.Context(), outageWait)
+	defer cancel()
+	if err := c.Stop(ctx); err != nil {
+		r.t.Fatalf("claimer Stop: %v", err)
+	}
+	return drained
 }
 
 // docs reads every event, directly from the database.
-func (r *outageRig) docs() map[string]outageDoc {
+func (r *outageRig) docs() map[string]stored {
 	r.t.Helper()
-	cur, err := r.events.Find(r.t.Context(), bson.D{})
-	if err != nil {
-		r.t.Fatalf("read events: %v", err)
-	}
-	var all []outageDoc
-	if err := cur.All(r.t.Context(), &all); err != nil {
-		r.t.Fatalf("read events: %v", err)
-	}
-	out := make(map[string]outageDoc, len(all))
-	for _, d := range all {
-		out[d.ID.Hex()] = d
-	}
-	return out
+	return allEvents(r.t, r.events)
 }
 
 func (r *outageRig) count(status events.Status) int {
@@ -296,58 +274,4 @@ func (r *outageRig) requireAllPublishedOnce() (duplicates, maxAttempts int) {
 		r.t.Logf("%d duplicate deliveries of %d events, e.g. %s", duplicates, len(dupIDs), strings.Join(dupIDs[:min(3, len(dupIDs))], ", "))
 	}
 	return duplicates, maxAttempts
-}
-
-// outageInbox counts the deliveries of each message id.
-type outageInbox struct {
-	mu     sync.Mutex
-	counts map[string]int
-	total  int
-}
-
-func startOutageInbox(t *testing.T, deliveries <-chan amqp.Delivery) *outageInbox {
-	in := &outageInbox{counts: map[string]int{}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case d, ok := <-deliveries:
-				if !ok {
-					return
-				}
-				in.mu.Lock()
-				in.counts[d.MessageId]++
-				in.total++
-				in.mu.Unlock()
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	return in
-}
-
-func (in *outageInbox) distinct() int {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return len(in.counts)
-}
-
-func (in *outageInbox) snapshot() map[string]int {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	out := make(map[string]int, len(in.counts))
-	for k, v := range in.counts {
-		out[k] = v
-	}
-	return out
-}
-
-func (in *outageInbox) deliveries() int {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return in.total
 }

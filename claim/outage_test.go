@@ -125,13 +125,7 @@ func TestOutageBroker(t *testing.T) {
 		return testutil.ToFloat64(r.metrics.Published) > publishedAtRestore
 	})
 	resumed := time.Since(restored)
-	r.poll(outageDrainTimeout, "backlog PUBLISHED after Restore", r.allMarked)
-	drained := time.Since(restored)
-	stopCtx, cancel := context.WithTimeout(t.Context(), outageWait)
-	defer cancel()
-	if err := c.Stop(stopCtx); err != nil {
-		t.Fatalf("claimer Stop: %v", err)
-	}
+	drained := r.drainAndStop(c, restored)
 
 	duplicates, maxAttempts := r.requireAllPublishedOnce()
 	if maxAttempts != 1 {
@@ -310,13 +304,7 @@ func TestOutageDatabase(t *testing.T) {
 		return testutil.ToFloat64(r.metrics.Published) > float64((outageCutAt-1)*outageBatchSize)
 	})
 	resumed := time.Since(restored)
-	r.poll(outageDrainTimeout, "backlog PUBLISHED after Restore", r.allMarked)
-	drained := time.Since(restored)
-	stopCtx, cancel := context.WithTimeout(t.Context(), outageWait)
-	defer cancel()
-	if err := c.Stop(stopCtx); err != nil {
-		t.Fatalf("claimer Stop: %v", err)
-	}
+	drained := r.drainAndStop(c, restored)
 
 	duplicates, maxAttempts := r.requireAllPublishedOnce()
 	counts := r.inbox.snapshot()

@@ -5,39 +5,21 @@ package claim
 // ownership manager, on one outbox.
 
 import (
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/fakeclock"
 	"github.com/outboxrelay/outbox/mongo"
 	"github.com/outboxrelay/outbox/ownership"
 )
 
-// fakeClock is the ownership managers' clock (server and local alike),
-// moved by hand so that terms expire when a test says.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Now()} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 const testTerm = 30 * time.Second
 
-func newOwner(t *testing.T, store *mongo.Store, clock *fakeClock, id string) *ownership.Manager {
+// newOwner returns the ownership manager of worker id, whose clock (server
+// and local alike) the test moves by hand, so that terms expire when it
+// says.
+func newOwner(t *testing.T, store *mongo.Store, clock *fakeclock.Clock, id string) *ownership.Manager {
 	t.Helper()
 	m, err := ownership.New(store.Owners(), ownership.Config{WorkerID: id, TermLength: testTerm,
 		Now: clock.Now, Local: clock.Now, Logger: discard})
@@ -50,7 +32,7 @@ func newOwner(t *testing.T, store *mongo.Store, clock *fakeClock, id string) *ow
 // settleOwnership runs ownership rounds, the clock moving past the margin
 // between them, until every partition has an owner and the managers hold
 // about equal shares.
-func settleOwnership(t *testing.T, clock *fakeClock, ms ...*ownership.Manager) {
+func settleOwnership(t *testing.T, clock *fakeclock.Clock, ms ...*ownership.Manager) {
 	t.Helper()
 	for range 8 {
 		balanced := true
@@ -90,17 +72,17 @@ func TestFencingOldOwnerClaimsNothing(t *testing.T) {
 	coll := store.Collection()
 	ids := insertEvents(t, coll, 10, "order.created")
 	extra := insertEvents(t, coll, 5, "order.updated") // still NEW when a wakes up
-	clock := newFakeClock()
+	clock := fakeclock.New(time.Now())
 	ownerA, ownerB := newOwner(t, store, clock, "worker-a"), newOwner(t, store, clock, "worker-b")
 	settleOwnership(t, clock, ownerA)
 
 	// a claims the first ten under its ownership.
-	owned, validFor, done := ownerA.Hold()
+	terms, validFor, done := ownerA.Hold()
 	if validFor <= 0 {
 		t.Fatal("a holds nothing")
 	}
 	a := fenceLease("worker-a", "token-a", time.Now())
-	resA, err := store.Claim(t.Context(), a, events.ClaimLimit{Events: 10, Owned: owned, Ordered: true, FailedHolds: true})
+	resA, err := store.Claim(t.Context(), a, events.ClaimLimit{Events: 10, Owned: sameTerms(terms, terms), Ordered: true, FailedHolds: true})
 	done()
 	if err != nil || len(resA.Claimed) != 10 {
 		t.Fatalf("a's Claim = %d events, %v; want 10", len(resA.Claimed), err)
@@ -129,9 +111,9 @@ func TestFencingOldOwnerClaimsNothing(t *testing.T) {
 		}
 	}
 	// b claims them; a's late writes for its old batch change nothing.
-	owned, _, done = ownerB.Hold()
+	terms, _, done = ownerB.Hold()
 	b := fenceLease("worker-b", "token-b", time.Now())
-	resB, err := store.Claim(t.Context(), b, events.ClaimLimit{Events: 100, Owned: owned, Ordered: true, FailedHolds: true})
+	resB, err := store.Claim(t.Context(), b, events.ClaimLimit{Events: 100, Owned: sameTerms(terms, terms), Ordered: true, FailedHolds: true})
 	done()
 	if err != nil || len(resB.Claimed) != 15 {
 		t.Fatalf("b's Claim = %d events, %v; want 15", len(resB.Claimed), err)
@@ -160,7 +142,7 @@ func TestFencingOldOwnerClaimsNothing(t *testing.T) {
 func TestOwnershipJoinAndDeath(t *testing.T) {
 	t.Parallel()
 	store := newStore(t)
-	clock := newFakeClock()
+	clock := fakeclock.New(time.Now())
 	a, b := newOwner(t, store, clock, "worker-a"), newOwner(t, store, clock, "worker-b")
 	settleOwnership(t, clock, a)
 	// b joins.

@@ -43,74 +43,54 @@ func TestPlan(t *testing.T) {
 			wantPublished: []any{"a", "b"},
 		},
 		{
-			name:     "poison fails at once on its first attempt",
-			outcomes: []outcome{{id: "a", attempts: 1, err: poison}},
-			wantReleases: []release{{events.Release{
-				IDs: []any{"a"}, Status: events.StatusFailed, LastError: poison.Error(),
-			}, metrics.ReasonInvalid}},
+			name:         "poison fails at once on its first attempt",
+			outcomes:     []outcome{{id: "a", attempts: 1, err: poison}},
+			wantReleases: []release{failedRelease(metrics.ReasonInvalid, poison.Error(), "a")},
 		},
 		{
-			name:     "poison past max attempts still fails as invalid",
-			outcomes: []outcome{{id: "a", attempts: 9, err: poison}},
-			wantReleases: []release{{events.Release{
-				IDs: []any{"a"}, Status: events.StatusFailed, LastError: poison.Error(),
-			}, metrics.ReasonInvalid}},
+			name:         "poison past max attempts still fails as invalid",
+			outcomes:     []outcome{{id: "a", attempts: 9, err: poison}},
+			wantReleases: []release{failedRelease(metrics.ReasonInvalid, poison.Error(), "a")},
 		},
 		{
-			name:     "wrapped poison is poison",
-			outcomes: []outcome{{id: "a", attempts: 1, err: wrappedPoison}},
-			wantReleases: []release{{events.Release{
-				IDs: []any{"a"}, Status: events.StatusFailed, LastError: wrappedPoison.Error(),
-			}, metrics.ReasonInvalid}},
+			name:         "wrapped poison is poison",
+			outcomes:     []outcome{{id: "a", attempts: 1, err: wrappedPoison}},
+			wantReleases: []release{failedRelease(metrics.ReasonInvalid, wrappedPoison.Error(), "a")},
 		},
 		{
-			name:     "rejected by the broker fails at once with the broker's reason",
-			outcomes: []outcome{{id: "a", attempts: 1, err: rejected}, {id: "b", attempts: 2, err: rejected}},
-			wantReleases: []release{{events.Release{
-				IDs: []any{"a", "b"}, Status: events.StatusFailed, LastError: rejected.Error(),
-			}, metrics.ReasonRejected}},
+			name:         "rejected by the broker fails at once with the broker's reason",
+			outcomes:     []outcome{{id: "a", attempts: 1, err: rejected}, {id: "b", attempts: 2, err: rejected}},
+			wantReleases: []release{failedRelease(metrics.ReasonRejected, rejected.Error(), "a", "b")},
 		},
 		{
-			name:     "broker unavailable refunds without a retry time",
-			outcomes: []outcome{{id: "a", attempts: 1, err: unavailable}, {id: "b", attempts: 2, err: unavailable}},
-			wantReleases: []release{{events.Release{
-				IDs: []any{"a", "b"}, Status: events.StatusNew, LastError: unavailable.Error(), Refund: true,
-			}, metrics.ReasonBrokerUnavailable}},
+			name:         "broker unavailable refunds without a retry time",
+			outcomes:     []outcome{{id: "a", attempts: 1, err: unavailable}, {id: "b", attempts: 2, err: unavailable}},
+			wantReleases: []release{refundRelease(metrics.ReasonBrokerUnavailable, unavailable.Error(), "a", "b")},
 		},
 		{
-			name:     "broker unavailable on the last attempt is not the event's fault",
-			outcomes: []outcome{{id: "a", attempts: 3, err: unavailable}},
-			wantReleases: []release{{events.Release{
-				IDs: []any{"a"}, Status: events.StatusNew, LastError: unavailable.Error(), Refund: true,
-			}, metrics.ReasonBrokerUnavailable}},
+			name:         "broker unavailable on the last attempt is not the event's fault",
+			outcomes:     []outcome{{id: "a", attempts: 3, err: unavailable}},
+			wantReleases: []release{refundRelease(metrics.ReasonBrokerUnavailable, unavailable.Error(), "a")},
 		},
 		{
-			name:     "unconfirmed refunds without a retry time",
-			outcomes: []outcome{{id: "a", attempts: 3, err: unconfirmed}},
-			wantReleases: []release{{events.Release{
-				IDs: []any{"a"}, Status: events.StatusNew, LastError: unconfirmed.Error(), Refund: true,
-			}, metrics.ReasonUnconfirmed}},
+			name:         "unconfirmed refunds without a retry time",
+			outcomes:     []outcome{{id: "a", attempts: 3, err: unconfirmed}},
+			wantReleases: []release{refundRelease(metrics.ReasonUnconfirmed, unconfirmed.Error(), "a")},
 		},
 		{
-			name:     "nack retries after the first backoff",
-			outcomes: []outcome{{id: "a", attempts: 1, err: events.ErrNacked}},
-			wantReleases: []release{{events.Release{
-				IDs: []any{"a"}, Status: events.StatusNew, LastError: events.ErrNacked.Error(), RetryAt: at(time.Second),
-			}, metrics.ReasonNacked}},
+			name:         "nack retries after the first backoff",
+			outcomes:     []outcome{{id: "a", attempts: 1, err: events.ErrNacked}},
+			wantReleases: []release{retryRelease(metrics.ReasonNacked, events.ErrNacked.Error(), at(time.Second), "a")},
 		},
 		{
-			name:     "return retries with backoff doubled per attempt",
-			outcomes: []outcome{{id: "a", attempts: 2, err: returned}},
-			wantReleases: []release{{events.Release{
-				IDs: []any{"a"}, Status: events.StatusNew, LastError: returned.Error(), RetryAt: at(2 * time.Second),
-			}, metrics.ReasonReturned}},
+			name:         "return retries with backoff doubled per attempt",
+			outcomes:     []outcome{{id: "a", attempts: 2, err: returned}},
+			wantReleases: []release{retryRelease(metrics.ReasonReturned, returned.Error(), at(2*time.Second), "a")},
 		},
 		{
-			name:     "any other error retries as error",
-			outcomes: []outcome{{id: "a", attempts: 1, err: other}},
-			wantReleases: []release{{events.Release{
-				IDs: []any{"a"}, Status: events.StatusNew, LastError: other.Error(), RetryAt: at(time.Second),
-			}, metrics.ReasonError}},
+			name:         "any other error retries as error",
+			outcomes:     []outcome{{id: "a", attempts: 1, err: other}},
+			wantReleases: []release{retryRelease(metrics.ReasonError, other.Error(), at(time.Second), "a")},
 		},
 		{
 			name: "same attempt count shares one release",
@@ -121,23 +101,19 @@ func TestPlan(t *testing.T) {
 				{id: "d", attempts: 2, err: events.ErrNacked},
 			},
 			wantReleases: []release{
-				{events.Release{IDs: []any{"a", "c"}, Status: events.StatusNew, LastError: events.ErrNacked.Error(), RetryAt: at(time.Second)}, metrics.ReasonNacked},
-				{events.Release{IDs: []any{"b", "d"}, Status: events.StatusNew, LastError: events.ErrNacked.Error(), RetryAt: at(2 * time.Second)}, metrics.ReasonNacked},
+				retryRelease(metrics.ReasonNacked, events.ErrNacked.Error(), at(time.Second), "a", "c"),
+				retryRelease(metrics.ReasonNacked, events.ErrNacked.Error(), at(2*time.Second), "b", "d"),
 			},
 		},
 		{
-			name:     "max attempts fails with the last error kept",
-			outcomes: []outcome{{id: "a", attempts: 3, err: events.ErrNacked}},
-			wantReleases: []release{{events.Release{
-				IDs: []any{"a"}, Status: events.StatusFailed, LastError: "gave up after 3 attempts: " + events.ErrNacked.Error(),
-			}, metrics.ReasonMaxAttempts}},
+			name:         "max attempts fails with the last error kept",
+			outcomes:     []outcome{{id: "a", attempts: 3, err: events.ErrNacked}},
+			wantReleases: []release{failedRelease(metrics.ReasonMaxAttempts, "gave up after 3 attempts: "+events.ErrNacked.Error(), "a")},
 		},
 		{
-			name:     "past max attempts fails too",
-			outcomes: []outcome{{id: "a", attempts: 5, err: returned}},
-			wantReleases: []release{{events.Release{
-				IDs: []any{"a"}, Status: events.StatusFailed, LastError: "gave up after 5 attempts: " + returned.Error(),
-			}, metrics.ReasonMaxAttempts}},
+			name:         "past max attempts fails too",
+			outcomes:     []outcome{{id: "a", attempts: 5, err: returned}},
+			wantReleases: []release{failedRelease(metrics.ReasonMaxAttempts, "gave up after 5 attempts: "+returned.Error(), "a")},
 		},
 		{
 			name: "a mixed batch: one write per kind of outcome, in order of first appearance",
@@ -152,10 +128,10 @@ func TestPlan(t *testing.T) {
 			},
 			wantPublished: []any{"ok1", "ok2"},
 			wantReleases: []release{
-				{events.Release{IDs: []any{"poison"}, Status: events.StatusFailed, LastError: poison.Error()}, metrics.ReasonInvalid},
-				{events.Release{IDs: []any{"nack1", "nack2"}, Status: events.StatusNew, LastError: events.ErrNacked.Error(), RetryAt: at(time.Second)}, metrics.ReasonNacked},
-				{events.Release{IDs: []any{"down"}, Status: events.StatusNew, LastError: unavailable.Error(), Refund: true}, metrics.ReasonBrokerUnavailable},
-				{events.Release{IDs: []any{"spent"}, Status: events.StatusFailed, LastError: "gave up after 3 attempts: " + events.ErrNacked.Error()}, metrics.ReasonMaxAttempts},
+				failedRelease(metrics.ReasonInvalid, poison.Error(), "poison"),
+				retryRelease(metrics.ReasonNacked, events.ErrNacked.Error(), at(time.Second), "nack1", "nack2"),
+				refundRelease(metrics.ReasonBrokerUnavailable, unavailable.Error(), "down"),
+				failedRelease(metrics.ReasonMaxAttempts, "gave up after 3 attempts: "+events.ErrNacked.Error(), "spent"),
 			},
 		},
 		{
@@ -212,6 +188,21 @@ func TestPlanJitterOncePerAttemptCount(t *testing.T) {
 	if calls != 2 {
 		t.Errorf("jitter drawn %d times for two attempt counts, want 2", calls)
 	}
+}
+
+// failedRelease, refundRelease and retryRelease are the writes plan makes:
+// events to FAILED, back to NEW with their attempt refunded, and back to
+// NEW to be retried at retryAt; each counted under reason.
+func failedRelease(reason, lastError string, ids ...any) release {
+	return release{events.Release{IDs: ids, Status: events.StatusFailed, LastError: lastError}, reason}
+}
+
+func refundRelease(reason, lastError string, ids ...any) release {
+	return release{events.Release{IDs: ids, Status: events.StatusNew, LastError: lastError, Refund: true}, reason}
+}
+
+func retryRelease(reason, lastError string, retryAt time.Time, ids ...any) release {
+	return release{events.Release{IDs: ids, Status: events.StatusNew, LastError: lastError, RetryAt: retryAt}, reason}
 }
 
 // noJitter keeps every delay at its full length.

@@ -40,6 +40,27 @@ func newStore(t *testing.T) *mongo.Store {
 	return s
 }
 
+// relayRig is what a test of the relay from outbox to queue works on: a
+// prepared store on a database of its own, and an exchange of its own
+// with a queue bound to it.
+type relayRig struct {
+	store      *mongo.Store
+	coll       *driver.Collection // the store's outbox
+	exchange   string
+	deliveries <-chan amqp.Delivery // the queue's
+}
+
+// newRelayRig binds the queue before the test starts a publisher on the
+// exchange, so that at cleanup the publisher stops before the queue and
+// exchange are deleted.
+func newRelayRig(t *testing.T) relayRig {
+	t.Helper()
+	store := newStore(t)
+	exchange := testenv.UniqueName(t, "ex_")
+	return relayRig{store: store, coll: store.Collection(), exchange: exchange,
+		deliveries: testenv.Consume(t, testenv.AMQPURL(t), exchange)}
+}
+
 // newPublisher returns a connected publisher on exchange, stopped in
 // t.Cleanup. The exchange is deleted after the publisher stops.
 func newPublisher(t *testing.T, exchange string) *broker.Publisher {
@@ -141,7 +162,7 @@ type stored struct {
 	FailedAt     time.Time     `bson:"failedAt"`
 }
 
-// allEvents returns every stored event by its _id as a string.
+// allEvents returns every stored event by its _id as a message id.
 func allEvents(t *testing.T, coll *driver.Collection) map[string]stored {
 	t.Helper()
 	cur, err := coll.Find(t.Context(), bson.D{})
@@ -154,27 +175,9 @@ func allEvents(t *testing.T, coll *driver.Collection) map[string]stored {
 	}
 	out := make(map[string]stored, len(all))
 	for _, e := range all {
-		out[idString(e.ID)] = e
+		out[testenv.MessageID(e.ID)] = e
 	}
 	return out
-}
-
-func idString(id any) string {
-	if oid, ok := id.(bson.ObjectID); ok {
-		return oid.Hex()
-	}
-	return fmt.Sprint(id)
-}
-
-// hasField reports whether the stored event id has the field key at all.
-func hasField(t *testing.T, coll *driver.Collection, id any, key string) bool {
-	t.Helper()
-	raw, err := coll.FindOne(t.Context(), bson.D{{Key: events.FieldID, Value: id}}).Raw()
-	if err != nil {
-		t.Fatalf("find event %v: %v", id, err)
-	}
-	_, err = raw.LookupErr(key)
-	return err == nil
 }
 
 func oid(t *testing.T, hex string) bson.ObjectID {

@@ -46,6 +46,22 @@ func (s *oneEventStore) MarkPublished(ctx context.Context, _ events.Lease, _ []a
 	return 0, ctx.Err()
 }
 
+// startTriggered starts c, whose schedule must not fire during the test,
+// triggers one run, and waits until reached is closed: the run got as far
+// as the test needs. It fails with never if that takes longer than waitFor.
+func startTriggered(t *testing.T, c *Claimer, reached <-chan struct{}, never string) {
+	t.Helper()
+	if err := c.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	c.Trigger()
+	select {
+	case <-reached:
+	case <-time.After(waitFor):
+		t.Fatal(never)
+	}
+}
+
 // confirmingPublisher confirms every message.
 type confirmingPublisher struct{}
 
@@ -62,15 +78,7 @@ func TestStopEndsOutcomeWritesAtItsDeadline(t *testing.T) {
 	t.Parallel()
 	store := &oneEventStore{marking: make(chan struct{}), markErr: make(chan error, 1)}
 	c, _ := newClaimer(t, store, confirmingPublisher{}, Config{Schedule: "@every 1h"})
-	if err := c.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	c.Trigger()
-	select {
-	case <-store.marking:
-	case <-time.After(waitFor):
-		t.Fatal("the claimer never tried to mark its batch")
-	}
+	startTriggered(t, c, store.marking, "the claimer never tried to mark its batch")
 
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
@@ -127,15 +135,7 @@ func TestNoClaimAfterStop(t *testing.T) {
 	store := &stopSpyStore{started: make(chan struct{})}
 	c, _ := newClaimer(t, store, idlePublisher{t}, Config{Schedule: "@every 1h"})
 	store.c = c
-	if err := c.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	c.Trigger()
-	select {
-	case <-store.started:
-	case <-time.After(waitFor):
-		t.Fatal("the claimer never claimed")
-	}
+	startTriggered(t, c, store.started, "the claimer never claimed")
 	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
 	defer cancel()
 	if err := c.Stop(ctx); err != nil {

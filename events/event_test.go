@@ -30,6 +30,17 @@ func TestDraftDocument(t *testing.T) {
 	// now is in a zone other than UTC; the document must store UTC.
 	now := time.Date(2024, 3, 5, 10, 20, 30, 0, time.FixedZone("CET", 3600))
 	payload := orderCreated{OrderID: "o-1", Total: 4200}
+	// doc is the document of a NEW order.created event with this _id and
+	// payload, created now, followed by extra.
+	doc := func(id, payload any, extra ...bson.E) bson.D {
+		return append(bson.D{
+			{Key: FieldID, Value: id},
+			{Key: FieldType, Value: "order.created"},
+			{Key: FieldPayload, Value: mustMarshal(t, payload)},
+			{Key: FieldStatus, Value: StatusNew},
+			{Key: FieldCreatedAt, Value: now.UTC()},
+		}, extra...)
+	}
 
 	tests := []struct {
 		name  string
@@ -41,35 +52,17 @@ func TestDraftDocument(t *testing.T) {
 		{
 			name:  "defaults",
 			draft: Draft{Type: "order.created", Payload: payload},
-			want: bson.D{
-				{Key: FieldID, Value: nil},
-				{Key: FieldType, Value: "order.created"},
-				{Key: FieldPayload, Value: mustMarshal(t, payload)},
-				{Key: FieldStatus, Value: StatusNew},
-				{Key: FieldCreatedAt, Value: now.UTC()},
-			},
+			want:  doc(nil, payload),
 		},
 		{
 			name:  "keeps a string ID",
 			draft: Draft{ID: "order-1-created", Type: "order.created", Payload: payload},
-			want: bson.D{
-				{Key: FieldID, Value: "order-1-created"},
-				{Key: FieldType, Value: "order.created"},
-				{Key: FieldPayload, Value: mustMarshal(t, payload)},
-				{Key: FieldStatus, Value: StatusNew},
-				{Key: FieldCreatedAt, Value: now.UTC()},
-			},
+			want:  doc("order-1-created", payload),
 		},
 		{
 			name:  "keeps an ObjectID",
 			draft: Draft{ID: testObjectID, Type: "order.created", Payload: bson.D{{Key: "n", Value: int32(1)}}},
-			want: bson.D{
-				{Key: FieldID, Value: testObjectID},
-				{Key: FieldType, Value: "order.created"},
-				{Key: FieldPayload, Value: mustMarshal(t, bson.D{{Key: "n", Value: int32(1)}})},
-				{Key: FieldStatus, Value: StatusNew},
-				{Key: FieldCreatedAt, Value: now.UTC()},
-			},
+			want:  doc(testObjectID, bson.D{{Key: "n", Value: int32(1)}}),
 		},
 		{
 			name: "aggregate fields and headers when set",
@@ -81,27 +74,16 @@ func TestDraftDocument(t *testing.T) {
 				Payload:       map[string]any{"total": int64(4200)},
 				Headers:       map[string]any{"tenant": "acme"},
 			},
-			want: bson.D{
-				{Key: FieldID, Value: "e-1"},
-				{Key: FieldType, Value: "order.created"},
-				{Key: FieldPayload, Value: mustMarshal(t, map[string]any{"total": int64(4200)})},
-				{Key: FieldStatus, Value: StatusNew},
-				{Key: FieldCreatedAt, Value: now.UTC()},
-				{Key: FieldAggregateType, Value: "order"},
-				{Key: FieldAggregateID, Value: "o-1"},
-				{Key: FieldHeaders, Value: mustMarshal(t, map[string]any{"tenant": "acme"})},
-			},
+			want: doc("e-1", map[string]any{"total": int64(4200)},
+				bson.E{Key: FieldAggregateType, Value: "order"},
+				bson.E{Key: FieldAggregateID, Value: "o-1"},
+				bson.E{Key: FieldHeaders, Value: mustMarshal(t, map[string]any{"tenant": "acme"})},
+			),
 		},
 		{
 			name:  "empty headers map is omitted",
 			draft: Draft{ID: "e-1", Type: "order.created", Payload: payload, Headers: map[string]any{}},
-			want: bson.D{
-				{Key: FieldID, Value: "e-1"},
-				{Key: FieldType, Value: "order.created"},
-				{Key: FieldPayload, Value: mustMarshal(t, payload)},
-				{Key: FieldStatus, Value: StatusNew},
-				{Key: FieldCreatedAt, Value: now.UTC()},
-			},
+			want:  doc("e-1", payload),
 		},
 	}
 	for _, tt := range tests {

@@ -1,6 +1,7 @@
 package events
 
 import (
+	"cmp"
 	"hash/fnv"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -71,9 +72,9 @@ func CompareOrder(a, b bson.Raw) int {
 	rb, tb := createdRank(b)
 	switch {
 	case ra != rb:
-		return cmpInt(int64(ra), int64(rb))
+		return cmp.Compare(ra, rb)
 	case ta != tb:
-		return cmpInt(ta, tb)
+		return cmp.Compare(ta, tb)
 	}
 	return compareIDs(a.Lookup(FieldID), b.Lookup(FieldID))
 }
@@ -105,13 +106,13 @@ func createdRank(doc bson.Raw) (rank int, at int64) {
 func compareIDs(a, b bson.RawValue) int {
 	ra, rb := idRank(a.Type), idRank(b.Type)
 	if ra != rb {
-		return cmpInt(int64(ra), int64(rb))
+		return cmp.Compare(ra, rb)
 	}
 	switch a.Type {
 	case bson.TypeString:
-		return cmpString(a.StringValue(), b.StringValue())
+		return cmp.Compare(a.StringValue(), b.StringValue())
 	default:
-		return cmpString(string(a.Value), string(b.Value))
+		return cmp.Compare(string(a.Value), string(b.Value))
 	}
 }
 
@@ -126,24 +127,4 @@ func idRank(t bson.Type) int {
 	default:
 		return 10 + int(t)
 	}
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

@@ -1,12 +1,14 @@
 package inbox
 
 import (
-	"errors"
+	"cmp"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/outboxrelay/outbox/internal/rule"
 )
 
 const (
@@ -82,49 +84,26 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	if c.Database == "" {
-		c.Database = DatabaseDefault
-	}
-	if c.Collection == "" {
-		c.Collection = CollectionDefault
-	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = MaxAttemptsDefault
-	}
-	if c.Retention == 0 {
-		c.Retention = RetentionDefault
-	}
-	if c.CleanupInterval == 0 {
-		c.CleanupInterval = CleanupIntervalDefault
-	}
-	if c.AckBatch == 0 {
-		c.AckBatch = AckBatchDefault
-	}
-	if c.RetryPause == 0 {
-		c.RetryPause = RetryPauseDefault
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c.Database = cmp.Or(c.Database, DatabaseDefault)
+	c.Collection = cmp.Or(c.Collection, CollectionDefault)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
+	c.Retention = cmp.Or(c.Retention, RetentionDefault)
+	c.CleanupInterval = cmp.Or(c.CleanupInterval, CleanupIntervalDefault)
+	c.AckBatch = cmp.Or(c.AckBatch, AckBatchDefault)
+	c.RetryPause = cmp.Or(c.RetryPause, RetryPauseDefault)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 }
 
 // Validate reports the first setting out of range, by name and value.
 func (c *Config) Validate() error {
-	switch {
-	case c.MaxAttempts < 1 || c.MaxAttempts > 1000:
-		return fmt.Errorf("inbox: MaxAttempts %d: want 1 to 1000", c.MaxAttempts)
-	case c.Retention < RetentionMin:
-		return fmt.Errorf("inbox: Retention %s: want at least %s, and more than the longest redelivery window", c.Retention, RetentionMin)
-	case c.CleanupInterval < time.Second:
-		return fmt.Errorf("inbox: CleanupInterval %s: want at least 1s", c.CleanupInterval)
-	case c.AckBatch < 1 || c.AckBatch > 10000:
-		return fmt.Errorf("inbox: AckBatch %d: want 1 to 10000", c.AckBatch)
-	case c.RetryPause < 0:
-		return fmt.Errorf("inbox: RetryPause %s: want 0 or more", c.RetryPause)
-	case c.Database == "":
-		return errors.New("inbox: Database is empty")
-	case c.Collection == "":
-		return errors.New("inbox: Collection is empty")
-	}
-	return nil
+	return rule.First("inbox",
+		rule.Between("MaxAttempts", c.MaxAttempts, 1, 1000),
+		rule.Check("Retention", c.Retention >= RetentionMin, c.Retention,
+			fmt.Sprintf("at least %s, and more than the longest redelivery window", RetentionMin)),
+		rule.AtLeast("CleanupInterval", c.CleanupInterval, time.Second),
+		rule.Between("AckBatch", c.AckBatch, 1, 10000),
+		rule.Check("RetryPause", c.RetryPause >= 0, c.RetryPause, "0 or more"),
+		rule.Required("Database", c.Database != ""),
+		rule.Required("Collection", c.Collection != ""),
+	)
 }

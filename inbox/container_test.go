@@ -9,22 +9,17 @@ package inbox
 import (
 	"context"
 	"errors"
-	"net/url"
 	"sync"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-	"github.com/testcontainers/testcontainers-go"
-	tcmongo "github.com/testcontainers/testcontainers-go/modules/mongodb"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/outboxrelay/outbox/internal/testenv"
 )
-
-const mongoImage = "mongo:7"
 
 func TestContainerTransactions(t *testing.T) {
 	testenv.RequireDocker(t)
@@ -67,10 +62,7 @@ func TestContainerTransactions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := in.Start(ctx); err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() { _ = in.Stop(context.Background()) })
+	testenv.Start(t, in)
 	if !in.Transactional() || !in.ExpiresByTTL() {
 		t.Fatalf("Transactional, ExpiresByTTL = %v, %v on a replica set; want true, true", in.Transactional(), in.ExpiresByTTL())
 	}
@@ -126,25 +118,8 @@ func TestContainerTransactions(t *testing.T) {
 // t.Cleanup, and returns a client of it.
 func replicaSet(ctx context.Context, t *testing.T) *mongo.Client {
 	t.Helper()
-	mc, err := tcmongo.Run(ctx, mongoImage, tcmongo.WithReplicaSet("rs0"))
-	testcontainers.CleanupContainer(t, mc)
-	if err != nil {
-		t.Fatalf("start %s: %v", mongoImage, err)
-	}
-	uri, err := mc.ConnectionString(ctx)
-	if err != nil {
-		t.Fatalf("MongoDB connection string: %v", err)
-	}
-	// The member is registered under the container's own address, which
-	// the host may not reach: talk to the mapped port directly.
-	u, err := url.Parse(uri)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("directConnection", "true")
-	u.RawQuery = q.Encode()
-	client, err := mongo.Connect(options.Client().ApplyURI(u.String()).SetMaxPoolSize(testenv.ClientMaxPoolSize))
+	uri := testenv.ReplicaSetURI(ctx, t)
+	client, err := mongo.Connect(options.Client().ApplyURI(uri).SetMaxPoolSize(testenv.ClientMaxPoolSize))
 	if err != nil {
 		t.Fatal(err)
 	}

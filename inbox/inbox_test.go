@@ -1,7 +1,6 @@
 package inbox
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -31,32 +30,14 @@ type rig struct {
 	queue    string
 	dlq      string
 	business *mongo.Collection
-	logs     *syncBuffer
-}
-
-// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs     *testenv.LogBuffer
 }
 
 // setup declares a queue that dead-letters to its own DLQ through the
 // default exchange, and starts an inbox with handler in a fresh database.
 func setup(t *testing.T, handler Handler, cfg Config) *rig {
 	t.Helper()
-	r := &rig{t: t, db: testenv.Database(t), logs: &syncBuffer{}}
+	r := &rig{t: t, db: testenv.Database(t), logs: &testenv.LogBuffer{}}
 	r.business = r.db.Collection("business")
 	cfg.Database = r.db.Name()
 	cfg.Logger = slog.New(slog.NewJSONHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -67,28 +48,16 @@ func setup(t *testing.T, handler Handler, cfg Config) *rig {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	if err := in.Start(t.Context()); err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := in.Stop(context.Background()); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	})
+	testenv.Start(t, in)
 	r.in = in
 
-	conn, err := amqp.Dial(testenv.AMQPURL(t))
-	if err != nil {
-		t.Fatalf("dial RabbitMQ: %v", err)
-	}
-	r.conn = conn
+	r.conn = testenv.Dial(t, testenv.AMQPURL(t))
 	r.queue, r.dlq = testenv.UniqueName(t, "inbox_q_"), testenv.UniqueName(t, "inbox_dlq_")
 	t.Cleanup(func() {
-		if ch, err := conn.Channel(); err == nil {
+		if ch, err := r.conn.Channel(); err == nil {
 			_, _ = ch.QueueDelete(r.queue, false, false, false)
 			_, _ = ch.QueueDelete(r.dlq, false, false, false)
 		}
-		_ = conn.Close()
 	})
 	r.ch = r.channel()
 	if _, err := r.ch.QueueDeclare(r.dlq, false, false, false, false, nil); err != nil {
@@ -137,6 +106,19 @@ func (r *rig) consume(ch *amqp.Channel, prefetch int) <-chan amqp.Delivery {
 		r.t.Fatalf("consume %s: %v", r.queue, err)
 	}
 	return d
+}
+
+// receive takes one message from the queue on ch, unsettled: the test
+// processes it by hand, then closes ch.
+func (r *rig) receive(ch *amqp.Channel) amqp.Delivery {
+	r.t.Helper()
+	select {
+	case d := <-r.consume(ch, 1):
+		return d
+	case <-time.After(waitFor):
+		r.t.Fatal("no delivery")
+		return amqp.Delivery{}
+	}
 }
 
 // run runs the inbox on a new consumer until the test ends.
@@ -251,12 +233,7 @@ func TestKilledBetweenCommitAndAck(t *testing.T) {
 	r.publish("m-1", "o-1")
 
 	first := r.channel()
-	var d amqp.Delivery
-	select {
-	case d = <-r.consume(first, 1):
-	case <-time.After(waitFor):
-		t.Fatal("no delivery")
-	}
+	d := r.receive(first)
 	out, err := r.in.process(t.Context(), d) // commits; does not settle
 	if err != nil || out != outcomeAck {
 		t.Fatalf("process = %v, %v; want ack, nil", out, err)
@@ -294,12 +271,7 @@ func TestFailingHandlerLeavesNoRecord(t *testing.T) {
 	// One attempt through Handle, to look between the failure and the retry.
 	r.publish("m-fail", "o-1")
 	ch := r.channel()
-	var d amqp.Delivery
-	select {
-	case d = <-r.consume(ch, 1):
-	case <-time.After(waitFor):
-		t.Fatal("no delivery")
-	}
+	d := r.receive(ch)
 	if err := r.in.Handle(t.Context(), d); err != nil {
 		t.Fatalf("Handle: %v", err)
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/outboxrelay/outbox/internal/promset"
 )
 
 // Reasons a message is rejected (label reason of outbox_inbox_rejected_total).
@@ -26,43 +28,23 @@ type Metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	s := promset.New("outbox", "inbox")
 	m := &Metrics{
-		Processed: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "outbox", Subsystem: "inbox", Name: "processed_total",
-			Help: "Messages whose handler succeeded and whose id was recorded.",
-		}),
-		Duplicates: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "outbox", Subsystem: "inbox", Name: "duplicates_total",
-			Help: "Messages acknowledged without running the handler: their id was already recorded.",
-		}),
-		HandlerErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "outbox", Subsystem: "inbox", Name: "handler_errors_total",
-			Help: "Handler runs that returned an error or panicked; each one rolled back.",
-		}),
-		Rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "outbox", Subsystem: "inbox", Name: "rejected_total",
-			Help: "Messages rejected with requeue=false (dead-lettered where the queue has a dead-letter exchange), by reason.",
-		}, []string{"reason"}),
-		HandlerDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: "outbox", Subsystem: "inbox", Name: "handler_duration_seconds",
-			Help:    "Time from the start of a message's processing to its commit (insert, handler, commit), successful or not.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
-		}),
-		Expired: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "outbox", Subsystem: "inbox", Name: "expired_total",
-			Help: "Records deleted by the cleanup job after Retention (servers without TTL indexes only).",
-		}),
+		Processed:     s.Counter("processed_total", "Messages whose handler succeeded and whose id was recorded."),
+		Duplicates:    s.Counter("duplicates_total", "Messages acknowledged without running the handler: their id was already recorded."),
+		HandlerErrors: s.Counter("handler_errors_total", "Handler runs that returned an error or panicked; each one rolled back."),
+		Rejected: s.CounterVec("rejected_total",
+			"Messages rejected with requeue=false (dead-lettered where the queue has a dead-letter exchange), by reason.", "reason"),
+		HandlerDuration: s.Histogram("handler_duration_seconds",
+			"Time from the start of a message's processing to its commit (insert, handler, commit), successful or not.",
+			prometheus.ExponentialBuckets(0.0005, 2, 16)),
+		Expired: s.Counter("expired_total", "Records deleted by the cleanup job after Retention (servers without TTL indexes only)."),
 	}
 	for _, r := range []string{ReasonMaxAttempts, ReasonNoMessageID} {
 		m.Rejected.WithLabelValues(r) // export zeros, so alerts see the series
 	}
-	if reg == nil {
-		return m, nil
-	}
-	for _, c := range []prometheus.Collector{m.Processed, m.Duplicates, m.HandlerErrors, m.Rejected, m.HandlerDuration, m.Expired} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("inbox: register metrics (one Inbox per Registerer): %w", err)
-		}
+	if err := s.Register(reg); err != nil {
+		return nil, fmt.Errorf("inbox: register metrics (one Inbox per Registerer): %w", err)
 	}
 	return m, nil
 }

@@ -1,7 +1,6 @@
 package mongo_test
 
 import (
-	"context"
 	"encoding/json"
 	"log/slog"
 	"net/http"
@@ -92,12 +91,9 @@ func TestAgesUseTheServersClockWhateverTheWorkersSays(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := sampler.Start(ctx); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = sampler.Stop(context.Background()) })
-			waitUntil(t, "the sampler's first sample", func() bool { return testutil.ToFloat64(m.StaleProcessing) == 1 })
-			waitUntil(t, "the oldest-age gauge", func() bool { return testutil.ToFloat64(m.OldestNewAge) > 0 })
+			testenv.Start(t, sampler)
+			waitUntil(t, "the sampler's first sample", func() bool { v, ok := testenv.Value(m.StaleProcessing); return ok && v == 1 })
+			waitUntil(t, "the oldest-age gauge", func() bool { v, _ := testenv.Value(m.OldestNewAge); return v > 0 })
 			if age := time.Duration(testutil.ToFloat64(m.OldestNewAge) * float64(time.Second)); !ageRight(age) {
 				t.Errorf("outbox_oldest_new_event_age_seconds = %s, want about %s", age, oldestAge)
 			}
@@ -111,10 +107,7 @@ func TestAgesUseTheServersClockWhateverTheWorkersSays(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := srv.Start(ctx); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = srv.Stop(context.Background()) })
+			testenv.Start(t, srv)
 			resp, err := http.Get("http://" + srv.Addr() + "/status")
 			if err != nil {
 				t.Fatal(err)
@@ -139,10 +132,7 @@ func TestAgesUseTheServersClockWhateverTheWorkersSays(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := rec.Start(ctx); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = rec.Stop(context.Background()) })
+			testenv.Start(t, rec)
 			rec.Trigger()
 			waitUntil(t, "recovery's run", func() bool { return !rec.LastRun().IsZero() })
 			for id, want := range map[string]events.Status{"fresh": events.StatusProcessing, "stale": events.StatusNew} {

@@ -32,8 +32,13 @@ import (
 // When another worker won some of what it read, Claim reads back exactly
 // what this lease holds: one more command.
 //
+// With limit.Fence, the writes run under the fence the claim's reads end
+// with: its context, its lease time, and only the events of the partitions
+// it still marks owned; the others are left NEW.
+//
 // With limit.Ordered, the claim first reads which aggregates are held
-// (heldKeys: up to three projected finds) and claims no event of those.
+// (heldKeys: up to three projected finds; on FerretDB the events backing
+// off come with the head's own find) and claims no event of those.
 // The events claimed come back in no particular order; the claimer sorts
 // them (events.CompareOrder).
 func (s *Store) Claim(ctx context.Context, lease events.Lease, limit events.ClaimLimit) (events.ClaimResult, error) {
@@ -42,6 +47,14 @@ func (s *Store) Claim(ctx context.Context, lease events.Lease, limit events.Clai
 		return events.ClaimResult{More: more}, err
 	}
 	res := events.ClaimResult{More: more}
+	if limit.Fence != nil {
+		fence := limit.Fence()
+		defer fence.Done()
+		ctx, lease.At, res.At = fence.Ctx, fence.At, fence.At
+		if docs = inPartitions(docs, fence.Owned); len(docs) == 0 {
+			return res, nil
+		}
+	}
 	reserve := events.ManagedReserveBytes + len(lease.WorkerID)
 	var plain, nullAttempts []events.Claimed
 	var refused []refusal
@@ -124,6 +137,19 @@ func (s *Store) Claim(ctx context.Context, lease events.Lease, limit events.Clai
 	}
 	res.Rejected = s.fail(ctx, lease, refused)
 	return res, nil
+}
+
+// inPartitions keeps the documents of the partitions owned marks. A
+// partition is all or nothing, and with it every ordering key in it, so
+// what is kept of a key is still a prefix of its events.
+func inPartitions(docs []bson.Raw, owned []bool) []bson.Raw {
+	kept := docs[:0]
+	for _, doc := range docs {
+		if p := events.Partition(doc); p < len(owned) && owned[p] {
+			kept = append(kept, doc)
+		}
+	}
+	return kept
 }
 
 func idsOf(cs []events.Claimed) []any {
@@ -357,15 +383,18 @@ func (s *Store) capBatch(n int32) int32 {
 }
 
 // noteReplySizes keeps what findBatch needs: the largest document a
-// successful claim read. After a find failed for another reason than its
-// context or a timeout, the next claim reads one document per reply, since
-// a reply too large to read fails the same way every time; the claim after
-// a success goes back to whole batches. A claim cut off by its deadline
-// says nothing about reply sizes: shrinking its replies then would only
-// make the next claim slower and cut off again.
+// successful claim read. After a find failed, for any reason but a
+// shutdown, the next claim reads one document per reply, since a reply
+// too large to read fails the same way every time; the claim after a
+// success goes back to whole batches. That includes a find cut off by its
+// deadline: FerretDB takes minutes to build a reply of a few hundred
+// megabytes (a first batch of 16 documents of 15 MiB did not come back in
+// 90 s, one document per reply took 4 s), so the first claim of large
+// documents times out rather than failing on the reply's size. One
+// document per reply costs round trips, not server work.
 func (s *Store) noteReplySizes(ctx context.Context, docs []bson.Raw, err error) {
 	if err != nil {
-		if ctx.Err() == nil && !mongo.IsTimeout(err) {
+		if !errors.Is(ctx.Err(), context.Canceled) {
 			s.largestDoc.Store(replyBudget)
 		}
 		return

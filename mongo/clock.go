@@ -1,6 +1,7 @@
 package mongo
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -9,6 +10,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/outboxrelay/outbox/schedule"
 )
 
 // ClockSyncDefault is how often a started Clock measures its offset again.
@@ -35,18 +38,19 @@ type Clock struct {
 	uncertainty time.Duration
 	synced      bool
 
-	stop chan struct{}
-	done chan struct{}
-	once sync.Once
+	job *schedule.Job // measures the offset again every ClockSyncDefault
 }
 
 // NewClock returns a Clock that reads the time of client's server. Until
 // the first Sync it reports the local time.
 func NewClock(client *mongo.Client, logger *slog.Logger) *Clock {
-	if logger == nil {
-		logger = slog.Default()
+	c := &Clock{client: client, logger: cmp.Or(logger, slog.Default()), local: time.Now}
+	job, err := schedule.New(schedule.Config{Name: "clock", Schedule: "@every " + ClockSyncDefault.String(), Run: c.resync, Logger: c.logger})
+	if err != nil {
+		panic(err) // a constant Config: a bug
 	}
-	return &Clock{client: client, logger: logger, local: time.Now}
+	c.job = job
+	return c
 }
 
 // Now is the server's time as best known.
@@ -112,44 +116,20 @@ func (c *Clock) Sync(ctx context.Context) error {
 
 // Start measures the offset again every ClockSyncDefault until Stop. The
 // first measurement is Sync's, which the caller runs when it needs one.
-func (c *Clock) Start(ctx context.Context) error {
-	c.stop, c.done = make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(c.done)
-		t := time.NewTicker(ClockSyncDefault)
-		defer t.Stop()
-		for {
-			select {
-			case <-c.stop:
-				return
-			case <-t.C:
-				syncCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				if err := c.Sync(syncCtx); err != nil && ctx.Err() == nil {
-					c.logger.Warn("database clock offset not measured; keeping the last one", "error", err)
-				}
-				cancel()
-			}
-		}
-	}()
-	return nil
-}
+func (c *Clock) Start(ctx context.Context) error { return c.job.Start(ctx) }
 
 // Stop ends the periodic measurement. Idempotent; safe before Start.
-func (c *Clock) Stop(ctx context.Context) error {
-	c.once.Do(func() {
-		if c.stop != nil {
-			close(c.stop)
-		}
-	})
-	if c.done == nil {
-		return nil
+func (c *Clock) Stop(ctx context.Context) error { return c.job.Stop(ctx) }
+
+// resync is one periodic measurement. One that fails keeps the last
+// offset, which is still the best known: a warning, not a failed job.
+func (c *Clock) resync(ctx context.Context) (bool, error) {
+	syncCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := c.Sync(syncCtx); err != nil && ctx.Err() == nil {
+		c.logger.Warn("database clock offset not measured; keeping the last one", "error", err)
 	}
-	select {
-	case <-c.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return false, nil
 }
 
 func absDuration(d time.Duration) time.Duration {

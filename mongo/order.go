@@ -31,30 +31,73 @@ import (
 // index no longer gives createdAt order and the server sorts every
 // candidate. On FerretDB, which plans neither with an index and decodes
 // every NEW event of each find, one find with the same result costs half
-// as much.
+// as much, and an ordered claim reads the events backing off in that same
+// find rather than in one of their own.
 func (s *Store) findClaimable(ctx context.Context, now time.Time, limit events.ClaimLimit) (docs []bson.Raw, more bool, err error) {
 	if !limit.Ordered {
-		return s.readHead(ctx, now, limit, nil, nil)
+		h, err := s.readHead(ctx, now, limit, headQuery{})
+		return h.docs, h.more, err
 	}
 	// An idle outbox costs one find: the held aggregates are read only
 	// when the head has something this worker may claim. They must be
-	// read before the head that is claimed from (see heldKeys).
-	probe := limit
-	probe.Events, probe.Bytes = 1, 0
-	if docs, _, err := s.readHead(ctx, now, probe, nil, nil); err != nil || len(docs) == 0 {
-		return nil, false, err
+	// read before the head that is claimed from (see heldKeys). While a
+	// backlog drains the probe would only repeat the head's read (on
+	// FerretDB, a read of every NEW event), so it is left out.
+	if !limit.Draining {
+		probe := limit
+		probe.Events, probe.Bytes = 1, 0
+		if h, err := s.readHead(ctx, now, probe, headQuery{}); err != nil || len(h.docs) == 0 {
+			return nil, false, err
+		}
 	}
-	held, exclude, err := s.heldKeys(ctx, now, limit.FailedHolds)
+	if !s.splitClaim {
+		// FerretDB reads every NEW event for any find on them, so the
+		// events backing off come with the head instead of in a find of
+		// their own: one such read per claim, not two. Where they crowd
+		// the window out, the claim reads as on MongoDB.
+		held, exclude, err := s.heldKeys(ctx, now, limit.FailedHolds, false)
+		if err != nil {
+			return nil, false, err
+		}
+		h, err := s.readHead(ctx, now, limit, headQuery{held: held, exclude: exclude, withBackoff: true})
+		if err != nil || !h.crowded {
+			return h.docs, h.more, err
+		}
+	}
+	held, exclude, err := s.heldKeys(ctx, now, limit.FailedHolds, true)
 	if err != nil {
 		return nil, false, err
 	}
-	return s.readHead(ctx, now, limit, held, exclude)
+	h, err := s.readHead(ctx, now, limit, headQuery{held: held, exclude: exclude})
+	return h.docs, h.more, err
+}
+
+// headQuery says which events of the head a claim leaves out.
+type headQuery struct {
+	// held are the ordering keys whose events are not claimed, and
+	// exclude those of them the server leaves out ($nor).
+	held    map[string]bool
+	exclude bson.A
+	// withBackoff reads the events backing off too, and holds their keys
+	// as they come: an event sorts before every later event of its key,
+	// so its hold is known before they are read. held is then written to.
+	withBackoff bool
+}
+
+// head is what readHead read: the documents to claim, whether it stopped
+// at a bound (more), and whether events backing off took up a window that
+// ended before the batch was full (crowded: the claim may be missing
+// events further down).
+type head struct {
+	docs    []bson.Raw
+	more    bool
+	crowded bool
 }
 
 // readHead reads NEW due events in claim order and keeps those of owned
 // partitions whose key is not held, up to limit; see findClaimable.
-func (s *Store) readHead(ctx context.Context, now time.Time, limit events.ClaimLimit, held map[string]bool, exclude bson.A) (docs []bson.Raw, more bool, err error) {
-	defer func() { s.noteReplySizes(ctx, docs, err) }()
+func (s *Store) readHead(ctx context.Context, now time.Time, limit events.ClaimLimit, q headQuery) (h head, err error) {
+	defer func() { s.noteReplySizes(ctx, h.docs, err) }()
 	owned := 0
 	for _, o := range limit.Owned {
 		if o {
@@ -62,24 +105,22 @@ func (s *Store) readHead(ctx context.Context, now time.Time, limit events.ClaimL
 		}
 	}
 	if limit.Owned != nil && owned == 0 {
-		return nil, false, nil
+		return head{}, nil
 	}
-	filtered := limit.Owned != nil || len(held) > 0
+	filtered := limit.Owned != nil || len(q.held) > 0 || q.withBackoff
 	skipped := s.skipped.list()
-	filter := func(retryAt any) bson.D {
-		f := bson.D{
-			{Key: events.FieldStatus, Value: events.StatusNew},
-			{Key: events.FieldRetryAt, Value: retryAt},
-		}
+	filter := func(retryAt ...bson.E) bson.D {
+		f := append(bson.D{{Key: events.FieldStatus, Value: events.StatusNew}}, retryAt...)
 		if len(skipped) > 0 {
 			f = append(f, bson.E{Key: events.FieldID, Value: bson.D{{Key: "$nin", Value: skipped}}})
 		}
-		if len(exclude) > 0 {
-			f = append(f, bson.E{Key: "$nor", Value: exclude})
+		if len(q.exclude) > 0 {
+			f = append(f, bson.E{Key: "$nor", Value: q.exclude})
 		}
 		return f
 	}
 	opts := options.Find().SetSort(bson.D{{Key: events.FieldCreatedAt, Value: 1}, {Key: events.FieldID, Value: 1}})
+	examine := limit.Events
 	if filtered {
 		// Read past what is skipped, but only so far: twice the window in
 		// which the owned share of the head should hold a batch, in one
@@ -94,64 +135,88 @@ func (s *Store) readHead(ctx context.Context, now time.Time, limit events.ClaimL
 		if owned > 0 {
 			window = limit.Events * events.Partitions / owned
 		}
-		examine := min(max(2*window, 200), 1<<16)
+		examine = min(max(2*window, 200), 1<<16)
 		opts.SetLimit(int64(examine)).SetBatchSize(s.capBatch(oneBatch(examine)))
 	} else {
 		opts.SetLimit(int64(limit.Events)).SetBatchSize(s.findBatch(limit.Events))
 	}
 	notLater := bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: now}}}}
 	var filters []bson.D
-	if s.splitClaim {
+	retryAt := func(v any) bson.E { return bson.E{Key: events.FieldRetryAt, Value: v} }
+	switch {
+	case q.withBackoff:
+		filters = []bson.D{filter()}
+	case s.splitClaim:
 		opts.SetHint(claimOrderIndex)
 		filters = []bson.D{
-			filter(nil),
-			filter(append(bson.D{{Key: "$ne", Value: nil}}, notLater...)),
+			filter(retryAt(nil)),
+			filter(retryAt(append(bson.D{{Key: "$ne", Value: nil}}, notLater...))),
 		}
-	} else {
-		filters = []bson.D{filter(notLater)}
+	default:
+		filters = []bson.D{filter(retryAt(notLater))}
 	}
-	var heads []*head
+	var cursors []*cursorHead
 	defer func() {
-		for _, h := range heads {
-			h.cur.Close(ctx)
+		for _, c := range cursors {
+			c.cur.Close(ctx)
 		}
 	}()
 	for _, f := range filters {
 		cur, err := s.coll.Find(ctx, f, opts)
 		if err != nil {
-			return nil, false, fmt.Errorf("find events to claim: %w", err)
+			return head{}, fmt.Errorf("find events to claim: %w", err)
 		}
-		h := &head{cur: cur}
-		heads = append(heads, h)
-		if err := h.next(ctx); err != nil {
-			return nil, false, err
+		c := &cursorHead{cur: cur}
+		cursors = append(cursors, c)
+		if err := c.next(ctx); err != nil {
+			return head{}, err
 		}
 	}
-	total := 0
+	total, read, backingOff := 0, 0, 0
 	for {
-		var first *head
-		for _, h := range heads {
-			if h.doc != nil && (first == nil || h.before(first)) {
-				first = h
+		var first *cursorHead
+		for _, c := range cursors {
+			if c.doc != nil && (first == nil || c.before(first)) {
+				first = c
 			}
 		}
 		if first == nil {
-			return docs, false, nil
+			h.crowded = backingOff > 0 && read >= examine
+			return h, nil
 		}
-		if keep(first.doc, limit.Owned, held) {
-			if len(docs) > 0 && limit.Bytes > 0 && total+len(first.doc) > limit.Bytes {
-				return docs, true, nil
+		read++
+		switch {
+		case q.withBackoff && holdsIfBackingOff(first.doc, now, q.held):
+			backingOff++
+		case keep(first.doc, limit.Owned, q.held):
+			if len(h.docs) > 0 && limit.Bytes > 0 && total+len(first.doc) > limit.Bytes {
+				h.more = true
+				return h, nil
 			}
-			docs = append(docs, first.doc)
+			h.docs = append(h.docs, first.doc)
 			total += len(first.doc)
-			if len(docs) >= limit.Events {
-				return docs, true, nil
+			if len(h.docs) >= limit.Events {
+				h.more = true
+				return h, nil
 			}
 		}
 		if err := first.next(ctx); err != nil {
-			return nil, false, err
+			return head{}, err
 		}
 	}
+}
+
+// holdsIfBackingOff reports whether doc, a NEW event, is backing off (its
+// retryAt is still to come), and then holds its ordering key in held.
+func holdsIfBackingOff(doc bson.Raw, now time.Time, held map[string]bool) bool {
+	retryAt, _ := doc.Lookup(events.FieldRetryAt).TimeOK()
+	if !events.Held(events.StatusNew, retryAt, false, now, false) {
+		return false
+	}
+	if key, ok := events.OrderingKey(doc); ok {
+		held[key] = true
+	}
+	return true
 }
 
 // keep reports whether a claim may take doc: it is in an owned partition
@@ -170,13 +235,13 @@ func keep(doc bson.Raw, owned []bool, held map[string]bool) bool {
 	return true
 }
 
-// head is a find's cursor and the next document it gives.
-type head struct {
+// cursorHead is a find's cursor and the next document it gives.
+type cursorHead struct {
 	cur *mongo.Cursor
 	doc bson.Raw // nil once the cursor is exhausted
 }
 
-func (h *head) next(ctx context.Context) error {
+func (h *cursorHead) next(ctx context.Context) error {
 	if !h.cur.Next(ctx) {
 		h.doc = nil
 		if err := h.cur.Err(); err != nil {
@@ -191,7 +256,7 @@ func (h *head) next(ctx context.Context) error {
 
 // before orders two finds' next documents as the claim sorts them
 // (createdAt, then _id), to merge the finds.
-func (h *head) before(o *head) bool { return events.CompareOrder(h.doc, o.doc) < 0 }
+func (h *cursorHead) before(o *cursorHead) bool { return events.CompareOrder(h.doc, o.doc) < 0 }
 
 // excludeMax bounds the held keys a claim names in its filter ($nor);
 // past it the rest are skipped as they are read.
@@ -206,7 +271,8 @@ type heldQuery struct {
 
 // heldKeys reads the ordering keys held at now (events.Held) in up to
 // three projected finds, each an equality on status: PROCESSING first,
-// then FAILED (when failedHolds), then NEW events backing off. The order
+// then FAILED (when failedHolds), then NEW events backing off (when
+// backingOff; otherwise the head's read holds their keys). The order
 // matters: an event another actor moves meanwhile (a late worker's
 // release, recovery, an operator) moves from PROCESSING to NEW or FAILED,
 // so one find or the next sees it, or it is PUBLISHED and holds nothing.
@@ -219,7 +285,7 @@ type heldQuery struct {
 // (101) cost a getMore per hundred of them on every claim.
 const heldBatch = 10000
 
-func (s *Store) heldKeys(ctx context.Context, now time.Time, failedHolds bool) (held map[string]bool, exclude bson.A, err error) {
+func (s *Store) heldKeys(ctx context.Context, now time.Time, failedHolds, backingOff bool) (held map[string]bool, exclude bson.A, err error) {
 	held = map[string]bool{}
 	proj := options.Find().SetProjection(bson.D{
 		{Key: events.FieldAggregateType, Value: 1}, {Key: events.FieldAggregateID, Value: 1},
@@ -234,10 +300,12 @@ func (s *Store) heldKeys(ctx context.Context, now time.Time, failedHolds bool) (
 			{Key: events.FieldSkippedAt, Value: nil},
 		}, long: true})
 	}
-	queries = append(queries, heldQuery{filter: bson.D{
-		{Key: events.FieldStatus, Value: events.StatusNew},
-		{Key: events.FieldRetryAt, Value: bson.D{{Key: "$gt", Value: now}}},
-	}, long: true})
+	if backingOff {
+		queries = append(queries, heldQuery{filter: bson.D{
+			{Key: events.FieldStatus, Value: events.StatusNew},
+			{Key: events.FieldRetryAt, Value: bson.D{{Key: "$gt", Value: now}}},
+		}, long: true})
+	}
 	for _, q := range queries {
 		cur, err := s.coll.Find(ctx, q.filter, proj)
 		if err != nil {

@@ -50,9 +50,15 @@ type ownerDoc struct {
 	SeenAt    time.Time `bson:"seenAt,omitempty"`
 }
 
+// ownersBatch is the reply batch of Read. The collection holds about two
+// terms per partition (128) and a heartbeat per replica, so one reply
+// carries it all; the default first batch (101) cost a getMore on every
+// round of every replica.
+const ownersBatch = 1000
+
 // Read returns every term and member: one find over a small collection.
 func (o *Owners) Read(ctx context.Context) ([]ownership.Term, []ownership.Member, error) {
-	cur, err := o.coll.Find(ctx, bson.D{})
+	cur, err := o.coll.Find(ctx, bson.D{}, options.Find().SetBatchSize(ownersBatch))
 	if err != nil {
 		return nil, nil, fmt.Errorf("find owners: %w", err)
 	}

@@ -128,40 +128,70 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 func (s *Store) ensureIndexes(ctx context.Context) error {
-	models := []mongo.IndexModel{
+	indexes := []struct {
+		name string
+		keys bson.D
+	}{
 		// NEW events, oldest first: the claim of workers before the split
 		// claim below (kept for a rolling upgrade), and the sampler's
 		// oldest NEW event.
-		{Keys: bson.D{{Key: events.FieldStatus, Value: 1}, {Key: events.FieldCreatedAt, Value: 1}},
-			Options: options.Index().SetName("outbox_claim")},
+		{"outbox_claim", bson.D{{Key: events.FieldStatus, Value: 1}, {Key: events.FieldCreatedAt, Value: 1}}},
 		// Claim: NEW events never retried (retryAt null) oldest first, and
 		// the due retries by retryAt, so that events backing off are never
 		// examined. See findClaimable.
-		{Keys: bson.D{{Key: events.FieldStatus, Value: 1}, {Key: events.FieldRetryAt, Value: 1}, {Key: events.FieldCreatedAt, Value: 1}},
-			Options: options.Index().SetName(claimIndex)},
+		{claimIndex, bson.D{{Key: events.FieldStatus, Value: 1}, {Key: events.FieldRetryAt, Value: 1}, {Key: events.FieldCreatedAt, Value: 1}}},
 		// Ordered claim: as outbox_claim_retry, with the _id tiebreak of
 		// events created in the same millisecond, so that the sort
 		// {createdAt, _id} comes from the index. See findClaimable.
-		{Keys: bson.D{{Key: events.FieldStatus, Value: 1}, {Key: events.FieldRetryAt, Value: 1}, {Key: events.FieldCreatedAt, Value: 1}, {Key: events.FieldID, Value: 1}},
-			Options: options.Index().SetName(claimOrderIndex)},
+		{claimOrderIndex, bson.D{{Key: events.FieldStatus, Value: 1}, {Key: events.FieldRetryAt, Value: 1}, {Key: events.FieldCreatedAt, Value: 1}, {Key: events.FieldID, Value: 1}}},
 		// Recovery: PROCESSING events by claim time.
-		{Keys: bson.D{{Key: events.FieldStatus, Value: 1}, {Key: events.FieldProcessingAt, Value: 1}},
-			Options: options.Index().SetName("outbox_stale")},
+		{"outbox_stale", bson.D{{Key: events.FieldStatus, Value: 1}, {Key: events.FieldProcessingAt, Value: 1}}},
 		// Retention: PUBLISHED events by publish time.
-		{Keys: bson.D{{Key: events.FieldStatus, Value: 1}, {Key: events.FieldPublishedAt, Value: 1}},
-			Options: options.Index().SetName("outbox_retention")},
+		{"outbox_retention", bson.D{{Key: events.FieldStatus, Value: 1}, {Key: events.FieldPublishedAt, Value: 1}}},
 	}
-	// One command per index: FerretDB v1.24.0 panics (and drops the
-	// connection) on a createIndexes naming two or more indexes that
-	// already exist, which is every start but the first. On MongoDB this
-	// costs two more commands at start.
-	for _, m := range models {
+	// Every replica prepares the collection at each start, so the indexes
+	// that exist are listed first and only the missing ones created: one
+	// command at a usual start. Those are created one per command:
+	// FerretDB v1.24.0 panics (and drops the connection) on a
+	// createIndexes naming two or more indexes that already exist, which
+	// another replica starting at the same moment may have just made so.
+	existing, err := s.indexNames(ctx)
+	if err != nil {
+		return err
+	}
+	for _, ix := range indexes {
+		if existing[ix.name] {
+			continue
+		}
+		m := mongo.IndexModel{Keys: ix.keys, Options: options.Index().SetName(ix.name)}
 		if _, err := s.coll.Indexes().CreateOne(ctx, m); err != nil {
 			return fmt.Errorf("create indexes on %s: %w", s.coll.Name(), err)
 		}
 	}
 	return nil
 }
+
+// indexNames lists the names of the collection's indexes: none when the
+// collection does not exist yet.
+func (s *Store) indexNames(ctx context.Context) (map[string]bool, error) {
+	specs, err := s.coll.Indexes().ListSpecifications(ctx)
+	var ce mongo.CommandError
+	if errors.As(err, &ce) && ce.Code == namespaceNotFound {
+		return map[string]bool{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list indexes on %s: %w", s.coll.Name(), err)
+	}
+	names := make(map[string]bool, len(specs))
+	for _, spec := range specs {
+		names[spec.Name] = true
+	}
+	return names, nil
+}
+
+// namespaceNotFound is the server's error code for a collection that does
+// not exist.
+const namespaceNotFound = 26
 
 // claimIndex is the index the split claim's finds named as their hint
 // before the ordered claim; kept for a rolling upgrade.

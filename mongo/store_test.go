@@ -2,7 +2,6 @@ package mongo_test
 
 import (
 	"fmt"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/outboxrelay/outbox/claim"
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/testenv"
+	"github.com/outboxrelay/outbox/internal/testenv/mongotest"
 	"github.com/outboxrelay/outbox/mongo"
 	"github.com/outboxrelay/outbox/ops"
 	"github.com/outboxrelay/outbox/recovery"
@@ -38,26 +38,16 @@ func ago(d time.Duration) time.Time { return base.Add(-d) }
 // setup returns a prepared store on a database of its own, and its collection.
 func setup(t *testing.T) (*mongo.Store, *driver.Collection) {
 	t.Helper()
-	db := testenv.Database(t)
-	s := mongo.New(db.Client(), mongo.Config{Database: db.Name(), Logger: slog.New(slog.DiscardHandler)})
-	if err := s.Prepare(t.Context()); err != nil {
-		t.Fatalf("Prepare: %v", err)
-	}
+	s := mongotest.Store(t)
 	return s, s.Collection()
 }
 
-// ev returns an event document with the given status and createdAt,
-// followed by any extra fields.
-func ev(id any, status events.Status, createdAt time.Time, extra ...bson.E) bson.D {
-	d := bson.D{
-		{Key: events.FieldID, Value: id},
-		{Key: events.FieldType, Value: "order.created"},
-		{Key: events.FieldPayload, Value: bson.D{{Key: "n", Value: 1}}},
-		{Key: events.FieldStatus, Value: status},
-		{Key: events.FieldCreatedAt, Value: createdAt},
-	}
-	return append(d, extra...)
-}
+// ev, insert and statuses are mongotest's, short for the many tests below.
+var (
+	ev       = mongotest.Event
+	insert   = mongotest.Insert
+	statuses = mongotest.Statuses
+)
 
 // withType sets the event type of d.
 func withType(d bson.D, typ string) bson.D {
@@ -71,13 +61,6 @@ func withType(d bson.D, typ string) bson.D {
 
 func field(key string, value any) bson.E { return bson.E{Key: key, Value: value} }
 
-func insert(t *testing.T, coll *driver.Collection, docs ...bson.D) {
-	t.Helper()
-	if _, err := coll.InsertMany(t.Context(), docs); err != nil {
-		t.Fatalf("insert %d events: %v", len(docs), err)
-	}
-}
-
 func get(t *testing.T, coll *driver.Collection, id any) events.Event {
 	t.Helper()
 	var e events.Event
@@ -88,40 +71,11 @@ func get(t *testing.T, coll *driver.Collection, id any) events.Event {
 }
 
 // has reports whether the stored event id has the field key at all.
-func has(t *testing.T, coll *driver.Collection, id any, key string) bool {
-	t.Helper()
-	raw, err := coll.FindOne(t.Context(), bson.D{{Key: events.FieldID, Value: id}}).Raw()
-	if err != nil {
-		t.Fatalf("find event %v: %v", id, err)
-	}
-	_, err = raw.LookupErr(key)
-	return err == nil
-}
+var has = testenv.HasField
 
-// statuses returns the status of every event, by _id as a string.
-func statuses(t *testing.T, coll *driver.Collection) map[string]events.Status {
-	t.Helper()
-	cur, err := coll.Find(t.Context(), bson.D{})
-	if err != nil {
-		t.Fatalf("find events: %v", err)
-	}
-	var all []events.Event
-	if err := cur.All(t.Context(), &all); err != nil {
-		t.Fatalf("read events: %v", err)
-	}
-	out := map[string]events.Status{}
-	for _, e := range all {
-		out[idString(e.ID)] = e.Status
-	}
-	return out
-}
-
-func idString(id any) string {
-	if oid, ok := id.(bson.ObjectID); ok {
-		return oid.Hex()
-	}
-	return fmt.Sprint(id)
-}
+// idString is an event's _id as a string, as the worker writes it into the
+// message id.
+var idString = testenv.MessageID
 
 func ids(claimed []events.Claimed) []string {
 	out := make([]string, len(claimed))

@@ -14,6 +14,7 @@ import (
 
 	"github.com/outboxrelay/outbox/claim"
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/metrics"
 	"github.com/outboxrelay/outbox/ops"
 )
@@ -118,7 +119,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	startStopped(t, c)
+	testenv.Start(t, c)
 	c.Trigger()
 	eventually(t, "the claimer settles its batch and counts every outcome", func() bool {
 		return store.settledCount() == len(batch) &&

@@ -114,7 +114,7 @@ func TestReadyzDuringBrokerOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	startStopped(t, pub)
+	testenv.Start(t, pub)
 	s := startServer(t, func(cfg *ops.ServerConfig) { cfg.Broker = pub })
 	cutAndRestore(t, s, proxy, "rabbitmq: ")
 }

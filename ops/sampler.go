@@ -5,13 +5,14 @@
 package ops
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/rule"
 	"github.com/outboxrelay/outbox/metrics"
 	"github.com/outboxrelay/outbox/schedule"
 )
@@ -49,6 +50,11 @@ type SamplerConfig struct {
 	// (OUTBOX_ORDERING_AFTER_FAILED=wait).
 	Held        HeldSource
 	FailedHolds bool
+	// Active, when set, says whether this replica samples: the gauges
+	// describe the whole outbox, so one replica (the ownership leader)
+	// samples for all of them, and the others export none of them rather
+	// than repeat the same queries. Defaults to nil: always samples.
+	Active func() bool
 	// Now is the clock ages and the stale threshold are measured with: the
 	// database server's time (mongo.Clock.Now). Defaults to time.Now.
 	Now func() time.Time
@@ -59,32 +65,21 @@ type SamplerConfig struct {
 }
 
 func (c *SamplerConfig) setDefaults() {
-	if c.Schedule == "" {
-		c.Schedule = SampleScheduleDefault
-	}
+	c.Schedule = cmp.Or(c.Schedule, SampleScheduleDefault)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
+	c.Metrics = metrics.OrNew(c.Metrics)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	if c.Metrics == nil {
-		c.Metrics = metrics.New(nil)
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
 }
 
-// Validate reports the first bad setting.
+// Validate reports the first bad field, naming it and its value.
 func (c SamplerConfig) Validate() error {
-	if c.Store == nil {
-		return errors.New("sampler store: required")
-	}
-	if c.StaleAfter <= 0 {
-		return fmt.Errorf("stale after %s: want more than 0", c.StaleAfter)
-	}
-	if _, err := schedule.Parse(c.Schedule); err != nil {
-		return fmt.Errorf("sample schedule: %w", err)
-	}
-	return nil
+	return rule.First("ops sampler",
+		rule.Required("Store", c.Store != nil),
+		rule.Above("StaleAfter", c.StaleAfter, 0),
+		schedule.Rule("Schedule", c.Schedule),
+	)
 }
 
 // Sampler refreshes the backlog gauges on a schedule.
@@ -97,29 +92,31 @@ type Sampler struct {
 func NewSampler(cfg SamplerConfig) (*Sampler, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("sampler config: %w", err)
+		return nil, err
 	}
 	s := &Sampler{cfg: cfg}
 	var err error
-	if s.job, err = schedule.New("sampler", cfg.Schedule, s.runOnce, cfg.Logger); err != nil {
+	if s.job, err = schedule.New(schedule.Config{Name: "sampler", Schedule: cfg.Schedule, Run: s.runOnce, RunAtStart: true, Logger: cfg.Logger}); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
 // Start samples once at once, then on the schedule.
-func (s *Sampler) Start(ctx context.Context) error {
-	if err := s.job.Start(ctx); err != nil {
-		return err
-	}
-	s.job.Trigger()
-	return nil
-}
+func (s *Sampler) Start(ctx context.Context) error { return s.job.Start(ctx) }
 
 // Stop lets a sample in flight finish. Idempotent; safe before Start.
 func (s *Sampler) Stop(ctx context.Context) error { return s.job.Stop(ctx) }
 
+// Trigger samples as soon as the sample in flight, if any, is over: for a
+// replica that has just become the one that samples.
+func (s *Sampler) Trigger() { s.job.Trigger() }
+
 func (s *Sampler) runOnce(ctx context.Context) (bool, error) {
+	if s.cfg.Active != nil && !s.cfg.Active() {
+		s.clear()
+		return false, nil
+	}
 	now := s.cfg.Now().UTC()
 	ctx, cancel := context.WithTimeout(ctx, sampleTimeout)
 	defer cancel()
@@ -144,4 +141,13 @@ func (s *Sampler) runOnce(ctx context.Context) (bool, error) {
 		m.OldestHeldAge.Set(h.OldestAge(now).Seconds())
 	}
 	return false, nil
+}
+
+// clear withdraws the gauges of a replica that does not sample.
+func (s *Sampler) clear() {
+	m := s.cfg.Metrics
+	m.Events.Reset()
+	for _, g := range []metrics.Sampled{m.OldestNewAge, m.StaleProcessing, m.HeldAggregates, m.OldestHeldAge} {
+		g.Clear()
+	}
 }

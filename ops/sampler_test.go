@@ -2,6 +2,7 @@ package ops_test
 
 import (
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,7 +24,15 @@ func startSampler(t *testing.T, cfg ops.SamplerConfig) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	startStopped(t, s)
+	testenv.Start(t, s)
+}
+
+// sampled is g's value, or -1 while it exports none.
+func sampled(g metrics.Sampled) float64 {
+	if v, ok := testenv.Value(g); ok {
+		return v
+	}
+	return -1
 }
 
 func TestSamplerSetsGauges(t *testing.T) {
@@ -43,10 +52,10 @@ func TestSamplerSetsGauges(t *testing.T) {
 		for _, status := range []string{"NEW", "PROCESSING", "PUBLISHED", "FAILED"} {
 			got[status] = testutil.ToFloat64(m.Events.WithLabelValues(status))
 		}
-		if age := testutil.ToFloat64(m.OldestNewAge); age >= 30 && age < 40 {
+		if age := sampled(m.OldestNewAge); age >= 30 && age < 40 {
 			got["oldest_new_age_over_30s"] = 1
 		}
-		got["stale"] = testutil.ToFloat64(m.StaleProcessing)
+		got["stale"] = sampled(m.StaleProcessing)
 		return got
 	}
 	testenv.Eventually(t, waitTimeout, func() (bool, string) {
@@ -65,8 +74,8 @@ func TestSamplerSetsHeldGauges(t *testing.T) {
 		held: events.HeldStats{Aggregates: 2, OldestWaiting: time.Now().Add(-time.Hour)}}
 	startSampler(t, ops.SamplerConfig{Store: store, Held: store, FailedHolds: true, Schedule: "@every 1h", Metrics: m})
 	eventually(t, "held gauges set", func() bool {
-		age := testutil.ToFloat64(m.OldestHeldAge)
-		return testutil.ToFloat64(m.HeldAggregates) == 2 && age >= 3600 && age < 3610
+		age := sampled(m.OldestHeldAge)
+		return sampled(m.HeldAggregates) == 2 && age >= 3600 && age < 3610
 	})
 }
 
@@ -85,4 +94,41 @@ func TestSamplerCountsFailure(t *testing.T) {
 	if got := testutil.ToFloat64(m.Events.WithLabelValues("NEW")); got != 7 {
 		t.Errorf("NEW gauge after a failed sample = %v, want 7: a failure must leave the last good sample", got)
 	}
+}
+
+// Only the replica that leads samples: the others send no query and
+// export none of the backlog gauges, and a replica that stops leading
+// withdraws its figures rather than leave them to go stale.
+func TestSamplerSamplesOnlyWhileActive(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(nil)
+	store := &fakeStore{stats: events.Stats{Counts: map[events.Status]int64{events.StatusNew: 7}, OldestNew: time.Now()},
+		held: events.HeldStats{Aggregates: 1}}
+	var active atomic.Bool
+	var asked atomic.Int32
+	startSampler(t, ops.SamplerConfig{Store: store, Held: store, Schedule: "@every 10ms", Metrics: m,
+		Active: func() bool { asked.Add(1); return active.Load() }})
+	exported := func() int {
+		n := testutil.CollectAndCount(m.Events)
+		for _, g := range []metrics.Sampled{m.OldestNewAge, m.StaleProcessing, m.HeldAggregates, m.OldestHeldAge} {
+			n += testutil.CollectAndCount(g)
+		}
+		return n
+	}
+
+	eventually(t, "three runs while not leading", func() bool { return asked.Load() >= 3 })
+	if at := store.lastStaleBefore(); !at.IsZero() {
+		t.Errorf("a replica that does not lead queried the stats (staleBefore %s)", at)
+	}
+	if n := exported(); n != 0 {
+		t.Errorf("a replica that does not lead exports %d backlog series, want 0", n)
+	}
+
+	active.Store(true)
+	eventually(t, "the leader exports every backlog gauge", func() bool {
+		return exported() == len(events.Statuses)+4 && testutil.ToFloat64(m.Events.WithLabelValues("NEW")) == 7
+	})
+
+	active.Store(false)
+	eventually(t, "a replica that stops leading withdraws the gauges", func() bool { return exported() == 0 })
 }

@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/rule"
 )
 
 // Pinger checks that the database answers.
@@ -85,34 +87,23 @@ type ServerConfig struct {
 }
 
 func (c *ServerConfig) setDefaults() {
-	if c.Addr == "" {
-		c.Addr = AddrDefault
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c.Addr = cmp.Or(c.Addr, AddrDefault)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 	if c.Now == nil {
 		c.Now = time.Now
 	}
 }
 
-// Validate reports the first bad setting.
+// Validate reports the first bad field, naming it and its value.
 func (c ServerConfig) Validate() error {
-	switch {
-	case c.Store == nil:
-		return errors.New("ops server store: required")
-	case c.Broker == nil:
-		return errors.New("ops server broker: required")
-	case c.Claimer == nil:
-		return errors.New("ops server claimer: required")
-	case c.Recovery == nil:
-		return errors.New("ops server recovery: required")
-	case c.Gatherer == nil:
-		return errors.New("ops server gatherer: required")
-	case c.StaleAfter <= 0:
-		return fmt.Errorf("stale after %s: want more than 0", c.StaleAfter)
-	}
-	return nil
+	return rule.First("ops server",
+		rule.Required("Store", c.Store != nil),
+		rule.Required("Broker", c.Broker != nil),
+		rule.Required("Claimer", c.Claimer != nil),
+		rule.Required("Recovery", c.Recovery != nil),
+		rule.Required("Gatherer", c.Gatherer != nil),
+		rule.Above("StaleAfter", c.StaleAfter, 0),
+	)
 }
 
 // Server serves the operations endpoints.
@@ -134,7 +125,7 @@ type ServerStore interface {
 func NewServer(cfg ServerConfig) (*Server, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("ops server config: %w", err)
+		return nil, err
 	}
 	s := &Server{cfg: cfg, done: make(chan struct{})}
 	mux := http.NewServeMux()

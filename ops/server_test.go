@@ -143,7 +143,7 @@ func startServer(t *testing.T, edit func(*ops.ServerConfig)) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	startStopped(t, srv)
+	testenv.Start(t, srv)
 	s.base = "http://" + srv.Addr()
 	return s
 }
@@ -184,27 +184,4 @@ func getJSON(t *testing.T, url string) (int, map[string]any) {
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	testenv.Eventually(t, waitTimeout, func() (bool, string) { return cond(), what })
-}
-
-// service is what the tests start: the ops server, the sampler, and the
-// real parts some tests put behind them.
-type service interface {
-	Start(ctx context.Context) error
-	Stop(ctx context.Context) error
-}
-
-// startStopped starts svc and stops it in t.Cleanup, failing the test if
-// either fails.
-func startStopped(t *testing.T, svc service) {
-	t.Helper()
-	if err := svc.Start(t.Context()); err != nil {
-		t.Fatalf("Start %T: %v", svc, err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-		defer cancel()
-		if err := svc.Stop(ctx); err != nil {
-			t.Errorf("Stop %T: %v", svc, err)
-		}
-	})
 }

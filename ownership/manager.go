@@ -1,8 +1,8 @@
 package ownership
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/rule"
 	"github.com/outboxrelay/outbox/schedule"
 )
 
@@ -82,36 +83,33 @@ type Config struct {
 	// and withdraws its heartbeat, so that the others take its share
 	// instead of leaving it waiting. Defaults to nil: always ready.
 	Ready func() error
+	// OnLead, when set, is called after a round in which this replica
+	// became the leader (Leads), so that the work one replica does for
+	// all of them starts at once instead of at its next tick.
+	OnLead func()
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
 
 func (c *Config) setDefaults() {
-	if c.Margin == 0 {
-		c.Margin = c.TermLength / MarginDivisorDefault
-	}
+	c.Margin = cmp.Or(c.Margin, c.TermLength/MarginDivisorDefault)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 	if c.Now == nil {
 		c.Now = time.Now
 	}
 	if c.Local == nil {
 		c.Local = time.Now
 	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
 }
 
 // Validate reports the first bad field, naming it and its value.
 func (c Config) Validate() error {
-	switch {
-	case c.WorkerID == "":
-		return errors.New("ownership: worker id is empty")
-	case c.TermLength <= 0:
-		return fmt.Errorf("ownership: term length %s: want more than 0", c.TermLength)
-	case c.Margin < 0 || 3*c.Margin >= c.TermLength:
-		return fmt.Errorf("ownership: margin %s: want 0 to a third of the term length %s", c.Margin, c.TermLength)
-	}
-	return nil
+	return rule.First("ownership",
+		rule.Required("WorkerID", c.WorkerID != ""),
+		rule.Above("TermLength", c.TermLength, 0),
+		rule.Check("Margin", c.Margin >= 0 && 3*c.Margin < c.TermLength, c.Margin,
+			fmt.Sprintf("0 to under a third of TermLength (%s)", c.TermLength)),
+	)
 }
 
 // held is a partition this replica owns.
@@ -121,11 +119,11 @@ type held struct {
 	deadline time.Time
 }
 
-// roundMax bounds the time between two rounds. A round costs two commands
-// (read the owners, heartbeat) unless a renewal is due, and balancing moves
-// only at rounds: a replica that joins gets its share within about two of
-// them, not within two thirds of a term (20 s at the default stale
-// threshold), during which it would only poll.
+// roundMax bounds the time between two rounds. Balancing moves only at
+// rounds: a replica that joins gets its share within about two of them,
+// not within two thirds of a term (20 s at the default stale threshold),
+// during which it would only poll. A round costs one command (read the
+// owners) unless a heartbeat, a renewal or a prune is due.
 const roundMax = 2 * time.Second
 
 // Manager takes, renews, balances and gives back partitions for one
@@ -141,6 +139,12 @@ type Manager struct {
 	// its release was written.
 	mu    sync.RWMutex
 	owned map[int]held
+
+	// beatAt is the server time of the last heartbeat written, and led
+	// whether the last round ended with this replica the leader; rounds
+	// run one at a time, so neither needs a lock.
+	beatAt time.Time
+	led    bool
 }
 
 // New returns a Manager; Start runs it.
@@ -152,47 +156,43 @@ func New(table Table, cfg Config) (*Manager, error) {
 	m := &Manager{cfg: cfg, table: table, owned: map[int]held{}}
 	spec := fmt.Sprintf("@every %s", max(min(cfg.TermLength/3, roundMax), time.Millisecond))
 	var err error
-	if m.job, err = schedule.New("ownership", spec, func(ctx context.Context) (bool, error) {
-		return false, m.Tick(ctx)
-	}, cfg.Logger); err != nil {
+	if m.job, err = schedule.New(schedule.Config{Name: "ownership", Schedule: spec, RunAtStart: true, Logger: cfg.Logger,
+		Run: func(ctx context.Context) (bool, error) { return false, m.Tick(ctx) },
+	}); err != nil {
 		return nil, err
 	}
 	return m, nil
 }
 
 // Start runs a first Tick at once, then one every third of a term.
-func (m *Manager) Start(ctx context.Context) error {
-	if err := m.job.Start(ctx); err != nil {
-		return err
-	}
-	m.job.Trigger()
-	return nil
-}
+func (m *Manager) Start(ctx context.Context) error { return m.job.Start(ctx) }
 
 // Stop ends the ticks. The terms it holds expire on their own; Release
 // gives them back at once. Idempotent; safe before Start.
 func (m *Manager) Stop(ctx context.Context) error { return m.job.Stop(ctx) }
 
-// Hold returns the partitions this replica may claim in now (Partitions
-// entries), how long it may, and a function to call once the claim's
-// writes are done: no partition is given away in between. A partition
-// whose deadline is less than Margin away is not returned.
-func (m *Manager) Hold() (owned []bool, validFor time.Duration, done func()) {
+// Hold returns the term of each partition this replica may claim in now
+// (Partitions entries, 0 where it may not), how long it may, and a
+// function to call once the claim's writes are done: no partition is given
+// away in between. A partition whose deadline is less than Margin away is
+// not returned. A partition whose term differs between two Holds changed
+// hands in between.
+func (m *Manager) Hold() (terms []int64, validFor time.Duration, done func()) {
 	m.mu.RLock()
 	now := m.cfg.Local()
-	owned = make([]bool, events.Partitions)
+	terms = make([]int64, events.Partitions)
 	validFor = -1
 	for p, h := range m.owned {
 		left := h.deadline.Sub(now) - m.cfg.Margin
 		if left <= 0 {
 			continue
 		}
-		owned[p] = true
+		terms[p] = h.term
 		if validFor < 0 || left < validFor {
 			validFor = left
 		}
 	}
-	return owned, max(validFor, 0), m.mu.RUnlock
+	return terms, max(validFor, 0), m.mu.RUnlock
 }
 
 // Owned returns the partitions this replica holds, ascending.
@@ -225,8 +225,8 @@ func (m *Manager) Tick(ctx context.Context) error {
 		return fmt.Errorf("read owners: %w", err)
 	}
 	serverNow := m.cfg.Now()
-	if err := m.table.Heartbeat(ctx, Member{WorkerID: me, SeenAt: serverNow}); err != nil {
-		return fmt.Errorf("heartbeat: %w", err)
+	if err := m.heartbeat(ctx, serverNow); err != nil {
+		return err
 	}
 	latest := Latest(terms)
 
@@ -246,11 +246,47 @@ func (m *Manager) Tick(ctx context.Context) error {
 	if err := m.take(ctx, latest, share, serverNow); err != nil {
 		return err
 	}
-	if old, gone := Prunable(terms, members, serverNow, memberForget*m.cfg.TermLength); len(old)+len(gone) > 0 {
+	lead := m.Leads()
+	// The leader prunes for all: any replica could, from the same read,
+	// but every one of them sending the same delete after each renewal
+	// only multiplied the commands.
+	if old, gone := Prunable(terms, members, serverNow, memberForget*m.cfg.TermLength); lead && len(old)+len(gone) > 0 {
 		if err := m.table.Prune(ctx, old, gone); err != nil {
 			m.cfg.Logger.Warn("old ownership terms not deleted; the next round tries again", "error", err)
 		}
 	}
+	if lead && !m.led && m.cfg.OnLead != nil {
+		m.cfg.OnLead()
+	}
+	m.led = lead
+	return nil
+}
+
+// LeaderPartition is the partition whose owner is the leader: the one
+// replica that does the work done once for all of them (pruning old
+// terms here, sampling the backlog gauges in the worker). Leadership moves with the partition, by the same
+// unique inserts, so at most one replica leads at a time.
+const LeaderPartition = 0
+
+// Leads reports whether this replica is the leader now: it may claim in
+// LeaderPartition.
+func (m *Manager) Leads() bool {
+	terms, _, done := m.Hold()
+	defer done()
+	return terms[LeaderPartition] != 0
+}
+
+// heartbeat tells the others this replica is alive, once a third of a
+// term: a member counts as live for a term after its last heartbeat (Live),
+// so the rounds in between, every roundMax, need not write one.
+func (m *Manager) heartbeat(ctx context.Context, serverNow time.Time) error {
+	if !m.beatAt.IsZero() && serverNow.Sub(m.beatAt) < m.cfg.TermLength/3 {
+		return nil
+	}
+	if err := m.table.Heartbeat(ctx, Member{WorkerID: m.cfg.WorkerID, SeenAt: serverNow}); err != nil {
+		return fmt.Errorf("heartbeat: %w", err)
+	}
+	m.beatAt = serverNow
 	return nil
 }
 
@@ -323,20 +359,11 @@ func (m *Manager) renew(ctx context.Context, serverNow time.Time) error {
 		}
 	}
 	m.mu.RUnlock()
-	if len(terms) == 0 {
-		return nil
-	}
 	won, err := m.insert(ctx, terms)
 	if err != nil {
 		return fmt.Errorf("renew %d partitions: %w", len(terms), err)
 	}
-	lost := 0
-	for _, w := range won {
-		if !w {
-			lost++
-		}
-	}
-	if lost > 0 {
+	if lost := len(terms) - won; lost > 0 {
 		m.cfg.Logger.Warn("partitions lost at renewal: another worker took them after their term ran out", "lost", lost)
 	}
 	return nil
@@ -367,34 +394,29 @@ func (m *Manager) take(ctx context.Context, latest map[int]Term, share int, serv
 		}
 	}
 	m.mu.RUnlock()
-	if len(terms) == 0 {
-		return nil
-	}
 	won, err := m.insert(ctx, terms)
 	if err != nil {
 		return fmt.Errorf("take %d partitions: %w", len(terms), err)
 	}
-	n := 0
-	for _, w := range won {
-		if w {
-			n++
-		}
-	}
-	if n > 0 {
-		m.cfg.Logger.Info("partitions taken", "partitions", n, "share", share)
+	if won > 0 {
+		m.cfg.Logger.Info("partitions taken", "partitions", won, "share", share)
 	}
 	return nil
 }
 
-// insert inserts terms and records those won, with a deadline measured
-// from before the insert was sent; a lost term's partition is forgotten.
+// insert inserts terms, if any, and records those won, with a deadline
+// measured from before the insert was sent; a lost term's partition is
+// forgotten. It returns how many it won.
 //
 // A won term is kept only if no later term of its partition exists: old
 // terms are pruned, so a replica that paused between its read and its
 // insert for longer than a few terms could otherwise win an _id that was
 // deleted under a newer owner. The later term is never pruned, so one read
 // after the insert tells.
-func (m *Manager) insert(ctx context.Context, terms []Term) ([]bool, error) {
+func (m *Manager) insert(ctx context.Context, terms []Term) (int, error) {
+	if len(terms) == 0 {
+		return 0, nil
+	}
 	sent := m.cfg.Local()
 	won, err := m.table.Insert(ctx, terms)
 	if err == nil && slices.Contains(won, true) {
@@ -413,16 +435,18 @@ func (m *Manager) insert(ctx context.Context, terms []Term) ([]bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
+	n := 0
 	for i, t := range terms {
 		if won[i] {
 			m.owned[t.Partition] = held{term: t.Term, deadline: sent.Add(m.cfg.TermLength - m.cfg.Margin)}
+			n++
 		} else {
 			delete(m.owned, t.Partition)
 		}
 	}
-	return won, nil
+	return n, nil
 }
 
 // Release gives back every partition this replica holds and removes its
@@ -438,6 +462,7 @@ func (m *Manager) Release(ctx context.Context) error {
 	if err := m.table.Prune(ctx, nil, []string{m.cfg.WorkerID}); err != nil {
 		return fmt.Errorf("remove heartbeat: %w", err)
 	}
+	m.beatAt, m.led = time.Time{}, false
 	return nil
 }
 

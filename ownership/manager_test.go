@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/fakeclock"
 )
 
 // memTable is a Table in memory with the one property that matters: an
@@ -78,35 +79,42 @@ func (t *memTable) Prune(_ context.Context, terms []Term, members []string) erro
 	return nil
 }
 
-// fakeClock is one clock for the server and every replica's local time:
-// the tests move it by hand.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 const term = 30 * time.Second
 
-func newManager(t *testing.T, table Table, clock *fakeClock, id string) *Manager {
+// epoch is where the tests' clock starts.
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// newManager returns the manager of worker id on table, with clock as the
+// server's time and its own local time alike.
+func newManager(t *testing.T, table Table, clock *fakeclock.Clock, id string) *Manager {
 	t.Helper()
-	m, err := New(table, Config{WorkerID: id, TermLength: term, Now: clock.Now, Local: clock.Now,
-		Logger: slog.New(slog.DiscardHandler)})
+	return newManagerWith(t, table, clock, Config{WorkerID: id})
+}
+
+// newManagerWith is newManager with more of the Config set by the test.
+func newManagerWith(t *testing.T, table Table, clock *fakeclock.Clock, cfg Config) *Manager {
+	t.Helper()
+	cfg.TermLength, cfg.Now, cfg.Local = term, clock.Now, clock.Now
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	m, err := New(table, cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
 	return m
+}
+
+// startAlone returns a table and clock on which one replica, "a", has run
+// its first round and taken every partition: where most interleavings
+// start.
+func startAlone(t *testing.T) (*memTable, *fakeclock.Clock, *Manager) {
+	t.Helper()
+	table, clock := newMemTable(), fakeclock.New(epoch)
+	a := newManager(t, table, clock, "a")
+	tick(t, a)
+	if n := len(holding(a)); n != events.Partitions {
+		t.Fatalf("a alone holds %d partitions, want all %d", n, events.Partitions)
+	}
+	return table, clock, a
 }
 
 func tick(t *testing.T, ms ...*Manager) {
@@ -120,11 +128,11 @@ func tick(t *testing.T, ms ...*Manager) {
 
 // holding returns the partitions m may claim in now.
 func holding(m *Manager) map[int]bool {
-	owned, _, done := m.Hold()
+	terms, _, done := m.Hold()
 	defer done()
 	out := map[int]bool{}
-	for p, o := range owned {
-		if o {
+	for p, term := range terms {
+		if term != 0 {
 			out[p] = true
 		}
 	}
@@ -158,13 +166,7 @@ func TestShare(t *testing.T) {
 
 func TestJoinBalancesAndDeathIsTakenOver(t *testing.T) {
 	t.Parallel()
-	table := newMemTable()
-	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	a := newManager(t, table, clock, "a")
-	tick(t, a)
-	if n := len(holding(a)); n != events.Partitions {
-		t.Fatalf("a alone holds %d partitions, want all %d", n, events.Partitions)
-	}
+	table, clock, a := startAlone(t)
 
 	// b and c join: within a few rounds (well inside one term) the work
 	// is split three ways and no partition ever has two claimers.
@@ -211,13 +213,7 @@ func TestJoinBalancesAndDeathIsTakenOver(t *testing.T) {
 // nothing and a's renewal loses.
 func TestFencingOldOwner(t *testing.T) {
 	t.Parallel()
-	table := newMemTable()
-	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	a := newManager(t, table, clock, "a")
-	tick(t, a)
-	if n := len(holding(a)); n != events.Partitions {
-		t.Fatalf("a holds %d partitions, want %d", n, events.Partitions)
-	}
+	table, clock, a := startAlone(t)
 	_, validFor, done := a.Hold()
 	done()
 	if validFor <= 0 || validFor > term {
@@ -247,10 +243,7 @@ func TestFencingOldOwner(t *testing.T) {
 // slow); a's renewal insert loses and a stops claiming there.
 func TestRenewalLostToTakeover(t *testing.T) {
 	t.Parallel()
-	table := newMemTable()
-	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	a := newManager(t, table, clock, "a")
-	tick(t, a)
+	table, clock, a := startAlone(t)
 	// b inserts term 2 of partition 7 behind a's back.
 	if won, _ := table.Insert(t.Context(), []Term{{Partition: 7, Term: 2, Owner: "b", ExpiresAt: clock.Now().Add(term)}}); !won[0] {
 		t.Fatal("b's insert of term 2 lost")
@@ -268,10 +261,7 @@ func TestRenewalLostToTakeover(t *testing.T) {
 
 func TestDatabaseOutageStopsClaiming(t *testing.T) {
 	t.Parallel()
-	table := newMemTable()
-	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	a := newManager(t, table, clock, "a")
-	tick(t, a)
+	table, clock, a := startAlone(t)
 	table.mu.Lock()
 	table.down = true
 	table.mu.Unlock()
@@ -290,10 +280,8 @@ func TestDatabaseOutageStopsClaiming(t *testing.T) {
 
 func TestReleaseFreesAtOnce(t *testing.T) {
 	t.Parallel()
-	table := newMemTable()
-	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	a, b := newManager(t, table, clock, "a"), newManager(t, table, clock, "b")
-	tick(t, a)
+	table, clock, a := startAlone(t)
+	b := newManager(t, table, clock, "b")
 	if err := a.Release(t.Context()); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
@@ -309,7 +297,7 @@ func TestReleaseFreesAtOnce(t *testing.T) {
 
 func TestPrunable(t *testing.T) {
 	t.Parallel()
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := epoch
 	terms := []Term{{Partition: 1, Term: 1}, {Partition: 1, Term: 2}, {Partition: 1, Term: 3}, {Partition: 2, Term: 5}}
 	members := []Member{{WorkerID: "old", SeenAt: now.Add(-time.Hour)}, {WorkerID: "new", SeenAt: now}}
 	old, gone := Prunable(terms, members, now, time.Minute)
@@ -320,14 +308,9 @@ func TestPrunable(t *testing.T) {
 
 func TestNotReadyGivesBack(t *testing.T) {
 	t.Parallel()
-	table := newMemTable()
-	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	table, clock := newMemTable(), fakeclock.New(epoch)
 	var ready error
-	a, err := New(table, Config{WorkerID: "a", TermLength: term, Now: clock.Now, Local: clock.Now,
-		Ready: func() error { return ready }, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := newManagerWith(t, table, clock, Config{WorkerID: "a", Ready: func() error { return ready }})
 	b := newManager(t, table, clock, "b")
 	tick(t, a, b)
 	clock.Advance(term / 8)
@@ -362,12 +345,9 @@ func TestNotReadyGivesBack(t *testing.T) {
 // that was handed it is still running.
 func TestReleaseWaitsForClaim(t *testing.T) {
 	t.Parallel()
-	table := newMemTable()
-	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	a := newManager(t, table, clock, "a")
-	tick(t, a)
-	owned, _, done := a.Hold()
-	if !owned[0] {
+	_, _, a := startAlone(t)
+	terms, _, done := a.Hold()
+	if terms[0] == 0 {
 		t.Fatal("a holds no partition 0")
 	}
 	released := make(chan error, 1)
@@ -392,8 +372,7 @@ func TestReleaseWaitsForClaim(t *testing.T) {
 // and the replica does not claim in the partition.
 func TestStaleRenewalAfterPrune(t *testing.T) {
 	t.Parallel()
-	table := newMemTable()
-	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	table, clock := newMemTable(), fakeclock.New(epoch)
 	a := newManager(t, table, clock, "a")
 	// a believes it holds term 11 of partition 7; b holds 13 and 14,
 	// and 11 and 12 were pruned.

@@ -5,12 +5,14 @@
 package recovery
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/rule"
 	"github.com/outboxrelay/outbox/metrics"
 	"github.com/outboxrelay/outbox/schedule"
 )
@@ -55,38 +57,23 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	if c.Schedule == "" {
-		c.Schedule = ScheduleDefault
-	}
-	if c.StaleAfter == 0 {
-		c.StaleAfter = StaleAfterDefault
-	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = events.MaxAttemptsDefault
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.Metrics == nil {
-		c.Metrics = metrics.New(nil)
-	}
+	c.Schedule = cmp.Or(c.Schedule, ScheduleDefault)
+	c.StaleAfter = cmp.Or(c.StaleAfter, StaleAfterDefault)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, events.MaxAttemptsDefault)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
+	c.Metrics = metrics.OrNew(c.Metrics)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
 }
 
-// Validate reports the first bad setting, after defaults.
+// Validate reports the first bad field, naming it and its value.
 func (c Config) Validate() error {
-	if c.StaleAfter <= 0 {
-		return fmt.Errorf("stale after %s: want more than 0", c.StaleAfter)
-	}
-	if c.MaxAttempts < 1 {
-		return fmt.Errorf("max attempts %d: want at least 1", c.MaxAttempts)
-	}
-	if _, err := schedule.Parse(c.Schedule); err != nil {
-		return fmt.Errorf("recovery schedule: %w", err)
-	}
-	return nil
+	return rule.First("recovery",
+		rule.Above("StaleAfter", c.StaleAfter, 0),
+		rule.AtLeast("MaxAttempts", c.MaxAttempts, 1),
+		schedule.Rule("Schedule", c.Schedule),
+	)
 }
 
 // Recoverer runs stale-claim recovery on a schedule.
@@ -100,11 +87,11 @@ type Recoverer struct {
 func New(store Store, cfg Config) (*Recoverer, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("recovery config: %w", err)
+		return nil, err
 	}
 	r := &Recoverer{cfg: cfg, store: store}
 	var err error
-	if r.job, err = schedule.New("recovery", cfg.Schedule, r.runOnce, cfg.Logger); err != nil {
+	if r.job, err = schedule.New(schedule.Config{Name: "recovery", Schedule: cfg.Schedule, Run: r.runOnce, Logger: cfg.Logger}); err != nil {
 		return nil, err
 	}
 	return r, nil

@@ -14,9 +14,8 @@ import (
 	driver "go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/outboxrelay/outbox/events"
-	"github.com/outboxrelay/outbox/internal/testenv"
+	"github.com/outboxrelay/outbox/internal/testenv/mongotest"
 	"github.com/outboxrelay/outbox/metrics"
-	"github.com/outboxrelay/outbox/mongo"
 )
 
 var discard = slog.New(slog.DiscardHandler)
@@ -27,11 +26,7 @@ var clock = time.Date(2025, 3, 4, 12, 0, 0, 0, time.UTC)
 
 func setup(t *testing.T, cfg Config) (*Recoverer, *driver.Collection, *metrics.Metrics) {
 	t.Helper()
-	db := testenv.Database(t)
-	store := mongo.New(db.Client(), mongo.Config{Database: db.Name(), Logger: discard})
-	if err := store.Prepare(t.Context()); err != nil {
-		t.Fatalf("Prepare: %v", err)
-	}
+	store := mongotest.Store(t)
 	cfg.Logger = discard
 	cfg.Metrics = metrics.New(nil)
 	cfg.Now = func() time.Time { return clock }
@@ -44,51 +39,23 @@ func setup(t *testing.T, cfg Config) (*Recoverer, *driver.Collection, *metrics.M
 
 // processing returns a PROCESSING event claimed at claimedAt.
 func processing(id string, claimedAt time.Time, attempts int) bson.D {
-	return bson.D{
-		{Key: events.FieldID, Value: id},
-		{Key: events.FieldType, Value: "order.created"},
-		{Key: events.FieldPayload, Value: bson.D{{Key: "n", Value: 1}}},
-		{Key: events.FieldStatus, Value: events.StatusProcessing},
-		{Key: events.FieldCreatedAt, Value: clock.Add(-time.Hour)},
-		{Key: events.FieldWorkerID, Value: "dead-worker"},
-		{Key: events.FieldClaimToken, Value: "token"},
-		{Key: events.FieldProcessingAt, Value: claimedAt},
-		{Key: events.FieldAttempts, Value: attempts},
-	}
-}
-
-func statuses(t *testing.T, coll *driver.Collection) map[string]events.Status {
-	t.Helper()
-	cur, err := coll.Find(t.Context(), bson.D{})
-	if err != nil {
-		t.Fatalf("find: %v", err)
-	}
-	var all []struct {
-		ID     string        `bson:"_id"`
-		Status events.Status `bson:"status"`
-	}
-	if err := cur.All(t.Context(), &all); err != nil {
-		t.Fatalf("read: %v", err)
-	}
-	out := map[string]events.Status{}
-	for _, e := range all {
-		out[e.ID] = e.Status
-	}
-	return out
+	return mongotest.Event(id, events.StatusProcessing, clock.Add(-time.Hour),
+		bson.E{Key: events.FieldWorkerID, Value: "dead-worker"},
+		bson.E{Key: events.FieldClaimToken, Value: "token"},
+		bson.E{Key: events.FieldProcessingAt, Value: claimedAt},
+		bson.E{Key: events.FieldAttempts, Value: attempts},
+	)
 }
 
 func TestRunOnceResetsStaleClaims(t *testing.T) {
 	t.Parallel()
 	r, coll, m := setup(t, Config{StaleAfter: time.Minute, MaxAttempts: 5})
-	_, err := coll.InsertMany(t.Context(), []any{
+	mongotest.Insert(t, coll,
 		processing("stale-1", clock.Add(-61*time.Second), 1),
 		processing("stale-2", clock.Add(-time.Hour), 4),
 		processing("stale-last", clock.Add(-2*time.Minute), 5),
 		processing("fresh", clock.Add(-59*time.Second), 5),
-	})
-	if err != nil {
-		t.Fatalf("insert: %v", err)
-	}
+	)
 
 	more, err := r.runOnce(t.Context())
 	if more || err != nil {
@@ -98,7 +65,7 @@ func TestRunOnceResetsStaleClaims(t *testing.T) {
 		"stale-1": events.StatusNew, "stale-2": events.StatusNew,
 		"stale-last": events.StatusFailed, "fresh": events.StatusProcessing,
 	}
-	if diff := cmp.Diff(want, statuses(t, coll)); diff != "" {
+	if diff := cmp.Diff(want, mongotest.Statuses(t, coll)); diff != "" {
 		t.Errorf("statuses after recovery (-want +got):\n%s", diff)
 	}
 	if got := testutil.ToFloat64(m.Recovered); got != 2 {
@@ -125,19 +92,16 @@ func TestRunOnceResetsStaleClaims(t *testing.T) {
 func TestRunOnceDefaultAttemptLimit(t *testing.T) {
 	t.Parallel()
 	r, coll, m := setup(t, Config{StaleAfter: time.Minute})
-	_, err := coll.InsertMany(t.Context(), []any{
+	mongotest.Insert(t, coll,
 		processing("one-left", clock.Add(-time.Hour), events.MaxAttemptsDefault-1),
 		processing("used-up", clock.Add(-time.Hour), events.MaxAttemptsDefault),
 		processing("over", clock.Add(-time.Hour), 100),
-	})
-	if err != nil {
-		t.Fatalf("insert: %v", err)
-	}
+	)
 	if _, err := r.runOnce(t.Context()); err != nil {
 		t.Fatalf("runOnce: %v", err)
 	}
 	want := map[string]events.Status{"one-left": events.StatusNew, "used-up": events.StatusFailed, "over": events.StatusFailed}
-	if diff := cmp.Diff(want, statuses(t, coll)); diff != "" {
+	if diff := cmp.Diff(want, mongotest.Statuses(t, coll)); diff != "" {
 		t.Errorf("MaxAttempts 0 means %d (-want +got):\n%s", events.MaxAttemptsDefault, diff)
 	}
 	if got := testutil.ToFloat64(m.Recovered); got != 1 {
@@ -173,12 +137,12 @@ func TestNewValidatesConfig(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{Config{StaleAfter: -time.Second}, "stale after -1s"},
-		{Config{MaxAttempts: -1}, "max attempts -1"},
-		{Config{Schedule: "bogus"}, `recovery schedule: schedule "bogus"`},
+		{Config{StaleAfter: -time.Second}, "StaleAfter -1s"},
+		{Config{MaxAttempts: -1}, "MaxAttempts -1"},
+		{Config{Schedule: "bogus"}, `Schedule "bogus"`},
 	} {
 		_, err := New(failingStore{}, tt.cfg)
-		if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "recovery config") {
+		if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "recovery: ") {
 			t.Errorf("New(%+v) = %v, want a recovery config error naming %s", tt.cfg, err, tt.want)
 		}
 	}

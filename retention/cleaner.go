@@ -8,12 +8,14 @@
 package retention
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/outboxrelay/outbox/internal/rule"
 	"github.com/outboxrelay/outbox/metrics"
 	"github.com/outboxrelay/outbox/schedule"
 )
@@ -61,37 +63,21 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	if c.Schedule == "" {
-		c.Schedule = ScheduleDefault
-	}
-	if c.BatchSize == 0 {
-		c.BatchSize = BatchSizeDefault
-	}
-	if c.MaxRunTime == 0 {
-		c.MaxRunTime = MaxRunTimeDefault
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.Metrics == nil {
-		c.Metrics = metrics.New(nil)
-	}
+	c.Schedule = cmp.Or(c.Schedule, ScheduleDefault)
+	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.MaxRunTime = cmp.Or(c.MaxRunTime, MaxRunTimeDefault)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
+	c.Metrics = metrics.OrNew(c.Metrics)
 }
 
-// Validate reports the first bad setting, after defaults.
+// Validate reports the first bad field, naming it and its value.
 func (c Config) Validate() error {
-	switch {
-	case c.Retention < 0:
-		return fmt.Errorf("retention %s: want 0 (keep forever) or more", c.Retention)
-	case c.BatchSize < 1:
-		return fmt.Errorf("retention batch size %d: want at least 1", c.BatchSize)
-	case c.MaxRunTime < 0:
-		return fmt.Errorf("retention max run time %s: want more than 0", c.MaxRunTime)
-	}
-	if _, err := schedule.Parse(c.Schedule); err != nil {
-		return fmt.Errorf("retention schedule: %w", err)
-	}
-	return nil
+	return rule.First("retention",
+		rule.Check("Retention", c.Retention >= 0, c.Retention, "0 (keep forever) or more"),
+		rule.AtLeast("BatchSize", c.BatchSize, 1),
+		rule.Above("MaxRunTime", c.MaxRunTime, 0),
+		schedule.Rule("Schedule", c.Schedule),
+	)
 }
 
 // Cleaner deletes old PUBLISHED events on a schedule.
@@ -118,12 +104,12 @@ type Cleaner struct {
 func New(store Store, cfg Config) (*Cleaner, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("retention config: %w", err)
+		return nil, err
 	}
 	c := &Cleaner{cfg: cfg, store: store, now: time.Now, stopping: make(chan struct{})}
 	c.pause = c.wait
 	var err error
-	if c.job, err = schedule.New("retention", cfg.Schedule, c.runOnce, cfg.Logger); err != nil {
+	if c.job, err = schedule.New(schedule.Config{Name: "retention", Schedule: cfg.Schedule, Run: c.runOnce, Logger: cfg.Logger}); err != nil {
 		return nil, err
 	}
 	return c, nil

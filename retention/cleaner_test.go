@@ -15,9 +15,8 @@ import (
 	driver "go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/outboxrelay/outbox/events"
-	"github.com/outboxrelay/outbox/internal/testenv"
+	"github.com/outboxrelay/outbox/internal/testenv/mongotest"
 	"github.com/outboxrelay/outbox/metrics"
-	"github.com/outboxrelay/outbox/mongo"
 )
 
 var discard = slog.New(slog.DiscardHandler)
@@ -27,11 +26,7 @@ var clock = time.Date(2025, 3, 4, 12, 0, 0, 0, time.UTC)
 
 func setup(t *testing.T, cfg Config) (*Cleaner, *driver.Collection, *metrics.Metrics) {
 	t.Helper()
-	db := testenv.Database(t)
-	store := mongo.New(db.Client(), mongo.Config{Database: db.Name(), Logger: discard})
-	if err := store.Prepare(t.Context()); err != nil {
-		t.Fatalf("Prepare: %v", err)
-	}
+	store := mongotest.Store(t)
 	cfg.Logger = discard
 	cfg.Metrics = metrics.New(nil)
 	c, err := New(store, cfg)
@@ -42,15 +37,9 @@ func setup(t *testing.T, cfg Config) (*Cleaner, *driver.Collection, *metrics.Met
 	return c, store.Collection(), cfg.Metrics
 }
 
+// event returns an event document created long before any cutoff.
 func event(id string, status events.Status, extra ...bson.E) bson.D {
-	d := bson.D{
-		{Key: events.FieldID, Value: id},
-		{Key: events.FieldType, Value: "order.created"},
-		{Key: events.FieldPayload, Value: bson.D{{Key: "n", Value: 1}}},
-		{Key: events.FieldStatus, Value: status},
-		{Key: events.FieldCreatedAt, Value: clock.Add(-30 * 24 * time.Hour)},
-	}
-	return append(d, extra...)
+	return mongotest.Event(id, status, clock.Add(-30*24*time.Hour), extra...)
 }
 
 func publishedAt(at time.Time) bson.E { return bson.E{Key: events.FieldPublishedAt, Value: at} }
@@ -100,7 +89,7 @@ func TestRunOnceDeletesOldPublishedWhileBatchesComeBackFull(t *testing.T) {
 	cutoff := clock.Add(-24 * time.Hour)
 	// More old events than the old limit of 10 batches per run.
 	const old = 12*batch + 1
-	var docs []any
+	var docs []bson.D
 	for i := range old {
 		docs = append(docs, event(fmt.Sprintf("old-%02d", i), events.StatusPublished, publishedAt(cutoff.Add(-time.Duration(i+1)*time.Minute))))
 	}
@@ -109,9 +98,7 @@ func TestRunOnceDeletesOldPublishedWhileBatchesComeBackFull(t *testing.T) {
 		event("failed", events.StatusFailed, bson.E{Key: events.FieldFailedAt, Value: cutoff.Add(-time.Hour)}),
 		event("new", events.StatusNew),
 	)
-	if _, err := coll.InsertMany(t.Context(), docs); err != nil {
-		t.Fatalf("insert: %v", err)
-	}
+	mongotest.Insert(t, coll, docs...)
 
 	// One run: 12 full batches, then the partial one that ends it.
 	if calls := drain(t, c); calls != 13 {
@@ -249,10 +236,10 @@ func TestNewValidatesConfig(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{Config{Retention: -time.Hour}, "retention -1h0m0s"},
-		{Config{Retention: time.Hour, BatchSize: -1}, "batch size -1"},
+		{Config{Retention: -time.Hour}, "Retention -1h0m0s"},
+		{Config{Retention: time.Hour, BatchSize: -1}, "BatchSize -1"},
 		{Config{Retention: time.Hour, Schedule: "bogus"}, `"bogus"`},
-		{Config{Retention: time.Hour, MaxRunTime: -time.Second}, "max run time -1s"},
+		{Config{Retention: time.Hour, MaxRunTime: -time.Second}, "MaxRunTime -1s"},
 	} {
 		_, err := New(&failingStore{}, tt.cfg)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {

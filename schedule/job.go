@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/outboxrelay/outbox/internal/backoff"
+	"github.com/outboxrelay/outbox/internal/rule"
 	"github.com/robfig/cron/v3"
 )
 
@@ -38,6 +39,23 @@ const (
 // Parse checks a schedule: five cron fields or a descriptor such as
 // "@every 1s", "@every 100ms" or "@hourly".
 func Parse(spec string) (cron.Schedule, error) {
+	s, err := parse(spec)
+	if err != nil {
+		return nil, fmt.Errorf("schedule %q: %w", spec, err)
+	}
+	return s, nil
+}
+
+// Rule is the rule of a Config field that holds a schedule, for a
+// Validate: the spec parses.
+func Rule(name, spec string) *rule.Error {
+	if _, err := parse(spec); err != nil {
+		return &rule.Error{Field: name, Value: spec, Want: "a schedule such as */2 * * * * or @every 1s (" + err.Error() + ")"}
+	}
+	return nil
+}
+
+func parse(spec string) (cron.Schedule, error) {
 	// cron's own @every rounds a delay down to whole seconds (and up to at
 	// least one), so "@every 100ms" would tick once a second, and it ticks
 	// on whole seconds of the wall clock, so every replica would claim at
@@ -47,16 +65,12 @@ func Parse(spec string) (cron.Schedule, error) {
 	if d, ok := strings.CutPrefix(spec, "@every "); ok {
 		if every, err := time.ParseDuration(strings.TrimSpace(d)); err == nil {
 			if every <= 0 {
-				return nil, fmt.Errorf("schedule %q: want a delay above zero", spec)
+				return nil, errors.New("want a delay above zero")
 			}
 			return constantDelay(every), nil
 		}
 	}
-	s, err := cron.ParseStandard(spec)
-	if err != nil {
-		return nil, fmt.Errorf("schedule %q: %w", spec, err)
-	}
-	return s, nil
+	return cron.ParseStandard(spec)
 }
 
 // constantDelay ticks every so often, to the nanosecond.
@@ -65,11 +79,35 @@ type constantDelay time.Duration
 // Next implements cron.Schedule.
 func (d constantDelay) Next(t time.Time) time.Time { return t.Add(time.Duration(d)) }
 
+// Config configures a Job.
+type Config struct {
+	// Name names the job in its logs (key "job"). Required.
+	Name string
+	// Schedule is when the job runs: five cron fields or a descriptor
+	// such as "@every 1s" (see Parse). Required.
+	Schedule string
+	// Run is one run of the job. Required.
+	Run Func
+	// RunAtStart runs the job once as soon as it starts, without waiting
+	// for the first tick. Defaults to false.
+	RunAtStart bool
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Validate reports the first bad field, naming it and its value.
+func (c Config) Validate() error {
+	return rule.First("schedule",
+		rule.Required("Name", c.Name != ""),
+		Rule("Schedule", c.Schedule),
+		rule.Required("Run", c.Run != nil),
+	)
+}
+
 // Job runs a Func on a schedule.
 type Job struct {
-	name     string
+	cfg      Config
 	schedule cron.Schedule
-	run      Func
 	logger   *slog.Logger
 
 	wake     chan struct{}
@@ -86,20 +124,19 @@ type Job struct {
 	now                 func() time.Time
 }
 
-// New returns a Job that calls run on the schedule spec.
-func New(name, spec string, run Func, logger *slog.Logger) (*Job, error) {
-	s, err := Parse(spec)
-	if err != nil {
+// New returns a Job; Start runs it.
+func New(cfg Config) (*Job, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if logger == nil {
-		logger = slog.Default()
-	}
+	s, _ := parse(cfg.Schedule) // Validate has parsed it
 	return &Job{
-		name:     name,
+		cfg:      cfg,
 		schedule: s,
-		run:      run,
-		logger:   logger.With("job", name),
+		logger:   cfg.Logger.With("job", cfg.Name),
 		wake:     make(chan struct{}, 1),
 		stopping: make(chan struct{}),
 		done:     make(chan struct{}),
@@ -107,8 +144,8 @@ func New(name, spec string, run Func, logger *slog.Logger) (*Job, error) {
 	}, nil
 }
 
-// Start starts the schedule and returns. Runs get a context that outlives
-// ctx's cancellation; Stop ends them.
+// Start starts the schedule, and a first run if RunAtStart, and returns.
+// Runs get a context that outlives ctx's cancellation; Stop ends them.
 func (j *Job) Start(ctx context.Context) error {
 	j.startOnce.Do(func() {
 		var runCtx context.Context
@@ -117,6 +154,9 @@ func (j *Job) Start(ctx context.Context) error {
 		j.cron.Schedule(j.schedule, cron.FuncJob(j.tick))
 		j.cron.Start()
 		go j.loop(runCtx)
+		if j.cfg.RunAtStart {
+			j.Trigger()
+		}
 	})
 	return nil
 }
@@ -209,7 +249,7 @@ func (j *Job) runOnce(ctx context.Context) (more bool) {
 		}
 		j.record(failed)
 	}()
-	more, err := j.run(ctx)
+	more, err := j.cfg.Run(ctx)
 	if err != nil && !errors.Is(err, context.Canceled) {
 		j.lastErr.log(j.logger, err, skipFor(j.failures+1))
 		return false

@@ -14,12 +14,12 @@ import (
 func TestTicksBackOffAfterFailures(t *testing.T) {
 	t.Parallel()
 	fail := true
-	j, err := New("test", "@every 1s", func(context.Context) (bool, error) {
+	j, err := New(Config{Name: "test", Schedule: "@every 1s", Run: func(context.Context) (bool, error) {
 		if fail {
 			return false, errors.New("database down")
 		}
 		return false, nil
-	}, slog.New(slog.DiscardHandler))
+	}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestRunOnceMore(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			j, err := New("test", "@every 1h", tt.run, slog.New(slog.DiscardHandler))
+			j, err := New(Config{Name: "test", Schedule: "@every 1h", Run: tt.run, Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -110,13 +110,13 @@ func TestNoRunAfterStop(t *testing.T) {
 			var j *Job
 			runs := 0
 			started := make(chan struct{}, 1)
-			j, err := New("test", "@every 1h", func(context.Context) (bool, error) {
+			j, err := New(Config{Name: "test", Schedule: "@every 1h", Run: func(context.Context) (bool, error) {
 				runs++
 				started <- struct{}{}
 				<-j.stopping // the run in flight when the stop comes
 				j.Trigger()
 				return more, nil
-			}, slog.New(slog.DiscardHandler))
+			}, Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -21,7 +21,7 @@ const wait = 10 * time.Second
 
 func newJob(t *testing.T, run schedule.Func) *schedule.Job {
 	t.Helper()
-	j, err := schedule.New("test", idle, run, slog.New(slog.DiscardHandler))
+	j, err := schedule.New(schedule.Config{Name: "test", Schedule: idle, Run: run, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -31,6 +31,18 @@ func newJob(t *testing.T, run schedule.Func) *schedule.Job {
 		_ = j.Stop(ctx)
 	})
 	return j
+}
+
+// signalingJob returns a job each of whose runs signals on ran, then
+// returns err.
+func signalingJob(t *testing.T, err error) (j *schedule.Job, ran <-chan struct{}) {
+	t.Helper()
+	signal := make(chan struct{}, 1)
+	j = newJob(t, func(context.Context) (bool, error) {
+		signal <- struct{}{}
+		return false, err
+	})
+	return j, signal
 }
 
 func start(t *testing.T, j *schedule.Job) {
@@ -62,11 +74,7 @@ func receive[T any](t *testing.T, ch <-chan T, what string) T {
 
 func TestTriggerRuns(t *testing.T) {
 	t.Parallel()
-	ran := make(chan struct{}, 1)
-	j := newJob(t, func(context.Context) (bool, error) {
-		ran <- struct{}{}
-		return false, nil
-	})
+	j, ran := signalingJob(t, nil)
 	if !j.LastRun().IsZero() {
 		t.Errorf("LastRun before any run = %s, want zero", j.LastRun())
 	}
@@ -102,11 +110,7 @@ func TestMoreDrainsUntilFalse(t *testing.T) {
 
 func TestErrorDoesNotStopLoop(t *testing.T) {
 	t.Parallel()
-	ran := make(chan struct{}, 1)
-	j := newJob(t, func(context.Context) (bool, error) {
-		ran <- struct{}{}
-		return false, errors.New("database down")
-	})
+	j, ran := signalingJob(t, errors.New("database down"))
 	start(t, j)
 	j.Trigger()
 	receive(t, ran, "the first run")
@@ -266,11 +270,7 @@ func TestStopBeforeStartAndTwice(t *testing.T) {
 
 func TestStopTwiceAfterStart(t *testing.T) {
 	t.Parallel()
-	ran := make(chan struct{}, 1)
-	j := newJob(t, func(context.Context) (bool, error) {
-		ran <- struct{}{}
-		return false, nil
-	})
+	j, ran := signalingJob(t, nil)
 	start(t, j)
 	j.Trigger()
 	receive(t, ran, "the run")
@@ -303,22 +303,37 @@ func TestPanicDoesNotKillLoop(t *testing.T) {
 	}
 }
 
-func TestScheduleTicks(t *testing.T) {
+// TestRunsWithoutTrigger checks the runs that come without a Trigger: the
+// schedule's ticks, and the run at start that RunAtStart asks for.
+func TestRunsWithoutTrigger(t *testing.T) {
 	t.Parallel()
-	ran := make(chan struct{}, 1)
-	j, err := schedule.New("tick", "@every 1s", func(context.Context) (bool, error) {
-		select {
-		case ran <- struct{}{}:
-		default:
-		}
-		return false, nil
-	}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatalf("New: %v", err)
+	for _, tt := range []struct {
+		name, schedule string
+		runAtStart     bool
+		want           string
+	}{
+		{"tick", "@every 1s", false, "a run from the schedule, without Trigger"},
+		{"run at start", idle, true, "the run at start, without Trigger or tick"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ran := make(chan struct{}, 1)
+			j, err := schedule.New(schedule.Config{Name: tt.name, Schedule: tt.schedule, RunAtStart: tt.runAtStart,
+				Run: func(context.Context) (bool, error) {
+					select {
+					case ran <- struct{}{}:
+					default:
+					}
+					return false, nil
+				}, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			start(t, j)
+			receive(t, ran, tt.want)
+			stop(t, j)
+		})
 	}
-	start(t, j)
-	receive(t, ran, "a run from the schedule, without Trigger")
-	stop(t, j)
 }
 
 func TestParse(t *testing.T) {
@@ -342,7 +357,7 @@ func TestParse(t *testing.T) {
 
 func TestNewRejectsBadSpec(t *testing.T) {
 	t.Parallel()
-	_, err := schedule.New("claim", "bogus", func(context.Context) (bool, error) { return false, nil }, nil)
+	_, err := schedule.New(schedule.Config{Name: "claim", Schedule: "bogus", Run: func(context.Context) (bool, error) { return false, nil }})
 	if err == nil || !strings.Contains(err.Error(), `"bogus"`) {
 		t.Errorf(`New with spec "bogus" = %v, want an error naming "bogus"`, err)
 	}

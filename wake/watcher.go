@@ -1,9 +1,9 @@
 package wake
 
 import (
+	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/backoff"
+	"github.com/outboxrelay/outbox/internal/rule"
 )
 
 const (
@@ -53,34 +54,22 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	if c.Debounce == 0 {
-		c.Debounce = DebounceDefault
-	}
-	if c.BackoffMin == 0 {
-		c.BackoffMin = BackoffMinDefault
-	}
-	if c.BackoffMax == 0 {
-		c.BackoffMax = BackoffMaxDefault
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c.Debounce = cmp.Or(c.Debounce, DebounceDefault)
+	c.BackoffMin = cmp.Or(c.BackoffMin, BackoffMinDefault)
+	c.BackoffMax = cmp.Or(c.BackoffMax, BackoffMaxDefault)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 }
 
 // Validate reports the first bad field, naming it and its value. New calls
 // it after filling the defaults, so a zero value is never bad there.
 func (c Config) Validate() error {
-	switch {
-	case c.Collection == nil:
-		return errors.New("wake: a collection is required")
-	case c.Trigger == nil:
-		return errors.New("wake: a trigger is required")
-	case c.Debounce <= 0:
-		return fmt.Errorf("wake: debounce %s: want more than 0", c.Debounce)
-	case c.BackoffMin <= 0 || c.BackoffMax < c.BackoffMin:
-		return fmt.Errorf("wake: backoff %s..%s: want 0 < min <= max", c.BackoffMin, c.BackoffMax)
-	}
-	return nil
+	return rule.First("wake",
+		rule.Required("Collection", c.Collection != nil),
+		rule.Required("Trigger", c.Trigger != nil),
+		rule.Above("Debounce", c.Debounce, 0),
+		rule.Above("BackoffMin", c.BackoffMin, 0),
+		rule.AtLeastField("BackoffMax", c.BackoffMax, "BackoffMin", c.BackoffMin),
+	)
 }
 
 // Watcher wakes the claimer on inserts of NEW events.

@@ -1,10 +1,8 @@
 package wake_test
 
 import (
-	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,23 +15,6 @@ import (
 	"github.com/outboxrelay/outbox/wake"
 )
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	testenv.Eventually(t, testenv.WaitTimeout, func() (bool, string) { return cond(), what })
@@ -42,7 +23,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestWatcherWakesOnInsertsOrFallsBackToPolling(t *testing.T) {
 	t.Parallel()
 	coll := testenv.Database(t).Collection(mongo.CollectionDefault)
-	var logs lockedBuffer
+	var logs testenv.LogBuffer
 	var triggers atomic.Int32
 	w, err := wake.New(wake.Config{
 		Collection: coll,
@@ -53,16 +34,7 @@ func TestWatcherWakesOnInsertsOrFallsBackToPolling(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := w.Stop(ctx); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	})
+	testenv.Start(t, w)
 	waitFor(t, "the first stream opened or refused", func() bool { return w.Mode() != wake.ModeStarting })
 
 	insert := func() {

@@ -1,0 +1,151 @@
+package claim
+
+import (
+	"cmp"
+	"log/slog"
+	"time"
+
+	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/rule"
+	"github.com/outboxrelay/outbox/metrics"
+	"github.com/outboxrelay/outbox/schedule"
+)
+
+const (
+	// ScheduleDefault is how often a worker claims.
+	ScheduleDefault = "@every 1s"
+	// BatchSizeDefault is how many events one claim takes at most.
+	BatchSizeDefault = 500
+	// BatchBytesDefault bounds the raw size of one claim's documents.
+	BatchBytesDefault = 64 << 20
+	// MaxAttemptsDefault is how many claims an event gets before FAILED.
+	MaxAttemptsDefault = events.MaxAttemptsDefault
+	// MaxBodyBytesDefault bounds a message body (RabbitMQ 4's default
+	// max_message_size is 16 MiB).
+	MaxBodyBytesDefault = 16 << 20
+	// PublishTimeoutDefault bounds the wait for one batch's confirms.
+	PublishTimeoutDefault = 30 * time.Second
+	// StaleAfterDefault is how long a claim stands before recovery may take
+	// it back: recovery.StaleAfterDefault.
+	StaleAfterDefault = 60 * time.Second
+	// OrderingAggregate publishes the events of one aggregate in order
+	// (OUTBOX_ORDERING=aggregate): the default.
+	OrderingAggregate = "aggregate"
+	// OrderingNone publishes without regard to order (OUTBOX_ORDERING=none).
+	OrderingNone = "none"
+	// AfterFailedWait holds an aggregate's later events while an earlier
+	// one is FAILED and not skipped (OUTBOX_ORDERING_AFTER_FAILED=wait):
+	// the default.
+	AfterFailedWait = "wait"
+	// AfterFailedContinue lets them flow past a FAILED event.
+	AfterFailedContinue = "continue"
+	// writeRetryMin and writeRetryMax bound the backoff between tries of
+	// an outcome write: short, since a confirmed event waits on it.
+	writeRetryMin = 100 * time.Millisecond
+	writeRetryMax = time.Second
+	// settleReserve is the part of a stop's time kept back for writing the
+	// outcome of the batch in flight once its confirms are given up.
+	settleReserve = 5 * time.Second
+)
+
+// Config configures a Claimer.
+type Config struct {
+	// WorkerID names this worker on every claim. Required.
+	WorkerID string
+	// Schedule is the cron schedule of claims. Defaults to ScheduleDefault.
+	Schedule string
+	// BatchSize is the most events one claim takes, 1 to 10000. Defaults
+	// to BatchSizeDefault.
+	BatchSize int
+	// BatchBytes bounds the sum of the raw BSON sizes of the documents one
+	// claim takes: the claim stops reading once the next document would
+	// take the sum past it, except that it always takes one document, so
+	// one batch holds at most BatchBytes or one document (up to 16 MiB).
+	// The worker's memory for a batch peaks at about 4.5 times the bound
+	// plus 20 MB (measured: 284 MB with 15 MiB documents at 64 MiB): the
+	// raw documents, the message bodies made from them (relaxed Extended
+	// JSON, about as large as the BSON for typical payloads, each capped
+	// by MaxBodyBytes), the driver's reply buffers (at most 16 MiB of
+	// documents per reply, see the mongo package), and the garbage
+	// collector's headroom. At most 16 GiB.
+	// Defaults to BatchBytesDefault.
+	BatchBytes int
+	// MaxAttempts is how many claims an event gets before it becomes
+	// FAILED, 1 to 1000. Defaults to MaxAttemptsDefault.
+	MaxAttempts int
+	// MaxBodyBytes bounds a message body; a larger event is FAILED. At
+	// most 512 MiB. Defaults to MaxBodyBytesDefault.
+	MaxBodyBytes int
+	// PublishTimeout bounds the wait for a batch's confirms; events still
+	// unconfirmed then go back to NEW. At least 1ms. Defaults to
+	// PublishTimeoutDefault.
+	PublishTimeout time.Duration
+	// RetryMin and RetryMax bound the backoff between retries of a failed
+	// publish: 1ms <= RetryMin <= RetryMax. Default to RetryMinDefault and
+	// RetryMaxDefault.
+	RetryMin, RetryMax time.Duration
+	// StaleAfter is recovery's threshold (OUTBOX_STALE_AFTER): after it a
+	// claim may be taken back and handed to another worker. The writes
+	// that record a batch's outcome are retried until then, so that a
+	// database outage or failover shorter than that costs no duplicate.
+	// Must exceed PublishTimeout. Defaults to StaleAfterDefault.
+	StaleAfter time.Duration
+	// Ordering is OrderingAggregate: events with an aggregateId are
+	// claimed and published in createdAt (then _id) order per aggregate,
+	// a retried or held event holding back the later events of its
+	// aggregate; or OrderingNone. Defaults to OrderingAggregate.
+	Ordering string
+	// AfterFailed is what a FAILED event means for the later events of its
+	// aggregate when ordering: AfterFailedWait (they wait until it is
+	// requeued or skipped) or AfterFailedContinue. Defaults to
+	// AfterFailedWait.
+	AfterFailed string
+	// Owner, when set, says which partitions this worker may claim in
+	// (ownership.Manager). Without it the worker claims in all, which is
+	// right only for a single worker. Defaults to nil.
+	Owner Owner
+	// Now is the clock of leases and retry times; the worker passes the
+	// database server's (mongo.Clock). Defaults to time.Now.
+	Now func() time.Time
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Metrics defaults to an unregistered set.
+	Metrics *metrics.Metrics
+}
+
+func (c *Config) setDefaults() {
+	c.Schedule = cmp.Or(c.Schedule, ScheduleDefault)
+	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.BatchBytes = cmp.Or(c.BatchBytes, BatchBytesDefault)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
+	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, MaxBodyBytesDefault)
+	c.PublishTimeout = cmp.Or(c.PublishTimeout, PublishTimeoutDefault)
+	c.RetryMin = cmp.Or(c.RetryMin, RetryMinDefault)
+	c.RetryMax = cmp.Or(c.RetryMax, RetryMaxDefault)
+	c.StaleAfter = cmp.Or(c.StaleAfter, StaleAfterDefault)
+	c.Ordering = cmp.Or(c.Ordering, OrderingAggregate)
+	c.AfterFailed = cmp.Or(c.AfterFailed, AfterFailedWait)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
+	c.Metrics = metrics.OrNew(c.Metrics)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Validate reports the first bad field, naming it and its value.
+func (c Config) Validate() error {
+	return rule.First("claim",
+		rule.Required("WorkerID", c.WorkerID != ""),
+		rule.Between("BatchSize", c.BatchSize, 1, 10000),
+		rule.Between("BatchBytes", c.BatchBytes, 1, 1<<34),
+		rule.Between("MaxAttempts", c.MaxAttempts, 1, 1000),
+		rule.Between("MaxBodyBytes", c.MaxBodyBytes, 1, 512<<20),
+		rule.AtLeast("PublishTimeout", c.PublishTimeout, time.Millisecond),
+		rule.AtLeast("RetryMin", c.RetryMin, time.Millisecond),
+		rule.AtLeastField("RetryMax", c.RetryMax, "RetryMin", c.RetryMin),
+		rule.AboveField("StaleAfter", c.StaleAfter, "PublishTimeout", c.PublishTimeout),
+		rule.OneOf("Ordering", c.Ordering, OrderingAggregate, OrderingNone),
+		rule.OneOf("AfterFailed", c.AfterFailed, AfterFailedWait, AfterFailedContinue),
+		schedule.Rule("Schedule", c.Schedule),
+	)
+}

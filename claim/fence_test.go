@@ -1,0 +1,117 @@
+package claim
+
+import (
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	driver "go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/testenv"
+)
+
+// scriptedOwner answers Hold with the next of its answers (the last one
+// over again), counting the calls.
+type scriptedOwner struct {
+	answers []ownerAnswer
+	calls   int
+}
+
+type ownerAnswer struct {
+	terms    func(p int) int64
+	validFor time.Duration
+}
+
+func (o *scriptedOwner) Hold() ([]int64, time.Duration, func()) {
+	a := o.answers[min(o.calls, len(o.answers)-1)]
+	o.calls++
+	terms := make([]int64, events.Partitions)
+	for p := range terms {
+		terms[p] = a.terms(p)
+	}
+	return terms, a.validFor, func() {}
+}
+
+func allTerms(term int64) func(int) int64 { return func(int) int64 { return term } }
+
+// A claim reads in the partitions owned when it starts and writes under
+// the fence: only the events of partitions owned since then under the
+// same term, within the validity the fence finds, with the lease's time
+// of the write. The reads are not cut off by the validity at the start,
+// which a slow read (FerretDB decoding large documents) outlasted.
+func TestClaimWritesUnderTheFence(t *testing.T) {
+	t.Parallel()
+	const n = 40
+	cases := []struct {
+		name string
+		// fence is the ownership the fence finds, given the partition of
+		// one event the test watches.
+		fence func(watched int) func(p int) int64
+		// watchedClaimed says whether the watched partition's events are
+		// claimed; every other event always is.
+		watchedClaimed bool
+	}{
+		{"unchanged", func(int) func(int) int64 { return allTerms(1) }, true},
+		{"changed hands during the read", func(w int) func(int) int64 {
+			return func(p int) int64 { return map[bool]int64{true: 2, false: 1}[p == w] }
+		}, false},
+		{"lost during the read", func(w int) func(int) int64 {
+			return func(p int) int64 { return map[bool]int64{true: 0, false: 1}[p == w] }
+		}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			store := newStore(t)
+			want := insertInterleaved(t, store.Collection(), n, 8)
+			watched := events.PartitionOf(events.Key("order", "agg-3"))
+			partition := partitionsOf(t, store.Collection())
+			owner := &scriptedOwner{answers: []ownerAnswer{
+				{terms: allTerms(1), validFor: time.Nanosecond}, // about to run out as the claim starts
+				{terms: tc.fence(watched), validFor: time.Minute},
+			}}
+			c, _ := newClaimer(t, store, idlePublisher{t}, Config{Owner: owner, Ordering: OrderingAggregate, BatchSize: n})
+			start := time.Now().Truncate(time.Millisecond)
+			res, err := c.claim(t.Context(), events.Lease{WorkerID: "worker-a", Token: "t", At: start.Add(-time.Hour)})
+			if err != nil {
+				t.Fatalf("claim: %v", err)
+			}
+			if owner.calls != 2 {
+				t.Errorf("Hold called %d times, want 2: once before the reads, once to fence the writes", owner.calls)
+			}
+			if res.At.Before(start) {
+				t.Errorf("lease time of the writes %s, want the time of the writes (after %s)", res.At, start)
+			}
+			claimed := map[string]bool{}
+			for _, e := range res.Claimed {
+				claimed[testenv.MessageID(e.ID)] = true
+			}
+			stored := allEvents(t, store.Collection())
+			for _, e := range want {
+				inWatched := partition[e.id] == watched
+				if got, wantClaimed := claimed[e.id], !inWatched || tc.watchedClaimed; got != wantClaimed {
+					t.Errorf("event %s (aggregate %q, partition %d) claimed %t, want %t", e.id, e.aggregate, partition[e.id], got, wantClaimed)
+				}
+				if claimed[e.id] && !stored[e.id].ProcessingAt.Equal(res.At) {
+					t.Errorf("event %s processingAt %s, want the fence's %s", e.id, stored[e.id].ProcessingAt, res.At)
+				}
+			}
+		})
+	}
+}
+
+// partitionsOf returns the partition of every stored event by message id.
+func partitionsOf(t *testing.T, coll *driver.Collection) map[string]int {
+	t.Helper()
+	cur, err := coll.Find(t.Context(), bson.D{})
+	if err != nil {
+		t.Fatalf("find events: %v", err)
+	}
+	defer cur.Close(t.Context())
+	out := map[string]int{}
+	for cur.Next(t.Context()) {
+		out[cur.Current.Lookup(events.FieldID).ObjectID().Hex()] = events.Partition(cur.Current)
+	}
+	return out
+}
