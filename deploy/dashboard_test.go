@@ -2,7 +2,6 @@ package deploy
 
 import (
 	"encoding/json"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -51,14 +50,8 @@ var grafanaVariables = strings.NewReplacer(
 // they have, and together the queries cover what an operator watches.
 func TestDashboard(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile(dashboardFile)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var d dashboard
-	if err := json.Unmarshal(b, &d); err != nil {
-		t.Fatalf("parse %s: %v", dashboardFile, err)
-	}
+	decodeFile(t, dashboardFile, json.Unmarshal, &d)
 	if d.Title == "" || d.UID == "" {
 		t.Errorf("dashboard title %q, uid %q: want both", d.Title, d.UID)
 	}

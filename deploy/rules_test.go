@@ -63,14 +63,8 @@ type rule struct {
 
 func loadRules(t *testing.T) []rule {
 	t.Helper()
-	b, err := os.ReadFile(ruleFile)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var g ruleGroups
-	if err := yaml.Unmarshal(b, &g); err != nil {
-		t.Fatalf("parse %s: %v", ruleFile, err)
-	}
+	decodeFile(t, ruleFile, yaml.Unmarshal, &g)
 	var rules []rule
 	for _, grp := range g.Groups {
 		rules = append(rules, grp.Rules...)
@@ -98,20 +92,14 @@ func wrapRules(ruleFile []byte) []byte {
 // is the rule file: byte for byte as generated, and as kustomize renders it.
 func TestPrometheusRule(t *testing.T) {
 	t.Parallel()
-	src, err := os.ReadFile(ruleFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	src := readFile(t, ruleFile)
 	want := wrapRules(src)
 	if *update {
 		if err := os.WriteFile(prometheusRule, want, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	got, err := os.ReadFile(prometheusRule)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := readFile(t, prometheusRule)
 	if !bytes.Equal(got, want) {
 		t.Fatalf("%s is not generated from %s; run: go test ./deploy -run TestPrometheusRule -update\n%s",
 			prometheusRule, ruleFile, cmp.Diff(string(want), string(got)))
@@ -138,6 +126,25 @@ func TestPrometheusRule(t *testing.T) {
 	spec, _ := rendered[0]["spec"].(map[string]any)
 	if diff := cmp.Diff(normalize(t, file), normalize(t, spec)); diff != "" {
 		t.Errorf("rendered PrometheusRule spec differs from %s (-file +rendered):\n%s", ruleFile, diff)
+	}
+}
+
+// readFile returns the content of the file name.
+func readFile(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// decodeFile reads the file name into v with unmarshal: json.Unmarshal or
+// yaml.Unmarshal.
+func decodeFile(t *testing.T, name string, unmarshal func([]byte, any) error, v any) {
+	t.Helper()
+	if err := unmarshal(readFile(t, name), v); err != nil {
+		t.Fatalf("parse %s: %v", name, err)
 	}
 }
 
@@ -241,10 +248,7 @@ func TestRulesQueryWorkerMetrics(t *testing.T) {
 // a runbook_url pointing at its own section of docs/operations.md.
 func TestRulesRunbooks(t *testing.T) {
 	t.Parallel()
-	doc, err := os.ReadFile(operationsDoc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	doc := readFile(t, operationsDoc)
 	anchors := map[string]bool{}
 	for _, m := range regexp.MustCompile(`(?m)^#{2,4} (.+)$`).FindAllStringSubmatch(string(doc), -1) {
 		anchors[githubAnchor(m[1])] = true

@@ -13,14 +13,7 @@ import (
 	"github.com/outboxrelay/outbox/events"
 )
 
-// Default backlogs of the hot-aggregate stage: 10,000 events of one
-// aggregate on MongoDB; half that on FerretDB, where each claim decodes
-// every NEW event, so that the two runs stay within the bench's budget.
-const (
-	hotEventsMongoDB  = 10000
-	hotEventsFerretDB = 5000
-	hotIDPrefix       = "hot-"
-)
+const hotIDPrefix = "hot-"
 
 // HotAggregate is one worker relaying a backlog that is all one
 // aggregate, with ordering on and off.

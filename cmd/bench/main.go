@@ -100,7 +100,7 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	fs.IntVar(&c.PublishMsgs, "publish-messages", 50000, "messages of the publish stage (batches of -batch-size)")
 	fs.Float64Var(&c.LatencyRate, "latency-rate", 50, "events/s written during the latency runs")
 	fs.DurationVar(&c.LatencyFor, "latency-for", 20*time.Second, "length of each latency run")
-	fs.IntVar(&c.HotEvents, "hot-events", 0, "events of the single aggregate of the hot-aggregate stage; 0 means 10,000 on MongoDB and 5,000 on FerretDB")
+	fs.IntVar(&c.HotEvents, "hot-events", 10000, "events of the single aggregate of the hot-aggregate stage")
 	fs.IntVar(&c.ClaimNew, "claim-new", 2000, "NEW events in the collection when claim latency is measured")
 	fs.IntVar(&c.ClaimRuns, "claim-runs", 7, "claims per claim-latency figure (the median is reported)")
 	fs.IntVar(&c.Published, "published", 200000, "PUBLISHED events inserted for the second claim-latency figure")
@@ -149,8 +149,8 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 		return config{}, fmt.Errorf("-batch-size %d: want 1 to 10000", c.BatchSize)
 	case c.LatencyRate <= 0 || c.LatencyFor <= 0:
 		return config{}, errors.New("-latency-rate and -latency-for must be positive")
-	case c.HotEvents < 0:
-		return config{}, fmt.Errorf("-hot-events %d: want 0 (the default) or more", c.HotEvents)
+	case c.HotEvents < 1:
+		return config{}, fmt.Errorf("-hot-events %d: want at least 1", c.HotEvents)
 	case c.RetentionEvents < 1:
 		return config{}, fmt.Errorf("-retention-events %d: want at least 1", c.RetentionEvents)
 	case c.ClaimNew < c.BatchSize || c.ClaimRuns < 1:
@@ -316,12 +316,6 @@ func (b *bench) setup(ctx context.Context) error {
 			fmt.Fprintf(b.out, "   backlog %d: FerretDB reads every NEW event on each claim, so a drain costs about\n"+
 				"   the square of the backlog; 20,000 takes 3 to 4 minutes per run here and four runs do not fit\n"+
 				"   the 10-minute budget (-backlog 20000 to insist)\n", b.cfg.Backlog)
-		}
-	}
-	if b.cfg.HotEvents == 0 {
-		b.cfg.HotEvents = hotEventsMongoDB
-		if b.ferret {
-			b.cfg.HotEvents = hotEventsFerretDB
 		}
 	}
 	fmt.Fprintf(b.out, "   database %s (%s), broker %s\n", redact.URL(b.mongoURI), b.res.Machine.Database, redact.URL(b.cfg.AMQPURL))

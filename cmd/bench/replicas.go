@@ -176,7 +176,7 @@ func (b *bench) profileDrain(ctx context.Context, w *workerProc) error {
 }
 
 // timeStats times one mongo.Store.Stats, the query the worker's backlog
-// sampler runs every 15 s on every replica, on the backlog as it stands.
+// sampler runs every 15 s on the leader, on the backlog as it stands.
 func (b *bench) timeStats(ctx context.Context, coll *driver.Collection, state string) error {
 	store := b.store(b.client, coll)
 	t0 := time.Now()

@@ -82,9 +82,12 @@ func (r *Results) table() string {
 		if d.Duplicates > 0 {
 			result += fmt.Sprintf("; %s duplicate deliveries", thousands(d.Duplicates))
 		}
-		target := ""
-		if d.Replicas == 1 {
-			target = targetReplica1
+		target := targetReplica1
+		if d.Replicas > 1 {
+			target = targetScaleRate(d.Replicas)
+			if one, ok := r.drain(1); ok && one.PerSecond > 0 {
+				result += fmt.Sprintf("; %.2fx the 1-replica rate", ratio(d.PerSecond, one.PerSecond))
+			}
 		}
 		add(fmt.Sprintf("Worker, %d replica%s, end to end (bin/worker, %s%s)", d.Replicas, plural(d.Replicas), d.Schedule, prefixed(", OUTBOX_ORDERING=", d.Ordering)), result, target)
 	}
@@ -121,12 +124,15 @@ func (r *Results) table() string {
 			rt.Schedule, thousands(rt.BatchSize)), result, targetRetain)
 	}
 	for _, d := range r.Drains {
-		target := ""
-		if d.Replicas == 1 {
-			target = targetCommands
+		target, result := targetCommands, fmt.Sprintf("%.1f %s", d.DBCommandsPer1000, topCommands(d.DBCommands, 4))
+		if d.Replicas > 1 {
+			target = targetScaleCommands(d.Replicas)
+			if one, ok := r.drain(1); ok && one.DBCommandsPer1000 > 0 {
+				result += fmt.Sprintf("; %.2fx the 1-replica figure", ratio(d.DBCommandsPer1000, one.DBCommandsPer1000))
+			}
 		}
 		add(fmt.Sprintf("Database commands per 1,000 events, %d replica%s (batch %d%s)", d.Replicas, plural(d.Replicas), c.BatchSize, prefixed(", OUTBOX_ORDERING=", d.Ordering)),
-			fmt.Sprintf("%.1f %s", d.DBCommandsPer1000, topCommands(d.DBCommands, 4)), target)
+			result, target)
 	}
 	for _, d := range r.UnorderedDrains {
 		add(fmt.Sprintf("Database commands per 1,000 events, %d replica%s, ordering off (batch %d, OUTBOX_ORDERING=%s)", d.Replicas, plural(d.Replicas), c.BatchSize, d.Ordering),
@@ -175,7 +181,7 @@ func (r *Results) table() string {
 		for _, st := range r.SamplerStats {
 			parts = append(parts, fmt.Sprintf("%.2f s on %s %s", st.Seconds, thousands(st.Events), st.Backlog))
 		}
-		add("The worker's backlog sampler query (mongo.Store.Stats, every 15 s on every replica)", strings.Join(parts, ", "), "")
+		add("The worker's backlog sampler query (mongo.Store.Stats, every 15 s on the leader)", strings.Join(parts, ", "), "")
 	}
 	cl := r.Claim
 	add(fmt.Sprintf("Claim latency, store.Claim of %d on %s NEW, no history", cl.BatchSize, thousands(cl.New)),

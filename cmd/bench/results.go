@@ -276,6 +276,19 @@ const (
 	targetHotOrder = "hot aggregate delivered in order"
 )
 
+// Replicas must add capacity, not contention: a drain by n replicas at
+// least 0.9 times as fast as by one, with at most twice its database
+// commands per 1,000 events.
+const (
+	scaleRateMin     = 0.9
+	scaleCommandsMax = 2.0
+)
+
+func targetScaleRate(n int) string { return fmt.Sprintf("%d replicas vs 1: events/s", n) }
+func targetScaleCommands(n int) string {
+	return fmt.Sprintf("%d replicas vs 1: commands per 1,000 events", n)
+}
+
 // target returns the target called name, if it was evaluated.
 func (r *Results) target(name string) (Target, bool) {
 	for _, t := range r.Targets {
@@ -316,6 +329,16 @@ func (r *Results) evaluate() {
 		ratio := r.Retention.PerSecond / d.PerSecond
 		add(targetRetain, ">= 100%",
 			fmt.Sprintf("%.0f%% (%.0f vs %.0f events/s)", 100*ratio, r.Retention.PerSecond, d.PerSecond), ratio >= 1)
+	}
+	if one, ok := r.drain(1); ok && one.PerSecond > 0 && one.DBCommandsPer1000 > 0 {
+		for _, d := range r.Drains {
+			if d.Replicas == 1 {
+				continue
+			}
+			rate, cmds := d.PerSecond/one.PerSecond, d.DBCommandsPer1000/one.DBCommandsPer1000
+			add(targetScaleRate(d.Replicas), fmt.Sprintf(">= %.1fx", scaleRateMin), fmt.Sprintf("%.2fx", rate), rate >= scaleRateMin)
+			add(targetScaleCommands(d.Replicas), fmt.Sprintf("<= %.0fx", scaleCommandsMax), fmt.Sprintf("%.2fx", cmds), cmds <= scaleCommandsMax)
+		}
 	}
 	if h := r.HotAggregate; h != nil {
 		add(targetHotOrder, "0 inversions", fmt.Sprintf("%d inversions", h.Ordered.Inversions), h.Ordered.Inversions == 0)

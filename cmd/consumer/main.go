@@ -46,6 +46,7 @@ import (
 	"github.com/outboxrelay/outbox/internal/backoff"
 	"github.com/outboxrelay/outbox/internal/envflag"
 	"github.com/outboxrelay/outbox/internal/redact"
+	"github.com/outboxrelay/outbox/schedule"
 )
 
 const (
@@ -215,16 +216,7 @@ func run(ctx context.Context, cfg config, logger *slog.Logger) error {
 	reports := make(chan struct{})
 	go func() {
 		defer close(reports)
-		t := time.NewTicker(cfg.ReportEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				r.report(logger, "messages processed")
-			}
-		}
+		schedule.Every(ctx, cfg.ReportEvery, func(context.Context) { r.report(logger, "messages processed") })
 	}()
 	defer func() { <-reports }()
 

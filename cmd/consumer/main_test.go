@@ -58,11 +58,7 @@ func TestQueueArgs(t *testing.T) {
 // queue's order is the order one handler sees.
 func TestSingleActiveConsumer(t *testing.T) {
 	t.Parallel()
-	conn, err := amqp.Dial(testenv.AMQPURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
+	conn := testenv.Dial(t, testenv.AMQPURL(t))
 	ch, err := conn.Channel()
 	if err != nil {
 		t.Fatal(err)

@@ -29,6 +29,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/deployment"
 	"github.com/outboxrelay/outbox/internal/envflag"
 	"github.com/outboxrelay/outbox/internal/redact"
 )
@@ -93,9 +94,9 @@ func run(ctx context.Context, cfg config, logger *slog.Logger) error {
 		_ = client.Disconnect(dctx)
 	}()
 
-	txn, err := supportsTransactions(ctx, client)
+	txn, err := deployment.SupportsTransactions(ctx, client)
 	if err != nil {
-		return fmt.Errorf("hello to %s: %w", redact.URL(cfg.MongoURI), err)
+		return fmt.Errorf("%s: %w", redact.URL(cfg.MongoURI), err)
 	}
 	logger.Info("producer started", "mongo_uri", redact.URL(cfg.MongoURI), "database", cfg.Database,
 		"collection", cfg.Collection, "rate", cfg.Rate, "count", cfg.Count, "transactions", txn)
@@ -136,20 +137,6 @@ func run(ctx context.Context, cfg config, logger *slog.Logger) error {
 		case <-ticker.C:
 		}
 	}
-}
-
-// supportsTransactions asks the server whether it is a replica set member
-// or a mongos, the deployments that run multi-document transactions.
-func supportsTransactions(ctx context.Context, client *mongo.Client) (bool, error) {
-	var hello struct {
-		SetName string `bson:"setName"`
-		Msg     string `bson:"msg"`
-	}
-	err := client.Database("admin").RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&hello)
-	if err != nil {
-		return false, err
-	}
-	return hello.SetName != "" || hello.Msg == "isdbgrid", nil
 }
 
 type producer struct {

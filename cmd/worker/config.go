@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/outboxrelay/outbox/broker"
 	"github.com/outboxrelay/outbox/claim"
 	"github.com/outboxrelay/outbox/internal/redact"
+	"github.com/outboxrelay/outbox/internal/rule"
 	"github.com/outboxrelay/outbox/mongo"
 	"github.com/outboxrelay/outbox/recovery"
 	"github.com/outboxrelay/outbox/retention"
@@ -67,7 +69,14 @@ type Config struct {
 // setting binds one Config field to its flag and environment variable.
 type setting struct {
 	env, flag, def, usage string
-	parse                 func(c *Config, v string) error
+	// parse checks the value's syntax (a number, a duration, a URI) and
+	// sets it; the ranges are the rules of the package Configs it sets,
+	// which Validate checks.
+	parse func(c *Config, v string) error
+	// fields are the package Config fields the setting sets, such as
+	// "claim.BatchSize": an error of their package's Validate names the
+	// setting instead.
+	fields []string
 	// forOperatorCommands: the operator commands (stats, requeue, skip,
 	// show) read this setting too; the others only the relay does.
 	forOperatorCommands bool
@@ -100,49 +109,52 @@ func settings() []setting {
 			usage: "write concern w of every write (overrides the URI's w)", parse: func(c *Config, v string) error { return parseWriteConcern(&c.MongoWriteConcern, v) }},
 		{env: "OUTBOX_MONGO_JOURNAL", flag: "mongo-journal", def: "true", forOperatorCommands: true,
 			usage: "writes wait for the journal (overrides the URI's journal)", parse: func(c *Config, v string) error { return parseBool(&c.MongoJournal, v) }},
-		{env: "OUTBOX_AMQP_URL", flag: "amqp-url", def: "amqp://guest:guest@localhost:5672/",
-			usage: "RabbitMQ URL, or a comma-separated list of the nodes' URLs, tried in order", parse: func(c *Config, v string) error { return parseAMQPURL(&c.AMQPURL, v) }},
+		{env: "OUTBOX_AMQP_URL", flag: "amqp-url", def: "amqp://guest:guest@localhost:5672/", fields: []string{"broker.URL"},
+			usage: "RabbitMQ URL, or a comma-separated list of the nodes' URLs, tried in order", parse: func(c *Config, v string) error { c.AMQPURL = v; return nil }},
 		{env: "OUTBOX_AMQP_EXCHANGE", flag: "amqp-exchange", def: broker.ExchangeDefault,
 			usage: "topic exchange events are published to", parse: func(c *Config, v string) error { return nonEmpty(&c.AMQPExchange, v) }},
-		{env: "OUTBOX_CLAIM_SCHEDULE", flag: "claim-schedule", def: claim.ScheduleDefault,
+		{env: "OUTBOX_CLAIM_SCHEDULE", flag: "claim-schedule", def: claim.ScheduleDefault, fields: []string{"claim.Schedule"},
 			usage: "cron schedule of claims", parse: func(c *Config, v string) error { return parseSchedule(&c.ClaimSchedule, v) }},
 		{env: "OUTBOX_WAKE_ON_INSERT", flag: "wake-on-insert", def: "true",
 			usage: "claim at once when a NEW event is inserted (a change stream, where the database supports one)", parse: func(c *Config, v string) error { return parseBool(&c.WakeOnInsert, v) }},
-		{env: "OUTBOX_BATCH_SIZE", flag: "batch-size", def: strconv.Itoa(claim.BatchSizeDefault),
-			usage: "most events one claim takes (1-10000)", parse: func(c *Config, v string) error { return parseInt(&c.BatchSize, v, 1, 10000) }},
-		{env: "OUTBOX_BATCH_BYTES", flag: "batch-bytes", def: strconv.Itoa(claim.BatchBytesDefault),
-			usage: "bound on the raw size of one claim's documents; the worker holds about three times it", parse: func(c *Config, v string) error { return parseInt(&c.BatchBytes, v, 1, 1<<34) }},
-		{env: "OUTBOX_RECOVERY_SCHEDULE", flag: "recovery-schedule", def: recovery.ScheduleDefault,
+		{env: "OUTBOX_BATCH_SIZE", flag: "batch-size", def: strconv.Itoa(claim.BatchSizeDefault), fields: []string{"claim.BatchSize"},
+			usage: "most events one claim takes (1-10000)", parse: func(c *Config, v string) error { return parseInt(&c.BatchSize, v) }},
+		{env: "OUTBOX_BATCH_BYTES", flag: "batch-bytes", def: strconv.Itoa(claim.BatchBytesDefault), fields: []string{"claim.BatchBytes"},
+			usage: "bound on the raw size of one claim's documents; the worker holds about three times it", parse: func(c *Config, v string) error { return parseInt(&c.BatchBytes, v) }},
+		{env: "OUTBOX_RECOVERY_SCHEDULE", flag: "recovery-schedule", def: recovery.ScheduleDefault, fields: []string{"recovery.Schedule"},
 			usage: "cron schedule of stale-claim recovery", parse: func(c *Config, v string) error { return parseSchedule(&c.RecoverySchedule, v) }},
+		// The operator commands read OUTBOX_STALE_AFTER too, and they
+		// validate no package Config: its least value is checked here.
 		{env: "OUTBOX_STALE_AFTER", flag: "stale-after", def: recovery.StaleAfterDefault.String(), forOperatorCommands: true,
-			usage: "how long an event may stay PROCESSING before recovery takes it back", parse: func(c *Config, v string) error { return parseDuration(&c.StaleAfter, v, time.Second) }},
-		{env: "OUTBOX_MAX_ATTEMPTS", flag: "max-attempts", def: strconv.Itoa(claim.MaxAttemptsDefault),
-			usage: "claims an event gets before it becomes FAILED", parse: func(c *Config, v string) error { return parseInt(&c.MaxAttempts, v, 1, 1000) }},
-		{env: "OUTBOX_RETRY_MIN", flag: "retry-min", def: claim.RetryMinDefault.String(),
-			usage: "delay before the first retry of a failed publish", parse: func(c *Config, v string) error { return parseDuration(&c.RetryMin, v, time.Millisecond) }},
-		{env: "OUTBOX_RETRY_MAX", flag: "retry-max", def: claim.RetryMaxDefault.String(),
-			usage: "cap of the delay between retries", parse: func(c *Config, v string) error { return parseDuration(&c.RetryMax, v, time.Millisecond) }},
-		{env: "OUTBOX_PUBLISH_TIMEOUT", flag: "publish-timeout", def: "auto",
+			fields: []string{"claim.StaleAfter", "recovery.StaleAfter"},
+			usage:  "how long an event may stay PROCESSING before recovery takes it back", parse: func(c *Config, v string) error { return parseDurationAtLeast(&c.StaleAfter, v, time.Second) }},
+		{env: "OUTBOX_MAX_ATTEMPTS", flag: "max-attempts", def: strconv.Itoa(claim.MaxAttemptsDefault), fields: []string{"claim.MaxAttempts", "recovery.MaxAttempts"},
+			usage: "claims an event gets before it becomes FAILED", parse: func(c *Config, v string) error { return parseInt(&c.MaxAttempts, v) }},
+		{env: "OUTBOX_RETRY_MIN", flag: "retry-min", def: claim.RetryMinDefault.String(), fields: []string{"claim.RetryMin"},
+			usage: "delay before the first retry of a failed publish", parse: func(c *Config, v string) error { return parseDuration(&c.RetryMin, v) }},
+		{env: "OUTBOX_RETRY_MAX", flag: "retry-max", def: claim.RetryMaxDefault.String(), fields: []string{"claim.RetryMax"},
+			usage: "cap of the delay between retries", parse: func(c *Config, v string) error { return parseDuration(&c.RetryMax, v) }},
+		{env: "OUTBOX_PUBLISH_TIMEOUT", flag: "publish-timeout", def: "auto", fields: []string{"claim.PublishTimeout", "broker.WriteTimeout"},
 			usage: "wait for one batch's confirms before its unconfirmed events go back to NEW; auto: half of OUTBOX_STALE_AFTER, at most 30s", parse: parsePublishTimeout},
-		{env: "OUTBOX_MAX_MESSAGE_BYTES", flag: "max-message-bytes", def: strconv.Itoa(claim.MaxBodyBytesDefault),
-			usage: "largest message body; a larger event becomes FAILED", parse: func(c *Config, v string) error { return parseInt(&c.MaxMessageBytes, v, 1, 512<<20) }},
-		{env: "OUTBOX_RETENTION", flag: "retention", def: retention.RetentionDefault.String(),
-			usage: "how long PUBLISHED events are kept; 0 keeps them", parse: func(c *Config, v string) error { return parseDuration(&c.Retention, v, 0) }},
+		{env: "OUTBOX_MAX_MESSAGE_BYTES", flag: "max-message-bytes", def: strconv.Itoa(claim.MaxBodyBytesDefault), fields: []string{"claim.MaxBodyBytes"},
+			usage: "largest message body; a larger event becomes FAILED", parse: func(c *Config, v string) error { return parseInt(&c.MaxMessageBytes, v) }},
+		{env: "OUTBOX_RETENTION", flag: "retention", def: retention.RetentionDefault.String(), fields: []string{"retention.Retention"},
+			usage: "how long PUBLISHED events are kept; 0 keeps them", parse: func(c *Config, v string) error { return parseDuration(&c.Retention, v) }},
 		{env: "OUTBOX_HTTP_ADDR", flag: "http-addr", def: ":8080",
 			usage: "address of /healthz, /readyz, /metrics, /status and /trigger", parse: func(c *Config, v string) error { return parseAddr(&c.HTTPAddr, v) }},
 		{env: "OUTBOX_SHUTDOWN_TIMEOUT", flag: "shutdown-timeout", def: "30s",
-			usage: "how long a stop may take", parse: func(c *Config, v string) error { return parseDuration(&c.ShutdownTimeout, v, time.Second) }},
-		{env: "OUTBOX_WORKER_ID", flag: "worker-id", def: defaultWorkerID(),
+			usage: "how long a stop may take", parse: func(c *Config, v string) error { return parseDurationAtLeast(&c.ShutdownTimeout, v, time.Second) }},
+		{env: "OUTBOX_WORKER_ID", flag: "worker-id", def: defaultWorkerID(), fields: []string{"claim.WorkerID"},
 			usage: "this worker's id on its claims", parse: func(c *Config, v string) error { return nonEmpty(&c.WorkerID, v) }},
 		{env: "OUTBOX_LOG_LEVEL", flag: "log-level", def: "info", forOperatorCommands: true,
 			usage: "debug, info, warn or error", parse: func(c *Config, v string) error { return c.LogLevel.UnmarshalText([]byte(v)) }},
 		{env: "OUTBOX_LOG_FORMAT", flag: "log-format", def: "auto", forOperatorCommands: true,
 			usage: "auto (text on a terminal, else json), json or text", parse: func(c *Config, v string) error { return oneOf(&c.LogFormat, v, "auto", "json", "text") }},
-		{env: "OUTBOX_ORDERING", flag: "ordering", def: claim.OrderingAggregate,
+		{env: "OUTBOX_ORDERING", flag: "ordering", def: claim.OrderingAggregate, fields: []string{"claim.Ordering"},
 			usage: "aggregate: events of one aggregate are published in createdAt order; none: no order", parse: func(c *Config, v string) error {
 				return oneOf(&c.Ordering, v, claim.OrderingAggregate, claim.OrderingNone)
 			}},
-		{env: "OUTBOX_ORDERING_AFTER_FAILED", flag: "ordering-after-failed", def: claim.AfterFailedWait, forOperatorCommands: true,
+		{env: "OUTBOX_ORDERING_AFTER_FAILED", flag: "ordering-after-failed", def: claim.AfterFailedWait, forOperatorCommands: true, fields: []string{"claim.AfterFailed"},
 			usage: "wait: later events of an aggregate wait behind a FAILED one until it is requeued or skipped; continue: they flow", parse: func(c *Config, v string) error {
 				return oneOf(&c.OrderingAfterFailed, v, claim.AfterFailedWait, claim.AfterFailedContinue)
 			}},
@@ -187,39 +199,98 @@ func loadConfig(name string, args []string, getenv func(string) string, kind com
 		return Config{}, nil, fmt.Errorf("%w: %s: unexpected argument %q (commands come first; every setting is a flag)", ErrUsage, name, fs.Arg(0))
 	}
 	var cfg Config
+	sources := map[string]source{}
 	for _, s := range chosen {
-		v, from := *values[s.flag], "--"+s.flag
-		if v == "" {
-			v, from = getenv(s.env), s.env
+		src := source{*values[s.flag], "--" + s.flag}
+		if src.value == "" {
+			src = source{getenv(s.env), s.env}
 		}
-		if v == "" {
-			v, from = s.def, "default of "+s.env
+		if src.value == "" {
+			src = source{s.def, "default of " + s.env}
 		}
-		if err := s.parse(&cfg, strings.TrimSpace(v)); err != nil {
-			return Config{}, nil, fmt.Errorf("%w: invalid %s (%s) %q: %v", ErrUsage, s.env, from, redactSetting(v), err)
+		sources[s.env] = src
+		if err := s.parse(&cfg, strings.TrimSpace(src.value)); err != nil {
+			return Config{}, nil, invalidSetting(s, src, err.Error())
 		}
 	}
 	if kind == relayCommand {
 		if err := cfg.validate(); err != nil {
-			return Config{}, nil, fmt.Errorf("%w: %v", ErrUsage, err)
+			return Config{}, nil, settingError(err, chosen, sources)
 		}
 	}
 	return cfg, fs.Args(), nil
 }
 
-// validate derives what was left to be derived and checks what no single
-// setting can check alone.
-func (c *Config) validate() error {
-	if c.RetryMax < c.RetryMin {
-		return fmt.Errorf("invalid OUTBOX_RETRY_MAX %s: below OUTBOX_RETRY_MIN %s", c.RetryMax, c.RetryMin)
+// source is where a setting's value came from: the value as given, and
+// "--flag", the variable, or "default of" the variable.
+type source struct{ value, from string }
+
+// invalidSetting is the error of a setting whose value is bad: it names
+// the variable, where the value came from when that is not the variable
+// itself (a flag, the default), and the value, its passwords hidden, and
+// says why.
+func invalidSetting(s setting, src source, why string) error {
+	name := s.env
+	if src.from != s.env {
+		name += " (" + src.from + ")"
 	}
+	return fmt.Errorf("%w: invalid %s %q: %s", ErrUsage, name, redactSetting(src.value), why)
+}
+
+// settingError is err as a usage error. A package Config's *rule.Error
+// becomes the error of the setting that set the field, in the settings'
+// names: claim's "RetryMax 1ms: want at least RetryMin (1s)" is
+// OUTBOX_RETRY_MAX's "want at least OUTBOX_RETRY_MIN (1s)".
+func settingError(err error, chosen []setting, sources map[string]source) error {
+	var bad *rule.Error
+	if !errors.As(err, &bad) {
+		return fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	s, ok := settingOf(chosen, bad.Config, bad.Field)
+	if !ok {
+		return fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	want := bad.Want
+	if other, ok := settingOf(chosen, bad.Config, bad.Bound); ok {
+		want = strings.Replace(want, bad.Bound, other.env, 1)
+	}
+	return invalidSetting(s, sources[s.env], "want "+want)
+}
+
+// settingOf finds the setting that sets the field of the package Config
+// named config.
+func settingOf(settings []setting, config, field string) (setting, bool) {
+	i := slices.IndexFunc(settings, func(s setting) bool { return slices.Contains(s.fields, config+"."+field) })
+	if i < 0 {
+		return setting{}, false
+	}
+	return settings[i], true
+}
+
+// validate derives what was left to be derived, checks what no single
+// setting can check alone, then validates the package Configs the settings
+// make: the ranges of the settings are their rules.
+func (c *Config) validate() error {
 	derived := c.PublishTimeout == 0
 	if derived {
 		c.PublishTimeout = derivedPublishTimeout(c.StaleAfter)
 	}
-	// A batch may take up to the publish timeout plus the writes after it.
-	// A stale threshold below that would take batches back from healthy
-	// workers and turn slow publishes into duplicates.
+	if err := c.checkStaleMargin(derived); err != nil {
+		return err
+	}
+	for _, pc := range []interface{ Validate() error }{c.claimConfig(), c.recoveryConfig(), c.retentionConfig(), c.brokerConfig()} {
+		if err := pc.Validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkStaleMargin checks that the stale threshold leaves a batch the time
+// it may take: up to the publish timeout plus the writes after it. A stale
+// threshold below that would take batches back from healthy workers and
+// turn slow publishes into duplicates.
+func (c *Config) checkStaleMargin(derived bool) error {
 	margin := staleMargin(c.PublishTimeout)
 	if c.StaleAfter > c.PublishTimeout+margin {
 		return nil
@@ -230,6 +301,41 @@ func (c *Config) validate() error {
 	}
 	return fmt.Errorf("invalid OUTBOX_STALE_AFTER %s: must exceed OUTBOX_PUBLISH_TIMEOUT (%s) by more than %s, or healthy batches are taken back; raise OUTBOX_STALE_AFTER above %s, or lower OUTBOX_PUBLISH_TIMEOUT (unset, it is derived: %s)",
 		c.StaleAfter, c.PublishTimeout, margin, c.PublishTimeout+margin, derivedPublishTimeout(c.StaleAfter))
+}
+
+// claimConfig, recoveryConfig, retentionConfig and brokerConfig are the
+// package Configs the settings make: validate checks them, newWorker adds
+// what it wires (stores, clocks, loggers, metrics). Validate applies no
+// defaults, so a field that no setting sets takes its package's default
+// here.
+func (c Config) claimConfig() claim.Config {
+	return claim.Config{
+		WorkerID: c.WorkerID, Schedule: c.ClaimSchedule, BatchSize: c.BatchSize, BatchBytes: c.BatchBytes,
+		MaxAttempts: c.MaxAttempts, MaxBodyBytes: c.MaxMessageBytes, PublishTimeout: c.PublishTimeout,
+		RetryMin: c.RetryMin, RetryMax: c.RetryMax, StaleAfter: c.StaleAfter,
+		Ordering: c.Ordering, AfterFailed: c.OrderingAfterFailed,
+	}
+}
+
+func (c Config) recoveryConfig() recovery.Config {
+	return recovery.Config{Schedule: c.RecoverySchedule, StaleAfter: c.StaleAfter, MaxAttempts: c.MaxAttempts}
+}
+
+func (c Config) retentionConfig() retention.Config {
+	return retention.Config{
+		Retention: c.Retention,
+		Schedule:  retention.ScheduleDefault, BatchSize: retention.BatchSizeDefault, MaxRunTime: retention.MaxRunTimeDefault,
+	}
+}
+
+func (c Config) brokerConfig() broker.Config {
+	return broker.Config{
+		// The confirm window holds a whole batch.
+		URL: c.AMQPURL, Exchange: c.AMQPExchange, Window: max(broker.WindowDefault, c.BatchSize),
+		// A broker that stops reading fails a write within the publish timeout.
+		WriteTimeout: c.PublishTimeout,
+		ReconnectMin: broker.ReconnectMinDefault, ReconnectMax: broker.ReconnectMaxDefault,
+	}
 }
 
 // minStaleAfter is the least OUTBOX_STALE_AFTER that works with the
@@ -259,7 +365,7 @@ func parsePublishTimeout(c *Config, v string) error {
 		c.PublishTimeout = 0 // derived by validate
 		return nil
 	}
-	if err := parseDuration(&c.PublishTimeout, v, time.Millisecond); err != nil {
+	if err := parseDurationAtLeast(&c.PublishTimeout, v, time.Millisecond); err != nil {
 		return errors.New("want auto or a duration such as 5s (at least 1ms)")
 	}
 	return nil
@@ -292,21 +398,32 @@ func parseBool(dst *bool, v string) error {
 	return nil
 }
 
-func parseInt(dst *int, v string, lo, hi int) error {
+func parseInt(dst *int, v string) error {
 	n, err := strconv.Atoi(v)
-	if err != nil || n < lo || n > hi {
-		return fmt.Errorf("want a whole number from %d to %d", lo, hi)
+	if err != nil {
+		return errors.New("want a whole number")
 	}
 	*dst = n
 	return nil
 }
 
-func parseDuration(dst *time.Duration, v string, least time.Duration) error {
+func parseDuration(dst *time.Duration, v string) error {
 	d, err := time.ParseDuration(v)
 	if err != nil {
 		return errors.New("want a duration such as 30s, 5m or 168h")
 	}
-	if d < least || d < 0 {
+	*dst = d
+	return nil
+}
+
+// parseDurationAtLeast is parseDuration for a setting that no package
+// Config checks.
+func parseDurationAtLeast(dst *time.Duration, v string, least time.Duration) error {
+	var d time.Duration
+	if err := parseDuration(&d, v); err != nil {
+		return err
+	}
+	if d < least {
 		return fmt.Errorf("want at least %s", least)
 	}
 	*dst = d
@@ -366,27 +483,6 @@ func (c Config) mongoWriteConcern() *writeconcern.WriteConcern {
 		wc.W = n
 	}
 	return wc
-}
-
-// parseAMQPURL accepts one URL or a comma-separated list of them; a comma
-// separates two URLs only where the next begins with amqp:// or amqps://
-// (broker.SplitURLs), so a comma in a password needs no escaping.
-func parseAMQPURL(dst *string, v string) error {
-	urls := broker.SplitURLs(v)
-	if len(urls) == 0 {
-		return errors.New("want amqp://user:password@host:port/vhost")
-	}
-	for i, raw := range urls {
-		u, err := url.Parse(raw)
-		if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Host == "" {
-			if len(urls) > 1 {
-				return fmt.Errorf("URL %d of %d: want amqp://user:password@host:port/vhost", i+1, len(urls))
-			}
-			return errors.New("want amqp://user:password@host:port/vhost")
-		}
-	}
-	*dst = v
-	return nil
 }
 
 // redactSetting hides the passwords in a setting's value, which may be a

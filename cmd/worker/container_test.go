@@ -12,14 +12,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/testcontainers/testcontainers-go"
-	tcmongo "github.com/testcontainers/testcontainers-go/modules/mongodb"
 	tcrabbit "github.com/testcontainers/testcontainers-go/modules/rabbitmq"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
@@ -32,7 +30,6 @@ import (
 )
 
 const (
-	mongoImage    = "mongo:7"
 	rabbitImage   = "rabbitmq:3.13-alpine"
 	containerWait = 5 * time.Minute
 )
@@ -42,31 +39,15 @@ func TestContainers(t *testing.T) {
 	t.Parallel()
 	s := containerStack(t)
 	runScenarios(t, s, 3)
-	t.Run("transactions", func(t *testing.T) {
-		t.Parallel()
-		transactionScenario(t, s)
-	})
-	t.Run("producer", func(t *testing.T) {
-		t.Parallel()
-		producerScenario(t, s)
-	})
-	t.Run("claim-explain", func(t *testing.T) {
-		t.Parallel()
-		claimExplainScenario(t, s)
-	})
-	t.Run("ownership-fencing", func(t *testing.T) {
-		t.Parallel()
-		ownershipFencingScenario(t, s, 3000)
-	})
-	// Per-aggregate order, a kill, unroutable retries and a FAILED event
-	// on a replica set (ordering_e2e_test.go).
-	t.Run("ordering", func(t *testing.T) {
-		t.Parallel()
-		runOrderingScenarios(t, s)
-	})
-	t.Run("wakeup", func(t *testing.T) {
-		t.Parallel()
-		wakeupScenario(t, s)
+	runParallel(t, []subtest{
+		{"transactions", func(t *testing.T) { transactionScenario(t, s) }},
+		{"producer", func(t *testing.T) { producerScenario(t, s) }},
+		{"claim-explain", func(t *testing.T) { claimExplainScenario(t, s) }},
+		{"ownership-fencing", func(t *testing.T) { ownershipFencingScenario(t, s, 3000) }},
+		// Per-aggregate order, a kill, unroutable retries and a FAILED
+		// event on a replica set (ordering_e2e_test.go).
+		{"ordering", func(t *testing.T) { runOrderingScenarios(t, s) }},
+		{"wakeup", func(t *testing.T) { wakeupScenario(t, s) }},
 	})
 }
 
@@ -250,25 +231,7 @@ func containerStack(t *testing.T) stack {
 	ctx, cancel := context.WithTimeout(t.Context(), containerWait)
 	defer cancel()
 
-	mc, err := tcmongo.Run(ctx, mongoImage, tcmongo.WithReplicaSet("rs0"))
-	testcontainers.CleanupContainer(t, mc)
-	if err != nil {
-		t.Fatalf("start %s: %v", mongoImage, err)
-	}
-	uri, err := mc.ConnectionString(ctx)
-	if err != nil {
-		t.Fatalf("MongoDB connection string: %v", err)
-	}
-	// The member is registered under the container's own address, which
-	// the host may not reach: talk to the mapped port directly. hello still
-	// reports the replica set, so transactions are used.
-	u, err := url.Parse(uri)
-	if err != nil {
-		t.Fatalf("MongoDB connection string %q: %v", uri, err)
-	}
-	q := u.Query()
-	q.Set("directConnection", "true")
-	u.RawQuery = q.Encode()
+	mongoURI := testenv.ReplicaSetURI(ctx, t)
 
 	// Not guest: RabbitMQ lets guest in from localhost only.
 	rc, err := tcrabbit.Run(ctx, rabbitImage, tcrabbit.WithAdminUsername("outbox"), tcrabbit.WithAdminPassword("outbox-e2e"))
@@ -280,7 +243,7 @@ func containerStack(t *testing.T) stack {
 	if err != nil {
 		t.Fatalf("RabbitMQ URL: %v", err)
 	}
-	return stack{name: "mongodb", mongoURI: u.String(), amqpURL: amqpURL + "/", atomicClaims: true}
+	return stack{name: "mongodb", mongoURI: mongoURI, amqpURL: amqpURL + "/", atomicClaims: true}
 }
 
 // transactionScenario: on a replica set the store finds transactions, and

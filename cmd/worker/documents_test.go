@@ -44,6 +44,17 @@ func insertBacklog(ctx context.Context, t *testing.T, coll *driver.Collection, n
 	return ids
 }
 
+// draftDoc returns the document of d created at, with fields set as
+// setFields does.
+func draftDoc(t *testing.T, d events.Draft, at time.Time, fields ...bson.E) bson.D {
+	t.Helper()
+	doc, err := d.Document(at)
+	if err != nil {
+		t.Fatalf("document of %+v: %v", d, err)
+	}
+	return setFields(doc, fields...)
+}
+
 // setFields returns d with each field of kv set: replaced where d has it,
 // appended where not.
 func setFields(d bson.D, kv ...bson.E) bson.D {

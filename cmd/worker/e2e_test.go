@@ -50,6 +50,12 @@ const (
 // MongoDB in OUTBOX_TEST_MONGO_URI) and the local RabbitMQ.
 func TestE2E(t *testing.T) {
 	t.Parallel()
+	runScenarios(t, localStack(t), e2eWorkers(t))
+}
+
+// localStack is embedded FerretDB (or the MongoDB in OUTBOX_TEST_MONGO_URI)
+// and the local RabbitMQ.
+func localStack(t *testing.T) stack {
 	s := stack{
 		name:         "ferretdb",
 		mongoURI:     testenv.MongoURI(t),
@@ -59,7 +65,23 @@ func TestE2E(t *testing.T) {
 	if s.atomicClaims {
 		s.name = "mongodb"
 	}
-	runScenarios(t, s, e2eWorkers(t))
+	return s
+}
+
+// subtest is a named part of a test.
+type subtest struct {
+	name string
+	run  func(t *testing.T)
+}
+
+// runParallel runs each subtest in parallel with the others.
+func runParallel(t *testing.T, subtests []subtest) {
+	for _, st := range subtests {
+		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
+			st.run(t)
+		})
+	}
 }
 
 // runScenarios runs every scenario against s, in parallel, the relay
@@ -73,29 +95,13 @@ func runScenarios(t *testing.T, s stack, workers int) {
 	if s.atomicClaims {
 		mid = max(n, mongoMidBacklog)
 	}
-	t.Run("relay", func(t *testing.T) {
-		t.Parallel()
-		relayScenario(t, s, workers, n)
-	})
-	t.Run("kill", func(t *testing.T) {
-		t.Parallel()
-		killScenario(t, s, mid)
-	})
-	t.Run("sigterm", func(t *testing.T) {
-		t.Parallel()
-		shutdownScenario(t, s, mid)
-	})
-	t.Run("tools", func(t *testing.T) {
-		t.Parallel()
-		toolsScenario(t, s)
-	})
-	t.Run("claims", func(t *testing.T) {
-		t.Parallel()
-		claimsScenario(t, s, 4, 1000)
-	})
-	t.Run("friendly", func(t *testing.T) {
-		t.Parallel()
-		friendlyScenario(t, s, 300)
+	runParallel(t, []subtest{
+		{"relay", func(t *testing.T) { relayScenario(t, s, workers, n) }},
+		{"kill", func(t *testing.T) { killScenario(t, s, mid) }},
+		{"sigterm", func(t *testing.T) { shutdownScenario(t, s, mid) }},
+		{"tools", func(t *testing.T) { toolsScenario(t, s) }},
+		{"claims", func(t *testing.T) { claimsScenario(t, s, 4, 1000) }},
+		{"friendly", func(t *testing.T) { friendlyScenario(t, s, 300) }},
 	})
 }
 

@@ -49,16 +49,7 @@ const (
 // the MongoDB in OUTBOX_TEST_MONGO_URI) and the local RabbitMQ.
 func TestE2EOrdering(t *testing.T) {
 	t.Parallel()
-	s := stack{
-		name:         "ferretdb",
-		mongoURI:     testenv.MongoURI(t),
-		amqpURL:      testenv.AMQPURL(t),
-		atomicClaims: !testenv.IsFerretDB(),
-	}
-	if s.atomicClaims {
-		s.name = "mongodb"
-	}
-	runOrderingScenarios(t, s)
+	runOrderingScenarios(t, localStack(t))
 }
 
 // runOrderingScenarios runs every ordering scenario against s, in
@@ -70,21 +61,14 @@ func runOrderingScenarios(t *testing.T, s stack) {
 		// holding a claim; see mongoMidBacklog.
 		plan = orderPlanMongo
 	}
-	t.Run("aggregate", func(t *testing.T) {
-		t.Parallel()
-		orderingScenario(t, s, plan, "aggregate")
-	})
-	t.Run("none", func(t *testing.T) {
-		t.Parallel()
-		orderingScenario(t, s, plan, "none")
-	})
-	t.Run("share", func(t *testing.T) {
-		t.Parallel()
-		n := e2eEvents(t)
-		if s.atomicClaims {
-			n = max(n, mongoMidBacklog)
-		}
-		shareScenario(t, s, 3, n)
+	share := e2eEvents(t)
+	if s.atomicClaims {
+		share = max(share, mongoMidBacklog)
+	}
+	runParallel(t, []subtest{
+		{"aggregate", func(t *testing.T) { orderingScenario(t, s, plan, "aggregate") }},
+		{"none", func(t *testing.T) { orderingScenario(t, s, plan, "none") }},
+		{"share", func(t *testing.T) { shareScenario(t, s, 3, share) }},
 	})
 }
 

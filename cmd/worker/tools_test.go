@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	driver "go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/testenv"
@@ -29,22 +29,14 @@ func TestRequeueIDsFrom(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	db := testenv.Database(t)
-	coll := db.Collection(mongo.CollectionDefault)
 	now := time.Now().UTC()
 	ids := []string{"order,1", " padded ", "tab\there", "plain", "left alone", "from,file"}
 	var docs []any
 	for _, id := range ids {
-		d, err := events.Draft{ID: id, Type: "t", Payload: bson.D{{Key: "n", Value: 1}}}.Document(now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		docs = append(docs, setFields(d, bson.E{Key: events.FieldStatus, Value: events.StatusFailed}))
+		docs = append(docs, draftDoc(t, events.Draft{ID: id, Type: "t", Payload: bson.D{{Key: "n", Value: 1}}}, now,
+			bson.E{Key: events.FieldStatus, Value: events.StatusFailed}))
 	}
-	if _, err := coll.InsertMany(ctx, docs); err != nil {
-		t.Fatalf("insert: %v", err)
-	}
-	env := map[string]string{"OUTBOX_MONGO_URI": testenv.MongoURI(t), "OUTBOX_MONGO_DATABASE": db.Name()}
+	coll, env := toolsOutbox(ctx, t, testenv.MongoURI(t), testenv.Database(t), docs)
 
 	// CRLF endings, an empty line and a repeated id are all allowed.
 	input := "order,1\r\n padded \n\ntab\there\nplain\norder,1\n"
@@ -60,7 +52,7 @@ func TestRequeueIDsFrom(t *testing.T) {
 	if err := os.WriteFile(path, []byte("from,file\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out = runToolStdin(ctx, t, env, "", 0, "requeue", "--ids-from", path)
+	out = runTool(ctx, t, env, 0, "requeue", "--ids-from", path)
 	if want := "requeued 1 FAILED events to NEW\n"; out != want {
 		t.Errorf("requeue from a file printed %q, want %q", out, want)
 	}
@@ -80,7 +72,7 @@ func TestRequeueIDsFrom(t *testing.T) {
 
 	// Nothing to read is a usage error, as is a file that is not there.
 	runToolStdin(ctx, t, env, "\n\n", 2, "requeue", "--ids-from", "-")
-	runToolStdin(ctx, t, env, "", 2, "requeue", "--ids-from", filepath.Join(t.TempDir(), "missing"))
+	runTool(ctx, t, env, 2, "requeue", "--ids-from", filepath.Join(t.TempDir(), "missing"))
 }
 
 // runToolStdin runs the worker binary with args and input on its standard
@@ -93,7 +85,11 @@ func runToolStdin(ctx context.Context, t *testing.T, env map[string]string, inpu
 	cmd.Stdin = strings.NewReader(input)
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	_ = cmd.Run()
+	err := cmd.Run()
+	var exitErr *exec.ExitError
+	if err != nil && !errors.As(err, &exitErr) {
+		t.Fatalf("worker %s: %v", strings.Join(args, " "), err)
+	}
 	if code := cmd.ProcessState.ExitCode(); code != wantCode {
 		t.Errorf("worker %s exited with %d, want %d; stderr:\n%s", strings.Join(args, " "), code, wantCode, stderr.String())
 	}
@@ -107,28 +103,20 @@ func TestSkip(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	db := testenv.Database(t)
-	coll := db.Collection(mongo.CollectionDefault)
 	now := time.Now().UTC()
 	var docs []any
 	for id, status := range map[string]events.Status{"bad-1": events.StatusFailed, "new-1": events.StatusNew} {
-		d, err := events.Draft{ID: id, Type: "t", AggregateType: "order", AggregateID: "7", Payload: bson.D{{Key: "n", Value: 1}}}.Document(now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		docs = append(docs, setFields(d, bson.E{Key: events.FieldStatus, Value: status}))
+		d := events.Draft{ID: id, Type: "t", AggregateType: "order", AggregateID: "7", Payload: bson.D{{Key: "n", Value: 1}}}
+		docs = append(docs, draftDoc(t, d, now, bson.E{Key: events.FieldStatus, Value: status}))
 	}
-	if _, err := coll.InsertMany(ctx, docs); err != nil {
-		t.Fatalf("insert: %v", err)
-	}
-	env := map[string]string{"OUTBOX_MONGO_URI": testenv.MongoURI(t), "OUTBOX_MONGO_DATABASE": db.Name()}
+	coll, env := toolsOutbox(ctx, t, testenv.MongoURI(t), testenv.Database(t), docs)
 
-	runToolStdin(ctx, t, env, "", 2, "skip", "--id", "bad-1", "--reason", "compensated")
-	runToolStdin(ctx, t, env, "", 2, "skip", "--id", "bad-1", "--by", "alice")
-	if out := runToolStdin(ctx, t, env, "", 0, "skip", "--id", "bad-1,new-1", "--by", "alice", "--reason", "compensated", "--dry-run"); out != "1 FAILED events would be skipped\n" {
+	runTool(ctx, t, env, 2, "skip", "--id", "bad-1", "--reason", "compensated")
+	runTool(ctx, t, env, 2, "skip", "--id", "bad-1", "--by", "alice")
+	if out := runTool(ctx, t, env, 0, "skip", "--id", "bad-1,new-1", "--by", "alice", "--reason", "compensated", "--dry-run"); out != "1 FAILED events would be skipped\n" {
 		t.Errorf("dry run printed %q", out)
 	}
-	out := runToolStdin(ctx, t, env, "", 0, "skip", "--id", "bad-1", "--id", "new-1", "--by", "alice", "--reason", "compensated by hand")
+	out := runTool(ctx, t, env, 0, "skip", "--id", "bad-1", "--id", "new-1", "--by", "alice", "--reason", "compensated by hand")
 	if !strings.HasPrefix(out, "skipped 1 FAILED events") {
 		t.Errorf("skip printed %q", out)
 	}
@@ -155,16 +143,11 @@ func TestSkip(t *testing.T) {
 func toolsScenario(t *testing.T, s stack) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	db := s.database(t)
-	coll := db.Collection(mongo.CollectionDefault)
 	now := time.Now().UTC().Truncate(time.Millisecond)
 
 	doc := func(id any, typ string, status events.Status, extra ...bson.E) any {
-		d, err := events.Draft{ID: id, Type: typ, Payload: bson.D{{Key: "n", Value: 1}}}.Document(now.Add(-10 * time.Minute))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return setFields(d, append([]bson.E{{Key: events.FieldStatus, Value: status}}, extra...)...)
+		d := events.Draft{ID: id, Type: typ, Payload: bson.D{{Key: "n", Value: 1}}}
+		return draftDoc(t, d, now.Add(-10*time.Minute), append([]bson.E{{Key: events.FieldStatus, Value: status}}, extra...)...)
 	}
 	failed := func(id any, typ string) any {
 		return doc(id, typ, events.StatusFailed,
@@ -189,10 +172,7 @@ func toolsScenario(t *testing.T, s stack) {
 			bson.E{Key: events.FieldProcessingAt, Value: now}),
 		doc(nil, "order.created", events.StatusPublished, bson.E{Key: events.FieldPublishedAt, Value: now}),
 	}
-	if _, err := coll.InsertMany(ctx, docs); err != nil {
-		t.Fatalf("insert: %v", err)
-	}
-	env := map[string]string{"OUTBOX_MONGO_URI": s.mongoURI, "OUTBOX_MONGO_DATABASE": db.Name()}
+	coll, env := toolsOutbox(ctx, t, s.mongoURI, s.database(t), docs)
 
 	t.Run("stats json", func(t *testing.T) {
 		out := runTool(ctx, t, env, 0, "stats", "--json")
@@ -225,28 +205,27 @@ func toolsScenario(t *testing.T, s stack) {
 			}
 		}
 	})
-	t.Run("requeue dry run", func(t *testing.T) {
-		out := runTool(ctx, t, env, 0, "requeue", "--type", "order.created", "--dry-run")
-		if want := "3 FAILED events would be requeued\n"; out != want {
-			t.Errorf("requeue --dry-run printed %q, want %q", out, want)
-		}
-		if c := countOf(ctx, t, coll, events.StatusFailed); c != 5 {
-			t.Errorf("FAILED after a dry run = %d, want 5", c)
-		}
-	})
-	t.Run("requeue by id", func(t *testing.T) {
-		out := runTool(ctx, t, env, 0, "requeue", "--id", paymentID.Hex())
-		if want := "requeued 1 FAILED events to NEW\n"; out != want {
-			t.Errorf("requeue --id printed %q, want %q", out, want)
-		}
-		out = runTool(ctx, t, env, 0, "requeue", "--id", "payment-2")
-		if want := "requeued 1 FAILED events to NEW\n"; out != want {
-			t.Errorf("requeue --id (string id) printed %q, want %q", out, want)
-		}
-		if c := countOf(ctx, t, coll, events.StatusFailed); c != 3 {
-			t.Errorf("FAILED after requeueing two = %d, want 3", c)
-		}
-	})
+	// In order: each requeue sees what the one before left.
+	for _, step := range []struct {
+		name   string
+		args   []string
+		want   string
+		failed int64 // FAILED events after the step
+	}{
+		{"requeue dry run", []string{"requeue", "--type", "order.created", "--dry-run"}, "3 FAILED events would be requeued\n", 5},
+		{"requeue by id", []string{"requeue", "--id", paymentID.Hex()}, "requeued 1 FAILED events to NEW\n", 4},
+		{"requeue by string id", []string{"requeue", "--id", "payment-2"}, "requeued 1 FAILED events to NEW\n", 3},
+	} {
+		t.Run(step.name, func(t *testing.T) {
+			command := strings.Join(step.args, " ")
+			if out := runTool(ctx, t, env, 0, step.args...); out != step.want {
+				t.Errorf("worker %s printed %q, want %q", command, out, step.want)
+			}
+			if c := countOf(ctx, t, coll, events.StatusFailed); c != step.failed {
+				t.Errorf("FAILED after worker %s = %d, want %d", command, c, step.failed)
+			}
+		})
+	}
 	t.Run("show", func(t *testing.T) {
 		out := runTool(ctx, t, env, 0, "show", "--id", paymentID.Hex())
 		var got struct {
@@ -275,21 +254,20 @@ func toolsScenario(t *testing.T, s stack) {
 	})
 }
 
-// runTool runs the worker binary with args and returns its stdout,
-// failing the test unless it exits with wantCode.
+// runTool is runToolStdin with nothing on standard input.
 func runTool(ctx context.Context, t *testing.T, env map[string]string, wantCode int, args ...string) string {
 	t.Helper()
-	cmd := exec.CommandContext(ctx, workerBinary(t), args...)
-	cmd.Env = workerproc.Environ(env)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var exitErr *exec.ExitError
-	if err != nil && !errors.As(err, &exitErr) {
-		t.Fatalf("worker %s: %v", strings.Join(args, " "), err)
+	return runToolStdin(ctx, t, env, "", wantCode, args...)
+}
+
+// toolsOutbox inserts docs in the outbox of db, a database of this test's
+// own on the server at mongoURI, and returns the outbox and the
+// environment that points the worker's tools at it.
+func toolsOutbox(ctx context.Context, t *testing.T, mongoURI string, db *driver.Database, docs []any) (*driver.Collection, map[string]string) {
+	t.Helper()
+	coll := db.Collection(mongo.CollectionDefault)
+	if _, err := coll.InsertMany(ctx, docs); err != nil {
+		t.Fatalf("insert: %v", err)
 	}
-	if code := cmd.ProcessState.ExitCode(); code != wantCode {
-		t.Errorf("worker %s exited with %d, want %d; stderr:\n%s", strings.Join(args, " "), code, wantCode, stderr.String())
-	}
-	return stdout.String()
+	return coll, map[string]string{"OUTBOX_MONGO_URI": mongoURI, "OUTBOX_MONGO_DATABASE": db.Name()}
 }

@@ -45,6 +45,7 @@ type worker struct {
 	claimer   *claim.Claimer
 	clock     *mongo.Clock // the database server's time
 	owner     *ownership.Manager
+	sampler   *ops.Sampler // samples the backlog gauges while this replica leads
 	waker     *wake.Watcher
 	jobs      []service // ownership, wake-up (if on), recovery, retention, sampler, clock
 	http      *ops.Server
@@ -68,16 +69,10 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	for _, o := range overriddenURIOptions(cfg.MongoURI) {
 		logger.Warn("the MongoDB URI's option is overridden by a setting", "option", o.option, "setting", o.setting)
 	}
-	w.publisher, err = broker.New(broker.Config{
-		URL:          cfg.AMQPURL,
-		Exchange:     cfg.AMQPExchange,
-		Window:       max(broker.WindowDefault, cfg.BatchSize),
-		Logger:       logger,
-		WriteTimeout: cfg.PublishTimeout,
-		OnConnected: func(up bool) {
-			m.BrokerConnected.Set(map[bool]float64{true: 1}[up])
-		},
-	})
+	bc := cfg.brokerConfig()
+	bc.Logger = logger
+	bc.OnConnected = func(up bool) { m.BrokerConnected.Set(map[bool]float64{true: 1}[up]) }
+	w.publisher, err = broker.New(bc)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
@@ -87,28 +82,14 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	// period. Terms and leases are timed by the database server's clock.
 	w.owner, err = ownership.New(w.store.Owners(), ownership.Config{
 		WorkerID: cfg.WorkerID, TermLength: cfg.StaleAfter / 2, Now: w.clock.Now, Ready: w.publisher.Ready, Logger: logger,
+		OnLead: func() { w.sampler.Trigger() },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
-	w.claimer, err = claim.New(w.store, w.publisher, claim.Config{
-		WorkerID:       cfg.WorkerID,
-		Schedule:       cfg.ClaimSchedule,
-		BatchSize:      cfg.BatchSize,
-		BatchBytes:     cfg.BatchBytes,
-		MaxAttempts:    cfg.MaxAttempts,
-		MaxBodyBytes:   cfg.MaxMessageBytes,
-		PublishTimeout: cfg.PublishTimeout,
-		RetryMin:       cfg.RetryMin,
-		RetryMax:       cfg.RetryMax,
-		StaleAfter:     cfg.StaleAfter,
-		Ordering:       cfg.Ordering,
-		AfterFailed:    cfg.OrderingAfterFailed,
-		Owner:          w.owner,
-		Now:            w.clock.Now,
-		Logger:         logger,
-		Metrics:        m,
-	})
+	cc := cfg.claimConfig()
+	cc.Owner, cc.Now, cc.Logger, cc.Metrics = w.owner, w.clock.Now, logger, m
+	w.claimer, err = claim.New(w.store, w.publisher, cc)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
@@ -120,14 +101,15 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	recoverer, err := recovery.New(w.store, recovery.Config{
-		Schedule: cfg.RecoverySchedule, StaleAfter: cfg.StaleAfter, MaxAttempts: cfg.MaxAttempts,
-		Logger: logger, Metrics: m, Now: w.clock.Now,
-	})
+	rc := cfg.recoveryConfig()
+	rc.Logger, rc.Metrics, rc.Now = logger, m, w.clock.Now
+	recoverer, err := recovery.New(w.store, rc)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
-	cleaner, err := retention.New(w.store, retention.Config{Retention: cfg.Retention, Logger: logger, Metrics: m})
+	tc := cfg.retentionConfig()
+	tc.Logger, tc.Metrics = logger, m
+	cleaner, err := retention.New(w.store, tc)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
@@ -136,9 +118,9 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	if cfg.Ordering == claim.OrderingAggregate {
 		held = w.store
 	}
-	sampler, err := ops.NewSampler(ops.SamplerConfig{
+	w.sampler, err = ops.NewSampler(ops.SamplerConfig{
 		Store: w.store, StaleAfter: cfg.StaleAfter, Held: held, FailedHolds: failedHolds,
-		Now: w.clock.Now, Metrics: m, Logger: logger,
+		Active: w.owner.Leads, Now: w.clock.Now, Metrics: m, Logger: logger,
 	})
 	if err != nil {
 		return nil, err
@@ -149,7 +131,7 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 		w.jobs = append(w.jobs, w.waker)
 		wakeUp = w.waker.Mode
 	}
-	w.jobs = append(w.jobs, recoverer, cleaner, sampler, w.clock)
+	w.jobs = append(w.jobs, recoverer, cleaner, w.sampler, w.clock)
 	w.http, err = ops.NewServer(ops.ServerConfig{
 		Addr: cfg.HTTPAddr, WorkerID: cfg.WorkerID, Store: w.store, Broker: w.publisher,
 		StaleAfter: cfg.StaleAfter, Claimer: w.claimer, Recovery: recoverer, Gatherer: reg, Logger: logger,
