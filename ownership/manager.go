@@ -119,12 +119,26 @@ type held struct {
 	deadline time.Time
 }
 
-// roundMax bounds the time between two rounds. Balancing moves only at
-// rounds: a replica that joins gets its share within about two of them,
-// not within two thirds of a term (20 s at the default stale threshold),
-// during which it would only poll. A round costs one command (read the
-// owners) unless a heartbeat, a renewal or a prune is due.
+// roundMax bounds the time between two rounds while the shares move.
+// Balancing moves only at rounds: a replica that joins gets its share
+// within a few of them, not within two thirds of a term (20 s at the
+// default stale threshold), during which it would only poll. A round costs
+// one command (read the owners) unless a heartbeat, a renewal or a prune
+// is due.
 const roundMax = 2 * time.Second
+
+// quietMax bounds the time between two reads of the owners once the
+// shares hold still. Each round that changes nothing doubles the number of
+// scheduled rounds that are left out, up to this; a change anywhere (a
+// member joins or goes silent, a partition is free, taken or given back)
+// brings the next round back to every tick. A heartbeat or a renewal that
+// falls due runs its round on time regardless. Idle replicas then read the
+// owners every 8 s rather than every 2 s, and a replica that joins waits
+// for its share up to this much longer.
+const quietMax = 8 * time.Second
+
+// quietShiftMax caps the doubling, whatever the tick.
+const quietShiftMax = 8
 
 // Manager takes, renews, balances and gives back partitions for one
 // replica. Tick runs one round; Start runs it every third of a term, and
@@ -141,10 +155,19 @@ type Manager struct {
 	owned map[int]held
 
 	// beatAt is the server time of the last heartbeat written, and led
-	// whether the last round ended with this replica the leader; rounds
-	// run one at a time, so neither needs a lock.
+	// whether the last round ended with this replica the leader. quiet
+	// counts the rounds in a row that changed nothing, live how many
+	// replicas the last round counted, and rested the scheduled rounds
+	// left out since the last one run. Rounds run one at a time, so none
+	// of them needs a lock.
 	beatAt time.Time
 	led    bool
+	quiet  int
+	live   int
+	rested int
+
+	// every is the schedule's tick.
+	every time.Duration
 }
 
 // New returns a Manager; Start runs it.
@@ -153,18 +176,23 @@ func New(table Table, cfg Config) (*Manager, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	m := &Manager{cfg: cfg, table: table, owned: map[int]held{}}
-	spec := fmt.Sprintf("@every %s", max(min(cfg.TermLength/3, roundMax), time.Millisecond))
+	m := &Manager{cfg: cfg, table: table, owned: map[int]held{}, every: max(min(cfg.TermLength/3, roundMax), time.Millisecond)}
 	var err error
-	if m.job, err = schedule.New(schedule.Config{Name: "ownership", Schedule: spec, RunAtStart: true, Logger: cfg.Logger,
-		Run: func(ctx context.Context) (bool, error) { return false, m.Tick(ctx) },
+	if m.job, err = schedule.New(schedule.Config{Name: "ownership", Schedule: fmt.Sprintf("@every %s", m.every), RunAtStart: true, Logger: cfg.Logger,
+		Run: func(ctx context.Context) (bool, error) {
+			if m.rest() {
+				return false, nil
+			}
+			return false, m.Tick(ctx)
+		},
 	}); err != nil {
 		return nil, err
 	}
 	return m, nil
 }
 
-// Start runs a first Tick at once, then one every third of a term.
+// Start runs a first Tick at once, then one every third of a term and at
+// least every roundMax while the shares move (see quietMax).
 func (m *Manager) Start(ctx context.Context) error { return m.job.Start(ctx) }
 
 // Stop ends the ticks. The terms it holds expire on their own; Release
@@ -232,9 +260,12 @@ func (m *Manager) Tick(ctx context.Context) error {
 
 	m.mu.Lock()
 	m.dropLost(latest)
-	share := Share(Live(me, latest, members, serverNow, m.cfg.TermLength, m.cfg.Margin))
+	live := Live(me, latest, members, serverNow, m.cfg.TermLength, m.cfg.Margin)
+	share := Share(live)
 	excess := m.excess(share)
 	m.mu.Unlock()
+	quiet := m.quiet
+	m.quiet, m.rested = 0, 0 // until this round is known to have changed nothing
 	if len(excess) > 0 {
 		if err := m.release(ctx, excess, serverNow); err != nil {
 			return err
@@ -243,9 +274,14 @@ func (m *Manager) Tick(ctx context.Context) error {
 	if err := m.renew(ctx, serverNow); err != nil {
 		return err
 	}
-	if err := m.take(ctx, latest, share, serverNow); err != nil {
+	took, err := m.take(ctx, latest, share, serverNow)
+	if err != nil {
 		return err
 	}
+	if len(excess) == 0 && took == 0 && live == m.live && !anyFree(latest, serverNow, m.cfg.Margin) {
+		m.quiet = min(quiet+1, quietShiftMax)
+	}
+	m.live = live
 	lead := m.Leads()
 	// The leader prunes for all: any replica could, from the same read,
 	// but every one of them sending the same delete after each renewal
@@ -277,10 +313,10 @@ func (m *Manager) Leads() bool {
 }
 
 // heartbeat tells the others this replica is alive, once a third of a
-// term: a member counts as live for a term after its last heartbeat (Live),
-// so the rounds in between, every roundMax, need not write one.
+// term (see heartbeatDue): a member counts as live for a term after its
+// last heartbeat (Live), so the rounds in between need not write one.
 func (m *Manager) heartbeat(ctx context.Context, serverNow time.Time) error {
-	if !m.beatAt.IsZero() && serverNow.Sub(m.beatAt) < m.cfg.TermLength/3 {
+	if !m.heartbeatDue(serverNow) {
 		return nil
 	}
 	if err := m.table.Heartbeat(ctx, Member{WorkerID: m.cfg.WorkerID, SeenAt: serverNow}); err != nil {
@@ -346,17 +382,19 @@ func (m *Manager) release(ctx context.Context, ps []int, serverNow time.Time) er
 	return nil
 }
 
-// renew inserts the next term of every partition whose deadline is less
-// than two thirds of a term away, so that with ticks every third of a term
-// a healthy owner never runs out.
+// renew inserts the next term of every partition held once any of them is
+// less than half a term from its deadline (see renewalDue). They are
+// renewed together so that their deadlines stay together: partitions
+// taken in different rounds would otherwise each cost an insert, and its
+// check read, on a schedule of their own.
 func (m *Manager) renew(ctx context.Context, serverNow time.Time) error {
+	if !m.renewalDue() {
+		return nil
+	}
 	m.mu.RLock()
-	now := m.cfg.Local()
-	var terms []Term
+	terms := make([]Term, 0, len(m.owned))
 	for p, h := range m.owned {
-		if h.deadline.Sub(now) < 2*m.cfg.TermLength/3 {
-			terms = append(terms, Term{Partition: p, Term: h.term + 1, Owner: m.cfg.WorkerID, ExpiresAt: serverNow.Add(m.cfg.TermLength)})
-		}
+		terms = append(terms, Term{Partition: p, Term: h.term + 1, Owner: m.cfg.WorkerID, ExpiresAt: serverNow.Add(m.cfg.TermLength)})
 	}
 	m.mu.RUnlock()
 	won, err := m.insert(ctx, terms)
@@ -369,10 +407,73 @@ func (m *Manager) renew(ctx context.Context, serverNow time.Time) error {
 	return nil
 }
 
+// renewalDue reports whether a partition held is less than half a term
+// from its deadline: renewals come every half term less a Margin (12 s by
+// default), and a renewal that fails is tried again at each round, every
+// roundMax at most, for the half term that is left.
+func (m *Manager) renewalDue() bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	now := m.cfg.Local()
+	for _, h := range m.owned {
+		if h.deadline.Sub(now) < m.cfg.TermLength/2 {
+			return true
+		}
+	}
+	return false
+}
+
+// heartbeatDue reports whether the heartbeat is to be written now: at the
+// first round, and then once a third of a term by the server's clock,
+// alongside a renewal while this replica holds partitions. Its terms
+// already count it live (Live), so its heartbeat need not bring a round of
+// its own.
+func (m *Manager) heartbeatDue(serverNow time.Time) bool {
+	if m.beatAt.IsZero() {
+		return true
+	}
+	if serverNow.Sub(m.beatAt) < m.cfg.TermLength/3 {
+		return false
+	}
+	m.mu.RLock()
+	holds := len(m.owned) > 0
+	m.mu.RUnlock()
+	return !holds || m.renewalDue()
+}
+
+// rest reports whether the scheduled round may be left out: the last
+// rounds changed nothing (quiet in a row leave out 2^quiet - 1 ticks, for
+// at most quietMax), and neither a heartbeat nor a renewal is due. A
+// replica that cannot publish never rests: its round gives its
+// partitions back.
+func (m *Manager) rest() bool {
+	if m.quiet == 0 || (m.cfg.Ready != nil && m.cfg.Ready() != nil) {
+		return false
+	}
+	apart := min(1<<m.quiet, int(quietMax/m.every))
+	if m.rested+1 >= apart || m.heartbeatDue(m.cfg.Now()) || m.renewalDue() {
+		return false
+	}
+	m.rested++
+	return true
+}
+
+// anyFree reports whether a partition has no live term: one that some
+// replica should take.
+func anyFree(latest map[int]Term, serverNow time.Time, margin time.Duration) bool {
+	for p := range events.Partitions {
+		t, ok := latest[p]
+		if !ok || serverNow.After(t.ExpiresAt.Add(margin)) {
+			return true
+		}
+	}
+	return false
+}
+
 // take inserts the next term of free partitions, up to share, starting at
 // a point of the ring that depends on the worker id so that replicas
 // starting together mostly try different partitions.
-func (m *Manager) take(ctx context.Context, latest map[int]Term, share int, serverNow time.Time) error {
+func (m *Manager) take(ctx context.Context, latest map[int]Term, share int, serverNow time.Time) (int, error) {
 	m.mu.RLock()
 	need := share - len(m.owned)
 	var terms []Term
@@ -396,12 +497,12 @@ func (m *Manager) take(ctx context.Context, latest map[int]Term, share int, serv
 	m.mu.RUnlock()
 	won, err := m.insert(ctx, terms)
 	if err != nil {
-		return fmt.Errorf("take %d partitions: %w", len(terms), err)
+		return 0, fmt.Errorf("take %d partitions: %w", len(terms), err)
 	}
 	if won > 0 {
 		m.cfg.Logger.Info("partitions taken", "partitions", won, "share", share)
 	}
-	return nil
+	return won, nil
 }
 
 // insert inserts terms, if any, and records those won, with a deadline
@@ -462,7 +563,7 @@ func (m *Manager) Release(ctx context.Context) error {
 	if err := m.table.Prune(ctx, nil, []string{m.cfg.WorkerID}); err != nil {
 		return fmt.Errorf("remove heartbeat: %w", err)
 	}
-	m.beatAt, m.led = time.Time{}, false
+	m.beatAt, m.led, m.quiet = time.Time{}, false, 0
 	return nil
 }
 
