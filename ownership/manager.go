@@ -458,16 +458,26 @@ func (m *Manager) rest() bool {
 	return true
 }
 
-// anyFree reports whether a partition has no live term: one that some
-// replica should take.
+// anyFree reports whether a partition is free: one that some replica
+// should take.
 func anyFree(latest map[int]Term, serverNow time.Time, margin time.Duration) bool {
 	for p := range events.Partitions {
 		t, ok := latest[p]
-		if !ok || serverNow.After(t.ExpiresAt.Add(margin)) {
+		if isFree(t, ok, serverNow, margin) {
 			return true
 		}
 	}
 	return false
+}
+
+// isFree reports whether a partition whose latest term is t (ok: it has
+// one) may be taken at serverNow: it has no term, its owner gave it back,
+// or its term ended more than margin ago. A partition given back is free at
+// once: its owner stopped claiming in it before it wrote the release, under
+// the lock that waits for its claims, so no clock is involved; the margin
+// covers only an owner that may still believe its term runs.
+func isFree(t Term, ok bool, serverNow time.Time, margin time.Duration) bool {
+	return !ok || t.Released || serverNow.After(t.ExpiresAt.Add(margin))
 }
 
 // take inserts the next term of free partitions, up to share, starting at
@@ -485,7 +495,7 @@ func (m *Manager) take(ctx context.Context, latest map[int]Term, share int, serv
 				continue
 			}
 			t, ok := latest[p]
-			if ok && !serverNow.After(t.ExpiresAt.Add(m.cfg.Margin)) {
+			if !isFree(t, ok, serverNow, m.cfg.Margin) {
 				continue
 			}
 			terms = append(terms, Term{Partition: p, Term: t.Term + 1, Owner: m.cfg.WorkerID, ExpiresAt: serverNow.Add(m.cfg.TermLength)})

@@ -44,7 +44,7 @@ func TestSettledRoundsOnlyRead(t *testing.T) {
 	shared, clock := newMemTable(), fakeclock.New(epoch)
 	ta, tb := &countingTable{memTable: shared}, &countingTable{memTable: shared}
 	a, b := newManager(t, ta, clock, "a"), newManager(t, tb, clock, "b")
-	for range 4 { // a gives back half, b takes it once the margin has passed
+	for range 4 { // a gives back half, b takes it
 		tick(t, a, b)
 		clock.Advance(roundMax)
 	}
