@@ -383,8 +383,8 @@ func (m *Manager) release(ctx context.Context, ps []int, serverNow time.Time) er
 }
 
 // renew inserts the next term of every partition held once any of them is
-// less than half a term from its deadline (see renewalDue). They are
-// renewed together so that their deadlines stay together: partitions
+// less than two thirds of a term from its deadline (see renewalDue). They
+// are renewed together so that their deadlines stay together: partitions
 // taken in different rounds would otherwise each cost an insert, and its
 // check read, on a schedule of their own.
 func (m *Manager) renew(ctx context.Context, serverNow time.Time) error {
@@ -407,16 +407,17 @@ func (m *Manager) renew(ctx context.Context, serverNow time.Time) error {
 	return nil
 }
 
-// renewalDue reports whether a partition held is less than half a term
-// from its deadline: renewals come every half term less a Margin (12 s by
-// default), and a renewal that fails is tried again at each round, every
-// roundMax at most, for the half term that is left.
+// renewalDue reports whether a partition held is less than two thirds of
+// a term from its deadline: renewals come every third of a term less a
+// Margin (7 s by default). Renewing later would save inserts but shorten
+// the validity a claim's writes get just before a renewal (Hold), which is
+// two thirds of a term less a tick and a Margin at the least.
 func (m *Manager) renewalDue() bool {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	now := m.cfg.Local()
 	for _, h := range m.owned {
-		if h.deadline.Sub(now) < m.cfg.TermLength/2 {
+		if h.deadline.Sub(now) < 2*m.cfg.TermLength/3 {
 			return true
 		}
 	}

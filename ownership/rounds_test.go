@@ -197,11 +197,32 @@ func TestPartitionsTakenApartRenewTogether(t *testing.T) {
 		clock.Advance(roundMax)
 		tick(t, a)
 	}
-	// A renewal is due half a term before the deadline, which is a
-	// Margin short of a term after the last: one insert each period, not
+	// A renewal is due two thirds of a term before the deadline, which is
+	// a Margin short of a term after the last: one insert each period, not
 	// one for each half.
-	period := term/2 - a.cfg.Margin
+	period := term/3 - a.cfg.Margin
 	if got, want := ta.inserts-inserts, int(terms*term/period)+1; got > want {
 		t.Errorf("a sent %d inserts in %d terms, want at most %d: its two halves renewed apart", got, terms, want)
+	}
+}
+
+// However the rounds rest, a claim starting just before a renewal still
+// gets two thirds of a term, less a tick and a Margin, for its writes: the
+// validity Hold reports never falls below that.
+func TestRenewalsLeaveClaimsTheirValidity(t *testing.T) {
+	t.Parallel()
+	clock, _, ms, _ := balanced(t)
+	a := ms[0]
+	floor := 2*term/3 - a.every - a.cfg.Margin
+	least := term
+	for range int(3 * term / a.every) {
+		_, validFor, done := a.Hold()
+		done()
+		least = min(least, validFor)
+		clock.Advance(a.every)
+		scheduled(t, ms[0], ms[1])
+	}
+	if least < floor {
+		t.Errorf("least validity a claim got over 3 terms: %s, want at least %s", least, floor)
 	}
 }
