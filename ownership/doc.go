@@ -15,12 +15,14 @@
 // winning insert, TermLength less Margin; a replica that did not hear from
 // the database (a pause, a partition, a lost renewal) stops claiming on
 // its own. Another replica takes the partition only Margin after the
-// term's expiresAt. Margin covers the clock offset's uncertainty and the
-// duration of one claim.
+// term's expiresAt, or at once if the owner gave it back (the owner
+// stopped claiming before it wrote that term). Margin covers the clock
+// offset's uncertainty and the duration of one claim.
 //
 // Balance: every replica announces itself with a heartbeat document it
 // alone writes; each aims for ceil(Partitions / live replicas) partitions,
 // gives back its excess by inserting a term that expires at once, and
-// takes free partitions up to its share. A join or a death settles within
-// about one term.
+// takes free partitions up to its share. Rounds run every roundMax while
+// the shares move and rest up to quietMax between reads once they hold
+// still. A join or a death settles within about one term.
 package ownership

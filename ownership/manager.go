@@ -104,8 +104,9 @@ const quietMax = 8 * time.Second
 const quietShiftMax = 8
 
 // Manager takes, renews, balances and gives back partitions for one
-// replica. Tick runs one round; Start runs it every third of a term, and
-// at least every roundMax.
+// replica. Tick runs one round; Start runs it every third of a term and
+// at least every roundMax, leaving rounds out while the shares hold still
+// (see quietMax).
 type Manager struct {
 	cfg   Config
 	table Table
