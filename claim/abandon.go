@@ -10,17 +10,19 @@ import (
 )
 
 // abandonSettle is how long after a failed claim its lease is released
-// again: a server that went on with the claim's update after the client
-// gave up (FerretDB applies an update document by document) may still be
-// writing it when the first release runs.
+// the second time; each release after that waits twice as long as the one
+// before, until recovery owns the lease's events. A server that went on
+// with the claim's update after the client gave up (FerretDB applies an
+// update document by document; MongoDB may still be waiting on a slow
+// disk) may still be writing it when the first release runs.
 const abandonSettle = time.Second
 
 // abandonedLeases are the leases of claims whose write failed part-way.
 // The server may have claimed some events for such a lease before the
-// error; nothing of it was published, so they go back to NEW with their
-// attempt refunded, at once and again once abandonSettle has passed,
-// rather than wait for recovery and lose an attempt each time. After the
-// stale threshold recovery owns them and the lease is forgotten.
+// error, or may yet; nothing of it was published, so they go back to NEW
+// with their attempt refunded, at once and again with backoff, rather
+// than wait for recovery and lose an attempt each time. Once the stale
+// threshold has passed recovery owns them, and the lease is forgotten.
 type abandonedLeases struct {
 	staleAfter time.Duration
 
@@ -29,19 +31,32 @@ type abandonedLeases struct {
 }
 
 type abandoned struct {
-	lease    events.Lease
-	failedAt time.Time
+	lease events.Lease
+	// next is when the lease is released again, and wait how long after
+	// that the release after it comes.
+	next time.Time
+	wait time.Duration
 }
 
 func (a *abandonedLeases) add(lease events.Lease, now time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.pending = append(a.pending, abandoned{lease: lease, failedAt: now})
+	a.pending = append(a.pending, abandoned{lease: lease, next: now, wait: abandonSettle})
 }
 
-// retry releases what each pending lease holds, and forgets a lease once
-// a release after abandonSettle succeeded or recovery owns its events.
+// retry releases what each pending lease whose time has come holds, and
+// forgets a lease once recovery owns its events.
 func (a *abandonedLeases) retry(ctx context.Context, store Store, now time.Time, logger *slog.Logger) {
+	a.release(ctx, store, now, logger, false)
+}
+
+// flush releases what every pending lease holds, due or not: for a stop,
+// after which nothing retries.
+func (a *abandonedLeases) flush(ctx context.Context, store Store, now time.Time, logger *slog.Logger) {
+	a.release(ctx, store, now, logger, true)
+}
+
+func (a *abandonedLeases) release(ctx context.Context, store Store, now time.Time, logger *slog.Logger, all bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	kept := a.pending[:0]
@@ -49,18 +64,21 @@ func (a *abandonedLeases) retry(ctx context.Context, store Store, now time.Time,
 		if now.Sub(p.lease.At) >= a.staleAfter {
 			continue
 		}
+		if !all && now.Before(p.next) {
+			kept = append(kept, p)
+			continue
+		}
 		releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		n, err := store.Abandon(releaseCtx, p.lease)
 		cancel()
 		switch {
 		case err != nil:
-			logger.Warn("could not release the events of a failed claim; recovery will", "error", err)
+			logger.Warn("could not release the events of a failed claim; trying again", "error", err)
 		case n > 0:
 			logger.Info("released the events a failed claim had taken", "count", n)
 		}
-		if err != nil || now.Sub(p.failedAt) < abandonSettle {
-			kept = append(kept, p)
-		}
+		p.next, p.wait = now.Add(p.wait), 2*p.wait
+		kept = append(kept, p)
 	}
 	a.pending = kept
 }

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/mongo"
@@ -18,8 +20,8 @@ type failingClaimStore struct {
 	fail atomic.Bool
 }
 
-func (s *failingClaimStore) Claim(ctx context.Context, lease events.Lease, limit events.ClaimLimit) (events.ClaimResult, error) {
-	res, err := s.Store.Claim(ctx, lease, limit)
+func (s *failingClaimStore) ClaimRead(ctx context.Context, lease events.Lease, docs []bson.Raw, limit events.ClaimLimit) (events.ClaimResult, error) {
+	res, err := s.Store.ClaimRead(ctx, lease, docs, limit)
 	if s.fail.Load() {
 		return events.ClaimResult{}, errors.New("client timed out waiting for server response")
 	}

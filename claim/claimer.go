@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/backoff"
 	"github.com/outboxrelay/outbox/metrics"
@@ -19,10 +21,13 @@ import (
 
 // Store is the outbox as the claimer needs it.
 type Store interface {
-	// Claim claims events for lease, up to limit. Its result also lists
-	// the events it refused and wrote FAILED, and whether more may be
-	// waiting.
-	Claim(ctx context.Context, lease events.Lease, limit events.ClaimLimit) (events.ClaimResult, error)
+	// ReadClaimable reads the events a claim at now may take, up to
+	// limit, in order; more reports that it stopped at a bound of limit.
+	ReadClaimable(ctx context.Context, now time.Time, limit events.ClaimLimit) (docs []bson.Raw, more bool, err error)
+	// ClaimRead claims for lease the documents ReadClaimable returned (or
+	// a prefix of them). Its result lists the events claimed, and those
+	// it refused and wrote FAILED.
+	ClaimRead(ctx context.Context, lease events.Lease, docs []bson.Raw, limit events.ClaimLimit) (events.ClaimResult, error)
 	MarkPublished(ctx context.Context, lease events.Lease, ids []any, at time.Time) (int, error)
 	Release(ctx context.Context, lease events.Lease, r events.Release) (int, error)
 	// Abandon puts every event lease holds back to NEW with its attempt
@@ -40,11 +45,15 @@ type Publisher interface {
 
 // Owner is the partition ownership as the claimer needs it.
 type Owner interface {
-	// Hold returns the term of each partition this worker may claim in
-	// now (events.Partitions entries, 0 where it may not), how long it
+	// Hold returns the tenure of each partition this worker may claim in
+	// now (events.Partitions entries, 0 where it may not; a tenure that
+	// differs between two Holds changed hands in between), how long it
 	// may, and a function to call once the claim's writes are done; no
 	// partition is given away in between.
-	Hold() (terms []int64, validFor time.Duration, done func())
+	Hold() (tenures []int64, validFor time.Duration, done func())
+	// Renew renews the partitions held, for a write that needs more time
+	// than Hold has left. Not called while a Hold is in progress.
+	Renew(ctx context.Context) error
 }
 
 // Claimer claims, publishes and marks batches of events on a schedule.
@@ -63,6 +72,10 @@ type Claimer struct {
 	// draining is whether the last claim stopped at a bound
 	// (events.ClaimLimit.Draining).
 	draining atomic.Bool
+	// batch sizes claims after the database's timeouts, and writes times
+	// the claims' writes so that the fence gives them what they need.
+	batch  *batchLimit
+	writes writeTimes
 	// halted is closed when a stop's deadline has passed: the outcome
 	// writes of the batch in flight give up then.
 	halted   chan struct{}
@@ -95,7 +108,9 @@ func New(store Store, pub Publisher, cfg Config) (*Claimer, error) {
 		halted:    make(chan struct{}),
 		stopping:  make(chan struct{}),
 		abandoned: abandonedLeases{staleAfter: cfg.StaleAfter},
+		batch:     newBatchLimit(cfg.BatchSize),
 	}
+	c.metrics.ClaimBatchLimit.Set(float64(cfg.BatchSize))
 	var err error
 	c.job, err = schedule.New(schedule.Config{Name: "claim", Schedule: cfg.Schedule, Run: c.runOnce, Logger: cfg.Logger})
 	if err != nil {
@@ -133,7 +148,7 @@ func (c *Claimer) Stop(ctx context.Context) error {
 		return ctx.Err()
 	}
 	// A claim that failed in the last run leaves nothing behind it.
-	c.abandoned.retry(ctx, c.store, c.now(), c.logger)
+	c.abandoned.flush(ctx, c.store, c.now(), c.logger)
 	return nil
 }
 
@@ -154,25 +169,24 @@ func (c *Claimer) runOnce(ctx context.Context) (more bool, err error) {
 		return false, nil
 	}
 	c.paused.resume(c.logger)
-	lease := events.Lease{
-		WorkerID: c.cfg.WorkerID,
-		Token:    newToken(),
-		At:       c.now().UTC().Truncate(time.Millisecond),
-	}
+	lease := events.Lease{WorkerID: c.cfg.WorkerID, Token: newToken()}
 	c.abandoned.retry(ctx, c.store, c.now(), c.logger)
-	res, err := c.claim(ctx, lease)
+	res, err := c.claim(ctx, &lease)
 	c.draining.Store(err == nil && res.More)
 	if err != nil {
 		c.metrics.JobErrors.WithLabelValues("claim").Inc()
-		c.abandoned.add(lease, c.now())
-		c.abandoned.retry(ctx, c.store, c.now(), c.logger)
+		if isTimeout(err) {
+			c.shrink("claim", err)
+		}
+		if !lease.At.IsZero() { // the write began: it may have claimed some
+			c.abandoned.add(lease, c.now())
+			c.abandoned.retry(ctx, c.store, c.now(), c.logger)
+		}
 		return false, fmt.Errorf("claim batch: %w", err)
 	}
 	c.noteRejected(res.Rejected)
-	if !res.At.IsZero() {
-		lease.At = res.At // the claim was written then
-	}
 	claimed, full := res.Claimed, res.More
+	c.metrics.ClaimBatchLimit.Set(float64(c.batch.succeeded(len(claimed) + len(res.Rejected))))
 	if len(claimed) == 0 {
 		return full, nil
 	}
@@ -180,50 +194,130 @@ func (c *Claimer) runOnce(ctx context.Context) (more bool, err error) {
 	c.metrics.ClaimBatchSize.Observe(float64(len(claimed)))
 	if err := c.relay(ctx, lease, claimed); err != nil {
 		c.metrics.JobErrors.WithLabelValues("claim").Inc()
+		if isTimeout(err) {
+			c.shrink("outcome write", err)
+		}
 		return false, err
 	}
 	return full, nil
 }
 
+// shrink halves the batch limit after a timeout (see batchLimit).
+func (c *Claimer) shrink(what string, err error) {
+	n := c.batch.timedOut()
+	c.metrics.ClaimBatchLimit.Set(float64(n))
+	c.logger.Warn("database timed out; claiming smaller batches", "write", what, "batch_limit", n, "error", err)
+}
+
+// BatchLimit is how many events the next claim may take: Config.BatchSize
+// unless the database timed out lately (see batchLimit).
+func (c *Claimer) BatchLimit() int { return c.batch.get() }
+
+// Slow reports whether the database is slowing claims down: the batch
+// limit is below Config.BatchSize after a timeout. Periodic work that can
+// wait (sampling, recovery, retention) yields to the relay meanwhile.
+func (c *Claimer) Slow() bool { return c.batch.get() < c.cfg.BatchSize }
+
 // ordered reports whether batches are claimed and published in order.
 func (c *Claimer) ordered() bool { return c.cfg.Ordering == OrderingAggregate }
 
-// claim claims a batch in the partitions this worker owns, if it owns
-// any. It reads in the partitions owned when it starts, for as long as the
-// stale threshold at most; its writes take only the events of partitions
-// still owned under the same terms (none changed hands in between), and
-// must land while they are: they are bounded by the partitions' validity,
-// and no partition is given away until they return (the fence).
-func (c *Claimer) claim(ctx context.Context, lease events.Lease) (events.ClaimResult, error) {
+// claim claims a batch in the partitions this worker owns, if it owns any,
+// and sets lease.At to the time of its write (processingAt).
+//
+// It reads in the partitions owned when it starts, for as long as the
+// stale threshold at most. Then it holds the partitions again, keeps only
+// the events of those owned since before the read without a break, and
+// writes within the validity it finds: no partition is given away until
+// the write returns (the fence). A write is not started unless the
+// validity covers it, by the write times seen lately: the claim first
+// renews the partitions, and then takes fewer events if it must.
+func (c *Claimer) claim(ctx context.Context, lease *events.Lease) (events.ClaimResult, error) {
 	limit := events.ClaimLimit{
-		Events:      c.cfg.BatchSize,
+		Events:      c.batch.get(),
 		Bytes:       c.cfg.BatchBytes,
 		Ordered:     c.ordered(),
 		FailedHolds: c.cfg.AfterFailed == AfterFailedWait,
 		Draining:    c.draining.Load(),
 	}
-	if c.cfg.Owner == nil {
-		return c.store.Claim(ctx, lease, limit)
-	}
-	before, validFor, done := c.cfg.Owner.Hold()
-	done()
-	if validFor <= 0 || !slices.ContainsFunc(before, func(term int64) bool { return term != 0 }) {
-		return events.ClaimResult{}, nil
-	}
-	limit.Owned = sameTerms(before, before)
-	limit.Fence = func() events.WriteFence {
-		now, validFor, done := c.cfg.Owner.Hold()
-		wctx, cancel := context.WithTimeout(ctx, validFor)
-		return events.WriteFence{
-			Ctx:   wctx,
-			Owned: sameTerms(before, now),
-			At:    c.now().UTC().Truncate(time.Millisecond),
-			Done:  func() { cancel(); done() },
+	var before []int64
+	if c.cfg.Owner != nil {
+		var validFor time.Duration
+		var done func()
+		before, validFor, done = c.cfg.Owner.Hold()
+		done()
+		if validFor <= 0 || !slices.ContainsFunc(before, func(t int64) bool { return t != 0 }) {
+			return events.ClaimResult{}, nil
 		}
+		limit.Owned = sameTerms(before, before)
 	}
 	readCtx, cancel := context.WithTimeout(ctx, c.cfg.StaleAfter)
+	docs, more, err := c.store.ReadClaimable(readCtx, c.now(), limit)
+	cancel()
+	if err != nil || len(docs) == 0 {
+		return events.ClaimResult{More: more}, err
+	}
+	docs, validFor, done := c.fence(ctx, before, docs)
+	defer done()
+	if len(docs) == 0 {
+		return events.ClaimResult{More: more}, nil
+	}
+	lease.At = c.now().UTC().Truncate(time.Millisecond)
+	writeCtx, cancel := context.WithTimeout(ctx, validFor)
 	defer cancel()
-	return c.store.Claim(readCtx, lease, limit)
+	start := time.Now()
+	res, err := c.store.ClaimRead(writeCtx, *lease, docs, limit)
+	c.writes.observe(len(docs), time.Since(start))
+	res.More = more
+	return res, err
+}
+
+// fence holds the partitions for a claim's write of docs (in claim
+// order, as read), read in the partitions before held: it keeps the documents of
+// the partitions still held under the same tenure, and returns how long
+// the write may take and the function that ends the hold. When the
+// validity left is short of what the write needs, it renews the
+// partitions first, and then keeps no more documents than fit; after a
+// successful renewal at least one, so that a database slower than the
+// estimate allows still gets a write, and with it a new estimate.
+func (c *Claimer) fence(ctx context.Context, before []int64, docs []bson.Raw) ([]bson.Raw, time.Duration, func()) {
+	if c.cfg.Owner == nil {
+		return docs, c.cfg.StaleAfter, func() {}
+	}
+	renewed, tried := false, false
+	for {
+		now, validFor, done := c.cfg.Owner.Hold()
+		kept := keepOwned(docs, sameTerms(before, now))
+		if tried || len(kept) == 0 || c.writes.need(len(kept)) <= validFor {
+			n := c.writes.fit(len(kept), validFor)
+			if renewed && len(kept) > 0 {
+				n = max(n, 1)
+			}
+			if n < len(kept) {
+				c.metrics.ClaimTrimmed.Add(float64(len(kept) - n))
+			}
+			return kept[:n], validFor, done
+		}
+		done()
+		tried = true
+		if err := c.cfg.Owner.Renew(ctx); err != nil {
+			c.logger.Warn("could not renew the partitions before a claim's write; claiming what fits", "error", err)
+		} else {
+			renewed = true
+		}
+	}
+}
+
+// keepOwned keeps the documents of the partitions owned marks, in their
+// order. A partition is all or nothing, and with it every ordering key in
+// it, so what is kept of a key is still a prefix of its events.
+func keepOwned(docs []bson.Raw, owned []bool) []bson.Raw {
+	kept := make([]bson.Raw, 0, len(docs))
+	for _, doc := range docs {
+		if p := events.Partition(doc); p < len(owned) && owned[p] {
+			kept = append(kept, doc)
+		}
+	}
+	return kept
 }
 
 // sameTerms marks the partitions owned (a term not 0) under the same term

@@ -313,8 +313,8 @@ func TestRunOnceBrokerFaultRefundsAttempt(t *testing.T) {
 // full batch between this worker's find and its update.
 type lostRaceStore struct{ Store }
 
-func (lostRaceStore) Claim(context.Context, events.Lease, events.ClaimLimit) (events.ClaimResult, error) {
-	return events.ClaimResult{More: true}, nil
+func (lostRaceStore) ReadClaimable(context.Context, time.Time, events.ClaimLimit) ([]bson.Raw, bool, error) {
+	return nil, true, nil
 }
 
 // idlePublisher is a ready Publisher that must not be asked to publish.

@@ -1,6 +1,7 @@
 package claim
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 type scriptedOwner struct {
 	answers []ownerAnswer
 	calls   int
+	renews  int
 }
 
 type ownerAnswer struct {
@@ -31,6 +33,12 @@ func (o *scriptedOwner) Hold() ([]int64, time.Duration, func()) {
 		terms[p] = a.terms(p)
 	}
 	return terms, a.validFor, func() {}
+}
+
+// Renew counts the renewals; the answers script what Hold sees after them.
+func (o *scriptedOwner) Renew(context.Context) error {
+	o.renews++
+	return nil
 }
 
 func allTerms(term int64) func(int) int64 { return func(int) int64 { return term } }
@@ -73,15 +81,16 @@ func TestClaimWritesUnderTheFence(t *testing.T) {
 			}}
 			c, _ := newClaimer(t, store, idlePublisher{t}, Config{Owner: owner, Ordering: OrderingAggregate, BatchSize: n})
 			start := time.Now().Truncate(time.Millisecond)
-			res, err := c.claim(t.Context(), events.Lease{WorkerID: "worker-a", Token: "t", At: start.Add(-time.Hour)})
+			lease := events.Lease{WorkerID: "worker-a", Token: "t"}
+			res, err := c.claim(t.Context(), &lease)
 			if err != nil {
 				t.Fatalf("claim: %v", err)
 			}
 			if owner.calls != 2 {
 				t.Errorf("Hold called %d times, want 2: once before the reads, once to fence the writes", owner.calls)
 			}
-			if res.At.Before(start) {
-				t.Errorf("lease time of the writes %s, want the time of the writes (after %s)", res.At, start)
+			if lease.At.Before(start) {
+				t.Errorf("lease time of the writes %s, want the time of the writes (after %s)", lease.At, start)
 			}
 			claimed := map[string]bool{}
 			for _, e := range res.Claimed {
@@ -93,8 +102,8 @@ func TestClaimWritesUnderTheFence(t *testing.T) {
 				if got, wantClaimed := claimed[e.id], !inWatched || tc.watchedClaimed; got != wantClaimed {
 					t.Errorf("event %s (aggregate %q, partition %d) claimed %t, want %t", e.id, e.aggregate, partition[e.id], got, wantClaimed)
 				}
-				if claimed[e.id] && !stored[e.id].ProcessingAt.Equal(res.At) {
-					t.Errorf("event %s processingAt %s, want the fence's %s", e.id, stored[e.id].ProcessingAt, res.At)
+				if claimed[e.id] && !stored[e.id].ProcessingAt.Equal(lease.At) {
+					t.Errorf("event %s processingAt %s, want the fence's %s", e.id, stored[e.id].ProcessingAt, lease.At)
 				}
 			}
 		})

@@ -23,20 +23,22 @@ type oneEventStore struct {
 	markErr   chan error    // the mark's context error when it gave up
 }
 
-func (s *oneEventStore) Claim(_ context.Context, lease events.Lease, _ events.ClaimLimit) (events.ClaimResult, error) {
+func (s *oneEventStore) ReadClaimable(_ context.Context, now time.Time, _ events.ClaimLimit) ([]bson.Raw, bool, error) {
 	if s.handedOut {
-		return events.ClaimResult{}, nil
+		return nil, false, nil
 	}
 	s.handedOut = true
-	doc, err := events.Draft{Type: "order.created", Payload: bson.D{{Key: "n", Value: 1}}}.Document(lease.At)
+	doc, err := events.Draft{Type: "order.created", Payload: bson.D{{Key: "n", Value: 1}}}.Document(now)
 	if err != nil {
-		return events.ClaimResult{}, err
+		return nil, false, err
 	}
 	raw, err := bson.Marshal(doc)
-	if err != nil {
-		return events.ClaimResult{}, err
-	}
-	return events.ClaimResult{Claimed: []events.Claimed{{ID: doc[0].Value, Attempts: 1, Doc: raw}}}, nil
+	return []bson.Raw{raw}, false, err
+}
+
+func (s *oneEventStore) ClaimRead(_ context.Context, _ events.Lease, docs []bson.Raw, _ events.ClaimLimit) (events.ClaimResult, error) {
+	id := docs[0].Lookup(events.FieldID).ObjectID()
+	return events.ClaimResult{Claimed: []events.Claimed{{ID: id, Attempts: 1, Doc: docs[0]}}}, nil
 }
 
 func (s *oneEventStore) MarkPublished(ctx context.Context, _ events.Lease, _ []any, _ time.Time) (int, error) {
@@ -119,13 +121,13 @@ type stopSpyStore struct {
 	started chan struct{}
 }
 
-func (s *stopSpyStore) Claim(context.Context, events.Lease, events.ClaimLimit) (events.ClaimResult, error) {
+func (s *stopSpyStore) ReadClaimable(context.Context, time.Time, events.ClaimLimit) ([]bson.Raw, bool, error) {
 	if s.claims.Add(1) == 1 {
 		close(s.started)
 	}
 	<-s.c.stopping
 	s.c.Trigger() // a Trigger during the stop must not start a claim either
-	return events.ClaimResult{More: true}, nil
+	return nil, true, nil
 }
 
 // Nothing is claimed after SIGTERM: once Stop has been called, neither the

@@ -1,7 +1,6 @@
 package events
 
 import (
-	"context"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -65,27 +64,6 @@ type ClaimLimit struct {
 	// likely has more, so an ordered claim need not first check that it
 	// has anything (a store may skip such a probe).
 	Draining bool
-	// Fence, when set, is called once the claim has read what it will
-	// claim and before its first write: the writes run under what it
-	// returns. The reads are not bounded by the ownership of the
-	// partitions, only the writes are, so a slow read delays a claim
-	// instead of failing it.
-	Fence func() WriteFence
-}
-
-// WriteFence bounds the writes of a claim (ClaimLimit.Fence).
-type WriteFence struct {
-	// Ctx bounds the writes: it ends before the partitions may pass to
-	// another worker.
-	Ctx context.Context
-	// Owned marks the partitions whose events the claim may still take:
-	// those it has owned without a break since before its reads.
-	Owned []bool
-	// At is the lease's time for the writes (processingAt): the claim's
-	// time is when it is written, not when its reads began.
-	At time.Time
-	// Done is called once the writes are over.
-	Done func()
 }
 
 // Held is the rule of ordered claiming: an ordering key is held while one
@@ -117,9 +95,6 @@ type ClaimResult struct {
 	// so more may be waiting: true even when other workers won part of
 	// what it read, so that the loser of a race claims again at once.
 	More bool
-	// At is the lease's time as written, when a fence (ClaimLimit.Fence)
-	// moved it; zero otherwise.
-	At time.Time
 }
 
 // Rejected is one event a claim refused.

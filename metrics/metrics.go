@@ -37,6 +37,8 @@ type Metrics struct {
 	Skipped         prometheus.Counter
 	PublishLatency  prometheus.Histogram
 	ClaimBatchSize  prometheus.Histogram
+	ClaimBatchLimit prometheus.Gauge
+	ClaimTrimmed    prometheus.Counter
 	Events          *prometheus.GaugeVec
 	OldestNewAge    Sampled
 	StaleProcessing Sampled
@@ -65,6 +67,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			[]float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900}),
 		ClaimBatchSize: s.Histogram("claim_batch_size", "Events claimed per claim.",
 			[]float64{1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500}),
+		ClaimBatchLimit: s.Gauge("claim_batch_limit",
+			"Events the next claim may take: the batch size, halved after each database timeout and grown back while claims succeed."),
+		ClaimTrimmed: s.Counter("claim_trimmed_events_total",
+			"Events read by a claim and left NEW because its write would not have fit in its partitions' validity."),
 		Events:          s.GaugeVec("events", "Events in the outbox by status, sampled on a schedule.", "status"),
 		OldestNewAge:    sampled(s, "oldest_new_event_age_seconds", "Age of the oldest NEW event, sampled on a schedule; 0 when there is none."),
 		StaleProcessing: sampled(s, "stale_processing_events", "PROCESSING events claimed longer ago than the stale threshold, sampled on a schedule."),

@@ -14,10 +14,36 @@ import (
 	"github.com/outboxrelay/outbox/events"
 )
 
-// Claim claims NEW events whose retry time has come, oldest first, for
-// lease, up to limit's count and bytes. Without a race or a bad document
-// it costs three commands on MongoDB (two finds, see findClaimable, then
-// one UpdateMany guarded by status NEW) and two on FerretDB (one find).
+// Claim reads the claimable events (ReadClaimable) and claims them for
+// lease (ClaimRead): a claim with nothing between its read and its write,
+// for a single worker and for tests. The relay's claimer fences the write
+// of its own (see the claim package).
+func (s *Store) Claim(ctx context.Context, lease events.Lease, limit events.ClaimLimit) (events.ClaimResult, error) {
+	docs, more, err := s.ReadClaimable(ctx, lease.At, limit)
+	if err != nil {
+		return events.ClaimResult{More: more}, err
+	}
+	res, err := s.ClaimRead(ctx, lease, docs, limit)
+	res.More = more
+	return res, err
+}
+
+// ReadClaimable reads what a claim at now may take: NEW events whose retry
+// time has come, oldest first, up to limit's count and bytes, in the
+// partitions limit owns. more reports that the read stopped at a bound.
+// It costs two finds on MongoDB (see findClaimable) and one on FerretDB.
+//
+// With limit.Ordered, the read first learns which aggregates are held
+// (heldKeys: up to three projected finds; on FerretDB the events backing
+// off come with the head's own find) and returns no event of those.
+func (s *Store) ReadClaimable(ctx context.Context, now time.Time, limit events.ClaimLimit) (docs []bson.Raw, more bool, err error) {
+	docs, more, err = s.findClaimable(ctx, now, limit)
+	return docs, more, asTimeout(err)
+}
+
+// ClaimRead claims for lease the documents ReadClaimable returned, in one
+// UpdateMany guarded by status NEW. The events claimed come back in no
+// particular order; the claimer sorts them (events.CompareOrder).
 //
 // Documents a claim cannot be written to are not claimed with the rest:
 // a worker-managed field of the wrong type (events.CheckManaged) or a size
@@ -29,31 +55,17 @@ import (
 // each event the server refuses is made FAILED with its reason; the rest
 // are claimed as usual. A network error or timeout fails the claim.
 //
-// When another worker won some of what it read, Claim reads back exactly
-// what this lease holds: one more command.
-//
-// With limit.Fence, the writes run under the fence the claim's reads end
-// with: its context, its lease time, and only the events of the partitions
-// it still marks owned; the others are left NEW.
-//
-// With limit.Ordered, the claim first reads which aggregates are held
-// (heldKeys: up to three projected finds; on FerretDB the events backing
-// off come with the head's own find) and claims no event of those.
-// The events claimed come back in no particular order; the claimer sorts
-// them (events.CompareOrder).
-func (s *Store) Claim(ctx context.Context, lease events.Lease, limit events.ClaimLimit) (events.ClaimResult, error) {
-	docs, more, err := s.findClaimable(ctx, lease.At, limit)
-	if err != nil || len(docs) == 0 {
-		return events.ClaimResult{More: more}, err
-	}
-	res := events.ClaimResult{More: more}
-	if limit.Fence != nil {
-		fence := limit.Fence()
-		defer fence.Done()
-		ctx, lease.At, res.At = fence.Ctx, fence.At, fence.At
-		if docs = inPartitions(docs, fence.Owned); len(docs) == 0 {
-			return res, nil
-		}
+// When another worker won some of what was read, ClaimRead reads back
+// exactly what this lease holds: one more command.
+func (s *Store) ClaimRead(ctx context.Context, lease events.Lease, docs []bson.Raw, limit events.ClaimLimit) (events.ClaimResult, error) {
+	res, err := s.claimRead(ctx, lease, docs, limit)
+	return res, asTimeout(err)
+}
+
+func (s *Store) claimRead(ctx context.Context, lease events.Lease, docs []bson.Raw, limit events.ClaimLimit) (events.ClaimResult, error) {
+	var res events.ClaimResult
+	if len(docs) == 0 {
+		return res, nil
 	}
 	reserve := events.ManagedReserveBytes + len(lease.WorkerID)
 	var plain, nullAttempts []events.Claimed
@@ -132,24 +144,14 @@ func (s *Store) Claim(ctx context.Context, lease events.Lease, limit events.Clai
 	}
 	if exact {
 		res.Claimed = append(plain, nullAttempts...)
-	} else if res.Claimed, err = s.findLeased(ctx, lease, len(docs)); err != nil {
-		return events.ClaimResult{}, err
+	} else {
+		var err error
+		if res.Claimed, err = s.findLeased(ctx, lease, len(docs)); err != nil {
+			return events.ClaimResult{}, err
+		}
 	}
 	res.Rejected = s.fail(ctx, lease, refused)
 	return res, nil
-}
-
-// inPartitions keeps the documents of the partitions owned marks. A
-// partition is all or nothing, and with it every ordering key in it, so
-// what is kept of a key is still a prefix of its events.
-func inPartitions(docs []bson.Raw, owned []bool) []bson.Raw {
-	kept := docs[:0]
-	for _, doc := range docs {
-		if p := events.Partition(doc); p < len(owned) && owned[p] {
-			kept = append(kept, doc)
-		}
-	}
-	return kept
 }
 
 func idsOf(cs []events.Claimed) []any {
@@ -307,6 +309,22 @@ func isDocumentError(err error) bool {
 	return false
 }
 
+// asTimeout makes a timeout of any kind the driver reports (a server-side
+// time limit, a network timeout, a full connection pool) match
+// context.DeadlineExceeded, which is how the claimer tells that the
+// database was too slow rather than broken. Other errors pass unchanged.
+func asTimeout(err error) error {
+	if err == nil || errors.Is(err, context.DeadlineExceeded) || !mongo.IsTimeout(err) {
+		return err
+	}
+	return timeoutError{err}
+}
+
+type timeoutError struct{ err error }
+
+func (e timeoutError) Error() string   { return e.err.Error() }
+func (e timeoutError) Unwrap() []error { return []error{e.err, context.DeadlineExceeded} }
+
 // serverReason is the server's own message in err, without the driver's
 // wrapping.
 func serverReason(err error) string {
@@ -457,7 +475,7 @@ func (s *Store) MarkPublished(ctx context.Context, lease events.Lease, ids []any
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("mark %d events published: %w", len(ids), err)
+		return 0, asTimeout(fmt.Errorf("mark %d events published: %w", len(ids), err))
 	}
 	return int(res.ModifiedCount), nil
 }
@@ -520,7 +538,7 @@ func (s *Store) Release(ctx context.Context, lease events.Lease, r events.Releas
 	}
 	res, err := s.coll.UpdateMany(ctx, leaseFilter(lease, r.IDs), update)
 	if err != nil {
-		return 0, fmt.Errorf("release %d events to %s: %w", len(r.IDs), r.Status, err)
+		return 0, asTimeout(fmt.Errorf("release %d events to %s: %w", len(r.IDs), r.Status, err))
 	}
 	return int(res.ModifiedCount), nil
 }

@@ -27,7 +27,17 @@ type claimStore struct {
 	settled int
 }
 
-func (s *claimStore) Claim(context.Context, events.Lease, events.ClaimLimit) (events.ClaimResult, error) {
+func (s *claimStore) ReadClaimable(context.Context, time.Time, events.ClaimLimit) ([]bson.Raw, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	docs := make([]bson.Raw, len(s.batch))
+	for i, c := range s.batch {
+		docs[i] = c.Doc
+	}
+	return docs, false, nil
+}
+
+func (s *claimStore) ClaimRead(context.Context, events.Lease, []bson.Raw, events.ClaimLimit) (events.ClaimResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b := s.batch

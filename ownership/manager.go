@@ -78,6 +78,11 @@ func (c Config) Validate() error {
 // held is a partition this replica owns.
 type held struct {
 	term int64
+	// since is the term this replica's unbroken ownership began with: a
+	// renewal keeps it, a partition lost and taken again gets a new one.
+	// Hold returns it, so that a claim whose read and write straddle a
+	// renewal still writes in the partition.
+	since int64
 	// deadline is when this replica stops claiming in it, on Local.
 	deadline time.Time
 }
@@ -117,6 +122,10 @@ type Manager struct {
 	// its release was written.
 	mu    sync.RWMutex
 	owned map[int]held
+	// renewing serializes renewals: a round's and a claim's (Renew) would
+	// otherwise insert the same next term, and the loser would forget a
+	// partition it still owns.
+	renewing sync.Mutex
 
 	// beatAt is the server time of the last heartbeat written, and led
 	// whether the last round ended with this replica the leader. quiet
@@ -163,12 +172,13 @@ func (m *Manager) Start(ctx context.Context) error { return m.job.Start(ctx) }
 // gives them back at once. Idempotent; safe before Start.
 func (m *Manager) Stop(ctx context.Context) error { return m.job.Stop(ctx) }
 
-// Hold returns the term of each partition this replica may claim in now
-// (Partitions entries, 0 where it may not), how long it may, and a
-// function to call once the claim's writes are done: no partition is given
-// away in between. A partition whose deadline is less than Margin away is
-// not returned. A partition whose term differs between two Holds changed
-// hands in between.
+// Hold returns the tenure of each partition this replica may claim in now
+// (Partitions entries, 0 where it may not): the term its unbroken
+// ownership began with, which renewals keep. It also returns how long it
+// may claim in all of them, and a function to call once the claim's writes
+// are done: no partition is given away in between. A partition whose
+// deadline is less than Margin away is not returned. A partition whose
+// tenure differs between two Holds changed hands in between.
 func (m *Manager) Hold() (terms []int64, validFor time.Duration, done func()) {
 	m.mu.RLock()
 	now := m.cfg.Local()
@@ -179,7 +189,7 @@ func (m *Manager) Hold() (terms []int64, validFor time.Duration, done func()) {
 		if left <= 0 {
 			continue
 		}
-		terms[p] = h.term
+		terms[p] = h.since
 		if validFor < 0 || left < validFor {
 			validFor = left
 		}
@@ -352,15 +362,36 @@ func (m *Manager) release(ctx context.Context, ps []int, serverNow time.Time) er
 // taken in different rounds would otherwise each cost an insert, and its
 // check read, on a schedule of their own.
 func (m *Manager) renew(ctx context.Context, serverNow time.Time) error {
+	m.renewing.Lock()
+	defer m.renewing.Unlock()
 	if !m.renewalDue() {
 		return nil
 	}
+	return m.renewHeld(ctx, serverNow)
+}
+
+// Renew renews every partition held now, due or not: for a claim whose
+// write needs more time than Hold has left (see the claim package). The
+// new terms run from the server's time as this call reads it. Call it
+// without a Hold in progress: the insert takes the write lock.
+func (m *Manager) Renew(ctx context.Context) error {
+	m.renewing.Lock()
+	defer m.renewing.Unlock()
+	return m.renewHeld(ctx, m.cfg.Now())
+}
+
+// renewHeld inserts the next term of every partition held. Call it with
+// renewing held.
+func (m *Manager) renewHeld(ctx context.Context, serverNow time.Time) error {
 	m.mu.RLock()
 	terms := make([]Term, 0, len(m.owned))
 	for p, h := range m.owned {
 		terms = append(terms, Term{Partition: p, Term: h.term + 1, Owner: m.cfg.WorkerID, ExpiresAt: serverNow.Add(m.cfg.TermLength)})
 	}
 	m.mu.RUnlock()
+	if len(terms) == 0 {
+		return nil
+	}
 	won, err := m.insert(ctx, terms)
 	if err != nil {
 		return fmt.Errorf("renew %d partitions: %w", len(terms), err)
@@ -494,7 +525,11 @@ func (m *Manager) insert(ctx context.Context, terms []Term) (int, error) {
 	n := 0
 	for i, t := range terms {
 		if won[i] {
-			m.owned[t.Partition] = held{term: t.Term, deadline: sent.Add(m.cfg.TermLength - m.cfg.Margin)}
+			since := t.Term
+			if h, ok := m.owned[t.Partition]; ok && h.term == t.Term-1 {
+				since = h.since // a renewal: ownership goes on unbroken
+			}
+			m.owned[t.Partition] = held{term: t.Term, since: since, deadline: sent.Add(m.cfg.TermLength - m.cfg.Margin)}
 			n++
 		} else {
 			delete(m.owned, t.Partition)

@@ -376,7 +376,7 @@ func TestStaleRenewalAfterPrune(t *testing.T) {
 	a := newManager(t, table, clock, "a")
 	// a believes it holds term 11 of partition 7; b holds 13 and 14,
 	// and 11 and 12 were pruned.
-	a.owned[7] = held{term: 11, deadline: clock.Now().Add(term / 3)}
+	a.owned[7] = held{term: 11, since: 11, deadline: clock.Now().Add(term / 3)}
 	for _, x := range []Term{{Partition: 7, Term: 13, Owner: "b", ExpiresAt: clock.Now()}, {Partition: 7, Term: 14, Owner: "b", ExpiresAt: clock.Now().Add(term)}} {
 		table.terms[x.ID()] = x
 	}

@@ -31,8 +31,8 @@ type claimSpy struct {
 	last time.Time // the end of the last claim that returned events
 }
 
-func (s *claimSpy) Claim(ctx context.Context, lease events.Lease, limit events.ClaimLimit) (events.ClaimResult, error) {
-	res, err := s.Store.Claim(ctx, lease, limit)
+func (s *claimSpy) ClaimRead(ctx context.Context, lease events.Lease, docs []bson.Raw, limit events.ClaimLimit) (events.ClaimResult, error) {
+	res, err := s.Store.ClaimRead(ctx, lease, docs, limit)
 	if len(res.Claimed) > 0 {
 		s.mu.Lock()
 		s.last = time.Now()

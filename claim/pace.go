@@ -1,0 +1,138 @@
+package claim
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"time"
+)
+
+// batchLimit sizes claims by what the database has shown it can take:
+// additive increase, multiplicative decrease, as TCP sizes its window. A
+// claim or an outcome write that times out halves the next claim, down
+// to one event; each claim that succeeds at the limit grows it back by a
+// step. A database slow because it is overloaded serves smaller batches
+// faster; one slow because each round trip is long is served best by the
+// full batch, which the limit grows back to while nothing times out.
+type batchLimit struct {
+	max  int // Config.BatchSize
+	step int // the additive increase: the limit regrows in about 16 claims
+
+	mu  sync.Mutex
+	cur int
+}
+
+// batchRegrowClaims is about how many successful full claims take the
+// limit from one event back to Config.BatchSize.
+const batchRegrowClaims = 16
+
+func newBatchLimit(size int) *batchLimit {
+	return &batchLimit{max: size, step: max(1, size/batchRegrowClaims), cur: size}
+}
+
+// get returns the number of events the next claim may take.
+func (b *batchLimit) get() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.cur
+}
+
+// timedOut halves the limit, down to one, and returns it.
+func (b *batchLimit) timedOut() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.cur = max(1, b.cur/2)
+	return b.cur
+}
+
+// succeeded grows the limit by a step after a claim that took as many
+// events as it allowed; a claim that found fewer says nothing about a
+// larger one.
+func (b *batchLimit) succeeded(took int) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if took >= b.cur {
+		b.cur = min(b.max, b.cur+b.step)
+	}
+	return b.cur
+}
+
+// writeTimes estimates how long a claim's write of n events takes, from
+// the writes observed lately: so that a claim does not start a write it
+// cannot finish inside its partitions' validity.
+type writeTimes struct {
+	mu   sync.Mutex
+	seen [writeTimesKept]writeTime
+	next int
+}
+
+// writeTimesKept is how many recent writes the estimate rests on: enough
+// to span a few seconds of a draining backlog, few enough that a database
+// that got faster is believed within a few claims.
+const writeTimesKept = 8
+
+// writeHeadroom is how many times an estimated write the validity must
+// cover before the write starts: a database's slowness varies from one
+// write to the next by more than the estimate can know.
+const writeHeadroom = 2
+
+type writeTime struct {
+	events int
+	took   time.Duration
+}
+
+// observe records that a write of n events took d. A write that timed out
+// is recorded too, with the time it was given: it needs at least that.
+func (w *writeTimes) observe(n int, d time.Duration) {
+	if n <= 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.seen[w.next] = writeTime{events: n, took: d}
+	w.next = (w.next + 1) % writeTimesKept
+}
+
+// need is the validity a write of n events should have left when it
+// starts: writeHeadroom times the slowest recent write, scaled up by n
+// when it had fewer events. The scale is never down: a write of few events
+// still pays the round trips of a larger one. Zero before any write.
+func (w *writeTimes) need(n int) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var need time.Duration
+	for _, s := range w.seen {
+		if s.events == 0 {
+			continue
+		}
+		d := s.took
+		if n > s.events {
+			d = time.Duration(float64(d) * float64(n) / float64(s.events))
+		}
+		need = max(need, writeHeadroom*d)
+	}
+	return need
+}
+
+// fit returns the most events, up to n, whose write need fits in validFor.
+func (w *writeTimes) fit(n int, validFor time.Duration) int {
+	lo, hi := 0, n // need is monotonic in n: search for the largest that fits
+	for lo < hi {
+		mid := (lo + hi + 1) / 2
+		if w.need(mid) <= validFor {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo
+}
+
+// isTimeout reports a store error that says the database did not answer
+// in time: a context deadline, a network timeout, or a server-side time
+// limit that a store reports as context.DeadlineExceeded.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
