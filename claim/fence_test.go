@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	driver "go.mongodb.org/mongo-driver/v2/mongo"
 
@@ -123,4 +124,55 @@ func partitionsOf(t *testing.T, coll *driver.Collection) map[string]int {
 		out[cur.Current.Lookup(events.FieldID).ObjectID().Hex()] = events.Partition(cur.Current)
 	}
 	return out
+}
+
+// A claim does not start a write its partitions' validity cannot cover,
+// by the write times it has seen: it renews first, and writes the whole
+// batch under the renewed terms. Where even a renewal leaves too little,
+// it writes what fits, and at least one event, and leaves the rest NEW.
+func TestFenceGivesTheWriteTheTimeItNeeds(t *testing.T) {
+	t.Parallel()
+	const n = 40
+	cases := []struct {
+		name       string
+		afterRenew time.Duration // the validity Hold finds after a renewal
+		seenEvents int           // a write of this many events
+		seen       time.Duration // took this long
+		want       int           // events claimed
+	}{
+		{"renewed in time", time.Minute, n, time.Second, n},
+		{"renewal short: what fits", 500 * time.Millisecond, 10, 100 * time.Millisecond, 25},
+		{"renewal too short: one event", 100 * time.Millisecond, n, time.Second, 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			store := newStore(t)
+			insertInterleaved(t, store.Collection(), n, 8)
+			owner := &scriptedOwner{answers: []ownerAnswer{
+				{terms: allTerms(1), validFor: time.Minute},            // before the read
+				{terms: allTerms(1), validFor: 500 * time.Millisecond}, // a renewal is near
+				{terms: allTerms(1), validFor: tc.afterRenew},
+			}}
+			c, m := newClaimer(t, store, idlePublisher{t}, Config{Owner: owner, Ordering: OrderingAggregate, BatchSize: n})
+			c.writes.observe(tc.seenEvents, tc.seen)
+			lease := events.Lease{WorkerID: "worker-a", Token: "t"}
+			res, err := c.claim(t.Context(), &lease)
+			if err != nil {
+				t.Fatalf("claim: %v", err)
+			}
+			if owner.renews != 1 {
+				t.Errorf("renewals before the write = %d, want 1", owner.renews)
+			}
+			if len(res.Claimed) != tc.want {
+				t.Errorf("claimed %d events, want %d", len(res.Claimed), tc.want)
+			}
+			if got := testutil.ToFloat64(m.ClaimTrimmed); got != float64(n-tc.want) {
+				t.Errorf("claim_trimmed_events_total = %v, want %d", got, n-tc.want)
+			}
+			if processing := inStatus(t, store.Collection(), events.StatusProcessing); processing != tc.want {
+				t.Errorf("%d events PROCESSING, want %d: the rest stay NEW", processing, tc.want)
+			}
+		})
+	}
 }

@@ -1,0 +1,218 @@
+package claim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	driver "go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/fakeclock"
+)
+
+func TestBatchLimitHalvesOnTimeoutAndRegrowsBySteps(t *testing.T) {
+	t.Parallel()
+	b := newBatchLimit(500)
+	var got []int
+	for range 4 {
+		got = append(got, b.timedOut())
+	}
+	if want := []int{250, 125, 62, 31}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("limits after 4 timeouts = %v, want %v", got, want)
+	}
+	if n := b.succeeded(10); n != 31 {
+		t.Errorf("limit after a claim that took 10 of 31 = %d, want 31: a short claim says nothing of a larger one", n)
+	}
+	if n := b.succeeded(31); n != 31+500/batchRegrowClaims {
+		t.Errorf("limit after a full claim = %d, want one step more, %d", n, 31+500/batchRegrowClaims)
+	}
+	for range batchRegrowClaims + 1 {
+		b.succeeded(b.get())
+	}
+	if n := b.get(); n != 500 {
+		t.Errorf("limit after %d full claims = %d, want back at the batch size 500 and no more", batchRegrowClaims+1, n)
+	}
+	for range 20 {
+		b.timedOut()
+	}
+	if n := b.get(); n != 1 {
+		t.Errorf("limit after 20 timeouts = %d, want 1", n)
+	}
+}
+
+func TestWriteTimesNeedAndFit(t *testing.T) {
+	t.Parallel()
+	var w writeTimes
+	if need := w.need(500); need != 0 {
+		t.Errorf("need before any write = %s, want 0", need)
+	}
+	if n := w.fit(500, time.Millisecond); n != 500 {
+		t.Errorf("fit before any write = %d, want all 500", n)
+	}
+	w.observe(100, time.Second)
+	cases := []struct {
+		events int
+		want   time.Duration
+	}{
+		{1, 2 * time.Second},    // fewer events still pay the round trips
+		{100, 2 * time.Second},  // twice what was seen
+		{250, 5 * time.Second},  // scaled up by the count
+		{500, 10 * time.Second}, // and so on
+	}
+	for _, tc := range cases {
+		if got := w.need(tc.events); got != tc.want {
+			t.Errorf("need(%d) = %s, want %s", tc.events, got, tc.want)
+		}
+	}
+	if n := w.fit(500, 5*time.Second); n != 250 {
+		t.Errorf("fit(500, 5s) = %d, want 250", n)
+	}
+	if n := w.fit(500, time.Second); n != 0 {
+		t.Errorf("fit(500, 1s) = %d, want 0: not even one write fits", n)
+	}
+	// The estimate follows the database: writes seen later push the
+	// slow one out.
+	for range writeTimesKept {
+		w.observe(100, 10*time.Millisecond)
+	}
+	if got := w.need(100); got != 20*time.Millisecond {
+		t.Errorf("need(100) after %d fast writes = %s, want 20ms", writeTimesKept, got)
+	}
+}
+
+func TestIsTimeout(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("claim 500 events: %w", context.DeadlineExceeded), true},
+		{timeoutNetError{}, true},
+		{errors.New("connection refused"), false},
+		{context.Canceled, false},
+		{nil, false},
+	} {
+		if got := isTimeout(tc.err); got != tc.want {
+			t.Errorf("isTimeout(%v) = %t, want %t", tc.err, got, tc.want)
+		}
+	}
+}
+
+type timeoutNetError struct{}
+
+func (timeoutNetError) Error() string   { return "i/o timeout" }
+func (timeoutNetError) Timeout() bool   { return true }
+func (timeoutNetError) Temporary() bool { return true }
+
+// slowStore times out every read while slow is set, as a database too
+// busy for the claim's deadline, and counts the size each read asked for.
+type slowStore struct {
+	Store
+	slow  bool
+	asked []int
+}
+
+func (s *slowStore) ReadClaimable(ctx context.Context, now time.Time, limit events.ClaimLimit) ([]bson.Raw, bool, error) {
+	s.asked = append(s.asked, limit.Events)
+	if s.slow {
+		return nil, false, fmt.Errorf("find: %w", context.DeadlineExceeded)
+	}
+	return s.Store.ReadClaimable(ctx, now, limit)
+}
+
+// A claim that times out halves the next one, down to one event, and
+// claims that succeed grow it back; the limit is a metric.
+func TestTimeoutsShrinkTheNextClaim(t *testing.T) {
+	t.Parallel()
+	r := newRelayRig(t)
+	store := &slowStore{Store: r.store, slow: true}
+	c, m := newClaimer(t, store, newPublisher(t, r.exchange), Config{BatchSize: 40})
+	insertEvents(t, r.coll, 500, "order.created")
+
+	for range 7 {
+		if _, err := c.runOnce(t.Context()); !isTimeout(err) {
+			t.Fatalf("runOnce on a store that times out: %v, want a timeout", err)
+		}
+	}
+	if want := []int{40, 20, 10, 5, 2, 1, 1}; fmt.Sprint(store.asked) != fmt.Sprint(want) {
+		t.Errorf("claims asked for %v events, want %v", store.asked, want)
+	}
+	if !c.Slow() {
+		t.Error("Slow() = false after timeouts, want true")
+	}
+	if got := testutil.ToFloat64(m.ClaimBatchLimit); got != 1 {
+		t.Errorf("claim_batch_limit = %v, want 1", got)
+	}
+
+	store.slow, store.asked = false, nil
+	step := 40 / batchRegrowClaims
+	claims := (40 + step - 1) / step
+	for range claims {
+		runOnce(t, c)
+	}
+	if want := []int{1, 1 + step, 1 + 2*step}; fmt.Sprint(store.asked[:3]) != fmt.Sprint(want) {
+		t.Errorf("claims after the database recovered asked for %v, want to start %v", store.asked, want)
+	}
+	if got := c.BatchLimit(); got != 40 {
+		t.Errorf("batch limit after %d full claims = %d, want back at 40", claims, got)
+	}
+	if c.Slow() {
+		t.Error("Slow() = true once the limit is back, want false")
+	}
+}
+
+// lateWriteStore reports every claim's write timed out at once, and
+// applies it only when told: a write that lands after the client gave up.
+type lateWriteStore struct {
+	Store
+	land chan func()
+}
+
+func (s *lateWriteStore) ClaimRead(ctx context.Context, lease events.Lease, docs []bson.Raw, limit events.ClaimLimit) (events.ClaimResult, error) {
+	s.land <- func() { _, _ = s.Store.ClaimRead(context.WithoutCancel(ctx), lease, docs, limit) }
+	return events.ClaimResult{}, fmt.Errorf("claim %d events: %w", len(docs), context.DeadlineExceeded)
+}
+
+// A claim that timed out leaves nothing PROCESSING for recovery to find,
+// even when its write lands after the claimer gave up on it: the lease is
+// released again, with backoff, until the stale threshold.
+func TestTimedOutClaimLandingLateIsReleased(t *testing.T) {
+	t.Parallel()
+	r := newRelayRig(t)
+	store := &lateWriteStore{Store: r.store, land: make(chan func(), 1)}
+	clock := fakeclock.New(time.Now())
+	c, _ := newClaimer(t, store, newPublisher(t, r.exchange), Config{BatchSize: 10, Now: clock.Now, StaleAfter: time.Minute})
+	insertEvents(t, r.coll, 10, "order.created")
+
+	if _, err := c.runOnce(t.Context()); !isTimeout(err) {
+		t.Fatalf("runOnce: %v, want the write's timeout", err)
+	}
+	(<-store.land)() // the server applies the claim after the first release
+	if n := inStatus(t, r.coll, events.StatusProcessing); n != 10 {
+		t.Fatalf("%d events PROCESSING after the late write, want 10", n)
+	}
+	clock.Advance(abandonSettle)
+	c.abandoned.retry(t.Context(), store, clock.Now(), discard)
+	for id, d := range allEvents(t, r.coll) {
+		if d.Status != events.StatusNew || d.Attempts != 0 || d.ClaimToken != "" {
+			t.Errorf("event %s: %s, attempts %d, token %q; want NEW with its attempt refunded", id, d.Status, d.Attempts, d.ClaimToken)
+		}
+	}
+}
+
+// inStatus counts the stored events in status.
+func inStatus(t *testing.T, coll *driver.Collection, status events.Status) int {
+	t.Helper()
+	n := 0
+	for _, d := range allEvents(t, coll) {
+		if d.Status == status {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,101 @@
+package ownership
+
+import (
+	"sync"
+	"testing"
+)
+
+// A renewal keeps a partition's tenure, so that a claim whose read and
+// write straddle it still writes there; Renew extends the validity a claim
+// finds at once, whether or not a renewal was due.
+func TestRenewKeepsTenureAndExtendsValidity(t *testing.T) {
+	t.Parallel()
+	_, clock, a := startAlone(t)
+	before, _, done := a.Hold()
+	done()
+	clock.Advance(term / 2) // past two thirds of the validity: a renewal is due
+	_, short, done := a.Hold()
+	done()
+	if err := a.Renew(t.Context()); err != nil {
+		t.Fatalf("Renew: %v", err)
+	}
+	after, long, done := a.Hold()
+	done()
+	if long <= short {
+		t.Errorf("validity after Renew %s, want more than the %s before it", long, short)
+	}
+	if want := term - 2*a.cfg.Margin; long != want {
+		t.Errorf("validity after Renew %s, want a whole term less twice the margin, %s", long, want)
+	}
+	for p := range before {
+		if before[p] == 0 || after[p] != before[p] {
+			t.Fatalf("partition %d: tenure %d before the renewal, %d after; want the same, not 0", p, before[p], after[p])
+		}
+	}
+	tick(t, a) // the round's own renewal follows the claim's, and keeps it too
+	clock.Advance(term / 2)
+	tick(t, a)
+	again, _, done := a.Hold()
+	done()
+	if again[7] != before[7] {
+		t.Errorf("partition 7's tenure after a round's renewal = %d, want %d", again[7], before[7])
+	}
+}
+
+// A partition lost and taken again gets a new tenure: a claim that read
+// before the loss must not write in it.
+func TestTenureChangesWhenAPartitionChangesHands(t *testing.T) {
+	t.Parallel()
+	table, clock, a := startAlone(t)
+	before, _, done := a.Hold()
+	done()
+	// b takes term 2 of partition 7 behind a's back; it expires, and a
+	// takes the partition back at term 3.
+	if won, _ := table.Insert(t.Context(), []Term{{Partition: 7, Term: 2, Owner: "b", ExpiresAt: clock.Now().Add(term)}}); !won[0] {
+		t.Fatal("b's insert of term 2 lost")
+	}
+	clock.Advance(term / 2)
+	tick(t, a)
+	clock.Advance(2 * term)
+	tick(t, a)
+	tick(t, a)
+	after, _, done := a.Hold()
+	done()
+	if after[7] == 0 {
+		t.Fatal("a did not take partition 7 back")
+	}
+	if after[7] == before[7] {
+		t.Errorf("partition 7's tenure %d after it changed hands, want a new one", after[7])
+	}
+}
+
+// Claims' Renews and a round's renewal at the same moment (rounds run one
+// at a time, claims many) do not cost this replica a partition: each
+// renews after the one before, instead of losing the same term's insert
+// to it.
+func TestConcurrentRenewalsLoseNothing(t *testing.T) {
+	t.Parallel()
+	_, clock, a := startAlone(t)
+	clock.Advance(term / 2)
+	var wg sync.WaitGroup
+	errs := make(chan error, 5)
+	wg.Go(func() { errs <- a.Tick(t.Context()) })
+	for range 4 {
+		wg.Go(func() { errs <- a.Renew(t.Context()) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("renewal: %v", err)
+		}
+	}
+	if n := len(holding(a)); n != 64 {
+		t.Errorf("a holds %d partitions after concurrent renewals, want all 64", n)
+	}
+	_, valid, done := a.Hold()
+	done()
+	if valid <= term/2 {
+		t.Errorf("validity after the renewals %s, want more than half a term", valid)
+	}
+}
