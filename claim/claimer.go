@@ -194,9 +194,6 @@ func (c *Claimer) runOnce(ctx context.Context) (more bool, err error) {
 	c.metrics.ClaimBatchSize.Observe(float64(len(claimed)))
 	if err := c.relay(ctx, lease, claimed); err != nil {
 		c.metrics.JobErrors.WithLabelValues("claim").Inc()
-		if isTimeout(err) {
-			c.shrink("outcome write", err)
-		}
 		return false, err
 	}
 	return full, nil
@@ -206,7 +203,7 @@ func (c *Claimer) runOnce(ctx context.Context) (more bool, err error) {
 func (c *Claimer) shrink(what string, err error) {
 	n := c.batch.timedOut()
 	c.metrics.ClaimBatchLimit.Set(float64(n))
-	c.logger.Warn("database timed out; claiming smaller batches", "write", what, "batch_limit", n, "error", err)
+	c.logger.Warn("database timed out; claiming smaller batches", "operation", what, "batch_limit", n, "error", err)
 }
 
 // BatchLimit is how many events the next claim may take: Config.BatchSize

@@ -216,3 +216,38 @@ func inStatus(t *testing.T, coll *driver.Collection, status events.Status) int {
 	}
 	return n
 }
+
+// slowMarkStore times out the first PUBLISHED write of each batch, after
+// letting it land: the outcome write that timed out is retried, and
+// changes nothing the second time.
+type slowMarkStore struct {
+	Store
+	marks int
+}
+
+func (s *slowMarkStore) MarkPublished(ctx context.Context, lease events.Lease, ids []any, at time.Time) (int, error) {
+	s.marks++
+	n, err := s.Store.MarkPublished(ctx, lease, ids, at)
+	if s.marks == 1 {
+		return 0, fmt.Errorf("mark %d events published: %w", len(ids), context.DeadlineExceeded)
+	}
+	return n, err
+}
+
+// An outcome write that times out halves the next claim too, and the
+// batch it was for is still settled.
+func TestOutcomeWriteTimeoutShrinksTheNextClaim(t *testing.T) {
+	t.Parallel()
+	r := newRelayRig(t)
+	store := &slowMarkStore{Store: r.store}
+	c, _ := newClaimer(t, store, newPublisher(t, r.exchange), Config{BatchSize: 20})
+	insertEvents(t, r.coll, 20, "order.created")
+
+	runOnce(t, c)
+	if got := c.BatchLimit(); got != 10 {
+		t.Errorf("batch limit after an outcome write timed out = %d, want 10", got)
+	}
+	if n := inStatus(t, r.coll, events.StatusPublished); n != 20 {
+		t.Errorf("%d events PUBLISHED, want all 20: the timed-out write is retried", n)
+	}
+}

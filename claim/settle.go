@@ -33,7 +33,7 @@ func (c *Claimer) settle(ctx context.Context, lease events.Lease, outcomes []out
 	published, releases := c.policy.plan(outcomes, now)
 	var errs []error
 	if len(published) > 0 {
-		n, exact, err := retryWrite(ctx, func(ctx context.Context) (int, error) {
+		n, exact, err := c.retryWrite(ctx, func(ctx context.Context) (int, error) {
 			return c.store.MarkPublished(ctx, lease, published, now.Truncate(time.Millisecond))
 		})
 		if err != nil {
@@ -43,7 +43,7 @@ func (c *Claimer) settle(ctx context.Context, lease events.Lease, outcomes []out
 		c.noteLost(len(published), n, exact, "mark published")
 	}
 	for _, r := range releases {
-		n, exact, err := retryWrite(ctx, func(ctx context.Context) (int, error) {
+		n, exact, err := c.retryWrite(ctx, func(ctx context.Context) (int, error) {
 			return c.store.Release(ctx, lease, r.Release)
 		})
 		if err != nil {
@@ -66,13 +66,19 @@ func (c *Claimer) settle(ctx context.Context, lease events.Lease, outcomes []out
 // database blip must not leave a confirmed event PROCESSING, to be
 // published again after recovery. The writes are idempotent (fenced on
 // status PROCESSING), so a retry after a write that did land changes
-// nothing; its count is then not the whole count, which exact reports.
-func retryWrite(ctx context.Context, write func(context.Context) (int, error)) (n int, exact bool, err error) {
+// nothing; its count is then not the whole count, which exact reports. A
+// write that times out makes the next claim smaller (see batchLimit), once.
+func (c *Claimer) retryWrite(ctx context.Context, write func(context.Context) (int, error)) (n int, exact bool, err error) {
 	wait := backoff.Backoff{Min: writeRetryMin, Max: writeRetryMax}
+	shrunk := false
 	for attempt := 0; ; attempt++ {
 		n, err = write(ctx)
 		if err == nil {
 			return n, attempt == 0, nil
+		}
+		if isTimeout(err) && !shrunk {
+			c.shrink("outcome write", err)
+			shrunk = true
 		}
 		if !backoff.Sleep(ctx, wait.Next()) {
 			return 0, false, err
