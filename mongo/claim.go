@@ -93,13 +93,13 @@ func (s *Store) claimRead(ctx context.Context, lease events.Lease, docs []bson.R
 		if err == nil {
 			err = events.CheckSize(len(doc), reserve)
 			if err != nil {
-				refused = append(refused, refusal{id: c.ID, lastError: err.Error(), large: true})
+				refused = append(refused, refusal{id: c.ID, lastError: err.Error(), large: true, doc: doc})
 				stop(doc)
 				continue
 			}
 		}
 		if err != nil {
-			refused = append(refused, refusal{id: c.ID, lastError: err.Error()})
+			refused = append(refused, refusal{id: c.ID, lastError: err.Error(), doc: doc})
 			stop(doc)
 			continue
 		}
@@ -112,6 +112,10 @@ func (s *Store) claimRead(ctx context.Context, lease events.Lease, docs []bson.R
 	}
 
 	exact := true // every claimable document read was won, as read
+	// refusedAt is the first event of each ordering key that the server
+	// refused to claim: it is FAILED, or still NEW if even that write
+	// fails, and either way no later event of its key goes before it.
+	var refusedAt map[string]bson.Raw
 	for _, group := range []struct {
 		docs []events.Claimed
 		null bool
@@ -133,12 +137,22 @@ func (s *Store) claimRead(ctx context.Context, lease events.Lease, docs []bson.R
 		// what this lease holds.
 		exact = false
 		s.logger.Warn("claim refused by the server; claiming one event at a time", "events", len(ids), "error", err)
-		for _, id := range ids {
-			if _, err := s.claimIDs(ctx, lease, []any{id}, group.null); err != nil {
+		for _, c := range group.docs {
+			key, keyed := events.OrderingKey(c.Doc)
+			if keyed && refusedAt[key] != nil {
+				continue // waits behind the refused event of its key
+			}
+			if _, err := s.claimIDs(ctx, lease, []any{c.ID}, group.null); err != nil {
 				if !isDocumentError(err) {
-					return events.ClaimResult{}, fmt.Errorf("claim event %v: %w", id, err)
+					return events.ClaimResult{}, fmt.Errorf("claim event %v: %w", c.ID, err)
 				}
-				refused = append(refused, refusal{id: id, lastError: "claim refused by the server: " + serverReason(err)})
+				refused = append(refused, refusal{id: c.ID, lastError: "claim refused by the server: " + serverReason(err), doc: c.Doc})
+				if keyed && limit.Ordered {
+					if refusedAt == nil {
+						refusedAt = map[string]bson.Raw{}
+					}
+					refusedAt[key] = c.Doc
+				}
 			}
 		}
 	}
@@ -149,9 +163,38 @@ func (s *Store) claimRead(ctx context.Context, lease events.Lease, docs []bson.R
 		if res.Claimed, err = s.findLeased(ctx, lease, len(docs)); err != nil {
 			return events.ClaimResult{}, err
 		}
+		if res.Claimed, err = s.unclaimBehind(ctx, lease, res.Claimed, refusedAt); err != nil {
+			return events.ClaimResult{}, err
+		}
 	}
 	res.Rejected = s.fail(ctx, lease, refused)
 	return res, nil
+}
+
+// unclaimBehind puts back to NEW, attempt refunded, the claimed events that
+// sort after the refused event of their key: the one-at-a-time claim
+// leaves them alone, but the batch update the server refused may have
+// claimed some of them before it stopped. It returns the events kept.
+func (s *Store) unclaimBehind(ctx context.Context, lease events.Lease, claimed []events.Claimed, refusedAt map[string]bson.Raw) ([]events.Claimed, error) {
+	if len(refusedAt) == 0 {
+		return claimed, nil
+	}
+	kept := claimed[:0]
+	var behind []any
+	for _, c := range claimed {
+		if key, ok := events.OrderingKey(c.Doc); ok && refusedAt[key] != nil && events.CompareOrder(c.Doc, refusedAt[key]) > 0 {
+			behind = append(behind, c.ID)
+			continue
+		}
+		kept = append(kept, c)
+	}
+	if len(behind) == 0 {
+		return kept, nil
+	}
+	if _, err := s.coll.UpdateMany(ctx, leaseFilter(lease, behind), unclaimUpdate); err != nil {
+		return nil, fmt.Errorf("put back %d events behind a refused one: %w", len(behind), err)
+	}
+	return kept, nil
 }
 
 func idsOf(cs []events.Claimed) []any {
@@ -199,6 +242,7 @@ type refusal struct {
 	id        any
 	lastError string
 	large     bool // too close to the size limit: the FAIL write is kept small
+	doc       bson.Raw
 }
 
 // fail writes each refused event FAILED, guarded by status NEW so that an
@@ -277,7 +321,8 @@ func (s *Store) failLarge(ctx context.Context, r refusal) events.Rejected {
 		return rej
 	}
 	rej.Err = fmt.Errorf("no write fits under the document size limit: %w", err)
-	rej.Skipped = s.skipped.add(r.id)
+	key, _ := events.OrderingKey(r.doc)
+	rej.Skipped = s.skipped.add(r.id, key)
 	return rej
 }
 
@@ -492,20 +537,23 @@ func (s *Store) Abandon(ctx context.Context, lease events.Lease) (int, error) {
 		{Key: events.FieldClaimToken, Value: lease.Token},
 		{Key: events.FieldWorkerID, Value: lease.WorkerID},
 	}
-	update := bson.D{
-		{Key: "$set", Value: bson.D{{Key: events.FieldStatus, Value: events.StatusNew}}},
-		{Key: "$unset", Value: bson.D{
-			{Key: events.FieldClaimToken, Value: ""},
-			{Key: events.FieldWorkerID, Value: ""},
-			{Key: events.FieldProcessingAt, Value: ""},
-		}},
-		{Key: "$inc", Value: bson.D{{Key: events.FieldAttempts, Value: -1}}},
-	}
-	res, err := s.coll.UpdateMany(ctx, filter, update)
+	res, err := s.coll.UpdateMany(ctx, filter, unclaimUpdate)
 	if err != nil {
 		return 0, fmt.Errorf("abandon the claim of lease %s: %w", lease.Token, err)
 	}
 	return int(res.ModifiedCount), nil
+}
+
+// unclaimUpdate puts claimed events back to NEW as if never claimed: the
+// lease's fields go and the claim's attempt is refunded.
+var unclaimUpdate = bson.D{
+	{Key: "$set", Value: bson.D{{Key: events.FieldStatus, Value: events.StatusNew}}},
+	{Key: "$unset", Value: bson.D{
+		{Key: events.FieldClaimToken, Value: ""},
+		{Key: events.FieldWorkerID, Value: ""},
+		{Key: events.FieldProcessingAt, Value: ""},
+	}},
+	{Key: "$inc", Value: bson.D{{Key: events.FieldAttempts, Value: -1}}},
 }
 
 // Release moves the given events out of PROCESSING as r says, if lease

@@ -53,16 +53,14 @@ func (s *Store) findClaimable(ctx context.Context, now time.Time, limit events.C
 	if !s.splitClaim {
 		// FerretDB reads every NEW event for any find on them, so the
 		// events backing off come with the head instead of in a find of
-		// their own: one such read per claim, not two. Where they crowd
-		// the window out, the claim reads as on MongoDB.
+		// their own: one such read per claim, not two. However many there
+		// are, the read pages on past them (see readHead).
 		held, exclude, err := s.heldKeys(ctx, now, limit.FailedHolds, false)
 		if err != nil {
 			return nil, false, err
 		}
 		h, err := s.readHead(ctx, now, limit, headQuery{held: held, exclude: exclude, withBackoff: true})
-		if err != nil || !h.crowded {
-			return h.docs, h.more, err
-		}
+		return h.docs, h.more, err
 	}
 	held, exclude, err := s.heldKeys(ctx, now, limit.FailedHolds, true)
 	if err != nil {
@@ -84,18 +82,27 @@ type headQuery struct {
 	withBackoff bool
 }
 
-// head is what readHead read: the documents to claim, whether it stopped
-// at a bound (more), and whether events backing off took up a window that
-// ended before the batch was full (crowded: the claim may be missing
-// events further down).
+// head is what readHead read: the documents to claim, and whether it
+// stopped at a bound (more).
 type head struct {
-	docs    []bson.Raw
-	more    bool
-	crowded bool
+	docs []bson.Raw
+	more bool
 }
 
 // readHead reads NEW due events in claim order and keeps those of owned
 // partitions whose key is not held, up to limit; see findClaimable.
+//
+// Where it skips events, it reads in pages of a bounded window. Events of
+// other replicas' partitions count against the window: reading on to the
+// end made every idle tick of a replica whose partitions were drained scan
+// the other replicas' whole backlog, a getMore per cursor batch (hundreds
+// of commands per 1,000 events with 2 and 4 replicas); owned events
+// further down come into the window as the head moves. Events of held
+// aggregates do not count: however many there are (a routing key unbound
+// for ten minutes holds hundreds of aggregates, each with later events
+// waiting), the read pages on past them to the events that may flow, so
+// that no number of held aggregates stalls the rest. Its cost is then a
+// read of the held events that sit ahead of the first claimable ones.
 func (s *Store) readHead(ctx context.Context, now time.Time, limit events.ClaimLimit, q headQuery) (h head, err error) {
 	defer func() { s.noteReplySizes(ctx, h.docs, err) }()
 	owned := 0
@@ -107,53 +114,53 @@ func (s *Store) readHead(ctx context.Context, now time.Time, limit events.ClaimL
 	if limit.Owned != nil && owned == 0 {
 		return head{}, nil
 	}
-	filtered := limit.Owned != nil || len(q.held) > 0 || q.withBackoff
-	skipped := s.skipped.list()
-	filter := func(retryAt ...bson.E) bson.D {
-		f := append(bson.D{{Key: events.FieldStatus, Value: events.StatusNew}}, retryAt...)
-		if len(skipped) > 0 {
-			f = append(f, bson.E{Key: events.FieldID, Value: bson.D{{Key: "$nin", Value: skipped}}})
-		}
-		if len(q.exclude) > 0 {
-			f = append(f, bson.E{Key: "$nor", Value: q.exclude})
-		}
-		return f
-	}
-	opts := options.Find().SetSort(bson.D{{Key: events.FieldCreatedAt, Value: 1}, {Key: events.FieldID, Value: 1}})
-	examine := limit.Events
-	if filtered {
-		// Read past what is skipped, but only so far: twice the window in
-		// which the owned share of the head should hold a batch, in one
-		// reply. Reading on to the end instead made every idle tick of a
-		// replica whose partitions were drained scan the other replicas'
-		// whole backlog, a getMore per cursor batch (hundreds of commands
-		// per 1,000 events with 2 and 4 replicas). Owned events further
-		// down come into the window as the head moves; a dead replica's
-		// events at the head hold it back only until its partitions are
-		// taken over.
+	r := headReader{s: s, now: now, limit: limit, q: q, skipped: s.skipped.list()}
+	if limit.Owned != nil || len(q.held) > 0 || q.withBackoff {
 		window := limit.Events
 		if owned > 0 {
 			window = limit.Events * events.Partitions / owned
 		}
-		examine = min(max(2*window, 200), 1<<16)
-		opts.SetLimit(int64(examine)).SetBatchSize(s.capBatch(oneBatch(examine)))
-	} else {
-		opts.SetLimit(int64(limit.Events)).SetBatchSize(s.findBatch(limit.Events))
+		r.window = min(max(2*window, 200), 1<<16)
 	}
-	notLater := bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: now}}}}
-	var filters []bson.D
-	retryAt := func(v any) bson.E { return bson.E{Key: events.FieldRetryAt, Value: v} }
-	switch {
-	case q.withBackoff:
-		filters = []bson.D{filter()}
-	case s.splitClaim:
-		opts.SetHint(claimOrderIndex)
-		filters = []bson.D{
-			filter(retryAt(nil)),
-			filter(retryAt(append(bson.D{{Key: "$ne", Value: nil}}, notLater...))),
+	for {
+		more, err := r.page(ctx, &h)
+		if err != nil || !more {
+			return h, err
 		}
-	default:
-		filters = []bson.D{filter(retryAt(notLater))}
+	}
+}
+
+// headReader is one readHead: its pages, and what they have read so far.
+type headReader struct {
+	s       *Store
+	now     time.Time
+	limit   events.ClaimLimit
+	q       headQuery
+	skipped []any
+	// window is the most events of a page not skipped as held; 0 reads
+	// one page of limit.Events.
+	window int
+	// counted is how many events read so far count against the window,
+	// bytes the bytes of those kept, and after the last event read.
+	counted, bytes int
+	after          bson.Raw
+}
+
+// page reads one page into h, and reports whether the next page may have
+// more for it: the page ended at its window with events of held
+// aggregates in it, and the batch is not full.
+func (r *headReader) page(ctx context.Context, h *head) (next bool, err error) {
+	pageLimit := r.limit.Events
+	if r.window > 0 {
+		pageLimit = r.window
+	}
+	opts := options.Find().
+		SetSort(bson.D{{Key: events.FieldCreatedAt, Value: 1}, {Key: events.FieldID, Value: 1}}).
+		SetLimit(int64(pageLimit)).
+		SetBatchSize(r.s.capBatch(oneBatch(pageLimit)))
+	filters := r.filters()
+	if r.s.splitClaim && !r.q.withBackoff {
+		opts.SetHint(claimOrderIndex)
 	}
 	var cursors []*cursorHead
 	defer func() {
@@ -162,17 +169,17 @@ func (s *Store) readHead(ctx context.Context, now time.Time, limit events.ClaimL
 		}
 	}()
 	for _, f := range filters {
-		cur, err := s.coll.Find(ctx, f, opts)
+		cur, err := r.s.coll.Find(ctx, f, opts)
 		if err != nil {
-			return head{}, fmt.Errorf("find events to claim: %w", err)
+			return false, fmt.Errorf("find events to claim: %w", err)
 		}
-		c := &cursorHead{cur: cur}
+		c := &cursorHead{cur: cur, limit: pageLimit}
 		cursors = append(cursors, c)
 		if err := c.next(ctx); err != nil {
-			return head{}, err
+			return false, err
 		}
 	}
-	total, read, backingOff := 0, 0, 0
+	heldSkips := 0
 	for {
 		var first *cursorHead
 		for _, c := range cursors {
@@ -181,28 +188,106 @@ func (s *Store) readHead(ctx context.Context, now time.Time, limit events.ClaimL
 			}
 		}
 		if first == nil {
-			h.crowded = backingOff > 0 && read >= examine
-			return h, nil
+			return false, nil // every find ended before its limit
 		}
-		read++
-		switch {
-		case q.withBackoff && holdsIfBackingOff(first.doc, now, q.held):
-			backingOff++
-		case keep(first.doc, limit.Owned, q.held):
-			if len(h.docs) > 0 && limit.Bytes > 0 && total+len(first.doc) > limit.Bytes {
-				h.more = true
-				return h, nil
-			}
-			h.docs = append(h.docs, first.doc)
-			total += len(first.doc)
-			if len(h.docs) >= limit.Events {
-				h.more = true
-				return h, nil
+		doc := first.doc
+		if r.after != nil && events.CompareOrder(doc, r.after) <= 0 {
+			// read by the page before (the next page starts at its
+			// last createdAt, which others may share)
+		} else {
+			r.after = doc
+			switch r.classify(doc) {
+			case headHeld:
+				heldSkips++
+			case headOther:
+				r.counted++
+			case headKeep:
+				r.counted++
+				if len(h.docs) > 0 && r.limit.Bytes > 0 && r.bytes+len(doc) > r.limit.Bytes {
+					h.more = true
+					return false, nil
+				}
+				h.docs = append(h.docs, doc)
+				r.bytes += len(doc)
+				if len(h.docs) >= r.limit.Events {
+					h.more = true
+					return false, nil
+				}
 			}
 		}
 		if err := first.next(ctx); err != nil {
-			return head{}, err
+			return false, err
 		}
+		if first.doc == nil && first.read >= first.limit {
+			// A find that ended at its limit may have more after it, and
+			// the others' next documents may sort after that: the page
+			// ends here.
+			switch {
+			case r.window == 0:
+				h.more = true
+				return false, nil
+			case r.counted >= r.window:
+				return false, nil // the window is spent
+			default:
+				return heldSkips > 0, nil // page on past the held events
+			}
+		}
+	}
+}
+
+// What a claim's read makes of an event at the head.
+const (
+	headKeep  = iota // claimed
+	headOther        // another replica's partition: counts against the window
+	headHeld         // its aggregate is held (or it is backing off): skipped
+)
+
+func (r *headReader) classify(doc bson.Raw) int {
+	if owned := r.limit.Owned; owned != nil {
+		if p := events.Partition(doc); p >= len(owned) || !owned[p] {
+			return headOther
+		}
+	}
+	if r.q.withBackoff && holdsIfBackingOff(doc, r.now, r.q.held) {
+		return headHeld
+	}
+	if len(r.q.held) > 0 {
+		if key, ok := events.OrderingKey(doc); ok && r.q.held[key] {
+			return headHeld
+		}
+	}
+	return headKeep
+}
+
+// filters are the page's finds: events with a retryAt not in the future,
+// in one find or, on MongoDB, two on the index (see findClaimable), each
+// from the last event the page before read.
+func (r *headReader) filters() []bson.D {
+	filter := func(retryAt ...bson.E) bson.D {
+		f := append(bson.D{{Key: events.FieldStatus, Value: events.StatusNew}}, retryAt...)
+		if r.after != nil {
+			f = append(f, bson.E{Key: events.FieldCreatedAt, Value: bson.D{{Key: "$gte", Value: r.after.Lookup(events.FieldCreatedAt)}}})
+		}
+		if len(r.skipped) > 0 {
+			f = append(f, bson.E{Key: events.FieldID, Value: bson.D{{Key: "$nin", Value: r.skipped}}})
+		}
+		if len(r.q.exclude) > 0 {
+			f = append(f, bson.E{Key: "$nor", Value: r.q.exclude})
+		}
+		return f
+	}
+	notLater := bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: r.now}}}}
+	retryAt := func(v any) bson.E { return bson.E{Key: events.FieldRetryAt, Value: v} }
+	switch {
+	case r.q.withBackoff:
+		return []bson.D{filter()}
+	case r.s.splitClaim:
+		return []bson.D{
+			filter(retryAt(nil)),
+			filter(retryAt(append(bson.D{{Key: "$ne", Value: nil}}, notLater...))),
+		}
+	default:
+		return []bson.D{filter(retryAt(notLater))}
 	}
 }
 
@@ -219,29 +304,18 @@ func holdsIfBackingOff(doc bson.Raw, now time.Time, held map[string]bool) bool {
 	return true
 }
 
-// keep reports whether a claim may take doc: it is in an owned partition
-// (any, when owned is nil) and its ordering key is not held.
-func keep(doc bson.Raw, owned []bool, held map[string]bool) bool {
-	if owned != nil {
-		if p := events.Partition(doc); p >= len(owned) || !owned[p] {
-			return false
-		}
-	}
-	if len(held) > 0 {
-		if key, ok := events.OrderingKey(doc); ok && held[key] {
-			return false
-		}
-	}
-	return true
-}
-
 // cursorHead is a find's cursor and the next document it gives.
 type cursorHead struct {
-	cur *mongo.Cursor
-	doc bson.Raw // nil once the cursor is exhausted
+	cur   *mongo.Cursor
+	doc   bson.Raw // nil once the cursor is exhausted
+	read  int      // documents it gave
+	limit int      // the find's limit
 }
 
 func (h *cursorHead) next(ctx context.Context) error {
+	if h.doc != nil {
+		h.read++
+	}
 	if !h.cur.Next(ctx) {
 		h.doc = nil
 		if err := h.cur.Err(); err != nil {
@@ -287,6 +361,7 @@ const heldBatch = 10000
 
 func (s *Store) heldKeys(ctx context.Context, now time.Time, failedHolds, backingOff bool) (held map[string]bool, exclude bson.A, err error) {
 	held = map[string]bool{}
+	s.skipped.holdKeys(held)
 	proj := options.Find().SetProjection(bson.D{
 		{Key: events.FieldAggregateType, Value: 1}, {Key: events.FieldAggregateID, Value: 1},
 		{Key: events.FieldStatus, Value: 1}, {Key: events.FieldRetryAt, Value: 1},

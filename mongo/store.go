@@ -207,24 +207,40 @@ const claimOrderIndex = "outbox_claim_order"
 const skipSetMax = 1000
 
 // skipSet holds the ids of NEW events this store can neither claim nor
-// mark FAILED, left out of its claims until the process restarts.
+// mark FAILED, left out of its claims until the process restarts, and the
+// ordering keys they hold: a skipped event is still NEW, so an ordered
+// claim takes no later event of its aggregate.
 type skipSet struct {
-	mu  sync.Mutex
-	ids map[string]any
+	mu   sync.Mutex
+	ids  map[string]any
+	keys map[string]bool
 }
 
-// add records id, if there is room, and reports whether it did.
-func (s *skipSet) add(id any) bool {
+// add records id and its ordering key (none when ""), if there is room,
+// and reports whether it did.
+func (s *skipSet) add(id any, key string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.ids) >= skipSetMax {
 		return false
 	}
 	if s.ids == nil {
-		s.ids = map[string]any{}
+		s.ids, s.keys = map[string]any{}, map[string]bool{}
 	}
 	s.ids[skipKey(id)] = id
+	if key != "" {
+		s.keys[key] = true
+	}
 	return true
+}
+
+// holdKeys adds the ordering keys of the skipped events to held.
+func (s *skipSet) holdKeys(held map[string]bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range s.keys {
+		held[k] = true
+	}
 }
 
 // list returns the skipped ids, for a $nin.
