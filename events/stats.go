@@ -38,6 +38,10 @@ type HeldStats struct {
 	// OldestWaiting is the createdAt of the oldest NEW event waiting
 	// behind one of them; zero when none.
 	OldestWaiting time.Time `json:"oldestHeld,omitzero"`
+	// Capped says that a store read only part of the events it would need
+	// for an exact count (the MongoDB store reads a bounded window of the
+	// oldest), so that Aggregates is a lower bound.
+	Capped bool `json:"heldCapped,omitempty"`
 }
 
 // OldestAge is how long the oldest held event has waited at now, clamped

@@ -46,8 +46,13 @@ type Metrics struct {
 	OldestHeldAge   Sampled
 	BrokerConnected prometheus.Gauge
 	JobErrors       *prometheus.CounterVec
+	RunsLeftOut     *prometheus.CounterVec
 	DBCommands      *prometheus.CounterVec
 }
+
+// YieldingJobs are the periodic jobs that leave runs out while claims are
+// slow: the values of RunsLeftOut's label, each exported from the start.
+var YieldingJobs = []string{"recovery", "retention", "sampler"}
 
 // New creates the collectors and registers them with reg. A nil reg leaves
 // them unregistered, which is what tests and tools want.
@@ -80,8 +85,13 @@ func New(reg prometheus.Registerer) *Metrics {
 			"Age of the oldest event waiting behind a held aggregate, sampled on a schedule; 0 when there is none."),
 		BrokerConnected: s.Gauge("broker_connected", "1 while this worker has a connection and channel to the broker."),
 		JobErrors:       s.CounterVec("job_errors_total", "Runs of a background job (claim, recovery, retention, sampler) that failed.", "job"),
+		RunsLeftOut: s.CounterVec("job_runs_left_out_total",
+			"Scheduled runs of a periodic job (recovery, retention, sampler) left out because claims were slow.", "job"),
 		DBCommands: s.CounterVec("db_commands_total",
 			"Database commands this worker sent, by command name (find, update, delete, commitTransaction, ...).", "command"),
+	}
+	for _, job := range YieldingJobs {
+		m.RunsLeftOut.WithLabelValues(job)
 	}
 	if err := s.Register(reg); err != nil {
 		panic(err) // one Metrics per registry: a wiring bug

@@ -100,7 +100,7 @@ func TestAgesUseTheServersClockWhateverTheWorkersSays(t *testing.T) {
 
 			// /status.
 			srv, err := ops.NewServer(ops.ServerConfig{
-				Addr: "127.0.0.1:0", Store: store, Broker: readyBroker{}, StaleAfter: staleAfter,
+				Addr: "127.0.0.1:0", Store: store, Broker: readyBroker{}, Samples: sampler,
 				Claimer: idleJob{}, Recovery: idleJob{}, Gatherer: prometheus.NewRegistry(),
 				Logger: slog.New(slog.DiscardHandler), Now: clock.Now,
 			})

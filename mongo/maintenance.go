@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/outboxrelay/outbox/events"
 )
@@ -18,6 +17,9 @@ import (
 // staleBefore: back to NEW, or to FAILED once they have used maxAttempts
 // claims (an event that keeps killing its workers must not loop forever).
 // Any replica may run it at any time: each reset is one guarded write.
+// Its updates are ranges of {status, processingAt}, and carry a server-side
+// time limit from ctx's deadline: what a write reset before the limit
+// stays reset, the rest waits for the next run.
 func (s *Store) RecoverStale(ctx context.Context, staleBefore, now time.Time, maxAttempts int) (reset, failed int, err error) {
 	stale := func() bson.D {
 		return bson.D{
@@ -63,8 +65,9 @@ func (s *Store) RecoverStale(ctx context.Context, staleBefore, now time.Time, ma
 // time and returns how many. Callers loop to delete more, so a large
 // backlog of history never holds the database for long.
 //
-// It costs two commands: a find of up to limit ids, then one delete of
-// exactly those. The delete's filter puts status equality first (the part
+// It costs two commands: a find of up to limit ids on {status,
+// publishedAt}, then one delete of exactly those. Both carry a server-side
+// time limit from ctx's deadline (see timedFind). The delete's filter puts status equality first (the part
 // FerretDB pushes down to its backend, and the prefix of outbox_retention
 // on MongoDB), then publishedAt no later than the latest found: a server
 // that evaluates the filter itself, as FerretDB does for every PUBLISHED
@@ -75,11 +78,12 @@ func (s *Store) DeletePublished(ctx context.Context, before time.Time, limit int
 		{Key: events.FieldStatus, Value: events.StatusPublished},
 		{Key: events.FieldPublishedAt, Value: bson.D{{Key: "$lt", Value: before}}},
 	}
-	opts := options.Find().
-		SetProjection(bson.D{{Key: events.FieldID, Value: 1}, {Key: events.FieldPublishedAt, Value: 1}}).
-		SetLimit(int64(limit)).
-		SetBatchSize(oneBatch(limit))
-	cur, err := s.coll.Find(ctx, filter, opts)
+	cur, err := s.timedFind(ctx, findCommand{
+		filter:     filter,
+		projection: bson.D{{Key: events.FieldID, Value: 1}, {Key: events.FieldPublishedAt, Value: 1}},
+		limit:      limit,
+		hint:       retentionIndex,
+	})
 	if err != nil {
 		return 0, fmt.Errorf("find published events to delete: %w", err)
 	}

@@ -16,7 +16,11 @@ import (
 // on status, so none of them reads published history: the PUBLISHED count
 // is the collection's size from its metadata (estimatedDocumentCount) less
 // the other statuses, because counting a week of history exactly would walk
-// every one of its index keys, on every replica, at every sample.
+// every one of its index keys, on every replica, at every sample. On
+// MongoDB the counts read index keys only (as many as the status has), the
+// oldest NEW event is the first key of {status, createdAt}, and the stale
+// count is a range of {status, processingAt}. Every command carries a
+// server-side time limit from ctx's deadline (see timedFind).
 func (s *Store) Stats(ctx context.Context, staleBefore time.Time) (events.Stats, error) {
 	st := events.Stats{Counts: make(map[events.Status]int64, len(events.Statuses))}
 	var unpublished int64
@@ -44,6 +48,7 @@ func (s *Store) Stats(ctx context.Context, staleBefore time.Time) (events.Stats,
 	err = s.coll.FindOne(ctx,
 		bson.D{{Key: events.FieldStatus, Value: events.StatusNew}},
 		options.FindOne().
+			SetHint(newByAgeIndex).
 			SetSort(bson.D{{Key: events.FieldCreatedAt, Value: 1}}).
 			SetProjection(bson.D{{Key: events.FieldCreatedAt, Value: 1}}),
 	).Decode(&oldest)
@@ -63,27 +68,42 @@ func (s *Store) Stats(ctx context.Context, staleBefore time.Time) (events.Stats,
 	return st, nil
 }
 
+// heldWindow bounds each of Held's reads: the holders of each kind, and
+// the NEW events, oldest first, among which it looks for those waiting
+// behind them. Each read is an index range (see ensureIndexes) cut at
+// heldWindow documents (one more, to tell that there are more), so a
+// sample costs at most that many documents per read however long the
+// backlog is: 10,000 projected documents are about
+// a megabyte, one reply. Events waiting behind a held aggregate are the
+// ones claims leave at the head, so the oldest window holds the oldest of
+// them; past it the count is a lower bound (HeldStats.Capped).
+const heldWindow = 10000
+
 // Held reads the held aggregates at now: the keys of FAILED events not
 // skipped (when failedHolds) and of NEW events backing off, then, only
-// when there are any, the due NEW events of those keys. Every find is an
-// equality on status and projects the key fields.
+// when there are any, the oldest NEW events, to find those of such keys
+// that wait. Every read is a find with an equality on status, projected to
+// the key fields and bounded by heldWindow, and carries a server-side time
+// limit from ctx's deadline (timedFind).
 func (s *Store) Held(ctx context.Context, now time.Time, failedHolds bool) (events.HeldStats, error) {
-	proj := options.Find().SetProjection(bson.D{
+	proj := bson.D{
 		{Key: events.FieldAggregateType, Value: 1}, {Key: events.FieldAggregateID, Value: 1},
 		{Key: events.FieldSkippedAt, Value: 1}, {Key: events.FieldRetryAt, Value: 1},
 		{Key: events.FieldCreatedAt, Value: 1},
-	})
-	holders := map[string]bool{}
-	var queries []bson.D
-	if failedHolds {
-		queries = append(queries, bson.D{{Key: events.FieldStatus, Value: events.StatusFailed}, {Key: events.FieldSkippedAt, Value: nil}})
 	}
-	queries = append(queries, bson.D{
+	var st events.HeldStats
+	holders := map[string]bool{}
+	var queries []findCommand
+	if failedHolds {
+		queries = append(queries, findCommand{filter: bson.D{{Key: events.FieldStatus, Value: events.StatusFailed}, {Key: events.FieldSkippedAt, Value: nil}}})
+	}
+	queries = append(queries, findCommand{filter: bson.D{
 		{Key: events.FieldStatus, Value: events.StatusNew},
 		{Key: events.FieldRetryAt, Value: bson.D{{Key: "$gt", Value: now}}},
-	})
+	}, hint: claimOrderIndex})
 	for _, q := range queries {
-		err := s.eachKey(ctx, q, proj, func(key string, doc bson.Raw) {
+		q.projection, q.limit = proj, s.heldWindow+1
+		read, err := s.eachKey(ctx, q, func(key string, doc bson.Raw) {
 			if _, err := doc.LookupErr(events.FieldSkippedAt); err != nil {
 				holders[key] = true
 			}
@@ -91,13 +111,17 @@ func (s *Store) Held(ctx context.Context, now time.Time, failedHolds bool) (even
 		if err != nil {
 			return events.HeldStats{}, err
 		}
+		st.Capped = st.Capped || read > s.heldWindow
 	}
-	var st events.HeldStats
 	if len(holders) == 0 {
 		return st, nil
 	}
 	waiting := map[string]bool{}
-	err := s.eachKey(ctx, bson.D{{Key: events.FieldStatus, Value: events.StatusNew}}, proj, func(key string, doc bson.Raw) {
+	read, err := s.eachKey(ctx, findCommand{
+		filter:     bson.D{{Key: events.FieldStatus, Value: events.StatusNew}},
+		sort:       bson.D{{Key: events.FieldCreatedAt, Value: 1}},
+		projection: proj, limit: s.heldWindow + 1, hint: newByAgeIndex,
+	}, func(key string, doc bson.Raw) {
 		if !holders[key] {
 			return
 		}
@@ -112,24 +136,28 @@ func (s *Store) Held(ctx context.Context, now time.Time, failedHolds bool) (even
 	if err != nil {
 		return events.HeldStats{}, err
 	}
+	st.Capped = st.Capped || read > s.heldWindow
 	st.Aggregates = int64(len(waiting))
 	return st, nil
 }
 
-// eachKey calls fn with each ordered event filter matches and its key.
-func (s *Store) eachKey(ctx context.Context, filter bson.D, opts *options.FindOptionsBuilder, fn func(key string, doc bson.Raw)) error {
-	cur, err := s.coll.Find(ctx, filter, opts)
+// eachKey calls fn with each ordered event the find returns and its key,
+// and returns how many documents it read.
+func (s *Store) eachKey(ctx context.Context, f findCommand, fn func(key string, doc bson.Raw)) (int, error) {
+	cur, err := s.timedFind(ctx, f)
 	if err != nil {
-		return fmt.Errorf("find held aggregates: %w", err)
+		return 0, fmt.Errorf("find held aggregates: %w", err)
 	}
 	defer cur.Close(ctx)
+	read := 0
 	for cur.Next(ctx) {
+		read++
 		if key, ok := events.OrderingKey(cur.Current); ok {
 			fn(key, cur.Current)
 		}
 	}
 	if err := cur.Err(); err != nil {
-		return fmt.Errorf("read held aggregates: %w", err)
+		return read, fmt.Errorf("read held aggregates: %w", err)
 	}
-	return nil
+	return read, nil
 }

@@ -79,15 +79,18 @@ type Store struct {
 	largestDoc atomic.Int64
 	// txnOpts are the options of every transaction (inTransaction).
 	txnOpts *options.TransactionOptionsBuilder
+	// heldWindow is heldWindow but in tests of the bound.
+	heldWindow int
 }
 
 // New returns a Store on client. It does no I/O: call Prepare before use.
 func New(client *mongo.Client, cfg Config) *Store {
 	cfg.setDefaults()
 	return &Store{
-		client: client,
-		coll:   client.Database(cfg.Database).Collection(cfg.Collection),
-		logger: cfg.Logger,
+		client:     client,
+		coll:       client.Database(cfg.Database).Collection(cfg.Collection),
+		logger:     cfg.Logger,
+		heldWindow: heldWindow,
 		txnOpts: options.Transaction().
 			SetReadPreference(readpref.Primary()).
 			SetReadConcern(cfg.ReadConcern).
@@ -135,7 +138,7 @@ func (s *Store) ensureIndexes(ctx context.Context) error {
 		// NEW events, oldest first: the claim of workers before the split
 		// claim below (kept for a rolling upgrade), and the sampler's
 		// oldest NEW event.
-		{"outbox_claim", bson.D{{Key: events.FieldStatus, Value: 1}, {Key: events.FieldCreatedAt, Value: 1}}},
+		{newByAgeIndex, bson.D{{Key: events.FieldStatus, Value: 1}, {Key: events.FieldCreatedAt, Value: 1}}},
 		// Claim: NEW events never retried (retryAt null) oldest first, and
 		// the due retries by retryAt, so that events backing off are never
 		// examined. See findClaimable.
@@ -147,7 +150,7 @@ func (s *Store) ensureIndexes(ctx context.Context) error {
 		// Recovery: PROCESSING events by claim time.
 		{"outbox_stale", bson.D{{Key: events.FieldStatus, Value: 1}, {Key: events.FieldProcessingAt, Value: 1}}},
 		// Retention: PUBLISHED events by publish time.
-		{"outbox_retention", bson.D{{Key: events.FieldStatus, Value: 1}, {Key: events.FieldPublishedAt, Value: 1}}},
+		{retentionIndex, bson.D{{Key: events.FieldStatus, Value: 1}, {Key: events.FieldPublishedAt, Value: 1}}},
 	}
 	// Every replica prepares the collection at each start, so the indexes
 	// that exist are listed first and only the missing ones created: one
@@ -193,11 +196,19 @@ func (s *Store) indexNames(ctx context.Context) (map[string]bool, error) {
 // not exist.
 const namespaceNotFound = 26
 
+// newByAgeIndex is {status, createdAt}: the sampler's oldest NEW event and
+// the held count's oldest NEW events name it as their hint.
+const newByAgeIndex = "outbox_claim"
+
+// retentionIndex is {status, publishedAt}: retention's find names it.
+const retentionIndex = "outbox_retention"
+
 // claimIndex is the index the split claim's finds named as their hint
 // before the ordered claim; kept for a rolling upgrade.
 const claimIndex = "outbox_claim_retry"
 
-// claimOrderIndex is the index the split claim's finds name as their hint.
+// claimOrderIndex is the index the split claim's finds name as their hint,
+// and the held count's read of the events backing off.
 const claimOrderIndex = "outbox_claim_order"
 
 // skipSetMax bounds the events one store skips: each is a document so

@@ -1,7 +1,7 @@
 // Package ops is the worker's operations surface: the HTTP endpoints
 // (/healthz, /readyz, /metrics, /status, /trigger) and the sampler that
-// keeps the backlog gauges current on a schedule rather than on every
-// scrape.
+// keeps the backlog gauges and /status current on a schedule rather than
+// on every scrape or request.
 package ops
 
 import (
@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/outboxrelay/outbox/events"
@@ -31,9 +32,29 @@ const (
 	// SampleScheduleDefault is how often the backlog gauges are refreshed.
 	SampleScheduleDefault = "@every 15s"
 	// sampleTimeout bounds one sample, so that a hung database leaves the
-	// gauges at their last value rather than stalling the schedule.
+	// gauges at their last value rather than stalling the schedule. Each of
+	// the sample's commands carries what is left of it as its server-side
+	// time limit (maxTimeMS), so that a sample given up on stops costing
+	// the database too.
 	sampleTimeout = 10 * time.Second
+	// onDemandEvery is how old the last sample of a replica that does not
+	// sample on schedule may be before a /status request asks for a new
+	// one: as often as the leader samples by default, so that however
+	// often /status is read, a replica adds at most one sample per period.
+	onDemandEvery = 15 * time.Second
 )
+
+// Sample is what one sample of the outbox found. /status answers from the
+// last one.
+type Sample struct {
+	// At is when the sample was taken, by the database server's clock
+	// (SamplerConfig.Now): ages below are as of At.
+	At    time.Time
+	Stats events.Stats
+	// Held is the held aggregates, when the sampler reads them
+	// (SamplerConfig.Held).
+	Held *events.HeldStats
+}
 
 // SamplerConfig configures a Sampler.
 type SamplerConfig struct {
@@ -62,6 +83,11 @@ type SamplerConfig struct {
 	Metrics *metrics.Metrics
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Yield, when set, says that claims are slow: scheduled samples are
+	// then left out, more and more of them (schedule.Config.Yield), and a
+	// replica that does not lead takes none for /status. Defaults to nil:
+	// never yields.
+	Yield func() bool
 }
 
 func (c *SamplerConfig) setDefaults() {
@@ -82,10 +108,15 @@ func (c SamplerConfig) Validate() error {
 	)
 }
 
-// Sampler refreshes the backlog gauges on a schedule.
+// Sampler refreshes the backlog gauges on a schedule, and keeps the last
+// sample for /status.
 type Sampler struct {
-	cfg SamplerConfig
-	job *schedule.Job
+	cfg  SamplerConfig
+	job  *schedule.Job
+	last atomic.Pointer[Sample]
+	// wanted says that /status asked a replica that does not lead for a
+	// sample.
+	wanted atomic.Bool
 }
 
 // NewSampler returns a Sampler; Start runs it.
@@ -96,7 +127,10 @@ func NewSampler(cfg SamplerConfig) (*Sampler, error) {
 	}
 	s := &Sampler{cfg: cfg}
 	var err error
-	if s.job, err = schedule.New(schedule.Config{Name: "sampler", Schedule: cfg.Schedule, Run: s.runOnce, RunAtStart: true, Logger: cfg.Logger}); err != nil {
+	if s.job, err = schedule.New(schedule.Config{
+		Name: "sampler", Schedule: cfg.Schedule, Run: s.runOnce, RunAtStart: true, Logger: cfg.Logger,
+		Yield: cfg.Yield, LeftOut: cfg.Metrics.RunsLeftOut.WithLabelValues("sampler").Inc,
+	}); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -112,35 +146,77 @@ func (s *Sampler) Stop(ctx context.Context) error { return s.job.Stop(ctx) }
 // replica that has just become the one that samples.
 func (s *Sampler) Trigger() { s.job.Trigger() }
 
-func (s *Sampler) runOnce(ctx context.Context) (bool, error) {
-	if s.cfg.Active != nil && !s.cfg.Active() {
-		s.clear()
-		return false, nil
+// Latest returns the last sample, and false before the first. A replica
+// that does not lead samples only when asked: Latest asks (for a later
+// call) when its sample is missing or older than onDemandEvery.
+func (s *Sampler) Latest() (Sample, bool) {
+	last := s.last.Load()
+	if !s.active() && (last == nil || s.cfg.Now().Sub(last.At) >= onDemandEvery) {
+		s.wanted.Store(true)
+		s.job.Trigger()
 	}
+	if last == nil {
+		return Sample{}, false
+	}
+	return *last, true
+}
+
+func (s *Sampler) active() bool { return s.cfg.Active == nil || s.cfg.Active() }
+
+func (s *Sampler) runOnce(ctx context.Context) (bool, error) {
+	active := s.active()
+	if !active {
+		s.clear()
+		// Not leading: a sample only for /status, when it asked, and not
+		// while claims are slow.
+		if !s.wanted.Swap(false) || (s.cfg.Yield != nil && s.cfg.Yield()) {
+			return false, nil
+		}
+	}
+	sample, err := s.sample(ctx)
+	if err != nil {
+		s.cfg.Metrics.JobErrors.WithLabelValues("sampler").Inc()
+		return false, err
+	}
+	s.last.Store(&sample)
+	if active {
+		s.setGauges(sample)
+	}
+	return false, nil
+}
+
+// sample reads the outbox's figures under sampleTimeout.
+func (s *Sampler) sample(ctx context.Context) (Sample, error) {
 	now := s.cfg.Now().UTC()
 	ctx, cancel := context.WithTimeout(ctx, sampleTimeout)
 	defer cancel()
-	m := s.cfg.Metrics
 	st, err := s.cfg.Store.Stats(ctx, now.Add(-s.cfg.StaleAfter))
 	if err != nil {
-		m.JobErrors.WithLabelValues("sampler").Inc()
-		return false, fmt.Errorf("sample outbox stats: %w", err)
+		return Sample{}, fmt.Errorf("sample outbox stats: %w", err)
 	}
-	for _, status := range events.Statuses {
-		m.Events.WithLabelValues(string(status)).Set(float64(st.Counts[status]))
-	}
-	m.OldestNewAge.Set(st.OldestNewAge(now).Seconds())
-	m.StaleProcessing.Set(float64(st.Stale))
+	sample := Sample{At: now, Stats: st}
 	if s.cfg.Held != nil {
 		h, err := s.cfg.Held.Held(ctx, now, s.cfg.FailedHolds)
 		if err != nil {
-			m.JobErrors.WithLabelValues("sampler").Inc()
-			return false, fmt.Errorf("sample held aggregates: %w", err)
+			return Sample{}, fmt.Errorf("sample held aggregates: %w", err)
 		}
-		m.HeldAggregates.Set(float64(h.Aggregates))
-		m.OldestHeldAge.Set(h.OldestAge(now).Seconds())
+		sample.Held = &h
 	}
-	return false, nil
+	return sample, nil
+}
+
+// setGauges exports a sample.
+func (s *Sampler) setGauges(sample Sample) {
+	m := s.cfg.Metrics
+	for _, status := range events.Statuses {
+		m.Events.WithLabelValues(string(status)).Set(float64(sample.Stats.Counts[status]))
+	}
+	m.OldestNewAge.Set(sample.Stats.OldestNewAge(sample.At).Seconds())
+	m.StaleProcessing.Set(float64(sample.Stats.Stale))
+	if h := sample.Held; h != nil {
+		m.HeldAggregates.Set(float64(h.Aggregates))
+		m.OldestHeldAge.Set(h.OldestAge(sample.At).Seconds())
+	}
 }
 
 // clear withdraws the gauges of a replica that does not sample.

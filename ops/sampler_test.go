@@ -1,6 +1,7 @@
 package ops_test
 
 import (
+	"context"
 	"errors"
 	"sync/atomic"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/fakeclock"
 	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/metrics"
 	"github.com/outboxrelay/outbox/ops"
@@ -17,7 +19,7 @@ import (
 
 // startSampler starts a sampler on spec; with an hourly spec the only
 // sample is the one Start takes at once.
-func startSampler(t *testing.T, cfg ops.SamplerConfig) {
+func startSampler(t *testing.T, cfg ops.SamplerConfig) *ops.Sampler {
 	t.Helper()
 	cfg.StaleAfter, cfg.Logger = time.Minute, discard
 	s, err := ops.NewSampler(cfg)
@@ -25,6 +27,7 @@ func startSampler(t *testing.T, cfg ops.SamplerConfig) {
 		t.Fatal(err)
 	}
 	testenv.Start(t, s)
+	return s
 }
 
 // sampled is g's value, or -1 while it exports none.
@@ -77,6 +80,11 @@ func TestSamplerSetsHeldGauges(t *testing.T) {
 		age := sampled(m.OldestHeldAge)
 		return sampled(m.HeldAggregates) == 2 && age >= 3600 && age < 3610
 	})
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	if !store.failedHolds {
+		t.Error("Held asked without failedHolds, want the configured policy")
+	}
 }
 
 func TestSamplerCountsFailure(t *testing.T) {
@@ -131,4 +139,82 @@ func TestSamplerSamplesOnlyWhileActive(t *testing.T) {
 
 	active.Store(false)
 	eventually(t, "a replica that stops leading withdraws the gauges", func() bool { return exported() == 0 })
+}
+
+// The leader keeps its last sample for /status, with the time it was
+// taken by the sampler's clock.
+func TestSamplerKeepsTheLastSample(t *testing.T) {
+	t.Parallel()
+	clock := fakeclock.New(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
+	store := &fakeStore{stats: events.Stats{Counts: map[events.Status]int64{events.StatusNew: 7}}, held: events.HeldStats{Aggregates: 2}}
+	s := startSampler(t, ops.SamplerConfig{Store: store, Held: store, Schedule: "@every 1h", Now: clock.Now})
+	var got ops.Sample
+	eventually(t, "the first sample", func() bool {
+		var ok bool
+		got, ok = s.Latest()
+		return ok
+	})
+	want := ops.Sample{At: clock.Now(), Stats: store.stats, Held: &events.HeldStats{Aggregates: 2}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Latest (-want +got):\n%s", diff)
+	}
+}
+
+// A replica that does not lead samples only when /status asks, and then
+// at most once per period however often it asks: its Stats are read once
+// for many requests, again once the sample is a period old.
+func TestSamplerSamplesForStatusOnDemand(t *testing.T) {
+	t.Parallel()
+	clock := fakeclock.New(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
+	store := &countingStore{fakeStore: fakeStore{stats: events.Stats{Counts: map[events.Status]int64{events.StatusNew: 7}}}}
+	m := metrics.New(nil)
+	s := startSampler(t, ops.SamplerConfig{Store: store, Schedule: "@every 1h", Now: clock.Now, Metrics: m,
+		Active: func() bool { return false }})
+	if _, ok := s.Latest(); ok {
+		t.Fatal("Latest on a replica that does not lead gave a sample before any was taken")
+	}
+	eventually(t, "the sample /status asked for", func() bool { _, ok := s.Latest(); return ok })
+	for range 20 {
+		if _, ok := s.Latest(); !ok {
+			t.Fatal("Latest lost its sample")
+		}
+	}
+	clock.Advance(15 * time.Second)
+	s.Latest() // a period old: asks again
+	eventually(t, "a second sample a period later", func() bool {
+		got, _ := s.Latest()
+		return got.At.Equal(clock.Now())
+	})
+	if n := store.calls.Load(); n != 2 {
+		t.Errorf("Stats read %d times for 22 requests over one period, want 2", n)
+	}
+	if n := testutil.CollectAndCount(m.Events); n != 0 {
+		t.Errorf("a replica that does not lead exports %d backlog series after sampling for /status, want 0", n)
+	}
+}
+
+// countingStore counts Stats calls.
+type countingStore struct {
+	fakeStore
+	calls atomic.Int32
+}
+
+func (s *countingStore) Stats(ctx context.Context, staleBefore time.Time) (events.Stats, error) {
+	s.calls.Add(1)
+	return s.fakeStore.Stats(ctx, staleBefore)
+}
+
+// While claims are slow, scheduled samples are left out and counted.
+func TestSamplerYieldsWhileClaimsAreSlow(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(nil)
+	store := &countingStore{fakeStore: fakeStore{stats: events.Stats{Counts: map[events.Status]int64{}}}}
+	startSampler(t, ops.SamplerConfig{Store: store, Schedule: "@every 10ms", Metrics: m, Yield: func() bool { return true }})
+	eventually(t, "ten samples left out", func() bool {
+		return testutil.ToFloat64(m.RunsLeftOut.WithLabelValues("sampler")) >= 10
+	})
+	left := testutil.ToFloat64(m.RunsLeftOut.WithLabelValues("sampler"))
+	if n := float64(store.calls.Load()); n >= left {
+		t.Errorf("%v samples taken while %v were left out, want fewer taken (the gap doubles)", n, left)
+	}
 }

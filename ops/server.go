@@ -40,9 +40,12 @@ const (
 	AddrDefault = ":8080"
 	// readyTimeout bounds /readyz's ping, under a probe's usual timeout.
 	readyTimeout = 2 * time.Second
-	// statusTimeout bounds /status's counts.
-	statusTimeout = 10 * time.Second
 )
+
+// SampleSource gives /status the last sample of the outbox (Sampler).
+type SampleSource interface {
+	Latest() (Sample, bool)
+}
 
 // ServerConfig wires the endpoints to the worker's parts.
 type ServerConfig struct {
@@ -50,13 +53,13 @@ type ServerConfig struct {
 	Addr string
 	// WorkerID names the worker in /healthz and /status.
 	WorkerID string
-	// Store answers /readyz's ping and /status's counts. Required.
-	Store ServerStore
+	// Store answers /readyz's ping. Required.
+	Store Pinger
 	// Broker answers /readyz's broker check. Required.
 	Broker Readier
-	// StaleAfter is the stale threshold of /status's staleProcessing:
-	// the recovery's OUTBOX_STALE_AFTER. Required.
-	StaleAfter time.Duration
+	// Samples gives /status the sampler's last sample: /status sends no
+	// query of its own. Required.
+	Samples SampleSource
 	// Claimer runs a claim at once on POST /trigger. Required.
 	Claimer interface {
 		Job
@@ -64,19 +67,15 @@ type ServerConfig struct {
 	}
 	// Recovery's last run is /status's lastRecoveryAt. Required.
 	Recovery Job
-	// Held, when set, adds the held aggregates to /status, FAILED events
-	// holding their aggregates when FailedHolds.
-	Held        HeldSource
-	FailedHolds bool
 	// Gatherer is what /metrics serves. Required.
 	Gatherer prometheus.Gatherer
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Pprof serves net/http/pprof under /debug/pprof/ when set.
 	Pprof bool
-	// Now is the clock /status measures ages and the stale threshold
-	// with: the database server's time (mongo.Clock.Now). Defaults to
-	// time.Now.
+	// Now is the clock /status measures the sample's age with: the
+	// database server's time (mongo.Clock.Now), the sampler's clock.
+	// Defaults to time.Now.
 	Now func() time.Time
 	// BrokerNode, if set, names the broker node in use, its password
 	// redacted (broker.Publisher.Node), for /status.
@@ -99,10 +98,10 @@ func (c ServerConfig) Validate() error {
 	return rule.First("ops server",
 		rule.Required("Store", c.Store != nil),
 		rule.Required("Broker", c.Broker != nil),
+		rule.Required("Samples", c.Samples != nil),
 		rule.Required("Claimer", c.Claimer != nil),
 		rule.Required("Recovery", c.Recovery != nil),
 		rule.Required("Gatherer", c.Gatherer != nil),
-		rule.Above("StaleAfter", c.StaleAfter, 0),
 	)
 }
 
@@ -113,12 +112,6 @@ type Server struct {
 	ln       net.Listener
 	stopOnce sync.Once
 	done     chan struct{}
-}
-
-// ServerStore is what the server needs of the store.
-type ServerStore interface {
-	Pinger
-	StatsSource
 }
 
 // NewServer returns a Server; Start serves it.
@@ -206,54 +199,68 @@ func (s *Server) notReady(ctx context.Context) string {
 
 // statusBody is the JSON of GET /status.
 type statusBody struct {
-	WorkerID             string           `json:"workerId"`
+	statusLocal
 	Counts               map[string]int64 `json:"counts"`
 	OldestNewAgeSeconds  float64          `json:"oldestNewAgeSeconds"`
 	StaleProcessing      int64            `json:"staleProcessing"`
 	HeldAggregates       int64            `json:"heldAggregates"`
+	HeldCapped           bool             `json:"heldCapped,omitempty"`
 	OldestHeldAgeSeconds float64          `json:"oldestHeldAgeSeconds"`
-	LastClaimAt          *time.Time       `json:"lastClaimAt"`
-	LastRecoveryAt       *time.Time       `json:"lastRecoveryAt"`
-	BrokerNode           *string          `json:"brokerNode,omitempty"`
-	WakeUp               string           `json:"wakeUp,omitempty"`
+	SampledAt            time.Time        `json:"sampledAt"`
+	SampleAgeSeconds     float64          `json:"sampleAgeSeconds"`
 }
 
-func (s *Server) status(w http.ResponseWriter, r *http.Request) {
-	st := s.cfg.Store
-	ctx, cancel := context.WithTimeout(r.Context(), statusTimeout)
-	defer cancel()
-	now := s.cfg.Now().UTC()
-	stats, err := st.Stats(ctx, now.Add(-s.cfg.StaleAfter))
-	if err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": err.Error()})
+// statusLocal is what /status knows without a sample: this worker's own
+// state.
+type statusLocal struct {
+	WorkerID       string     `json:"workerId"`
+	LastClaimAt    *time.Time `json:"lastClaimAt"`
+	LastRecoveryAt *time.Time `json:"lastRecoveryAt"`
+	BrokerNode     *string    `json:"brokerNode,omitempty"`
+	WakeUp         string     `json:"wakeUp,omitempty"`
+}
+
+// status answers from the sampler's last sample, whose figures are as of
+// sampledAt: it sends no query, so that however often it is read it adds
+// nothing to the database's load. Before the first sample it answers 503
+// with an error and this worker's own state.
+func (s *Server) status(w http.ResponseWriter, _ *http.Request) {
+	local := statusLocal{
+		WorkerID:       s.cfg.WorkerID,
+		LastClaimAt:    timeOrNil(s.cfg.Claimer.LastRun()),
+		LastRecoveryAt: timeOrNil(s.cfg.Recovery.LastRun()),
+	}
+	if s.cfg.BrokerNode != nil {
+		node := s.cfg.BrokerNode() // "" while not connected
+		local.BrokerNode = &node
+	}
+	if s.cfg.WakeUp != nil {
+		local.WakeUp = s.cfg.WakeUp()
+	}
+	sample, ok := s.cfg.Samples.Latest()
+	if !ok {
+		writeJSON(w, http.StatusServiceUnavailable, struct {
+			Error string `json:"error"`
+			statusLocal
+		}{"no sample of the outbox yet; one has been asked for", local})
 		return
 	}
+	stats := sample.Stats
 	body := statusBody{
-		WorkerID:            s.cfg.WorkerID,
+		statusLocal:         local,
 		Counts:              make(map[string]int64, len(stats.Counts)),
-		OldestNewAgeSeconds: stats.OldestNewAge(now).Seconds(),
+		OldestNewAgeSeconds: stats.OldestNewAge(sample.At).Seconds(),
 		StaleProcessing:     stats.Stale,
-		LastClaimAt:         timeOrNil(s.cfg.Claimer.LastRun()),
-		LastRecoveryAt:      timeOrNil(s.cfg.Recovery.LastRun()),
+		SampledAt:           sample.At.UTC(),
+		SampleAgeSeconds:    max(s.cfg.Now().Sub(sample.At), 0).Seconds(),
 	}
 	for _, status := range events.Statuses {
 		body.Counts[string(status)] = stats.Counts[status]
 	}
-	if s.cfg.Held != nil {
-		held, err := s.cfg.Held.Held(ctx, now, s.cfg.FailedHolds)
-		if err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": err.Error()})
-			return
-		}
+	if held := sample.Held; held != nil {
 		body.HeldAggregates = held.Aggregates
-		body.OldestHeldAgeSeconds = held.OldestAge(now).Seconds()
-	}
-	if s.cfg.BrokerNode != nil {
-		node := s.cfg.BrokerNode() // "" while not connected
-		body.BrokerNode = &node
-	}
-	if s.cfg.WakeUp != nil {
-		body.WakeUp = s.cfg.WakeUp()
+		body.HeldCapped = held.Capped
+		body.OldestHeldAgeSeconds = held.OldestAge(sample.At).Seconds()
 	}
 	writeJSON(w, http.StatusOK, body)
 }

@@ -71,6 +71,27 @@ func (s *fakeStore) lastStaleBefore() time.Time {
 	return s.staleBefore
 }
 
+// fakeSamples is the sample the test sets, for /status.
+type fakeSamples struct {
+	mu     sync.Mutex
+	sample *ops.Sample
+}
+
+func (f *fakeSamples) Latest() (ops.Sample, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.sample == nil {
+		return ops.Sample{}, false
+	}
+	return *f.sample, true
+}
+
+func (f *fakeSamples) set(s *ops.Sample) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sample = s
+}
+
 // switchBroker is a broker with an outage switch.
 type switchBroker struct {
 	mu  sync.Mutex
@@ -108,6 +129,7 @@ func (j *fakeJob) Trigger() { j.triggers.Add(1) }
 type server struct {
 	base     string // http://127.0.0.1:port
 	store    *fakeStore
+	samples  *fakeSamples
 	broker   *switchBroker
 	claimer  *fakeJob
 	recovery *fakeJob
@@ -120,21 +142,22 @@ func startServer(t *testing.T, edit func(*ops.ServerConfig)) *server {
 	t.Helper()
 	s := &server{
 		store:    &fakeStore{stats: events.Stats{Counts: map[events.Status]int64{}}},
+		samples:  &fakeSamples{},
 		broker:   &switchBroker{},
 		claimer:  &fakeJob{},
 		recovery: &fakeJob{},
 		registry: prometheus.NewRegistry(),
 	}
 	cfg := ops.ServerConfig{
-		Addr:       "127.0.0.1:0",
-		WorkerID:   "host-a-42",
-		Store:      s.store,
-		Broker:     s.broker,
-		StaleAfter: time.Minute,
-		Claimer:    s.claimer,
-		Recovery:   s.recovery,
-		Gatherer:   s.registry,
-		Logger:     discard,
+		Addr:     "127.0.0.1:0",
+		WorkerID: "host-a-42",
+		Store:    s.store,
+		Broker:   s.broker,
+		Samples:  s.samples,
+		Claimer:  s.claimer,
+		Recovery: s.recovery,
+		Gatherer: s.registry,
+		Logger:   discard,
 	}
 	if edit != nil {
 		edit(&cfg)

@@ -1,7 +1,6 @@
 package ops_test
 
 import (
-	"errors"
 	"maps"
 	"net/http"
 	"slices"
@@ -9,8 +8,10 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/testenv/mongotest"
 	"github.com/outboxrelay/outbox/ops"
 )
 
@@ -21,19 +22,26 @@ func TestStatus(t *testing.T) {
 	lastClaim := now.Add(-2 * time.Second).Truncate(time.Millisecond)
 	s.claimer.last.Store(lastClaim.UnixNano())
 	// The recovery job has not run yet: lastRecoveryAt is null.
-	stats := events.Stats{
+
+	// Before the first sample there is nothing to show.
+	code, body := getJSON(t, s.base+"/status")
+	if code != http.StatusServiceUnavailable || body["error"] == nil || body["workerId"] != "host-a-42" || body["lastClaimAt"] == nil {
+		t.Errorf("GET /status before the first sample = %d %v, want 503 with an error and the worker's own state", code, body)
+	}
+
+	sampledAt := now.Add(-5 * time.Second).Truncate(time.Millisecond)
+	s.samples.set(&ops.Sample{At: sampledAt, Stats: events.Stats{
 		// No PROCESSING entry: the body still lists it, as 0.
 		Counts:    map[events.Status]int64{events.StatusNew: 5, events.StatusPublished: 10, events.StatusFailed: 1},
-		OldestNew: now.Add(-90 * time.Second),
+		OldestNew: sampledAt.Add(-90 * time.Second),
 		Stale:     3,
-	}
-	s.store.setStats(stats, nil)
-
-	code, body := getJSON(t, s.base+"/status")
+	}})
+	code, body = getJSON(t, s.base+"/status")
 	if code != http.StatusOK {
 		t.Fatalf("GET /status = %d, want 200 (body %v)", code, body)
 	}
-	wantKeys := []string{"counts", "heldAggregates", "lastClaimAt", "lastRecoveryAt", "oldestHeldAgeSeconds", "oldestNewAgeSeconds", "staleProcessing", "workerId"}
+	wantKeys := []string{"counts", "heldAggregates", "lastClaimAt", "lastRecoveryAt", "oldestHeldAgeSeconds", "oldestNewAgeSeconds",
+		"sampleAgeSeconds", "sampledAt", "staleProcessing", "workerId"}
 	if diff := cmp.Diff(wantKeys, slices.Sorted(maps.Keys(body))); diff != "" {
 		t.Errorf("GET /status fields (-want +got):\n%s", diff)
 	}
@@ -44,8 +52,15 @@ func TestStatus(t *testing.T) {
 	if body["workerId"] != "host-a-42" {
 		t.Errorf("workerId = %v, want host-a-42", body["workerId"])
 	}
-	if age, _ := body["oldestNewAgeSeconds"].(float64); age < 90 || age > 100 {
-		t.Errorf("oldestNewAgeSeconds = %v, want about 90", body["oldestNewAgeSeconds"])
+	// Ages are as of the sample: the oldest NEW event was 90 s old then.
+	if body["oldestNewAgeSeconds"] != 90.0 {
+		t.Errorf("oldestNewAgeSeconds = %v, want 90 (as of the sample)", body["oldestNewAgeSeconds"])
+	}
+	if got, _ := body["sampledAt"].(string); got != sampledAt.Format(time.RFC3339Nano) {
+		t.Errorf("sampledAt = %v, want %s", body["sampledAt"], sampledAt.Format(time.RFC3339Nano))
+	}
+	if age, _ := body["sampleAgeSeconds"].(float64); age < 5 || age > 15 {
+		t.Errorf("sampleAgeSeconds = %v, want about 5", body["sampleAgeSeconds"])
 	}
 	if body["staleProcessing"] != 3.0 {
 		t.Errorf("staleProcessing = %v, want 3", body["staleProcessing"])
@@ -56,14 +71,8 @@ func TestStatus(t *testing.T) {
 	if body["lastRecoveryAt"] != nil {
 		t.Errorf("lastRecoveryAt = %v, want null before the first recovery", body["lastRecoveryAt"])
 	}
-	// Stale means claimed more than StaleAfter (1m) ago.
-	if d := now.Add(-time.Minute).Sub(s.store.lastStaleBefore()); d < -5*time.Second || d > 5*time.Second {
-		t.Errorf("Stats asked with staleBefore %s, want about now - 1m (%s)", s.store.lastStaleBefore(), now.Add(-time.Minute))
-	}
-
-	s.store.setStats(events.Stats{}, errors.New("count NEW events: timeout"))
-	if code, _ := do(t, http.MethodGet, s.base+"/status"); code != http.StatusServiceUnavailable {
-		t.Errorf("GET /status with the database down = %d, want 503", code)
+	if at := s.store.lastStaleBefore(); !at.IsZero() {
+		t.Errorf("/status queried the store (Stats with staleBefore %s), want it to answer from the sample", at)
 	}
 }
 
@@ -87,27 +96,66 @@ func TestTrigger(t *testing.T) {
 
 func TestStatusHeldAggregates(t *testing.T) {
 	t.Parallel()
-	var store *fakeStore
-	s := startServer(t, func(cfg *ops.ServerConfig) {
-		store = cfg.Store.(*fakeStore)
-		cfg.Held, cfg.FailedHolds = store, true
-	})
-	store.mu.Lock()
-	store.held = events.HeldStats{Aggregates: 3, OldestWaiting: time.Now().Add(-10 * time.Minute)}
-	store.mu.Unlock()
+	s := startServer(t, nil)
+	at := time.Now().UTC()
+	s.samples.set(&ops.Sample{At: at, Stats: events.Stats{Counts: map[events.Status]int64{}},
+		Held: &events.HeldStats{Aggregates: 3, OldestWaiting: at.Add(-10 * time.Minute), Capped: true}})
 	code, body := getJSON(t, s.base+"/status")
 	if code != http.StatusOK {
 		t.Fatalf("GET /status = %d", code)
 	}
-	if body["heldAggregates"] != 3.0 {
-		t.Errorf("heldAggregates = %v, want 3", body["heldAggregates"])
+	if body["heldAggregates"] != 3.0 || body["heldCapped"] != true {
+		t.Errorf("heldAggregates = %v, heldCapped = %v; want 3 and true", body["heldAggregates"], body["heldCapped"])
 	}
-	if age, _ := body["oldestHeldAgeSeconds"].(float64); age < 600 || age > 610 {
-		t.Errorf("oldestHeldAgeSeconds = %v, want about 600", body["oldestHeldAgeSeconds"])
+	if body["oldestHeldAgeSeconds"] != 600.0 {
+		t.Errorf("oldestHeldAgeSeconds = %v, want 600 (as of the sample)", body["oldestHeldAgeSeconds"])
 	}
-	store.mu.Lock()
-	defer store.mu.Unlock()
-	if !store.failedHolds {
-		t.Error("Held asked without failedHolds, want the configured policy")
+}
+
+// TestStatusSendsNoQuery, on a real store: the sampler's commands carry a
+// server-side time limit within its own timeout, and /status answers from
+// its sample without sending any command, however often it is read.
+func TestStatusSendsNoQuery(t *testing.T) {
+	t.Parallel()
+	store, rec := mongotest.RecordingStore(t)
+	mongotest.Insert(t, store.Collection(),
+		mongotest.Event("n1", events.StatusNew, time.Now().Add(-time.Minute).Truncate(time.Millisecond),
+			bson.E{Key: events.FieldAggregateType, Value: "order"}, bson.E{Key: events.FieldAggregateID, Value: "a"}),
+		mongotest.Event("n0", events.StatusNew, time.Now().Add(-2*time.Minute).Truncate(time.Millisecond),
+			bson.E{Key: events.FieldAggregateType, Value: "order"}, bson.E{Key: events.FieldAggregateID, Value: "a"},
+			bson.E{Key: events.FieldRetryAt, Value: time.Now().Add(time.Hour)}))
+	rec.Take()
+	sampler := startSampler(t, ops.SamplerConfig{Store: store, Held: store, Schedule: "@every 1h"})
+	eventually(t, "the first sample", func() bool { _, ok := sampler.Latest(); return ok })
+
+	const sampleTimeout = 10 * time.Second // the sampler's, which the limits derive from
+	for _, sent := range rec.Take() {
+		switch sent.Name {
+		case "getMore", "killCursors", "endSessions":
+			continue
+		}
+		v, err := sent.Command.LookupErr("maxTimeMS")
+		ms, ok := v.AsInt64OK()
+		if err != nil || !ok || ms <= 0 || ms > sampleTimeout.Milliseconds() {
+			t.Errorf("the sampler sent %s with maxTimeMS %v, want 1 to %d ms", sent.Name, v, sampleTimeout.Milliseconds())
+		}
+	}
+
+	s := startServer(t, func(cfg *ops.ServerConfig) { cfg.Samples = sampler })
+	for range 10 {
+		code, body := getJSON(t, s.base+"/status")
+		if code != http.StatusOK {
+			t.Fatalf("GET /status = %d %v", code, body)
+		}
+		if counts, _ := body["counts"].(map[string]any); counts["NEW"] != 2.0 || body["heldAggregates"] != 1.0 {
+			t.Fatalf("GET /status = %v, want 2 NEW events and 1 held aggregate", body)
+		}
+	}
+	if sent := rec.Take(); len(sent) != 0 {
+		names := make([]string, len(sent))
+		for i, c := range sent {
+			names[i] = c.Name
+		}
+		t.Errorf("10 GET /status sent %d commands (%v), want none", len(sent), names)
 	}
 }

@@ -29,6 +29,12 @@ const (
 	ScheduleDefault = "*/2 * * * *"
 	// StaleAfterDefault is how long a claim may stay PROCESSING: a minute.
 	StaleAfterDefault = 60 * time.Second
+	// runTimeout bounds one run, and is the server-side time limit
+	// (maxTimeMS) of its writes: well under the default schedule's two
+	// minutes, so that a run the database cannot serve ends, on the server
+	// too, before the next begins. What a write reset before the limit
+	// stays reset; the rest is left for the next run.
+	runTimeout = 30 * time.Second
 )
 
 // Config configures a Recoverer.
@@ -54,6 +60,11 @@ type Config struct {
 	// worker against that clock, and a replica whose own clock is ahead
 	// would otherwise take healthy claims back. Defaults to time.Now.
 	Now func() time.Time
+	// Yield, when set, says that claims are slow: scheduled runs are then
+	// left out, more and more of them, but a run is never deferred by more
+	// than schedule.YieldMaxDefault (see schedule.Config.Yield), so stale
+	// claims are still taken back. Defaults to nil: never yields.
+	Yield func() bool
 }
 
 func (c *Config) setDefaults() {
@@ -91,7 +102,10 @@ func New(store Store, cfg Config) (*Recoverer, error) {
 	}
 	r := &Recoverer{cfg: cfg, store: store}
 	var err error
-	if r.job, err = schedule.New(schedule.Config{Name: "recovery", Schedule: cfg.Schedule, Run: r.runOnce, Logger: cfg.Logger}); err != nil {
+	if r.job, err = schedule.New(schedule.Config{
+		Name: "recovery", Schedule: cfg.Schedule, Run: r.runOnce, Logger: cfg.Logger,
+		Yield: cfg.Yield, LeftOut: cfg.Metrics.RunsLeftOut.WithLabelValues("recovery").Inc,
+	}); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -110,6 +124,8 @@ func (r *Recoverer) LastRun() time.Time { return r.job.LastRun() }
 func (r *Recoverer) Trigger() { r.job.Trigger() }
 
 func (r *Recoverer) runOnce(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, runTimeout)
+	defer cancel()
 	now := r.cfg.Now().UTC()
 	reset, failed, err := r.store.RecoverStale(ctx, now.Add(-r.cfg.StaleAfter), now, r.cfg.MaxAttempts)
 	r.cfg.Metrics.Recovered.Add(float64(reset))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	driver "go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/internal/testenv/mongotest"
 	"github.com/outboxrelay/outbox/metrics"
 )
@@ -154,4 +156,71 @@ func TestNewValidatesConfig(t *testing.T) {
 		t.Errorf("defaults: stale after %s, schedule %q, max attempts %d; want %s, %q, %d",
 			r.cfg.StaleAfter, r.cfg.Schedule, r.cfg.MaxAttempts, StaleAfterDefault, ScheduleDefault, events.MaxAttemptsDefault)
 	}
+}
+
+// TestRunsCarryAServerSideTimeLimit: recovery's writes carry maxTimeMS,
+// within its run's own timeout, whatever deadline the schedule gives.
+func TestRunsCarryAServerSideTimeLimit(t *testing.T) {
+	t.Parallel()
+	store, rec := mongotest.RecordingStore(t)
+	mongotest.Insert(t, store.Collection(), processing("stale", clock.Add(-time.Hour), 5), processing("stale-2", clock.Add(-time.Hour), 1))
+	rec.Take()
+	r, err := New(store, Config{StaleAfter: time.Minute, Logger: discard, Now: func() time.Time { return clock }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.runOnce(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	updates := 0
+	for _, sent := range rec.Take() {
+		if sent.Name != "update" {
+			continue
+		}
+		updates++
+		v, err := sent.Command.LookupErr("maxTimeMS")
+		ms, ok := v.AsInt64OK()
+		if err != nil || !ok || ms <= 0 || ms > runTimeout.Milliseconds() {
+			t.Errorf("recovery sent an update with maxTimeMS %v, want 1 to %d ms", v, runTimeout.Milliseconds())
+		}
+	}
+	if updates != 2 {
+		t.Errorf("recovery sent %d updates, want 2 (fail out of attempts, reset)", updates)
+	}
+}
+
+// TestYieldsWhileClaimsAreSlow: while claims are slow, scheduled runs are
+// left out and counted; a Trigger still runs.
+func TestYieldsWhileClaimsAreSlow(t *testing.T) {
+	t.Parallel()
+	store := &countingStore{}
+	m := metrics.New(nil)
+	r, err := New(store, Config{Schedule: "@every 10ms", Logger: discard, Metrics: m, Yield: func() bool { return true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Stop(context.WithoutCancel(t.Context())) })
+	testenv.Eventually(t, testenv.WaitTimeout, func() (bool, string) {
+		return testutil.ToFloat64(m.RunsLeftOut.WithLabelValues("recovery")) >= 10, "ten runs left out"
+	})
+	left := testutil.ToFloat64(m.RunsLeftOut.WithLabelValues("recovery"))
+	if runs := float64(store.runs.Load()); runs >= left {
+		t.Errorf("%v runs while %v were left out, want fewer runs (the gap doubles)", runs, left)
+	}
+	before := store.runs.Load()
+	r.Trigger()
+	testenv.Eventually(t, testenv.WaitTimeout, func() (bool, string) {
+		return store.runs.Load() > before, "a triggered run while yielding"
+	})
+}
+
+// countingStore counts RecoverStale calls and resets nothing.
+type countingStore struct{ runs atomic.Int32 }
+
+func (s *countingStore) RecoverStale(context.Context, time.Time, time.Time, int) (int, int, error) {
+	s.runs.Add(1)
+	return 0, 0, nil
 }

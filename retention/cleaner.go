@@ -41,6 +41,13 @@ const (
 	// maxPause bounds the pause between two batches, so that one slow
 	// delete does not stall the run.
 	maxPause = 10 * time.Second
+	// batchTimeout bounds one batch (a find and a delete), and is the
+	// server-side time limit (maxTimeMS) of its commands. A batch of
+	// BatchSizeDefault takes well under a second on a healthy database;
+	// one that takes this long is better given up, on the server too,
+	// than left to hold the database: the run ends, and the next tick
+	// starts over.
+	batchTimeout = 30 * time.Second
 )
 
 // Config configures a Cleaner.
@@ -60,6 +67,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics defaults to an unregistered set.
 	Metrics *metrics.Metrics
+	// Yield, when set, says that claims are slow: scheduled runs are then
+	// left out, more and more of them, but never deferred by more than
+	// schedule.YieldMaxDefault (see schedule.Config.Yield), and a run in
+	// progress ends after its current batch. Defaults to nil: never yields.
+	Yield func() bool
 }
 
 func (c *Config) setDefaults() {
@@ -109,7 +121,10 @@ func New(store Store, cfg Config) (*Cleaner, error) {
 	c := &Cleaner{cfg: cfg, store: store, now: time.Now, stopping: make(chan struct{})}
 	c.pause = c.wait
 	var err error
-	if c.job, err = schedule.New(schedule.Config{Name: "retention", Schedule: cfg.Schedule, Run: c.runOnce, Logger: cfg.Logger}); err != nil {
+	if c.job, err = schedule.New(schedule.Config{
+		Name: "retention", Schedule: cfg.Schedule, Run: c.runOnce, Logger: cfg.Logger,
+		Yield: cfg.Yield, LeftOut: cfg.Metrics.RunsLeftOut.WithLabelValues("retention").Inc,
+	}); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -153,17 +168,18 @@ func (c *Cleaner) wait(ctx context.Context, d time.Duration) bool {
 // come back and the run is younger than MaxRunTime; the schedule then
 // calls it again at once (checking for Stop in between), and it first
 // pauses as long as the last batch took, leaving the database to the
-// relay. A run that ends logs what it deleted.
+// relay, and ends the run instead while claims are slow (Yield). A run
+// that ends logs what it deleted.
 func (c *Cleaner) runOnce(ctx context.Context) (more bool, err error) {
 	if c.runStart.IsZero() {
 		c.runStart, c.runTotal = c.now(), 0
-	} else if !c.pause(ctx, min(c.lastTook, maxPause)) {
+	} else if (c.cfg.Yield != nil && c.cfg.Yield()) || !c.pause(ctx, min(c.lastTook, maxPause)) {
 		c.endRun()
 		return false, nil
 	}
 	start := c.now()
 	before := start.UTC().Add(-c.cfg.Retention)
-	n, err := c.store.DeletePublished(ctx, before, c.cfg.BatchSize)
+	n, err := c.deleteBatch(ctx, before)
 	c.lastTook = c.now().Sub(start)
 	c.runTotal += n
 	c.cfg.Metrics.Deleted.Add(float64(n))
@@ -177,6 +193,13 @@ func (c *Cleaner) runOnce(ctx context.Context) (more bool, err error) {
 		return false, nil
 	}
 	return true, nil
+}
+
+// deleteBatch deletes one batch under batchTimeout.
+func (c *Cleaner) deleteBatch(ctx context.Context, before time.Time) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, batchTimeout)
+	defer cancel()
+	return c.store.DeletePublished(ctx, before, c.cfg.BatchSize)
 }
 
 // endRun logs what the run deleted and forgets it.

@@ -255,3 +255,67 @@ func TestNewValidatesConfig(t *testing.T) {
 			c.cfg.BatchSize, c.cfg.Schedule, c.cfg.MaxRunTime, BatchSizeDefault, ScheduleDefault, MaxRunTimeDefault)
 	}
 }
+
+// TestBatchesCarryAServerSideTimeLimit: a batch's find and delete carry
+// maxTimeMS within the batch's own timeout.
+func TestBatchesCarryAServerSideTimeLimit(t *testing.T) {
+	t.Parallel()
+	store, rec := mongotest.RecordingStore(t)
+	mongotest.Insert(t, store.Collection(), event("old", events.StatusPublished, publishedAt(clock.Add(-8*24*time.Hour))))
+	rec.Take()
+	c, err := New(store, Config{Retention: 7 * 24 * time.Hour, Logger: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.now = func() time.Time { return clock }
+	drain(t, c)
+	seen := map[string]bool{}
+	for _, sent := range rec.Take() {
+		if sent.Name != "find" && sent.Name != "delete" {
+			continue
+		}
+		seen[sent.Name] = true
+		v, err := sent.Command.LookupErr("maxTimeMS")
+		ms, ok := v.AsInt64OK()
+		if err != nil || !ok || ms <= 0 || ms > batchTimeout.Milliseconds() {
+			t.Errorf("retention sent %s with maxTimeMS %v, want 1 to %d ms", sent.Name, v, batchTimeout.Milliseconds())
+		}
+	}
+	if !seen["find"] || !seen["delete"] {
+		t.Errorf("retention sent %v, want a find and a delete", seen)
+	}
+}
+
+// TestRunEndsWhileClaimsAreSlow: a run that drains full batches ends after
+// its current batch once claims are slow, and the next run starts afresh.
+func TestRunEndsWhileClaimsAreSlow(t *testing.T) {
+	t.Parallel()
+	var slow bool
+	c, coll, _ := setup(t, Config{Retention: time.Hour, BatchSize: 2, Yield: func() bool { return slow }})
+	pauses(c)
+	var docs []bson.D
+	for i := range 6 {
+		docs = append(docs, event(fmt.Sprintf("p%d", i), events.StatusPublished, publishedAt(clock.Add(-2*time.Hour))))
+	}
+	mongotest.Insert(t, coll, docs...)
+	published := bson.D{{Key: events.FieldStatus, Value: events.StatusPublished}}
+
+	more, err := c.runOnce(t.Context())
+	if err != nil || !more {
+		t.Fatalf("first batch: more %t, %v; want more (a full batch)", more, err)
+	}
+	slow = true
+	if more, err := c.runOnce(t.Context()); err != nil || more {
+		t.Fatalf("next batch with claims slow: more %t, %v; want the run ended", more, err)
+	}
+	if n := count(t, coll, published); n != 4 {
+		t.Errorf("%d PUBLISHED events left, want 4: the run ended before its second batch", n)
+	}
+	slow = false
+	if calls := drain(t, c); calls != 3 {
+		t.Errorf("the next run took %d calls, want 3 (two full batches and an empty one)", calls)
+	}
+	if n := count(t, coll, published); n != 0 {
+		t.Errorf("%d PUBLISHED events left after the next run, want 0", n)
+	}
+}

@@ -22,6 +22,7 @@ func TestConfigValidate(t *testing.T) {
 		{"no name", schedule.Config{Schedule: "@every 1s", Run: run}, "schedule: Name is required"},
 		{"bad schedule", schedule.Config{Name: "claim", Schedule: "@every 0s", Run: run}, `schedule: Schedule "@every 0s": want a schedule`},
 		{"no run", schedule.Config{Name: "claim", Schedule: "@every 1s"}, "schedule: Run is required"},
+		{"negative YieldMax", schedule.Config{Name: "claim", Schedule: "@every 1s", Run: run, YieldMax: -time.Second}, "schedule: YieldMax"},
 	}
 	for _, tt := range tests {
 		err := tt.cfg.Validate()

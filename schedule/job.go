@@ -1,7 +1,8 @@
 // Package schedule runs a job on a cron schedule from one goroutine: ticks
 // never overlap, a run that reports more work runs again at once (drain),
-// Trigger runs it early, ticks back off while runs keep failing, and Stop
-// finishes the run in flight before it cancels it.
+// Trigger runs it early, ticks back off while runs keep failing or while
+// the relay asks periodic work to yield (Config.Yield), and Stop finishes
+// the run in flight before it cancels it.
 package schedule
 
 import (
@@ -34,6 +35,22 @@ const errorLogEvery = 30 * time.Second
 const (
 	backoffMin = time.Second
 	backoffMax = 30 * time.Second
+)
+
+// While Config.Yield reports true, ticks are left out: one tick, then,
+// after each run, twice as many as before, up to yieldTicksMax in a row. A
+// job that runs every 15 s runs every 4 minutes while claims stay slow;
+// one that runs every 2 minutes, every 32 minutes, were it not for
+// YieldMaxDefault. Ticks left out never add up to a run deferred by more
+// than Config.YieldMax, so that recovery and retention still run (less
+// often) however long claims stay slow.
+const (
+	yieldTicksMax = 16
+	// YieldMaxDefault is Config.YieldMax's default: well above the
+	// schedules of the periodic jobs (15 s to 2 minutes), so that yielding
+	// takes most of their load off a slow database, and short enough that
+	// stale claims are still recovered within minutes.
+	YieldMaxDefault = 10 * time.Minute
 )
 
 // Parse checks a schedule: five cron fields or a descriptor such as
@@ -93,6 +110,21 @@ type Config struct {
 	RunAtStart bool
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Yield, when set, is asked at each tick whether the job should leave
+	// the run out, because the relay's own work (claims) is slow: while
+	// it says so, ticks are left out, more of them after each run (see
+	// yieldTicksMax), but never for longer than YieldMax in a row. A
+	// Trigger is not a tick: it runs whatever Yield says. Defaults to nil:
+	// never yields.
+	Yield func() bool
+	// YieldMax bounds how long ticks are left out in a row: the first
+	// tick at or after YieldMax since the first one left out runs. So a
+	// run is deferred by at most YieldMax plus one schedule period.
+	// Zero means YieldMaxDefault.
+	YieldMax time.Duration
+	// LeftOut, when set, is called for each tick left out because of
+	// Yield (for a metric). Defaults to nil.
+	LeftOut func()
 }
 
 // Validate reports the first bad field, naming it and its value.
@@ -101,6 +133,7 @@ func (c Config) Validate() error {
 		rule.Required("Name", c.Name != ""),
 		Rule("Schedule", c.Schedule),
 		rule.Required("Run", c.Run != nil),
+		rule.Check("YieldMax", c.YieldMax >= 0, c.YieldMax, "0 (the default) or more"),
 	)
 }
 
@@ -121,13 +154,30 @@ type Job struct {
 	lastErr             errorLog
 	failures            int          // failed runs in a row; the loop's own
 	retryAt             atomic.Int64 // unix nanoseconds before which ticks are skipped
+	yield               yieldState
 	now                 func() time.Time
+}
+
+// yieldState is the backoff of ticks while Config.Yield says so. Ticks
+// come from the cron's goroutines, hence the lock.
+type yieldState struct {
+	mu sync.Mutex
+	// gap is how many ticks in a row are left out before the next run;
+	// 0 while the job does not yield.
+	gap int
+	// left counts the ticks left out since the last run, the first of
+	// them at since.
+	left  int
+	since time.Time
 }
 
 // New returns a Job; Start runs it.
 func New(cfg Config) (*Job, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.YieldMax == 0 {
+		cfg.YieldMax = YieldMaxDefault
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -171,12 +221,50 @@ func (j *Job) Trigger() {
 }
 
 // tick is the schedule's wake-up: a Trigger, unless the job is backing off
-// after failed runs.
+// after failed runs or yields to the relay.
 func (j *Job) tick() {
-	if j.now().UnixNano() < j.retryAt.Load() {
+	now := j.now()
+	if now.UnixNano() < j.retryAt.Load() {
+		return
+	}
+	if j.yields(now) {
+		if j.cfg.LeftOut != nil {
+			j.cfg.LeftOut()
+		}
 		return
 	}
 	j.Trigger()
+}
+
+// yields reports whether the tick at now is left out. While Yield says so,
+// the job leaves out gap ticks, runs one, and doubles gap (1, 2, 4, ... up
+// to yieldTicksMax); the tick at or after YieldMax since the first tick
+// left out runs, whatever gap says: liveness. When Yield says no, the tick
+// runs and the backoff is over.
+func (j *Job) yields(now time.Time) bool {
+	if j.cfg.Yield == nil {
+		return false
+	}
+	y := &j.yield
+	y.mu.Lock()
+	defer y.mu.Unlock()
+	if !j.cfg.Yield() {
+		y.gap, y.left, y.since = 0, 0, time.Time{}
+		return false
+	}
+	if y.gap == 0 {
+		y.gap = 1
+	}
+	if y.left >= y.gap || (y.left > 0 && now.Sub(y.since) >= j.cfg.YieldMax) {
+		y.gap = min(2*y.gap, yieldTicksMax)
+		y.left, y.since = 0, time.Time{}
+		return false
+	}
+	if y.left == 0 {
+		y.since = now
+	}
+	y.left++
+	return true
 }
 
 // LastRun is when the last successful run finished: one that returned no

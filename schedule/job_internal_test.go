@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // TestTicksBackOffAfterFailures drives the loop's two halves by hand, with
@@ -139,5 +141,109 @@ func TestNoRunAfterStop(t *testing.T) {
 				t.Fatalf("runs = %d after a stop during the first run (more %t), want 1", runs, more)
 			}
 		}
+	}
+}
+
+// TestTicksYieldWhileClaimsAreSlow drives tick by hand with a fake clock:
+// while Yield says so, ticks are left out, one, then two, then four...
+// between runs, up to yieldTicksMax; a Trigger still runs; and once Yield
+// says no, the next tick runs.
+func TestTicksYieldWhileClaimsAreSlow(t *testing.T) {
+	t.Parallel()
+	slow, leftOut := true, 0
+	j, err := New(Config{Name: "test", Schedule: "@every 1s", Run: func(context.Context) (bool, error) { return false, nil },
+		Yield: func() bool { return slow }, YieldMax: time.Hour, LeftOut: func() { leftOut++ },
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	j.now = func() time.Time { return now }
+	woken := func() bool {
+		now = now.Add(time.Second)
+		j.tick()
+		select {
+		case <-j.wake:
+			return true
+		default:
+			return false
+		}
+	}
+	// The ticks left out before each run while claims stay slow.
+	var gaps []int
+	for range 7 {
+		gap := 0
+		for !woken() {
+			gap++
+			if gap > 100 {
+				t.Fatalf("100 ticks in a row left out; runs so far after %v", gaps)
+			}
+		}
+		gaps = append(gaps, gap)
+	}
+	if diff := cmp.Diff([]int{1, 2, 4, 8, 16, 16, 16}, gaps); diff != "" {
+		t.Errorf("ticks left out before each run while claims are slow (-want +got):\n%s", diff)
+	}
+	if want := 1 + 2 + 4 + 8 + 16*3; leftOut != want {
+		t.Errorf("LeftOut called %d times, want %d (once per tick left out)", leftOut, want)
+	}
+
+	if woken() {
+		t.Fatal("the tick after a run was not left out")
+	}
+	j.Trigger()
+	select {
+	case <-j.wake:
+	default:
+		t.Error("a Trigger while yielding did not wake the job: only ticks yield")
+	}
+
+	slow = false
+	if !woken() {
+		t.Error("the first tick once claims are fast again was left out")
+	}
+	slow = true
+	if woken() {
+		t.Error("claims slow again: the first tick ran, want the backoff to start again at one tick")
+	}
+	if !woken() {
+		t.Error("claims slow again: the second tick was left out, want the backoff started over (one tick)")
+	}
+}
+
+// TestYieldNeverDefersARunBeyondYieldMax: however slow claims stay, a run
+// is left out for at most YieldMax (plus a tick): recovery must still run.
+func TestYieldNeverDefersARunBeyondYieldMax(t *testing.T) {
+	t.Parallel()
+	const period, yieldMax = 2 * time.Minute, 10 * time.Minute
+	j, err := New(Config{Name: "recovery", Schedule: "*/2 * * * *", Run: func(context.Context) (bool, error) { return false, nil },
+		Yield: func() bool { return true }, YieldMax: yieldMax, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	j.now = func() time.Time { return now }
+	var runs []time.Time
+	for range 24 * 60 / 2 { // a day of ticks with claims slow throughout
+		now = now.Add(period)
+		j.tick()
+		select {
+		case <-j.wake:
+			runs = append(runs, now)
+		default:
+		}
+	}
+	if len(runs) < 2 {
+		t.Fatalf("%d runs in a day of slow claims, want a run at least every %s", len(runs), yieldMax+period)
+	}
+	for i := 1; i < len(runs); i++ {
+		if d := runs[i].Sub(runs[i-1]); d > yieldMax+2*period {
+			t.Errorf("runs at %s and %s: %s apart, want at most YieldMax (%s) + two periods", runs[i-1].Format(time.TimeOnly), runs[i].Format(time.TimeOnly), d, yieldMax)
+		}
+	}
+	// With 16 ticks (32 minutes) allowed by the gap, YieldMax is what
+	// bounds it: runs settle at six ticks apart (five left out, ten minutes).
+	if d := runs[len(runs)-1].Sub(runs[len(runs)-2]); d != yieldMax+period {
+		t.Errorf("runs settle %s apart, want YieldMax + one period (%s): the tick at YieldMax after the first left out runs", d, yieldMax+period)
 	}
 }

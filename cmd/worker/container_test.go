@@ -43,6 +43,7 @@ func TestContainers(t *testing.T) {
 		{"transactions", func(t *testing.T) { transactionScenario(t, s) }},
 		{"producer", func(t *testing.T) { producerScenario(t, s) }},
 		{"claim-explain", func(t *testing.T) { claimExplainScenario(t, s) }},
+		{"periodic-explain", func(t *testing.T) { periodicExplainScenario(t, s) }},
 		{"ownership-fencing", func(t *testing.T) { ownershipFencingScenario(t, s, 3000) }},
 		// Per-aggregate order, a kill, unroutable retries and a FAILED
 		// event on a replica set (ordering_e2e_test.go).

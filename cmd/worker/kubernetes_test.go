@@ -440,6 +440,11 @@ func (b probeBroker) Ready() error { return b.err }
 
 type probeJob struct{}
 
+// probeSamples has no sample: the probes do not read /status.
+type probeSamples struct{}
+
+func (probeSamples) Latest() (ops.Sample, bool) { return ops.Sample{}, false }
+
 func (probeJob) LastRun() time.Time { return time.Time{} }
 func (probeJob) Trigger()           {}
 
@@ -463,7 +468,7 @@ func TestKubernetesProbePaths(t *testing.T) {
 		metrics.New(reg)
 		srv, err := ops.NewServer(ops.ServerConfig{
 			Addr: "127.0.0.1:0", WorkerID: "probe-test", Store: probeStore{}, Broker: probeBroker{err: brokerErr},
-			StaleAfter: time.Minute, Claimer: probeJob{}, Recovery: probeJob{}, Gatherer: reg,
+			Samples: probeSamples{}, Claimer: probeJob{}, Recovery: probeJob{}, Gatherer: reg,
 		})
 		if err != nil {
 			t.Fatal(err)

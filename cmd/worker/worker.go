@@ -133,9 +133,8 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	}
 	w.jobs = append(w.jobs, recoverer, cleaner, w.sampler, w.clock)
 	w.http, err = ops.NewServer(ops.ServerConfig{
-		Addr: cfg.HTTPAddr, WorkerID: cfg.WorkerID, Store: w.store, Broker: w.publisher,
-		StaleAfter: cfg.StaleAfter, Claimer: w.claimer, Recovery: recoverer, Gatherer: reg, Logger: logger,
-		Pprof: cfg.Pprof, Held: held, FailedHolds: failedHolds,
+		Addr: cfg.HTTPAddr, WorkerID: cfg.WorkerID, Store: w.store, Broker: w.publisher, Samples: w.sampler,
+		Claimer: w.claimer, Recovery: recoverer, Gatherer: reg, Logger: logger, Pprof: cfg.Pprof,
 		Now: w.clock.Now, BrokerNode: w.publisher.Node, WakeUp: wakeUp,
 	})
 	if err != nil {

@@ -1,0 +1,57 @@
+package mongo
+
+import (
+	"context"
+	"fmt"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+)
+
+// The periodic jobs (the sampler, recovery, retention, the held count)
+// give each command a server-side time limit, maxTimeMS, so that a query
+// the worker gave up on stops costing the database when its time is up
+// instead of running to its end. Driver v2 computes maxTimeMS from the
+// context's deadline, less the round trip it has measured, for every
+// command but two: Collection.Find and Collection.Aggregate leave it out,
+// always, because the cursor they return could outlive it (DRIVERS-2722).
+// CountDocuments, FindOne, EstimatedDocumentCount, UpdateMany and
+// DeleteMany send it. The periodic jobs' finds go through timedFind, which
+// sends the find command with Database.RunCommandCursor: a command like any
+// other, it gets maxTimeMS from the deadline. The server applies that
+// limit to the find and its getMores together. Callers bound ctx; without a
+// deadline no limit is sent.
+
+// findCommand is a find that timedFind sends.
+type findCommand struct {
+	filter     bson.D
+	sort       bson.D // none when nil
+	projection bson.D // whole documents when nil
+	// limit bounds the documents returned, in one reply; 0 for no limit.
+	limit int
+	// hint names the index; FerretDB ignores it.
+	hint string
+}
+
+// timedFind runs find on the outbox collection with a server-side time
+// limit from ctx's deadline (see above).
+func (s *Store) timedFind(ctx context.Context, f findCommand) (*mongo.Cursor, error) {
+	cmd := bson.D{{Key: "find", Value: s.coll.Name()}, {Key: "filter", Value: f.filter}}
+	if f.sort != nil {
+		cmd = append(cmd, bson.E{Key: "sort", Value: f.sort})
+	}
+	if f.projection != nil {
+		cmd = append(cmd, bson.E{Key: "projection", Value: f.projection})
+	}
+	if f.hint != "" {
+		cmd = append(cmd, bson.E{Key: "hint", Value: f.hint})
+	}
+	if f.limit > 0 {
+		cmd = append(cmd, bson.E{Key: "limit", Value: int64(f.limit)}, bson.E{Key: "batchSize", Value: int64(oneBatch(f.limit))})
+	}
+	cur, err := s.coll.Database().RunCommandCursor(ctx, cmd)
+	if err != nil {
+		return nil, fmt.Errorf("find on %s: %w", s.coll.Name(), err)
+	}
+	return cur, nil
+}
