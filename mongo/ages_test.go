@@ -27,6 +27,7 @@ type idleJob struct{}
 
 func (idleJob) LastRun() time.Time { return time.Time{} }
 func (idleJob) Trigger()           {}
+func (idleJob) BatchLimit() int    { return 500 }
 
 // A worker whose clock is an hour off reports the same ages, and takes back
 // the same stale claims, as one whose clock is right: every age is

@@ -55,11 +55,14 @@ func (s *Store) findClaimable(ctx context.Context, now time.Time, limit events.C
 		// events backing off come with the head instead of in a find of
 		// their own: one such read per claim, not two. However many there
 		// are, the read pages on past them (see readHead).
-		held, exclude, err := s.heldKeys(ctx, now, limit.FailedHolds, false)
+		// Nor does it name the held keys to the server: FerretDB
+		// evaluates a $nor in Go, clause by clause, for every NEW event,
+		// which costs far more than skipping their events here.
+		held, _, err := s.heldKeys(ctx, now, limit.FailedHolds, false)
 		if err != nil {
 			return nil, false, err
 		}
-		h, err := s.readHead(ctx, now, limit, headQuery{held: held, exclude: exclude, withBackoff: true})
+		h, err := s.readHead(ctx, now, limit, headQuery{held: held, withBackoff: true})
 		return h.docs, h.more, err
 	}
 	held, exclude, err := s.heldKeys(ctx, now, limit.FailedHolds, true)
@@ -144,6 +147,10 @@ type headReader struct {
 	// bytes the bytes of those kept, and after the last event read.
 	counted, bytes int
 	after          bson.Raw
+	// pages is how many pages were read: each page past held events
+	// reads twice as many as the one before, so that a long run of them
+	// costs a few finds, not one per window.
+	pages int
 }
 
 // page reads one page into h, and reports whether the next page may have
@@ -152,8 +159,9 @@ type headReader struct {
 func (r *headReader) page(ctx context.Context, h *head) (next bool, err error) {
 	pageLimit := r.limit.Events
 	if r.window > 0 {
-		pageLimit = r.window
+		pageLimit = min(r.window<<r.pages, 1<<16)
 	}
+	r.pages++
 	opts := options.Find().
 		SetSort(bson.D{{Key: events.FieldCreatedAt, Value: 1}, {Key: events.FieldID, Value: 1}}).
 		SetLimit(int64(pageLimit)).
@@ -192,8 +200,8 @@ func (r *headReader) page(ctx context.Context, h *head) (next bool, err error) {
 		}
 		doc := first.doc
 		if r.after != nil && events.CompareOrder(doc, r.after) <= 0 {
-			// read by the page before (the next page starts at its
-			// last createdAt, which others may share)
+			// read by the page before: not expected, since the next
+			// page starts after it, but never read twice
 		} else {
 			r.after = doc
 			switch r.classify(doc) {
@@ -266,7 +274,13 @@ func (r *headReader) filters() []bson.D {
 	filter := func(retryAt ...bson.E) bson.D {
 		f := append(bson.D{{Key: events.FieldStatus, Value: events.StatusNew}}, retryAt...)
 		if r.after != nil {
-			f = append(f, bson.E{Key: events.FieldCreatedAt, Value: bson.D{{Key: "$gte", Value: r.after.Lookup(events.FieldCreatedAt)}}})
+			// After the last event read, in claim order: on MongoDB an
+			// index range on each branch.
+			at, id := r.after.Lookup(events.FieldCreatedAt), r.after.Lookup(events.FieldID)
+			f = append(f, bson.E{Key: "$or", Value: bson.A{
+				bson.D{{Key: events.FieldCreatedAt, Value: bson.D{{Key: "$gt", Value: at}}}},
+				bson.D{{Key: events.FieldCreatedAt, Value: at}, {Key: events.FieldID, Value: bson.D{{Key: "$gt", Value: id}}}},
+			}})
 		}
 		if len(r.skipped) > 0 {
 			f = append(f, bson.E{Key: events.FieldID, Value: bson.D{{Key: "$nin", Value: r.skipped}}})

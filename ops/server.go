@@ -64,6 +64,9 @@ type ServerConfig struct {
 	Claimer interface {
 		Job
 		Trigger()
+		// BatchLimit is how many events the next claim may take: less
+		// than the batch size while the database times out.
+		BatchLimit() int
 	}
 	// Recovery's last run is /status's lastRecoveryAt. Required.
 	Recovery Job
@@ -215,6 +218,7 @@ type statusBody struct {
 type statusLocal struct {
 	WorkerID       string     `json:"workerId"`
 	LastClaimAt    *time.Time `json:"lastClaimAt"`
+	BatchLimit     int        `json:"batchLimit"`
 	LastRecoveryAt *time.Time `json:"lastRecoveryAt"`
 	BrokerNode     *string    `json:"brokerNode,omitempty"`
 	WakeUp         string     `json:"wakeUp,omitempty"`
@@ -228,6 +232,7 @@ func (s *Server) status(w http.ResponseWriter, _ *http.Request) {
 	local := statusLocal{
 		WorkerID:       s.cfg.WorkerID,
 		LastClaimAt:    timeOrNil(s.cfg.Claimer.LastRun()),
+		BatchLimit:     s.cfg.Claimer.BatchLimit(),
 		LastRecoveryAt: timeOrNil(s.cfg.Recovery.LastRun()),
 	}
 	if s.cfg.BrokerNode != nil {

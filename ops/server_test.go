@@ -125,6 +125,9 @@ func (j *fakeJob) LastRun() time.Time {
 
 func (j *fakeJob) Trigger() { j.triggers.Add(1) }
 
+// BatchLimit is a claimer's limit halved once after a timeout.
+func (j *fakeJob) BatchLimit() int { return 250 }
+
 // server is one started ops server and its parts.
 type server struct {
 	base     string // http://127.0.0.1:port

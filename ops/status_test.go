@@ -40,7 +40,7 @@ func TestStatus(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("GET /status = %d, want 200 (body %v)", code, body)
 	}
-	wantKeys := []string{"counts", "heldAggregates", "lastClaimAt", "lastRecoveryAt", "oldestHeldAgeSeconds", "oldestNewAgeSeconds",
+	wantKeys := []string{"batchLimit", "counts", "heldAggregates", "lastClaimAt", "lastRecoveryAt", "oldestHeldAgeSeconds", "oldestNewAgeSeconds",
 		"sampleAgeSeconds", "sampledAt", "staleProcessing", "workerId"}
 	if diff := cmp.Diff(wantKeys, slices.Sorted(maps.Keys(body))); diff != "" {
 		t.Errorf("GET /status fields (-want +got):\n%s", diff)
@@ -61,6 +61,9 @@ func TestStatus(t *testing.T) {
 	}
 	if age, _ := body["sampleAgeSeconds"].(float64); age < 5 || age > 15 {
 		t.Errorf("sampleAgeSeconds = %v, want about 5", body["sampleAgeSeconds"])
+	}
+	if body["batchLimit"] != 250.0 {
+		t.Errorf("batchLimit = %v, want the claimer's 250", body["batchLimit"])
 	}
 	if body["staleProcessing"] != 3.0 {
 		t.Errorf("staleProcessing = %v, want 3", body["staleProcessing"])

@@ -447,6 +447,7 @@ func (probeSamples) Latest() (ops.Sample, bool) { return ops.Sample{}, false }
 
 func (probeJob) LastRun() time.Time { return time.Time{} }
 func (probeJob) Trigger()           {}
+func (probeJob) BatchLimit() int    { return 500 }
 
 // TestKubernetesProbePaths serves the worker's real endpoints and asks
 // them what the probes and the PodMonitor ask: the liveness path answers

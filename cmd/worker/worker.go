@@ -102,13 +102,15 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 		return nil, err
 	}
 	rc := cfg.recoveryConfig()
-	rc.Logger, rc.Metrics, rc.Now = logger, m, w.clock.Now
+	// Periodic work that can wait yields to the relay while the database
+	// is slowing claims down.
+	rc.Logger, rc.Metrics, rc.Now, rc.Yield = logger, m, w.clock.Now, w.claimer.Slow
 	recoverer, err := recovery.New(w.store, rc)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
 	tc := cfg.retentionConfig()
-	tc.Logger, tc.Metrics = logger, m
+	tc.Logger, tc.Metrics, tc.Yield = logger, m, w.claimer.Slow
 	cleaner, err := retention.New(w.store, tc)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
@@ -120,7 +122,7 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	}
 	w.sampler, err = ops.NewSampler(ops.SamplerConfig{
 		Store: w.store, StaleAfter: cfg.StaleAfter, Held: held, FailedHolds: failedHolds,
-		Active: w.owner.Leads, Now: w.clock.Now, Metrics: m, Logger: logger,
+		Active: w.owner.Leads, Now: w.clock.Now, Metrics: m, Logger: logger, Yield: w.claimer.Slow,
 	})
 	if err != nil {
 		return nil, err
