@@ -362,8 +362,17 @@ func (p *Publisher) notifyLocked() {
 	p.changed = make(chan struct{})
 }
 
-func (p *Publisher) setBlocked(b amqp.Blocking) {
+// setBlocked records an alarm that s's connection was told of. An alarm
+// of a session that is no longer the live one is dropped: its watcher may
+// run after the run loop has replaced it (a busy host), and the new
+// connection is told of its own alarms and of their end, while the old
+// one never will be of this one's end.
+func (p *Publisher) setBlocked(s *session, b amqp.Blocking) {
 	p.mu.Lock()
+	if p.sess != s {
+		p.mu.Unlock()
+		return
+	}
 	p.blocked = b.Active
 	p.notifyLocked()
 	p.mu.Unlock()
@@ -484,7 +493,7 @@ func (p *Publisher) watch(ctx context.Context, s *session) {
 				blocked = nil
 				continue
 			}
-			p.setBlocked(b)
+			p.setBlocked(s, b)
 		}
 	}
 }

@@ -97,3 +97,33 @@ func TestWatchPrefersCloseCauseToBlockedEnd(t *testing.T) {
 		}
 	}
 }
+
+// TestStaleAlarmDoesNotBlockNewSession hands the watcher of a session
+// that has ended, and been replaced, an alarm the old connection sent
+// before it went: on a busy host the watcher can run that late. The alarm
+// belonged to the old connection; the broker tells the new one its own
+// alarms (and their end). Taken for the new session's, it would pause
+// publishing until the new connection drops, which may be never.
+func TestStaleAlarmDoesNotBlockNewSession(t *testing.T) {
+	t.Parallel()
+	p, err := New(Config{URL: "amqp://localhost/", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 200 {
+		old := &session{
+			connClosed: make(chan *amqp.Error, 1),
+			chClosed:   make(chan *amqp.Error, 1),
+			blocked:    make(chan amqp.Blocking, 1),
+			closed:     make(chan struct{}),
+		}
+		old.blocked <- amqp.Blocking{Active: true, Reason: "low on memory"}
+		old.end(errRetired)
+		p.setSession(&session{closed: make(chan struct{})}, "")
+		p.watchers.Add(1)
+		p.watch(t.Context(), old)
+		if err := p.Ready(); err != nil {
+			t.Fatalf("try %d: Ready on the new session after the old one's alarm = %v, want nil", i, err)
+		}
+	}
+}
