@@ -20,12 +20,13 @@ func TestBlockedAlarmPausesPublishing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.setSession(&session{}, "") // connected, as far as Ready is concerned
+	s := &session{}
+	p.setSession(s, "") // connected, as far as Ready is concerned
 
 	if err := p.Ready(); err != nil {
 		t.Fatalf("Ready while connected = %v, want nil", err)
 	}
-	p.setBlocked(amqp.Blocking{Active: true, Reason: "low on memory"})
+	p.setBlocked(s, amqp.Blocking{Active: true, Reason: "low on memory"})
 	err = p.Ready()
 	if !errors.Is(err, events.ErrUnavailable) || !strings.Contains(err.Error(), "alarm") {
 		t.Errorf("Ready while blocked = %v, want events.ErrUnavailable naming the alarm", err)
@@ -33,13 +34,13 @@ func TestBlockedAlarmPausesPublishing(t *testing.T) {
 	if _, err := p.readySession(); !errors.Is(err, events.ErrUnavailable) {
 		t.Errorf("readySession while blocked = %v, want events.ErrUnavailable: no publish may start", err)
 	}
-	p.setBlocked(amqp.Blocking{Active: false})
+	p.setBlocked(s, amqp.Blocking{Active: false})
 	if err := p.Ready(); err != nil {
 		t.Errorf("Ready after unblocked = %v, want nil", err)
 	}
 
 	// A new connection starts unblocked: the alarm belonged to the old one.
-	p.setBlocked(amqp.Blocking{Active: true, Reason: "low on disk"})
+	p.setBlocked(s, amqp.Blocking{Active: true, Reason: "low on disk"})
 	p.setSession(&session{}, "")
 	if err := p.Ready(); err != nil {
 		t.Errorf("Ready on a new connection after an alarm on the old = %v, want nil", err)

@@ -102,6 +102,14 @@ type session struct {
 	returns  chan amqp.Return
 	frameMax int // negotiated frame_max; 0: unlimited
 
+	// What the library tells of the connection and the channel, for
+	// watch. Registered by open, before anything is published: the
+	// library tells a listener that comes after a close only that it
+	// happened, not why, and watch may run late on a busy host.
+	connClosed chan *amqp.Error
+	chClosed   chan *amqp.Error
+	blocked    chan amqp.Blocking
+
 	closed  chan struct{} // closed by end
 	endOnce sync.Once
 	cause   error // why the session ended; read only after closed
@@ -354,8 +362,17 @@ func (p *Publisher) notifyLocked() {
 	p.changed = make(chan struct{})
 }
 
-func (p *Publisher) setBlocked(b amqp.Blocking) {
+// setBlocked records an alarm that s's connection was told of. An alarm
+// of a session that is no longer the live one is dropped: its watcher may
+// run after the run loop has replaced it (a busy host), and the new
+// connection is told of its own alarms and of their end, while the old
+// one never will be of this one's end.
+func (p *Publisher) setBlocked(s *session, b amqp.Blocking) {
 	p.mu.Lock()
+	if p.sess != s {
+		p.mu.Unlock()
+		return
+	}
 	p.blocked = b.Active
 	p.notifyLocked()
 	p.mu.Unlock()
@@ -410,11 +427,20 @@ func (p *Publisher) connect(ctx context.Context, nodeURL string) (*session, erro
 	return s, nil
 }
 
+// open opens the confirming channel on conn and declares the exchange.
+// It registers every listener the session needs before it returns, so
+// that no close, return or alarm can come before someone listens: a
+// channel the broker closes over the first message published on it (a
+// poison) must end its session with the broker's code, which is what
+// sends the window to isolation.
 func (p *Publisher) open(conn *amqp.Connection) (*session, error) {
+	connClosed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	blocked := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
 	ch, err := conn.Channel()
 	if err != nil {
 		return nil, fmt.Errorf("open channel: %w", err)
 	}
+	chClosed := ch.NotifyClose(make(chan *amqp.Error, 1))
 	if err := ch.ExchangeDeclare(p.cfg.Exchange, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
 		return nil, fmt.Errorf("declare exchange %q: %w", p.cfg.Exchange, err)
 	}
@@ -431,19 +457,21 @@ func (p *Publisher) open(conn *amqp.Connection) (*session, error) {
 		// outstanding retires the session, so the buffer never holds more
 		// than one window's: the library, which waits 5 s on a full
 		// listener and then drops the return, never has to.
-		returns: ch.NotifyReturn(make(chan amqp.Return, p.cfg.Window)),
-		closed:  make(chan struct{}),
+		returns:    ch.NotifyReturn(make(chan amqp.Return, p.cfg.Window)),
+		connClosed: connClosed,
+		chClosed:   chClosed,
+		blocked:    blocked,
+		closed:     make(chan struct{}),
 	}
 	return s, nil
 }
 
 // watch ends s when the connection or the channel goes away, and tracks
-// connection.blocked alarms meanwhile.
+// connection.blocked alarms meanwhile, from the listeners open
+// registered: it may start after the close it reports.
 func (p *Publisher) watch(ctx context.Context, s *session) {
 	defer p.watchers.Done()
-	connClosed := s.conn.NotifyClose(make(chan *amqp.Error, 1))
-	chClosed := s.ch.NotifyClose(make(chan *amqp.Error, 1))
-	blocked := s.conn.NotifyBlocked(make(chan amqp.Blocking, 4))
+	blocked := s.blocked
 	for {
 		select {
 		case <-ctx.Done():
@@ -451,18 +479,21 @@ func (p *Publisher) watch(ctx context.Context, s *session) {
 			return
 		case <-s.closed:
 			return
-		case err := <-connClosed:
+		case err := <-s.connClosed:
 			s.end(closeCause("connection", err))
 			return
-		case err := <-chClosed:
+		case err := <-s.chClosed:
 			s.end(closeCause("channel", err))
 			return
 		case b, ok := <-blocked:
 			if !ok {
-				s.end(closeCause("connection", nil))
-				return
+				// The library closes this listener with the close
+				// listeners, after it has told them why: the cause
+				// comes from connClosed, which is ready now too.
+				blocked = nil
+				continue
 			}
-			p.setBlocked(b)
+			p.setBlocked(s, b)
 		}
 	}
 }
