@@ -213,6 +213,11 @@ func (m *Manager) Owned() []int {
 // back the excess over the share, renew what is due, take free partitions
 // up to the share, prune old terms.
 func (m *Manager) Tick(ctx context.Context) error {
+	// A round is worth nothing once the terms it would renew have run
+	// out: it gives up then rather than wait on a database that stopped
+	// answering.
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.TermLength-m.cfg.Margin)
+	defer cancel()
 	me := m.cfg.WorkerID
 	if m.cfg.Ready != nil {
 		if why := m.cfg.Ready(); why != nil {
@@ -348,6 +353,11 @@ func (m *Manager) release(ctx context.Context, ps []int, serverNow time.Time) er
 	if len(terms) == 0 {
 		return nil
 	}
+	// Claims wait on the lock (Hold): the insert gets a deadline, a third
+	// of a term. A release that gives up is safe, only slower to hand the
+	// partitions over.
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.TermLength/3)
+	defer cancel()
 	if _, err := m.table.Insert(ctx, terms); err != nil {
 		// Not claimed in any more either way; the terms expire.
 		return fmt.Errorf("give back %d partitions: %w", len(terms), err)
@@ -547,6 +557,9 @@ func (m *Manager) Release(ctx context.Context) error {
 		if err := m.release(ctx, ps, m.cfg.Now()); err != nil {
 			return err
 		}
+	}
+	if m.beatAt.IsZero() {
+		return nil // no heartbeat written: nothing to remove
 	}
 	if err := m.table.Prune(ctx, nil, []string{m.cfg.WorkerID}); err != nil {
 		return fmt.Errorf("remove heartbeat: %w", err)

@@ -1,8 +1,11 @@
 package ownership
 
 import (
+	"context"
+	"errors"
 	"sync"
 	"testing"
+	"time"
 )
 
 // A renewal keeps a partition's tenure, so that a claim whose read and
@@ -97,5 +100,41 @@ func TestConcurrentRenewalsLoseNothing(t *testing.T) {
 	done()
 	if valid <= term/2 {
 		t.Errorf("validity after the renewals %s, want more than half a term", valid)
+	}
+}
+
+// stallingTable never answers an insert until its context ends: a
+// database that stopped answering, with the write lock held.
+type stallingTable struct{ *memTable }
+
+func (stallingTable) Insert(ctx context.Context, _ []Term) ([]bool, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// No lock is held across I/O without a deadline: a release whose insert
+// the database never answers gives up after a third of a term, so that the
+// claims waiting on the lock go on, without the partitions it gave back.
+func TestReleaseGivesUpOnAStalledDatabase(t *testing.T) {
+	t.Parallel()
+	table, clock, a := startAlone(t)
+	m, err := New(stallingTable{table}, Config{WorkerID: "a", TermLength: 3 * time.Second, Now: clock.Now, Local: clock.Now,
+		Logger: a.cfg.Logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.owned = a.owned
+	done := make(chan error, 1)
+	go func() { done <- m.Release(context.Background()) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Release on a stalled database: %v, want a deadline", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Release still waiting on a stalled database after 30 s")
+	}
+	if n := len(holding(m)); n != 0 {
+		t.Errorf("%d partitions still claimable after the release gave up, want none", n)
 	}
 }

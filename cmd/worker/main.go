@@ -41,13 +41,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "run":
 		err = runCommand(ctx, args, getenv, stderr)
 	case "stats":
-		err = statsCommand(ctx, args, getenv, stdout)
+		err = statsCommand(ctx, args, getenv, stdout, stderr)
 	case "requeue":
-		err = requeueCommand(ctx, args, getenv, stdout)
+		err = requeueCommand(ctx, args, getenv, stdout, stderr)
 	case "skip":
 		err = skipCommand(ctx, args, getenv, stdout, stderr)
 	case "show":
-		err = showCommand(ctx, args, getenv, stdout)
+		err = showCommand(ctx, args, getenv, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"time"
@@ -13,14 +14,23 @@ import (
 	"github.com/outboxrelay/outbox/mongo"
 )
 
-// toolTimeout bounds an operator command.
+// toolTimeout bounds an operator command, the wait for the database
+// included (docs/operations.md says so).
 const toolTimeout = 60 * time.Second
+
+// toolPatience is how long an operator command waits for the database in
+// silence: past it, it says on stderr what it is waiting for and until
+// when, rather than look hung.
+const toolPatience = 2 * time.Second
 
 // openStore connects for an operator command, bounded by toolTimeout,
 // and returns the command's context, the store and a function that
-// disconnects and releases the context.
-func openStore(ctx context.Context, cfg Config) (context.Context, *mongo.Store, func(), error) {
-	client, err := driver.Connect(mongoClientOptions(cfg, "outbox-worker-cli"))
+// disconnects and releases the context. A wait for the database longer
+// than toolPatience is told on stderr.
+func openStore(ctx context.Context, cfg Config, stderr io.Writer) (context.Context, *mongo.Store, func(), error) {
+	// Server selection waits the whole command's time, not the driver's
+	// 30 s: one limit, the documented one.
+	client, err := driver.Connect(mongoClientOptions(cfg, "outbox-worker-cli").SetServerSelectionTimeout(toolTimeout))
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("%w: invalid OUTBOX_MONGO_URI %q: %v", ErrUsage, redact.URL(cfg.MongoURI), err)
 	}
@@ -30,7 +40,12 @@ func openStore(ctx context.Context, cfg Config) (context.Context, *mongo.Store, 
 		cancel()
 	}
 	store := mongo.New(client, mongoStoreConfig(cfg, nil))
-	if err := store.Ping(ctx); err != nil {
+	notice := time.AfterFunc(toolPatience, func() {
+		fmt.Fprintf(stderr, "waiting for MongoDB at %s (giving up after %s)...\n", redact.URL(cfg.MongoURI), toolTimeout)
+	})
+	err = store.Ping(ctx)
+	notice.Stop()
+	if err != nil {
 		closeFn()
 		return nil, nil, nil, fmt.Errorf("connect to %s: %w", redact.URL(cfg.MongoURI), err)
 	}

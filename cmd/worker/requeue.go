@@ -49,7 +49,7 @@ func readIDs(path string) ([]string, error) {
 }
 
 // requeueCommand is `worker requeue`.
-func requeueCommand(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+func requeueCommand(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer, stderr io.Writer) error {
 	var (
 		f       mongo.RequeueFilter
 		ids     listFlag
@@ -81,7 +81,7 @@ func requeueCommand(ctx context.Context, args []string, getenv func(string) stri
 		return fmt.Errorf("%w: requeue needs --id, --ids-from, --type or --all", ErrUsage)
 	}
 	f.IDs = distinct(f.IDs) // an id named twice must not count twice in a dry run
-	ctx, store, closeFn, err := openStore(ctx, cfg)
+	ctx, store, closeFn, err := openStore(ctx, cfg, stderr)
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,7 @@ import (
 )
 
 // showCommand is `worker show --id ID`.
-func showCommand(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+func showCommand(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer, stderr io.Writer) error {
 	var id string
 	cfg, _, err := loadConfig("show", args, getenv, operatorCommand, func(fs *flag.FlagSet) {
 		fs.StringVar(&id, "id", "", "event _id")
@@ -21,7 +21,7 @@ func showCommand(ctx context.Context, args []string, getenv func(string) string,
 	if id == "" {
 		return fmt.Errorf("%w: show needs --id", ErrUsage)
 	}
-	ctx, store, closeFn, err := openStore(ctx, cfg)
+	ctx, store, closeFn, err := openStore(ctx, cfg, stderr)
 	if err != nil {
 		return err
 	}

@@ -37,7 +37,7 @@ func skipCommand(ctx context.Context, args []string, getenv func(string) string,
 		return fmt.Errorf("%w: skip needs --reason TEXT (why)", ErrUsage)
 	}
 	ids = distinct(ids)
-	ctx, store, closeFn, err := openStore(ctx, cfg)
+	ctx, store, closeFn, err := openStore(ctx, cfg, stderr)
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,7 @@ import (
 )
 
 // statsCommand is `worker stats`.
-func statsCommand(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+func statsCommand(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer, stderr io.Writer) error {
 	var asJSON bool
 	cfg, _, err := loadConfig("stats", args, getenv, operatorCommand, func(fs *flag.FlagSet) {
 		fs.BoolVar(&asJSON, "json", false, "print JSON")
@@ -22,7 +22,7 @@ func statsCommand(ctx context.Context, args []string, getenv func(string) string
 	if err != nil {
 		return err
 	}
-	ctx, store, closeFn, err := openStore(ctx, cfg)
+	ctx, store, closeFn, err := openStore(ctx, cfg, stderr)
 	if err != nil {
 		return err
 	}

@@ -49,6 +49,10 @@ type worker struct {
 	waker     *wake.Watcher
 	jobs      []service // ownership, wake-up (if on), recovery, retention, sampler, clock
 	http      *ops.Server
+	// started are the services Start was called on: a stop during
+	// start-up stops those and no others, so that it neither waits on a
+	// database that never answered nor fails on what never ran.
+	started map[service]bool
 }
 
 func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
@@ -219,16 +223,18 @@ func (w *worker) run(ctx context.Context) error {
 		"stale_after", w.cfg.StaleAfter.String(), "publish_timeout", w.cfg.PublishTimeout.String())
 	// Health first, so that an orchestrator sees a live, not-ready worker
 	// while the database or the broker is still out of reach.
-	if err := w.http.Start(ctx); err != nil {
-		return err
-	}
-	if err := w.publisher.Start(ctx); err != nil {
-		return err
+	w.started = map[service]bool{}
+	for _, s := range []service{w.http, w.publisher} {
+		w.started[s] = true
+		if err := s.Start(ctx); err != nil {
+			return w.stop(err)
+		}
 	}
 	if err := w.prepareStore(ctx); err != nil {
 		return w.stop(err)
 	}
 	for _, s := range append([]service{w.claimer}, w.jobs...) {
+		w.started[s] = true
 		if err := s.Start(ctx); err != nil {
 			return w.stop(err)
 		}
@@ -292,6 +298,9 @@ func (w *worker) stop(cause error) error {
 	steps := append([]service{w.claimer}, w.jobs...)
 	steps = append(steps, w.publisher, w.http)
 	for _, s := range steps {
+		if !w.started[s] {
+			continue
+		}
 		if err := s.Stop(ctx); err != nil {
 			errs = append(errs, err)
 		}
