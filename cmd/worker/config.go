@@ -19,6 +19,7 @@ import (
 
 	"github.com/outboxrelay/outbox/broker"
 	"github.com/outboxrelay/outbox/claim"
+	"github.com/outboxrelay/outbox/internal/memlimit"
 	"github.com/outboxrelay/outbox/internal/redact"
 	"github.com/outboxrelay/outbox/internal/rule"
 	"github.com/outboxrelay/outbox/mongo"
@@ -31,15 +32,21 @@ import (
 // its environment variable, else from its default; docs/configuration.md
 // lists them.
 type Config struct {
-	MongoURI         string
-	MongoDatabase    string
-	MongoCollection  string
-	AMQPURL          string
-	AMQPExchange     string
-	ClaimSchedule    string
-	WakeOnInsert     bool
-	BatchSize        int
-	BatchBytes       int
+	MongoURI        string
+	MongoDatabase   string
+	MongoCollection string
+	AMQPURL         string
+	AMQPExchange    string
+	ClaimSchedule   string
+	WakeOnInsert    bool
+	BatchSize       int
+	BatchBytes      int
+	// BatchBytesAuto is OUTBOX_BATCH_BYTES=auto: validate derives
+	// BatchBytes from MemoryLimit.
+	BatchBytesAuto bool
+	// MemoryLimit is the memory limit the worker runs under (none when
+	// its Bytes are 0).
+	MemoryLimit      memlimit.Limit
 	RecoverySchedule string
 	StaleAfter       time.Duration
 	MaxAttempts      int
@@ -119,8 +126,8 @@ func settings() []setting {
 			usage: "claim at once when a NEW event is inserted (a change stream, where the database supports one)", parse: func(c *Config, v string) error { return parseBool(&c.WakeOnInsert, v) }},
 		{env: "OUTBOX_BATCH_SIZE", flag: "batch-size", def: strconv.Itoa(claim.BatchSizeDefault), fields: []string{"claim.BatchSize"},
 			usage: "most events one claim takes (1-10000)", parse: func(c *Config, v string) error { return parseInt(&c.BatchSize, v) }},
-		{env: "OUTBOX_BATCH_BYTES", flag: "batch-bytes", def: strconv.Itoa(claim.BatchBytesDefault), fields: []string{"claim.BatchBytes"},
-			usage: "bound on the raw size of one claim's documents; the worker holds about three times it", parse: func(c *Config, v string) error { return parseInt(&c.BatchBytes, v) }},
+		{env: "OUTBOX_BATCH_BYTES", flag: "batch-bytes", def: "auto", fields: []string{"claim.BatchBytes"},
+			usage: "bound on the raw size of one claim's documents; the worker's memory peaks at about 5 times it plus 32 MB; auto: what fits in the memory limit (cgroup or GOMEMLIMIT), at most 64 MiB", parse: parseBatchBytes},
 		{env: "OUTBOX_RECOVERY_SCHEDULE", flag: "recovery-schedule", def: recovery.ScheduleDefault, fields: []string{"recovery.Schedule"},
 			usage: "cron schedule of stale-claim recovery", parse: func(c *Config, v string) error { return parseSchedule(&c.RecoverySchedule, v) }},
 		// The operator commands read OUTBOX_STALE_AFTER too, and they
@@ -214,6 +221,7 @@ func loadConfig(name string, args []string, getenv func(string) string, kind com
 		}
 	}
 	if kind == relayCommand {
+		cfg.MemoryLimit = readMemoryLimit(getenv)
 		if err := cfg.validate(); err != nil {
 			return Config{}, nil, settingError(err, chosen, sources)
 		}
@@ -271,6 +279,9 @@ func settingOf(settings []setting, config, field string) (setting, bool) {
 // setting can check alone, then validates the package Configs the settings
 // make: the ranges of the settings are their rules.
 func (c *Config) validate() error {
+	if c.BatchBytesAuto {
+		c.BatchBytes = batchBytesFor(c.MemoryLimit.Bytes)
+	}
 	derived := c.PublishTimeout == 0
 	if derived {
 		c.PublishTimeout = derivedPublishTimeout(c.StaleAfter)
@@ -358,6 +369,17 @@ func derivedPublishTimeout(staleAfter time.Duration) time.Duration {
 // 10s, the margin a 30s timeout has always had.
 func staleMargin(publishTimeout time.Duration) time.Duration {
 	return min(max(publishTimeout/3, 2*time.Second), 10*time.Second)
+}
+
+func parseBatchBytes(c *Config, v string) error {
+	c.BatchBytesAuto = v == "auto"
+	if c.BatchBytesAuto {
+		return nil // derived by validate
+	}
+	if err := parseInt(&c.BatchBytes, v); err != nil {
+		return errors.New("want auto or a whole number of bytes")
+	}
+	return nil
 }
 
 func parsePublishTimeout(c *Config, v string) error {

@@ -34,6 +34,7 @@ func defaultConfig() Config {
 		WakeOnInsert:     true,
 		BatchSize:        500,
 		BatchBytes:       64 << 20,
+		BatchBytesAuto:   true,
 		RecoverySchedule: "*/2 * * * *",
 		StaleAfter:       60 * time.Second,
 		MaxAttempts:      10,
@@ -110,7 +111,7 @@ func TestLoadConfig(t *testing.T) {
 				c.AMQPExchange = "shop.events"
 				c.ClaimSchedule = "@every 250ms"
 				c.BatchSize = 1000
-				c.BatchBytes = 8 << 20
+				c.BatchBytes, c.BatchBytesAuto = 8<<20, false
 				c.RecoverySchedule = "* * * * *"
 				c.StaleAfter = 5 * time.Minute
 				c.MaxAttempts = 3

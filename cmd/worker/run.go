@@ -12,6 +12,7 @@ func runCommand(ctx context.Context, args []string, getenv func(string) string, 
 		return err
 	}
 	logger := newLogger(cfg, stderr)
+	applyMemoryLimit(cfg, logger)
 	w, err := newWorker(cfg, logger)
 	if err != nil {
 		return err
