@@ -107,10 +107,7 @@ func (b *bench) slowDB(ctx context.Context, s slowStage) error {
 		}
 		w.Ratio = round(ratio(w.PerSecond, run.Raw.PerSecond), 3)
 		run.Workers = append(run.Workers, w)
-		fmt.Fprintf(b.out, "   worker (%s): %s of %s events in %.1fs: %.0f/s, %.2fx the raw loop; first after %.1fs; "+
-			"CPU %.1f ms per 1,000 events, peak RSS %.1f MB, %.1f database commands per 1,000 events%s\n",
-			w.Build, thousands(w.Events), thousands(s.backlog), w.Seconds, w.PerSecond, w.Ratio, w.FirstSeconds,
-			w.CPUMsPer1000, w.PeakRSSMB, w.DBCommandsPer1000, prefixed("; ", w.Error))
+		fmt.Fprintf(b.out, "   worker (%s): %s\n", w.Build, w.describe(s.backlog))
 	}
 	b.res.SlowDB = append(b.res.SlowDB, run)
 	return nil
@@ -236,11 +233,7 @@ func (b *bench) slowWorker(ctx context.Context, s slowStage, uri string, bin wor
 		out.FirstSeconds = round(first.Sub(start).Seconds(), 2)
 	}
 
-	var total float64
 	if _, cmds, err := w.scrape(ctx); err == nil {
-		for _, v := range cmds {
-			total += v
-		}
 		out.DBCommands = cmds
 	}
 	st, stopErr := w.stop(stopTimeout)
@@ -252,7 +245,7 @@ func (b *bench) slowWorker(ctx context.Context, s slowStage, uri string, bin wor
 	out.ExitCode = st.exitCode
 	if k := float64(out.Events) / 1000; k > 0 {
 		out.CPUMsPer1000 = round(1000*st.cpu.Seconds()/k, 1)
-		out.DBCommandsPer1000 = round(total/k, 1)
+		out.DBCommandsPer1000 = round(sum(out.DBCommands)/k, 1)
 	}
 	if stopErr != nil {
 		out.Error = strings.TrimPrefix(out.Error+"; "+stopErr.Error(), "; ")
@@ -273,10 +266,7 @@ func (r *Results) slowRows(add func(measure, result, target string)) {
 		add(fmt.Sprintf("Slow database, %s events, %s: raw loop (find %d, claim, mark) through the same path", thousands(run.Backlog), path, claim.BatchSizeDefault),
 			fmt.Sprintf("%s events/s (%s in %.1f s)", thousands(int(run.Raw.PerSecond)), thousands(run.Raw.Count), run.Raw.Seconds), "")
 		for _, w := range run.Workers {
-			result := fmt.Sprintf("%s events/s (%s of %s in %.1f s, first after %.1f s), %.2fx the raw loop; %s deliveries; CPU %.1f ms per 1,000 events, peak RSS %.1f MB; %.1f database commands per 1,000 events",
-				thousands(int(w.PerSecond)), thousands(w.Events), thousands(run.Backlog), w.Seconds, w.FirstSeconds, w.Ratio,
-				thousands(w.Deliveries), w.CPUMsPer1000, w.PeakRSSMB, w.DBCommandsPer1000)
-			result += prefixed("; ", w.Error)
+			result := w.describe(run.Backlog)
 			target := ""
 			if w.Build == buildCurrent {
 				target = targetSlowRatio(run)
@@ -288,4 +278,25 @@ func (r *Results) slowRows(add func(measure, result, target string)) {
 				fmt.Sprintf("%s of %s", thousands(w.Events), thousands(run.Backlog)), targetSlowDelivered(run))
 		}
 	}
+}
+
+// describe is the worker's figures in one line, for the table and the
+// progress output.
+func (w SlowWorker) describe(backlog int) string {
+	if w.Events == 0 {
+		return fmt.Sprintf("no event of %s in %.1f s; CPU %.2f s in all, peak RSS %.1f MB, %.0f database commands%s",
+			thousands(backlog), w.Seconds, w.CPUSeconds, w.PeakRSSMB, sum(w.DBCommands), prefixed("; ", w.Error))
+	}
+	return fmt.Sprintf("%s events/s (%s of %s in %.1f s, first after %.1f s), %.2fx the raw loop; %s deliveries; "+
+		"CPU %.1f ms per 1,000 events, peak RSS %.1f MB; %.1f database commands per 1,000 events%s",
+		thousands(int(w.PerSecond)), thousands(w.Events), thousands(backlog), w.Seconds, w.FirstSeconds, w.Ratio,
+		thousands(w.Deliveries), w.CPUMsPer1000, w.PeakRSSMB, w.DBCommandsPer1000, prefixed("; ", w.Error))
+}
+
+func sum(m map[string]float64) float64 {
+	var t float64
+	for _, v := range m {
+		t += v
+	}
+	return t
 }
