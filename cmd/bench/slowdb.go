@@ -258,12 +258,12 @@ func (b *bench) slowWorker(ctx context.Context, s slowStage, uri string, bin wor
 // then what issue 17 asks of this build.
 func (r *Results) slowRows(add func(measure, result, target string)) {
 	for _, run := range r.SlowDB {
-		path := "direct"
+		path := "database direct"
 		if run.LatencyMs > 0 {
-			path = fmt.Sprintf("+%d ms per round trip (proxy)", run.LatencyMs)
+			path = fmt.Sprintf("database +%d ms per round trip (proxy)", run.LatencyMs)
 		}
 		env := prefixed(", ", strings.Join(run.WorkerEnv, " "))
-		add(fmt.Sprintf("Slow database, %s events, %s: raw loop (find %d, claim, mark) through the same path", thousands(run.Backlog), path, claim.BatchSizeDefault),
+		add(fmt.Sprintf("Issue 17, %s events, %s: raw loop (find %d, claim, mark) through the same path", thousands(run.Backlog), path, claim.BatchSizeDefault),
 			fmt.Sprintf("%s events/s (%s in %.1f s)", thousands(int(run.Raw.PerSecond)), thousands(run.Raw.Count), run.Raw.Seconds), "")
 		for _, w := range run.Workers {
 			result := w.describe(run.Backlog)
@@ -271,10 +271,10 @@ func (r *Results) slowRows(add func(measure, result, target string)) {
 			if w.Build == buildCurrent {
 				target = targetSlowRatio(run)
 			}
-			add(fmt.Sprintf("Slow database, %s events, %s: 1 worker at its defaults%s (%s)", thousands(run.Backlog), path, env, w.Build), result, target)
+			add(fmt.Sprintf("Issue 17, %s events, %s: 1 worker at its defaults%s (%s)", thousands(run.Backlog), path, env, w.Build), result, target)
 		}
 		if w, ok := run.current(); ok {
-			add(fmt.Sprintf("Slow database, %s events, %s: every event delivered (this build)", thousands(run.Backlog), path),
+			add(fmt.Sprintf("Issue 17, %s events, %s: every event delivered (this build)", thousands(run.Backlog), path),
 				fmt.Sprintf("%s of %s", thousands(w.Events), thousands(run.Backlog)), targetSlowDelivered(run))
 		}
 	}
