@@ -75,10 +75,33 @@ up: ## Start the docker-compose stack (MongoDB replica set, RabbitMQ, 3 workers,
 down: ## Stop the docker-compose stack and delete its volumes
 	docker compose down -v
 
+# BASELINE=<git rev> (a commit, branch or tag) also runs the issue-17
+# stages with the worker built from that rev, for before/after figures from
+# the same run: `make bench BASELINE=main`. The rev is exported with git
+# archive into a temporary folder and built there; the work tree is not
+# touched.
+BASELINE      ?=
+BASELINE_BIN  := $(BIN)/worker-baseline
+BASELINE_FLAG := $(if $(BASELINE),-baseline $(BASELINE_BIN))
+
 .PHONY: bench
-bench: ## Benchmark the worker on FerretDB + RabbitMQ (under 10 min); writes results/ (docs/performance.md)
+bench: $(if $(BASELINE),baseline-worker) ## Benchmark the worker on FerretDB + RabbitMQ (12 to 15 min; BASELINE=<rev> adds before/after); writes results/ (docs/performance.md)
 	$(GO) build -o $(BIN)/worker ./cmd/worker
-	$(GO) run ./cmd/bench -worker $(BIN)/worker -out results $(BENCH_FLAGS)
+	$(GO) run ./cmd/bench -worker $(BIN)/worker -out results $(BASELINE_FLAG) $(BENCH_FLAGS)
+
+.PHONY: bench-slow
+bench-slow: $(if $(BASELINE),baseline-worker) ## Only the opt-in large-backlog stages (20,000 and 50,000 events; 30+ min on FerretDB); writes results/slow/
+	$(GO) build -o $(BIN)/worker ./cmd/worker
+	$(GO) run ./cmd/bench -worker $(BIN)/worker -out results/slow -only backlog-20k,backlog-50k $(BASELINE_FLAG) $(BENCH_FLAGS)
+
+.PHONY: baseline-worker
+baseline-worker: ## Build bin/worker-baseline from BASELINE=<git rev>
+	@test -n "$(BASELINE)" || { echo "set BASELINE=<git rev>, e.g. make baseline-worker BASELINE=main"; exit 1; }
+	@mkdir -p $(BIN)
+	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	git archive --format=tar "$(BASELINE)" | tar -x -C "$$tmp" && \
+	(cd "$$tmp" && $(GO) build -o "$(CURDIR)/$(BASELINE_BIN)" ./cmd/worker) && \
+	echo "built $(BASELINE_BIN) from $(BASELINE) ($$(git rev-parse --short "$(BASELINE)^{commit}"))"
 
 # ---------------------------------------------------------------------------
 # Reserved for other owners; add each target with a `## ` help comment:

@@ -65,6 +65,11 @@ type config struct {
 
 	// RetentionEvents is the PUBLISHED history of the retention stage.
 	RetentionEvents int
+	// LatencyBacklog is the backlog of the slow-database latency stages.
+	LatencyBacklog int
+	// Baseline is a second worker binary (an earlier build) that the slow
+	// stages run too, for before/after figures from the same run.
+	Baseline string
 }
 
 func main() {
@@ -109,8 +114,10 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	fs.BoolVar(&c.Profile, "profile", true, "CPU-profile the 1-replica worker during its drain (raw/worker-x1.cpu.prof)")
 	fs.DurationVar(&c.Budget, "budget", 10*time.Minute, "time for the whole run; the PUBLISHED insert of the claim stage stops early to keep within it")
 	fs.StringVar(&c.Replot, "replot", "", "read this bench.json and only rewrite the table and chart next to it (no measurements)")
+	fs.IntVar(&c.LatencyBacklog, "db-latency-backlog", 3000, "events of each slow-database latency stage (db-latency-100ms, db-latency-600ms)")
+	fs.StringVar(&c.Baseline, "baseline", "", "a second worker binary, e.g. the starting commit's build, that the issue-17 stages (db-latency-*, backlog-*) also run, reported beside -worker's (make bench BASELINE=<git rev>)")
 	workerEnv := fs.String("worker-env", "", "extra environment of the worker processes, comma-separated KEY=VALUE (e.g. GOMAXPROCS=1)")
-	only := fs.String("only", "", "comma-separated stages to run ("+strings.Join(stageKeys, ", ")+"); empty runs all")
+	only := fs.String("only", "", "comma-separated stages to run ("+strings.Join(stageKeys, ", ")+"); empty runs all but the opt-in "+strings.Join(optInStageKeys, " and "))
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -151,6 +158,8 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 		return config{}, errors.New("-latency-rate and -latency-for must be positive")
 	case c.HotEvents < 1:
 		return config{}, fmt.Errorf("-hot-events %d: want at least 1", c.HotEvents)
+	case c.LatencyBacklog < 1:
+		return config{}, fmt.Errorf("-db-latency-backlog %d: want at least 1", c.LatencyBacklog)
 	case c.RetentionEvents < 1:
 		return config{}, fmt.Errorf("-retention-events %d: want at least 1", c.RetentionEvents)
 	case c.ClaimNew < c.BatchSize || c.ClaimRuns < 1:
@@ -211,6 +220,11 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	if _, err := os.Stat(cfg.WorkerBin); err != nil {
 		return fmt.Errorf("worker binary: %w (run make build)", err)
 	}
+	if cfg.Baseline != "" {
+		if _, err := os.Stat(cfg.Baseline); err != nil {
+			return fmt.Errorf("baseline worker binary: %w", err)
+		}
+	}
 	if err := b.stage(ctx, "setup", b.setup); err != nil {
 		return err
 	}
@@ -238,8 +252,11 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		namedStage{"claim-backoff", "claim latency with events backing off", b.claimBackoff},
 		namedStage{"large-docs", "large documents", b.largeDocuments},
 		namedStage{"inbox", "inbox consumer", b.inboxStage})
+	for _, s := range cfg.slowStages() {
+		stages = append(stages, namedStage{s.key, s.name, func(ctx context.Context) error { return b.slowDB(ctx, s) }})
+	}
 	for _, s := range stages {
-		if cfg.Only != nil && !cfg.Only[s.key] {
+		if cfg.Only != nil && !cfg.Only[s.key] || cfg.Only == nil && slices.Contains(optInStageKeys, s.key) {
 			continue
 		}
 		if err := b.stage(ctx, s.name, s.fn); err != nil {
@@ -252,7 +269,12 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 }
 
 // stageKeys are the -only names of the stages, in the order they run.
-var stageKeys = []string{"raw-broker", "publish", "raw-db", "drain", "drain-unordered", "hot-aggregate", "latency", "claim", "retention", "claim-backoff", "large-docs", "inbox"}
+var stageKeys = []string{"raw-broker", "publish", "raw-db", "drain", "drain-unordered", "hot-aggregate", "latency", "claim", "retention", "claim-backoff", "large-docs", "inbox",
+	"db-latency-100ms", "db-latency-600ms", "backlog-20k", "backlog-50k"}
+
+// optInStageKeys run only when -only names them (make bench-slow): on
+// FerretDB each takes from several minutes to over half an hour.
+var optInStageKeys = []string{"backlog-20k", "backlog-50k"}
 
 // namedStage is one measurement of the run.
 type namedStage struct {

@@ -32,20 +32,10 @@ func (b *bench) rawDB(ctx context.Context) error {
 	fmt.Fprintf(b.out, "   inserted %d NEW events in %.1fs (%.0f/s)\n", b.cfg.Backlog, insert.Seconds(), float64(b.cfg.Backlog)/insert.Seconds())
 	b.res.Insert = Rate{Count: b.cfg.Backlog, Seconds: round(insert.Seconds(), 2), PerSecond: round(float64(b.cfg.Backlog)/insert.Seconds(), 0)}
 
-	start := time.Now()
-	relayed, batches := 0, 0
-	for {
-		n, err := rawBatch(ctx, coll, b.cfg.BatchSize, batches)
-		if err != nil {
-			return err
-		}
-		if n == 0 {
-			break
-		}
-		relayed += n
-		batches++
+	relayed, batches, elapsed, err := rawLoop(ctx, coll, b.cfg.BatchSize)
+	if err != nil {
+		return err
 	}
-	elapsed := time.Since(start)
 	if relayed != b.cfg.Backlog {
 		return fmt.Errorf("raw loop relayed %d events of %d", relayed, b.cfg.Backlog)
 	}
@@ -53,6 +43,23 @@ func (b *bench) rawDB(ctx context.Context) error {
 	fmt.Fprintf(b.out, "   find %d + claim + mark, %d batches: %d events in %.1fs: %.0f/s\n",
 		b.cfg.BatchSize, batches, relayed, elapsed.Seconds(), b.res.RawDB.PerSecond)
 	return nil
+}
+
+// rawLoop runs rawBatch on coll until no NEW event is left and returns
+// how many events it relayed, in how many batches, and how long it took.
+func rawLoop(ctx context.Context, coll *driver.Collection, size int) (relayed, batches int, elapsed time.Duration, err error) {
+	start := time.Now()
+	for {
+		n, err := rawBatch(ctx, coll, size, batches)
+		if err != nil {
+			return relayed, batches, time.Since(start), err
+		}
+		if n == 0 {
+			return relayed, batches, time.Since(start), nil
+		}
+		relayed += n
+		batches++
+	}
 }
 
 // rawBatch is one turn of the raw loop: three commands.

@@ -72,10 +72,16 @@ func (r *Results) table() string {
 		}
 	}
 	c := r.Config
-	add(fmt.Sprintf("Raw broker limit (own amqp091 publisher, %d B, %s confirms in flight)", rawBodySize, thousands(rawInFlight)),
-		fmt.Sprintf("%s msg/s (%s in %.1f s)", thousands(int(r.RawBroker.PerSecond)), thousands(r.RawBroker.Count), r.RawBroker.Seconds), "")
-	add(fmt.Sprintf("Raw database limit (own loop: find %d NEW ids, claim UpdateMany, mark UpdateMany)", c.BatchSize),
-		fmt.Sprintf("%s events/s (%s in %.1f s)", thousands(int(r.RawDB.PerSecond)), thousands(r.RawDB.Count), r.RawDB.Seconds), "")
+	// A run of some stages (-only) leaves the others' figures at zero:
+	// their rows are left out.
+	if r.RawBroker.Count > 0 {
+		add(fmt.Sprintf("Raw broker limit (own amqp091 publisher, %d B, %s confirms in flight)", rawBodySize, thousands(rawInFlight)),
+			fmt.Sprintf("%s msg/s (%s in %.1f s)", thousands(int(r.RawBroker.PerSecond)), thousands(r.RawBroker.Count), r.RawBroker.Seconds), "")
+	}
+	if r.RawDB.Count > 0 {
+		add(fmt.Sprintf("Raw database limit (own loop: find %d NEW ids, claim UpdateMany, mark UpdateMany)", c.BatchSize),
+			fmt.Sprintf("%s events/s (%s in %.1f s)", thousands(int(r.RawDB.PerSecond)), thousands(r.RawDB.Count), r.RawDB.Seconds), "")
+	}
 	for _, d := range r.Drains {
 		result := fmt.Sprintf("%s events/s (%s in %.1f s), %.0f%% of the lower raw limit",
 			thousands(int(d.PerSecond)), thousands(d.Events), d.Seconds, 100*d.RatioToLimit)
@@ -138,9 +144,11 @@ func (r *Results) table() string {
 		add(fmt.Sprintf("Database commands per 1,000 events, %d replica%s, ordering off (batch %d, OUTBOX_ORDERING=%s)", d.Replicas, plural(d.Replicas), c.BatchSize, d.Ordering),
 			fmt.Sprintf("%.1f %s", d.DBCommandsPer1000, topCommands(d.DBCommands, 4)), "")
 	}
-	add(fmt.Sprintf("Publish stage (broker.Publisher, batches of %d events)", c.BatchSize),
-		fmt.Sprintf("%s events/s, %.0f%% of the raw broker limit", thousands(int(r.PublishStage.PerSecond)), 100*ratio(r.PublishStage.PerSecond, r.RawBroker.PerSecond)),
-		targetPublish)
+	if r.PublishStage.Count > 0 {
+		add(fmt.Sprintf("Publish stage (broker.Publisher, batches of %d events)", c.BatchSize),
+			fmt.Sprintf("%s events/s, %.0f%% of the raw broker limit", thousands(int(r.PublishStage.PerSecond)), 100*ratio(r.PublishStage.PerSecond, r.RawBroker.PerSecond)),
+			targetPublish)
+	}
 	for _, l := range r.Latency {
 		target := ""
 		if l.Schedule == "@every 100ms" && l.WakeUp != wakeOff {
@@ -175,7 +183,9 @@ func (r *Results) table() string {
 		add("Raw publisher CPU per 1,000 messages (the harness's own, rusage): this host's floor for a confirmed publish",
 			fmt.Sprintf("%.1f ms", r.RawBrokerCPUMsPer1000), "")
 	}
-	add("Worker peak RSS (largest VmHWM of every worker process)", fmt.Sprintf("%.1f MB", r.peakRSS()), targetRSS)
+	if rss := r.peakRSS(); rss > 0 {
+		add("Worker peak RSS (largest VmHWM of every drain and latency worker process)", fmt.Sprintf("%.1f MB", rss), targetRSS)
+	}
 	if len(r.SamplerStats) > 0 {
 		var parts []string
 		for _, st := range r.SamplerStats {
@@ -183,11 +193,12 @@ func (r *Results) table() string {
 		}
 		add("The worker's backlog sampler query (mongo.Store.Stats, every 15 s on the leader)", strings.Join(parts, ", "), "")
 	}
-	cl := r.Claim
-	add(fmt.Sprintf("Claim latency, store.Claim of %d on %s NEW, no history", cl.BatchSize, thousands(cl.New)),
-		fmt.Sprintf("median %.0f ms of %d", cl.EmptyMs, len(cl.EmptyRunsMs)), "")
-	add(fmt.Sprintf("Claim latency, same with %s PUBLISHED events (inserted in %.0f s)", thousands(cl.Published), cl.InsertSeconds),
-		fmt.Sprintf("median %.0f ms of %d, %.2fx", cl.WithHistoryMs, len(cl.WithHistoryRunMs), cl.Ratio), targetClaim)
+	if cl := r.Claim; cl.New > 0 {
+		add(fmt.Sprintf("Claim latency, store.Claim of %d on %s NEW, no history", cl.BatchSize, thousands(cl.New)),
+			fmt.Sprintf("median %.0f ms of %d", cl.EmptyMs, len(cl.EmptyRunsMs)), "")
+		add(fmt.Sprintf("Claim latency, same with %s PUBLISHED events (inserted in %.0f s)", thousands(cl.Published), cl.InsertSeconds),
+			fmt.Sprintf("median %.0f ms of %d, %.2fx", cl.WithHistoryMs, len(cl.WithHistoryRunMs), cl.Ratio), targetClaim)
+	}
 	if cb := r.ClaimBackoff; cb != nil {
 		for i, x := range []struct {
 			name string
@@ -205,6 +216,7 @@ func (r *Results) table() string {
 		add(fmt.Sprintf("Large documents: %d events of %d MiB, 1 worker (%s)", ld.Events, ld.PayloadMiB, ld.WorkerEnv),
 			fmt.Sprintf("%d of %d received in %.1f s; worker peak RSS %.1f MB, CPU %.1f s%s", ld.Received, ld.Events, ld.Seconds, ld.PeakRSSMB, ld.CPUSeconds, prefixed("; NOT ALL: ", ld.Error)), "")
 	}
+	r.slowRows(add)
 	for _, in := range r.Inbox {
 		result := fmt.Sprintf("%.0f msg/s", in.PerSecond)
 		if in.CommandsPer > 0 {

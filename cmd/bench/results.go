@@ -36,6 +36,9 @@ type Results struct {
 	ClaimBackoff *ClaimBackoff `json:"claimBackoff,omitempty"`
 	// LargeDocs is one worker relaying documents near the 16 MiB limit.
 	LargeDocs *LargeDocs `json:"largeDocuments,omitempty"`
+	// SlowDB are the stages of issue 17: one worker on a slowed database
+	// or a large backlog against the raw loop through the same path.
+	SlowDB []SlowRun `json:"slowDatabase,omitempty"`
 	// Inbox is a consumer's rate with the inbox against a plain one.
 	Inbox []InboxRun `json:"inbox,omitempty"`
 	// SamplerStats times the worker's backlog sampler query (Stats) on
@@ -206,6 +209,60 @@ type InboxRun struct {
 	Transactions bool    `json:"transactions"`
 }
 
+// SlowRun is one slow stage: the raw loop and one worker per build, each
+// on a backlog of Backlog events, through the same path to the database.
+type SlowRun struct {
+	Key  string `json:"key"`
+	Name string `json:"name"`
+	// LatencyMs is added to every database round trip by a proxy; 0 is
+	// the direct path.
+	LatencyMs int64    `json:"latencyMs"`
+	Backlog   int      `json:"backlog"`
+	WorkerEnv []string `json:"workerEnv,omitempty"`
+	// Raw is the raw find/claim/mark loop at the worker's default batch
+	// size, through the same path.
+	Raw Rate `json:"rawLoop"`
+	// Workers are this build's worker, then the -baseline one if any.
+	Workers []SlowWorker `json:"workers"`
+}
+
+// SlowWorker is one worker process relaying a slow stage's backlog.
+type SlowWorker struct {
+	Build  string `json:"build"` // "this build" or "baseline"
+	Binary string `json:"binary"`
+	// Events are the distinct events received; Deliveries counts
+	// duplicates too.
+	Events       int  `json:"events"`
+	Deliveries   int  `json:"deliveries"`
+	AllDelivered bool `json:"allDelivered"`
+	// Seconds runs from the process's start to the last event's receipt,
+	// or to the deadline when not all arrived; FirstSeconds to the first.
+	Seconds      float64 `json:"seconds"`
+	FirstSeconds float64 `json:"firstSeconds"`
+	PerSecond    float64 `json:"perSecond"`
+	// Ratio is PerSecond over the raw loop's.
+	Ratio             float64            `json:"ratioToRawLoop"`
+	DBCommands        map[string]float64 `json:"dbCommands,omitempty"`
+	DBCommandsPer1000 float64            `json:"dbCommandsPer1000"`
+	CPUSeconds        float64            `json:"cpuSeconds"`
+	CPUMsPer1000      float64            `json:"cpuMsPer1000"`
+	PeakRSSMB         float64            `json:"peakRssMB"` // VmHWM just before SIGTERM
+	ExitCode          int                `json:"exitCode"`
+	// Error says what went wrong: not every event in time, or an unclean
+	// exit.
+	Error string `json:"error,omitempty"`
+}
+
+// current returns the run's worker of this build, if it ran.
+func (r SlowRun) current() (SlowWorker, bool) {
+	for _, w := range r.Workers {
+		if w.Build == buildCurrent {
+			return w, true
+		}
+	}
+	return SlowWorker{}, false
+}
+
 // LargeDocs is one worker relaying Events documents whose payload is one
 // string of PayloadMiB.
 type LargeDocs struct {
@@ -284,6 +341,11 @@ const (
 	scaleCommandsMax = 2.0
 )
 
+func targetSlowRatio(r SlowRun) string {
+	return r.Name + ": worker vs raw loop through the same path"
+}
+func targetSlowDelivered(r SlowRun) string { return r.Name + ": every event delivered" }
+
 func targetScaleRate(n int) string { return fmt.Sprintf("%d replicas vs 1: events/s", n) }
 func targetScaleCommands(n int) string {
 	return fmt.Sprintf("%d replicas vs 1: commands per 1,000 events", n)
@@ -339,6 +401,16 @@ func (r *Results) evaluate() {
 			add(targetScaleRate(d.Replicas), fmt.Sprintf(">= %.1fx", scaleRateMin), fmt.Sprintf("%.2fx", rate), rate >= scaleRateMin)
 			add(targetScaleCommands(d.Replicas), fmt.Sprintf("<= %.0fx", scaleCommandsMax), fmt.Sprintf("%.2fx", cmds), cmds <= scaleCommandsMax)
 		}
+	}
+	for _, run := range r.SlowDB {
+		w, ok := run.current()
+		if !ok || run.Raw.PerSecond <= 0 {
+			continue
+		}
+		add(targetSlowDelivered(run), fmt.Sprintf("all %s", thousands(run.Backlog)),
+			fmt.Sprintf("%s of %s", thousands(w.Events), thousands(run.Backlog)), w.AllDelivered)
+		add(targetSlowRatio(run), fmt.Sprintf(">= %.1fx", slowRatioMin),
+			fmt.Sprintf("%.2fx (%.0f of %.0f events/s)", w.Ratio, w.PerSecond, run.Raw.PerSecond), w.AllDelivered && w.Ratio >= slowRatioMin)
 	}
 	if h := r.HotAggregate; h != nil {
 		add(targetHotOrder, "0 inversions", fmt.Sprintf("%d inversions", h.Ordered.Inversions), h.Ordered.Inversions == 0)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -32,6 +33,15 @@ type workerOpts struct {
 	exchange   string
 	schedule   string
 	env        []string // more environment, after the harness's -worker-env
+	// bin is the worker binary; empty means -worker.
+	bin string
+	// mongoURI is the database the worker connects to; empty means the
+	// harness's (a slow stage gives it a proxy's).
+	mongoURI string
+	// defaults leaves OUTBOX_CLAIM_SCHEDULE and OUTBOX_BATCH_SIZE unset,
+	// so that the worker runs at its own defaults; schedule is then
+	// ignored.
+	defaults bool
 }
 
 // startWorker starts bin/worker run against the harness's database and
@@ -42,23 +52,26 @@ func (b *bench) startWorker(opts workerOpts) (*workerProc, error) {
 		return nil, err
 	}
 	env := append(os.Environ(),
-		"OUTBOX_MONGO_URI="+b.mongoURI,
+		"OUTBOX_MONGO_URI="+cmp.Or(opts.mongoURI, b.mongoURI),
 		"OUTBOX_MONGO_DATABASE="+databaseName,
 		"OUTBOX_MONGO_COLLECTION="+opts.collection,
 		"OUTBOX_AMQP_URL="+b.cfg.AMQPURL,
 		"OUTBOX_AMQP_EXCHANGE="+opts.exchange,
-		"OUTBOX_CLAIM_SCHEDULE="+opts.schedule,
-		"OUTBOX_BATCH_SIZE="+strconv.Itoa(b.cfg.BatchSize),
 		"OUTBOX_HTTP_ADDR="+addr,
 		"OUTBOX_WORKER_ID="+opts.id,
 		"OUTBOX_PPROF=true",
 		"OUTBOX_LOG_LEVEL=warn",
 		"OUTBOX_LOG_FORMAT=text",
 	)
+	if !opts.defaults {
+		env = append(env,
+			"OUTBOX_CLAIM_SCHEDULE="+opts.schedule,
+			"OUTBOX_BATCH_SIZE="+strconv.Itoa(b.cfg.BatchSize))
+	}
 	env = append(env, b.cfg.WorkerEnv...)
 	env = append(env, opts.env...)
 	p, err := workerproc.Start(workerproc.Config{
-		Bin: b.cfg.WorkerBin, Name: "worker " + opts.id, Env: env,
+		Bin: cmp.Or(opts.bin, b.cfg.WorkerBin), Name: "worker " + opts.id, Env: env,
 		LogPath: filepath.Join(b.rawDir, opts.id+".log"),
 	})
 	if err != nil {

@@ -423,3 +423,97 @@ func TestClosedPortURLRefuses(t *testing.T) {
 		t.Errorf("something listens on %s", u.Host)
 	}
 }
+
+// SetLatency adds its delay to every round trip, and only delays: what
+// arrives is what was sent, however many reads a message takes.
+func TestProxyLatency(t *testing.T) {
+	t.Parallel()
+	const delay = 200 * time.Millisecond
+	p := NewProxy(t, startEcho(t))
+	c := dial(t, p.Addr())
+	if _, err := roundTrip(c, "warm"); err != nil {
+		t.Fatalf("round trip before SetLatency: %v", err)
+	}
+
+	p.SetLatency(delay)
+	if got := p.Latency(); got != delay {
+		t.Fatalf("Latency() = %s, want %s", got, delay)
+	}
+	// A lower bound only: a busy host can make a round trip slower, never
+	// faster than the delay.
+	for _, line := range []string{"slow", strings.Repeat("y", 1<<20)} {
+		start := time.Now()
+		got, err := roundTrip(c, line)
+		took := time.Since(start)
+		if err != nil {
+			t.Fatalf("round trip of %d bytes with latency: %v", len(line), err)
+		}
+		if got != line {
+			t.Fatalf("echo with latency: got %d bytes, want %d", len(got), len(line))
+		}
+		if took < delay {
+			t.Errorf("round trip of %d bytes took %s with a latency of %s, want at least the latency", len(line), took, delay)
+		}
+	}
+
+	// New connections get it too.
+	start := time.Now()
+	if _, err := roundTrip(dial(t, p.Addr()), "new"); err != nil {
+		t.Fatalf("round trip on a new connection: %v", err)
+	}
+	if took := time.Since(start); took < delay {
+		t.Errorf("round trip on a new connection took %s, want at least %s", took, delay)
+	}
+
+	p.SetLatency(0)
+	if got, err := roundTrip(c, "fast"); err != nil || got != "fast" {
+		t.Fatalf("round trip after SetLatency(0) = %q, %v", got, err)
+	}
+}
+
+// The delay is on the way to the server: the server sees nothing of a
+// request before the latency has passed.
+func TestProxyLatencyHoldsRequests(t *testing.T) {
+	t.Parallel()
+	const delay = 300 * time.Millisecond
+	addr, accepted := startTarget(t)
+	p := NewProxy(t, addr)
+	p.SetLatency(delay)
+	client := dial(t, p.Addr())
+	var server net.Conn
+	select {
+	case server = <-accepted:
+	case <-time.After(ioTimeout):
+		t.Fatal("the proxy did not connect to the target")
+	}
+	sent := time.Now()
+	if _, err := io.WriteString(client, "request\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := server.SetReadDeadline(time.Now().Add(ioTimeout)); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(server).ReadString('\n')
+	if err != nil || line != "request\n" {
+		t.Fatalf("server read = %q, %v; want the request", line, err)
+	}
+	if took := time.Since(sent); took < delay {
+		t.Errorf("the server read the request %s after it was sent, want at least %s", took, delay)
+	}
+}
+
+// Cut ends connections with requests still in the delay line.
+func TestProxyCutWithLatency(t *testing.T) {
+	t.Parallel()
+	p := NewProxy(t, startEcho(t))
+	p.SetLatency(time.Hour)
+	c := dial(t, p.Addr())
+	if _, err := io.WriteString(c, "never\n"); err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, ioTimeout, func() (bool, string) {
+		return p.Conns() == 1, fmt.Sprintf("Conns() = %d, want 1", p.Conns())
+	})
+	p.Cut()
+	requireClosed(t, c)
+}

@@ -1,0 +1,302 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	driver "go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/outboxrelay/outbox/claim"
+	"github.com/outboxrelay/outbox/internal/redact"
+	"github.com/outboxrelay/outbox/internal/tcpproxy"
+)
+
+// slowStage is one measurement of issue 17, "slow down, never collapse":
+// one worker at its default settings (per-aggregate ordering, batch 500,
+// claims @every 1s) relays a backlog from a database that is slowed, or
+// holds a large backlog, and is set against the raw find/claim/mark loop
+// run through the same path to the database in the same stage. Every
+// event must arrive, at no less than slowRatioMin of the raw loop's rate.
+type slowStage struct {
+	key  string // its -only name
+	name string
+	// latency is added to every database round trip of both the worker
+	// and the raw loop by a tcpproxy in front of the database; 0 is the
+	// direct path.
+	latency time.Duration
+	backlog int
+	env     []string // the worker's environment beyond its defaults
+	// why says why the backlog is this size; printed with the stage.
+	why string
+}
+
+// slowRatioMin is the least worker rate, as a share of the raw loop's
+// through the same path, that issue 17 accepts.
+const slowRatioMin = 0.7
+
+// slowStages are the stages of issue 17, in the order they run. The
+// latency stages run by default; the large backlogs take minutes each on
+// FerretDB and are opt-in (optInStageKeys, make bench-slow).
+func (c config) slowStages() []slowStage {
+	latencyWhy := fmt.Sprintf("%s events: %d claims of %d, enough for the worker to reach its pace while a stage, "+
+		"the raw loop and each worker binary, stays near a minute at +600 ms (-db-latency-backlog)",
+		thousands(c.LatencyBacklog), (c.LatencyBacklog+claim.BatchSizeDefault-1)/claim.BatchSizeDefault, claim.BatchSizeDefault)
+	return []slowStage{
+		{
+			key: "db-latency-100ms", name: "slow database: +100 ms per round trip",
+			latency: 100 * time.Millisecond, backlog: c.LatencyBacklog, why: latencyWhy,
+		},
+		{
+			key: "db-latency-600ms", name: "slow database: +600 ms per round trip, OUTBOX_STALE_AFTER=10s",
+			latency: 600 * time.Millisecond, backlog: c.LatencyBacklog, env: []string{"OUTBOX_STALE_AFTER=10s"}, why: latencyWhy,
+		},
+		{
+			key: "backlog-20k", name: "backlog of 20,000 events",
+			backlog: 20000,
+			why:     "20,000 events at the worker's defaults; FerretDB reads every NEW event on each claim, so this takes minutes",
+		},
+		{
+			key: "backlog-50k", name: "backlog of 50,000 events",
+			backlog: 50000,
+			why:     "50,000 events at the worker's defaults; on FerretDB the raw loop alone takes several minutes",
+		},
+	}
+}
+
+// slowDB runs one slow stage: the raw loop, then the worker under test,
+// then the baseline worker if -baseline names one, each on a backlog of
+// its own through the same path.
+func (b *bench) slowDB(ctx context.Context, s slowStage) error {
+	fmt.Fprintf(b.out, "   %s\n", s.why)
+	uri, closePath, err := b.databasePath(s.latency)
+	if err != nil {
+		return err
+	}
+	defer closePath()
+	client, err := driver.Connect(options.Client().ApplyURI(uri).SetMaxPoolSize(4).SetAppName("outbox-bench-slow"))
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", redact.URL(uri), err)
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = client.Disconnect(dctx)
+	}()
+
+	run := SlowRun{Key: s.key, Name: s.name, LatencyMs: s.latency.Milliseconds(), Backlog: s.backlog, WorkerEnv: s.env}
+	run.Raw, err = b.slowRaw(ctx, client, s)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(b.out, "   raw loop through the same path: %s events in %.1fs: %.0f/s\n",
+		thousands(run.Raw.Count), run.Raw.Seconds, run.Raw.PerSecond)
+
+	// A worker at the 0.7x target needs 1.43 times the raw loop's time;
+	// the deadline leaves room for that, its start-up and a busy host,
+	// and stops a worker that has collapsed in a few minutes.
+	timeout := time.Minute + time.Duration(2.5*run.Raw.Seconds*float64(time.Second))
+	for _, bin := range b.workerBinaries() {
+		w, err := b.slowWorker(ctx, s, uri, bin, timeout)
+		if err != nil {
+			return err
+		}
+		w.Ratio = round(ratio(w.PerSecond, run.Raw.PerSecond), 3)
+		run.Workers = append(run.Workers, w)
+		fmt.Fprintf(b.out, "   worker (%s): %s\n", w.Build, w.describe(s.backlog))
+	}
+	b.res.SlowDB = append(b.res.SlowDB, run)
+	return nil
+}
+
+// workerBin is a worker binary a slow stage runs.
+type workerBin struct {
+	build string // "this build" or "baseline"
+	path  string
+}
+
+// workerBinaries are -worker and, with -baseline, the baseline binary.
+func (b *bench) workerBinaries() []workerBin {
+	bins := []workerBin{{buildCurrent, b.cfg.WorkerBin}}
+	if b.cfg.Baseline != "" {
+		bins = append(bins, workerBin{buildBaseline, b.cfg.Baseline})
+	}
+	return bins
+}
+
+// Builds of the worker a slow stage reports.
+const (
+	buildCurrent  = "this build"
+	buildBaseline = "baseline"
+)
+
+// databasePath returns the URI that reaches the database with latency
+// added to every round trip, through a tcpproxy that the returned func
+// closes; with no latency, the database's own URI.
+func (b *bench) databasePath(latency time.Duration) (string, func(), error) {
+	if latency <= 0 {
+		return b.mongoURI, func() {}, nil
+	}
+	target, err := tcpproxy.Target(b.mongoURI)
+	if err != nil {
+		return "", nil, err
+	}
+	p, err := tcpproxy.New(target)
+	if err != nil {
+		return "", nil, err
+	}
+	p.SetLatency(latency)
+	uri, err := tcpproxy.URI(b.mongoURI, p.Addr())
+	if err != nil {
+		p.Close()
+		return "", nil, err
+	}
+	return uri, p.Close, nil
+}
+
+// slowRaw inserts the stage's backlog directly, then runs the raw loop on
+// it through client, at the worker's default batch size.
+func (b *bench) slowRaw(ctx context.Context, client *driver.Client, s slowStage) (Rate, error) {
+	coll, _, err := b.preparedCollection(ctx, "slow_raw")
+	if err != nil {
+		return Rate{}, err
+	}
+	defer dropQuietly(coll)
+	if _, err := insertEvents(ctx, coll, s.backlog, 0, eventDoc); err != nil {
+		return Rate{}, err
+	}
+	through := client.Database(databaseName).Collection(coll.Name())
+	relayed, _, elapsed, err := rawLoop(ctx, through, claim.BatchSizeDefault)
+	if err != nil {
+		return Rate{}, fmt.Errorf("raw loop: %w", err)
+	}
+	if relayed != s.backlog {
+		return Rate{}, fmt.Errorf("raw loop relayed %d events of %d", relayed, s.backlog)
+	}
+	return Rate{Count: relayed, Seconds: round(elapsed.Seconds(), 2), PerSecond: round(float64(relayed)/elapsed.Seconds(), 1)}, nil
+}
+
+// slowWorker runs one worker process of bin at its defaults (and the
+// stage's env) on a fresh backlog through uri, until a consumer has every
+// event or timeout passes. A worker that does not deliver everything in
+// time is a result, reported in SlowWorker.Error, not a failure of the
+// harness.
+func (b *bench) slowWorker(ctx context.Context, s slowStage, uri string, bin workerBin, timeout time.Duration) (SlowWorker, error) {
+	label := strings.ReplaceAll(bin.build, " ", "-")
+	name := "slow_" + strings.ReplaceAll(s.key, "-", "_") + "_" + strings.ReplaceAll(label, "-", "_")
+	coll, _, err := b.preparedCollection(ctx, name)
+	if err != nil {
+		return SlowWorker{}, err
+	}
+	defer dropQuietly(coll)
+	if _, err := insertEvents(ctx, coll, s.backlog, 0, eventDoc); err != nil {
+		return SlowWorker{}, err
+	}
+	exchange := uniqueName("bench-" + s.key + "-" + label)
+	cons, err := newConsumer(b.cfg.AMQPURL, exchange)
+	if err != nil {
+		return SlowWorker{}, err
+	}
+	defer cons.close()
+
+	start := time.Now()
+	w, err := b.startWorker(workerOpts{
+		id: "bench-" + s.key + "-" + label, collection: coll.Name(), exchange: exchange,
+		env: s.env, bin: bin.path, mongoURI: uri, defaults: true,
+	})
+	if err != nil {
+		return SlowWorker{}, err
+	}
+	defer w.Kill()
+
+	out := SlowWorker{Build: bin.build, Binary: bin.path}
+	if err := cons.waitFor(ctx, s.backlog, timeout); err != nil {
+		if ctx.Err() != nil {
+			return SlowWorker{}, ctx.Err()
+		}
+		out.Error = err.Error()
+	}
+	arrivals, _ := cons.snapshot()
+	out.Events = len(arrivals)
+	out.AllDelivered = out.Events == s.backlog
+	elapsed := time.Since(start)
+	if out.AllDelivered {
+		last := slices.MaxFunc(slices.Collect(maps.Values(arrivals)), time.Time.Compare)
+		elapsed = last.Sub(start)
+	}
+	if len(arrivals) > 0 {
+		first := slices.MinFunc(slices.Collect(maps.Values(arrivals)), time.Time.Compare)
+		out.FirstSeconds = round(first.Sub(start).Seconds(), 2)
+	}
+
+	if _, cmds, err := w.scrape(ctx); err == nil {
+		out.DBCommands = cmds
+	}
+	st, stopErr := w.stop(stopTimeout)
+	_, out.Deliveries = cons.snapshot()
+	out.Seconds = round(elapsed.Seconds(), 2)
+	out.PerSecond = round(float64(out.Events)/elapsed.Seconds(), 1)
+	out.CPUSeconds = round(st.cpu.Seconds(), 3)
+	out.PeakRSSMB = round(st.peakRSSMB, 1)
+	out.ExitCode = st.exitCode
+	if k := float64(out.Events) / 1000; k > 0 {
+		out.CPUMsPer1000 = round(1000*st.cpu.Seconds()/k, 1)
+		out.DBCommandsPer1000 = round(sum(out.DBCommands)/k, 1)
+	}
+	if stopErr != nil {
+		out.Error = strings.TrimPrefix(out.Error+"; "+stopErr.Error(), "; ")
+	}
+	return out, nil
+}
+
+// slowRows adds the table rows of the slow stages: per stage the raw
+// loop, then each build's worker (the baseline's beside this build's),
+// then what issue 17 asks of this build.
+func (r *Results) slowRows(add func(measure, result, target string)) {
+	for _, run := range r.SlowDB {
+		path := "database direct"
+		if run.LatencyMs > 0 {
+			path = fmt.Sprintf("database +%d ms per round trip (proxy)", run.LatencyMs)
+		}
+		env := prefixed(", ", strings.Join(run.WorkerEnv, " "))
+		add(fmt.Sprintf("Issue 17, %s events, %s: raw loop (find %d, claim, mark) through the same path", thousands(run.Backlog), path, claim.BatchSizeDefault),
+			fmt.Sprintf("%s events/s (%s in %.1f s)", thousands(int(run.Raw.PerSecond)), thousands(run.Raw.Count), run.Raw.Seconds), "")
+		for _, w := range run.Workers {
+			result := w.describe(run.Backlog)
+			target := ""
+			if w.Build == buildCurrent {
+				target = targetSlowRatio(run)
+			}
+			add(fmt.Sprintf("Issue 17, %s events, %s: 1 worker at its defaults%s (%s)", thousands(run.Backlog), path, env, w.Build), result, target)
+		}
+		if w, ok := run.current(); ok {
+			add(fmt.Sprintf("Issue 17, %s events, %s: every event delivered (this build)", thousands(run.Backlog), path),
+				fmt.Sprintf("%s of %s", thousands(w.Events), thousands(run.Backlog)), targetSlowDelivered(run))
+		}
+	}
+}
+
+// describe is the worker's figures in one line, for the table and the
+// progress output.
+func (w SlowWorker) describe(backlog int) string {
+	if w.Events == 0 {
+		return fmt.Sprintf("no event of %s in %.1f s; CPU %.2f s in all, peak RSS %.1f MB, %.0f database commands%s",
+			thousands(backlog), w.Seconds, w.CPUSeconds, w.PeakRSSMB, sum(w.DBCommands), prefixed("; ", w.Error))
+	}
+	return fmt.Sprintf("%s events/s (%s of %s in %.1f s, first after %.1f s), %.2fx the raw loop; %s deliveries; "+
+		"CPU %.1f ms per 1,000 events, peak RSS %.1f MB; %.1f database commands per 1,000 events%s",
+		thousands(int(w.PerSecond)), thousands(w.Events), thousands(backlog), w.Seconds, w.FirstSeconds, w.Ratio,
+		thousands(w.Deliveries), w.CPUMsPer1000, w.PeakRSSMB, w.DBCommandsPer1000, prefixed("; ", w.Error))
+}
+
+func sum(m map[string]float64) float64 {
+	var t float64
+	for _, v := range m {
+		t += v
+	}
+	return t
+}
