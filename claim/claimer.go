@@ -76,6 +76,7 @@ type Claimer struct {
 	// the claims' writes so that the fence gives them what they need.
 	batch  *batchLimit
 	writes writeTimes
+	reads  readTimes
 	// halted is closed when a stop's deadline has passed: the outcome
 	// writes of the batch in flight give up then.
 	halted   chan struct{}
@@ -171,7 +172,9 @@ func (c *Claimer) runOnce(ctx context.Context) (more bool, err error) {
 	c.paused.resume(c.logger)
 	lease := events.Lease{WorkerID: c.cfg.WorkerID, Token: newToken()}
 	c.abandoned.retry(ctx, c.store, c.now(), c.logger)
+	start := time.Now()
 	res, err := c.claim(ctx, &lease)
+	claimTook := time.Since(start)
 	c.draining.Store(err == nil && res.More)
 	if err != nil {
 		c.metrics.JobErrors.WithLabelValues("claim").Inc()
@@ -192,10 +195,13 @@ func (c *Claimer) runOnce(ctx context.Context) (more bool, err error) {
 	}
 	c.metrics.Claimed.Add(float64(len(claimed)))
 	c.metrics.ClaimBatchSize.Observe(float64(len(claimed)))
+	start = time.Now()
 	if err := c.relay(ctx, lease, claimed); err != nil {
 		c.metrics.JobErrors.WithLabelValues("claim").Inc()
 		return false, err
 	}
+	c.logger.Debug("batch relayed", "events", len(claimed), "claim_took", claimTook, "relay_took", time.Since(start),
+		"batch_limit", c.batch.get())
 	return full, nil
 }
 
@@ -226,8 +232,10 @@ func (c *Claimer) ordered() bool { return c.cfg.Ordering == OrderingAggregate }
 // the events of those owned since before the read without a break, and
 // writes within the validity it finds: no partition is given away until
 // the write returns (the fence). A write is not started unless the
-// validity covers it, by the write times seen lately: the claim first
-// renews the partitions, and then takes fewer events if it must.
+// validity covers it, by the write times seen lately (writeTimes): where
+// the validity will not cover the read and the write, the claim renews
+// the partitions beside its read; before the write it renews again if it
+// must, and then takes fewer events if it must.
 func (c *Claimer) claim(ctx context.Context, lease *events.Lease) (events.ClaimResult, error) {
 	limit := events.ClaimLimit{
 		Events:      c.batch.get(),
@@ -237,6 +245,7 @@ func (c *Claimer) claim(ctx context.Context, lease *events.Lease) (events.ClaimR
 		Draining:    c.draining.Load(),
 	}
 	var before []int64
+	var renewal <-chan error
 	if c.cfg.Owner != nil {
 		var validFor time.Duration
 		var done func()
@@ -246,10 +255,21 @@ func (c *Claimer) claim(ctx context.Context, lease *events.Lease) (events.ClaimR
 			return events.ClaimResult{}, nil
 		}
 		limit.Owned = sameTerms(before, before)
+		// A renewal the write would wait for runs beside the read.
+		if validFor < c.reads.longest()+c.writes.need(limit.Events) {
+			renewal = c.renewAsync(ctx)
+		}
 	}
 	readCtx, cancel := context.WithTimeout(ctx, c.cfg.StaleAfter)
+	start := time.Now()
 	docs, more, err := c.store.ReadClaimable(readCtx, c.now(), limit)
+	c.reads.observe(time.Since(start))
 	cancel()
+	if renewal != nil {
+		if err := <-renewal; err != nil {
+			c.logger.Warn("could not renew the partitions during a claim's read", "error", err)
+		}
+	}
 	if err != nil || len(docs) == 0 {
 		return events.ClaimResult{More: more}, err
 	}
@@ -261,16 +281,24 @@ func (c *Claimer) claim(ctx context.Context, lease *events.Lease) (events.ClaimR
 	lease.At = c.now().UTC().Truncate(time.Millisecond)
 	writeCtx, cancel := context.WithTimeout(ctx, validFor)
 	defer cancel()
-	start := time.Now()
+	start = time.Now()
 	res, err := c.store.ClaimRead(writeCtx, *lease, docs, limit)
 	c.writes.observe(len(docs), time.Since(start))
 	res.More = more
 	return res, err
 }
 
+// renewAsync renews the partitions in the background and reports the
+// result on the channel it returns.
+func (c *Claimer) renewAsync(ctx context.Context) <-chan error {
+	ch := make(chan error, 1)
+	go func() { ch <- c.cfg.Owner.Renew(ctx) }()
+	return ch
+}
+
 // fence holds the partitions for a claim's write of docs (in claim
-// order, as read), read in the partitions before held: it keeps the documents of
-// the partitions still held under the same tenure, and returns how long
+// order, as read), read in the partitions before held: it keeps the
+// documents of the partitions still held under the same tenure, and returns how long
 // the write may take and the function that ends the hold. When the
 // validity left is short of what the write needs, it renews the
 // partitions first, and then keeps no more documents than fit; after a
@@ -296,6 +324,7 @@ func (c *Claimer) fence(ctx context.Context, before []int64, docs []bson.Raw) ([
 		}
 		done()
 		tried = true
+		c.logger.Debug("renewing the partitions before a claim's write", "valid_for", validFor, "write_needs", c.writes.need(len(kept)))
 		if err := c.cfg.Owner.Renew(ctx); err != nil {
 			c.logger.Warn("could not renew the partitions before a claim's write; claiming what fits", "error", err)
 		} else {

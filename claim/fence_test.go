@@ -136,13 +136,14 @@ func TestFenceGivesTheWriteTheTimeItNeeds(t *testing.T) {
 	cases := []struct {
 		name       string
 		afterRenew time.Duration // the validity Hold finds after a renewal
-		seenEvents int           // a write of this many events
-		seen       time.Duration // took this long
+		seen       []writeTime   // the writes seen before
 		want       int           // events claimed
 	}{
-		{"renewed in time", time.Minute, n, time.Second, n},
-		{"renewal short: what fits", 500 * time.Millisecond, 10, 100 * time.Millisecond, 25},
-		{"renewal too short: one event", 100 * time.Millisecond, n, time.Second, 1},
+		{"renewed in time", time.Minute, []writeTime{{n, time.Second}}, n},
+		// 100 ms a round trip and 10 ms an event: 15 events fit in
+		// half of 500 ms.
+		{"renewal short: what fits", 500 * time.Millisecond, []writeTime{{1, 100 * time.Millisecond}, {n, 500 * time.Millisecond}}, 15},
+		{"renewal too short: one event", 100 * time.Millisecond, []writeTime{{n, time.Second}}, 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -155,7 +156,9 @@ func TestFenceGivesTheWriteTheTimeItNeeds(t *testing.T) {
 				{terms: allTerms(1), validFor: tc.afterRenew},
 			}}
 			c, m := newClaimer(t, store, idlePublisher{t}, Config{Owner: owner, Ordering: OrderingAggregate, BatchSize: n})
-			c.writes.observe(tc.seenEvents, tc.seen)
+			for _, w := range tc.seen {
+				c.writes.observe(w.events, w.took)
+			}
 			lease := events.Lease{WorkerID: "worker-a", Token: "t"}
 			res, err := c.claim(t.Context(), &lease)
 			if err != nil {

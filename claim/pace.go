@@ -61,6 +61,14 @@ func (b *batchLimit) succeeded(took int) int {
 // writeTimes estimates how long a claim's write of n events takes, from
 // the writes observed lately: so that a claim does not start a write it
 // cannot finish inside its partitions' validity.
+//
+// A write costs a round trip and then some work per event. The estimate
+// keeps the two apart, or a database far away would look slow per event:
+// the base is the fastest recent write (the round trip and then some),
+// and the cost per event the most any recent write spent above the base,
+// per event. Scaling whole writes by their size instead made writes of a
+// few events through a slow link look like hours for a full batch, and
+// every claim was trimmed to a few events: a loop of its own making.
 type writeTimes struct {
 	mu   sync.Mutex
 	seen [writeTimesKept]writeTime
@@ -94,39 +102,71 @@ func (w *writeTimes) observe(n int, d time.Duration) {
 	w.next = (w.next + 1) % writeTimesKept
 }
 
-// need is the validity a write of n events should have left when it
-// starts: writeHeadroom times the slowest recent write, scaled up by n
-// when it had fewer events. The scale is never down: a write of few events
-// still pays the round trips of a larger one. Zero before any write.
-func (w *writeTimes) need(n int) time.Duration {
+// model returns the base and the cost per event; ok is false before any
+// write.
+func (w *writeTimes) model() (base time.Duration, perEvent float64, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	var need time.Duration
 	for _, s := range w.seen {
-		if s.events == 0 {
-			continue
+		if s.events > 0 && (!ok || s.took < base) {
+			base, ok = s.took, true
 		}
-		d := s.took
-		if n > s.events {
-			d = time.Duration(float64(d) * float64(n) / float64(s.events))
-		}
-		need = max(need, writeHeadroom*d)
 	}
-	return need
+	for _, s := range w.seen {
+		if s.events > 0 {
+			perEvent = max(perEvent, float64(s.took-base)/float64(s.events))
+		}
+	}
+	return base, perEvent, ok
+}
+
+// need is the validity a write of n events should have left when it
+// starts: writeHeadroom times the estimate. Zero before any write.
+func (w *writeTimes) need(n int) time.Duration {
+	base, perEvent, ok := w.model()
+	if !ok {
+		return 0
+	}
+	return writeHeadroom * (base + time.Duration(perEvent*float64(n)))
 }
 
 // fit returns the most events, up to n, whose write need fits in validFor.
 func (w *writeTimes) fit(n int, validFor time.Duration) int {
-	lo, hi := 0, n // need is monotonic in n: search for the largest that fits
-	for lo < hi {
-		mid := (lo + hi + 1) / 2
-		if w.need(mid) <= validFor {
-			lo = mid
-		} else {
-			hi = mid - 1
-		}
+	base, perEvent, ok := w.model()
+	switch {
+	case !ok:
+		return n
+	case writeHeadroom*base > validFor:
+		return 0
+	case perEvent == 0:
+		return n
 	}
-	return lo
+	return min(n, int(float64(validFor/writeHeadroom-base)/perEvent))
+}
+
+// readTimes keeps the longest of a claim's recent reads, for starting a
+// renewal early enough (see Claimer.claim).
+type readTimes struct {
+	mu   sync.Mutex
+	seen [writeTimesKept]time.Duration
+	next int
+}
+
+func (r *readTimes) observe(d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seen[r.next] = d
+	r.next = (r.next + 1) % writeTimesKept
+}
+
+func (r *readTimes) longest() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var m time.Duration
+	for _, d := range r.seen {
+		m = max(m, d)
+	}
+	return m
 }
 
 // isTimeout reports a store error that says the database did not answer

@@ -45,6 +45,9 @@ func TestBatchLimitHalvesOnTimeoutAndRegrowsBySteps(t *testing.T) {
 	}
 }
 
+// The estimate keeps a write's round trip apart from its cost per event:
+// writes of a few events through a slow link say nothing of a large
+// write's cost per event, and must not make it look like hours.
 func TestWriteTimesNeedAndFit(t *testing.T) {
 	t.Parallel()
 	var w writeTimes
@@ -54,29 +57,31 @@ func TestWriteTimesNeedAndFit(t *testing.T) {
 	if n := w.fit(500, time.Millisecond); n != 500 {
 		t.Errorf("fit before any write = %d, want all 500", n)
 	}
-	w.observe(100, time.Second)
-	cases := []struct {
+	w.observe(1, 600*time.Millisecond) // a round trip of 600 ms
+	if got := w.need(500); got != 1200*time.Millisecond {
+		t.Errorf("need(500) after one write of one event in 600ms = %s, want 1.2s: twice the round trip, no cost per event yet", got)
+	}
+	w.observe(100, time.Second) // 4 ms an event on top of the round trip
+	for _, tc := range []struct {
 		events int
 		want   time.Duration
 	}{
-		{1, 2 * time.Second},    // fewer events still pay the round trips
-		{100, 2 * time.Second},  // twice what was seen
-		{250, 5 * time.Second},  // scaled up by the count
-		{500, 10 * time.Second}, // and so on
-	}
-	for _, tc := range cases {
+		{1, 1208 * time.Millisecond},
+		{100, 2 * time.Second},
+		{500, 5200 * time.Millisecond},
+	} {
 		if got := w.need(tc.events); got != tc.want {
 			t.Errorf("need(%d) = %s, want %s", tc.events, got, tc.want)
 		}
 	}
-	if n := w.fit(500, 5*time.Second); n != 250 {
-		t.Errorf("fit(500, 5s) = %d, want 250", n)
+	if n := w.fit(500, 3200*time.Millisecond); n != 250 {
+		t.Errorf("fit(500, 3.2s) = %d, want 250", n)
 	}
 	if n := w.fit(500, time.Second); n != 0 {
-		t.Errorf("fit(500, 1s) = %d, want 0: not even one write fits", n)
+		t.Errorf("fit(500, 1s) = %d, want 0: not even the round trip fits twice", n)
 	}
 	// The estimate follows the database: writes seen later push the
-	// slow one out.
+	// slow ones out.
 	for range writeTimesKept {
 		w.observe(100, 10*time.Millisecond)
 	}

@@ -30,10 +30,9 @@ const (
 // round trip, and checks that every event of a backlog is delivered.
 func TestRelayThroughSlowDatabase(t *testing.T) {
 	t.Parallel()
-	// On 493f6e6 it failed: 0 of 600 events in 4 minutes, every claim
+	// Before the adaptive claim it failed: 0 of 600 events in 4 minutes, every claim
 	// ending "calculated server-side timeout (0 ms)": the claim's budget
-	// is spent before its last round trip. Remove this skip with the fix.
-	t.Skip("issue 17: the worker delivers nothing through a database 600 ms away; skipped until the adaptive claim lands (adaptive batch size, fence renewed before long writes)")
+	// is spent before its last round trip.
 	s := localStack(t)
 	ctx, cancel := context.WithTimeout(t.Context(), slowDBDeadline+time.Minute)
 	defer cancel()
