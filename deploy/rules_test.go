@@ -188,7 +188,7 @@ func TestPromtool(t *testing.T) {
 // nonWorkerMetrics are the series the rules may use that the worker does
 // not export, each with where it comes from.
 var nonWorkerMetrics = map[string]string{
-	"up":                               "Prometheus, per scrape target",
+	"up":                              "Prometheus, per scrape target",
 	"kube_pod_container_status_ready": "kube-state-metrics",
 }
 
