@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -167,6 +168,7 @@ func (c *Claimer) runOnce(ctx context.Context) (more bool, err error) {
 	}
 	if err := c.pub.Ready(); err != nil {
 		c.paused.log(c.logger, err)
+		c.metrics.ClaimRuns.WithLabelValues(metrics.ClaimPaused).Inc()
 		return false, nil
 	}
 	c.paused.resume(c.logger)
@@ -176,7 +178,12 @@ func (c *Claimer) runOnce(ctx context.Context) (more bool, err error) {
 	res, err := c.claim(ctx, &lease)
 	claimTook := time.Since(start)
 	c.draining.Store(err == nil && res.More)
+	if errors.Is(err, errUnowned) {
+		c.metrics.ClaimRuns.WithLabelValues(metrics.ClaimUnowned).Inc()
+		return false, nil
+	}
 	if err != nil {
+		c.metrics.ClaimRuns.WithLabelValues(metrics.ClaimError).Inc()
 		c.metrics.JobErrors.WithLabelValues("claim").Inc()
 		if isTimeout(err) {
 			c.shrink("claim", err)
@@ -191,19 +198,28 @@ func (c *Claimer) runOnce(ctx context.Context) (more bool, err error) {
 	claimed, full := res.Claimed, res.More
 	c.metrics.ClaimBatchLimit.Set(float64(c.batch.succeeded(len(claimed) + len(res.Rejected))))
 	if len(claimed) == 0 {
+		c.metrics.ClaimRuns.WithLabelValues(metrics.ClaimIdle).Inc()
 		return full, nil
 	}
 	c.metrics.Claimed.Add(float64(len(claimed)))
 	c.metrics.ClaimBatchSize.Observe(float64(len(claimed)))
 	start = time.Now()
 	if err := c.relay(ctx, lease, claimed); err != nil {
+		c.metrics.ClaimRuns.WithLabelValues(metrics.ClaimError).Inc()
 		c.metrics.JobErrors.WithLabelValues("claim").Inc()
 		return false, err
 	}
+	c.metrics.ClaimRuns.WithLabelValues(metrics.ClaimClaimed).Inc()
 	c.logger.Debug("batch relayed", "events", len(claimed), "claim_took", claimTook, "relay_took", time.Since(start),
 		"batch_limit", c.batch.get())
 	return full, nil
 }
+
+// errUnowned is claim's answer while this worker owns no partition: it
+// read nothing. Not a failure of the claim, but not a claim either, and
+// counted apart (claim_runs_total{result="unowned"}), so that a relay whose
+// replicas own nothing is seen.
+var errUnowned = errors.New("no partition owned")
 
 // shrink halves the batch limit after a timeout (see batchLimit).
 func (c *Claimer) shrink(what string, err error) {
@@ -224,8 +240,9 @@ func (c *Claimer) Slow() bool { return c.batch.get() < c.cfg.BatchSize }
 // ordered reports whether batches are claimed and published in order.
 func (c *Claimer) ordered() bool { return c.cfg.Ordering == OrderingAggregate }
 
-// claim claims a batch in the partitions this worker owns, if it owns any,
-// and sets lease.At to the time of its write (processingAt).
+// claim claims a batch in the partitions this worker owns, and sets
+// lease.At to the time of its write (processingAt). It returns errUnowned,
+// having read nothing, when the worker owns none.
 //
 // It reads in the partitions owned when it starts, for as long as the
 // stale threshold at most. Then it holds the partitions again, keeps only
@@ -252,7 +269,7 @@ func (c *Claimer) claim(ctx context.Context, lease *events.Lease) (events.ClaimR
 		before, validFor, done = c.cfg.Owner.Hold()
 		done()
 		if validFor <= 0 || !slices.ContainsFunc(before, func(t int64) bool { return t != 0 }) {
-			return events.ClaimResult{}, nil
+			return events.ClaimResult{}, errUnowned
 		}
 		limit.Owned = sameTerms(before, before)
 		// A renewal the write would wait for runs beside the read.

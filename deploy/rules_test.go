@@ -188,18 +188,26 @@ func TestPromtool(t *testing.T) {
 // nonWorkerMetrics are the series the rules may use that the worker does
 // not export, each with where it comes from.
 var nonWorkerMetrics = map[string]string{
-	"up": "Prometheus, per scrape target",
-	"kube_deployment_status_replicas_available": "kube-state-metrics",
-	"kube_deployment_spec_replicas":             "kube-state-metrics",
+	"up":                              "Prometheus, per scrape target",
+	"kube_pod_container_status_ready": "kube-state-metrics",
+}
+
+// objectNameLabels are the labels of kube-state-metrics (and of the
+// PodMonitor's targets) that carry the name of a Kubernetes object. A rule
+// that matches one by value breaks silently under an overlay's namePrefix
+// or nameSuffix.
+var objectNameLabels = map[string]bool{
+	"deployment": true, "replicaset": true, "statefulset": true, "daemonset": true, "pod": true, "poddisruptionbudget": true, "service": true,
 }
 
 // TestRulesQueryWorkerMetrics checks every rule's expression: it parses,
 // it queries only metrics the worker exports (or the few above) with
-// labels they have, and its job and deployment match the Kubernetes base.
+// labels they have, its job matches the Kubernetes base, and it names no
+// Kubernetes object.
 func TestRulesQueryWorkerMetrics(t *testing.T) {
 	t.Parallel()
 	exported := workerMetrics(t)
-	job, deployment := kubernetesNames(t)
+	job := kubernetesJob(t, absPath(t, "kubernetes"))
 	used := map[string]bool{}
 	for _, r := range loadRules(t) {
 		sels, err := selectors(r.Expr)
@@ -209,13 +217,15 @@ func TestRulesQueryWorkerMetrics(t *testing.T) {
 		}
 		for _, s := range sels {
 			used[s.name] = true
+			for _, m := range s.matchers {
+				if objectNameLabels[m.Name] {
+					t.Errorf("%s: matches %s, the name of a Kubernetes object, which an overlay's namePrefix changes", r.Alert, m)
+				}
+			}
 			if _, ok := nonWorkerMetrics[s.name]; ok {
 				for _, m := range s.matchers {
 					if m.Name == "job" && m.Value != job {
 						t.Errorf("%s: selects job %q, but the PodMonitor sets job %q", r.Alert, m.Value, job)
-					}
-					if m.Name == "deployment" && m.Value != deployment {
-						t.Errorf("%s: selects deployment %q, but the Deployment is %q", r.Alert, m.Value, deployment)
 					}
 				}
 				continue
@@ -237,6 +247,7 @@ func TestRulesQueryWorkerMetrics(t *testing.T) {
 		"outbox_stale_processing_events", "outbox_oldest_new_event_age_seconds",
 		"outbox_events_failed_total", "outbox_events_released_total", "outbox_broker_connected",
 		"outbox_claims_lost_total", "outbox_job_errors_total", "up",
+		"outbox_partitions_owned", "outbox_claim_runs_total", "kube_pod_container_status_ready",
 	} {
 		if !used[m] {
 			t.Errorf("no rule queries %s", m)

@@ -45,10 +45,30 @@ type Metrics struct {
 	HeldAggregates  Sampled
 	OldestHeldAge   Sampled
 	BrokerConnected prometheus.Gauge
+	PartitionsOwned prometheus.Gauge
+	ClaimRuns       *prometheus.CounterVec
 	JobErrors       *prometheus.CounterVec
 	RunsLeftOut     *prometheus.CounterVec
 	DBCommands      *prometheus.CounterVec
 }
+
+// Jobs are the background jobs whose failed runs JobErrors counts: the
+// values of its label, each exported from the start at 0, so that a rate
+// over them has a series before the first failure.
+var Jobs = []string{"claim", "ownership", "recovery", "retention", "sampler"}
+
+// Outcomes of a claim run, the values of ClaimRuns' label, each exported
+// from the start at 0.
+const (
+	ClaimClaimed = "claimed" // read the outbox and claimed events
+	ClaimIdle    = "idle"    // read the outbox and found nothing to claim
+	ClaimUnowned = "unowned" // owned no partition: read nothing
+	ClaimPaused  = "paused"  // the broker cannot take a publish: read nothing
+	ClaimError   = "error"   // failed (counted in JobErrors too)
+)
+
+// ClaimOutcomes lists them.
+var ClaimOutcomes = []string{ClaimClaimed, ClaimIdle, ClaimUnowned, ClaimPaused, ClaimError}
 
 // YieldingJobs are the periodic jobs that leave runs out while claims are
 // slow: the values of RunsLeftOut's label, each exported from the start.
@@ -84,7 +104,11 @@ func New(reg prometheus.Registerer) *Metrics {
 		OldestHeldAge: sampled(s, "oldest_held_event_age_seconds",
 			"Age of the oldest event waiting behind a held aggregate, sampled on a schedule; 0 when there is none."),
 		BrokerConnected: s.Gauge("broker_connected", "1 while this worker has a connection and channel to the broker."),
-		JobErrors:       s.CounterVec("job_errors_total", "Runs of a background job (claim, recovery, retention, sampler) that failed.", "job"),
+		PartitionsOwned: s.Gauge("partitions_owned",
+			"Partitions this worker owns and may claim in, after its last ownership round: 0 on every replica means nothing relays."),
+		ClaimRuns: s.CounterVec("claim_runs_total",
+			"Claim runs by outcome: claimed, idle (nothing claimable), unowned (no partition owned), paused (broker not ready), error.", "result"),
+		JobErrors: s.CounterVec("job_errors_total", "Runs of a background job (claim, ownership, recovery, retention, sampler) that failed.", "job"),
 		RunsLeftOut: s.CounterVec("job_runs_left_out_total",
 			"Scheduled runs of a periodic job (recovery, retention, sampler) left out because claims were slow.", "job"),
 		DBCommands: s.CounterVec("db_commands_total",
@@ -92,6 +116,12 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	for _, job := range YieldingJobs {
 		m.RunsLeftOut.WithLabelValues(job)
+	}
+	for _, job := range Jobs {
+		m.JobErrors.WithLabelValues(job)
+	}
+	for _, r := range ClaimOutcomes {
+		m.ClaimRuns.WithLabelValues(r)
 	}
 	if err := s.Register(reg); err != nil {
 		panic(err) // one Metrics per registry: a wiring bug

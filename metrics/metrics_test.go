@@ -3,6 +3,7 @@ package metrics_test
 import (
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/outboxrelay/outbox/metrics"
@@ -31,5 +32,36 @@ func TestRunsLeftOutExportedAtZero(t *testing.T) {
 		if v := testutil.ToFloat64(m.RunsLeftOut.WithLabelValues(job)); v != 0 {
 			t.Errorf("job_runs_left_out_total{job=%q} = %v, want 0", job, v)
 		}
+	}
+}
+
+// The failed runs of every job and every claim outcome are exported from
+// the start at 0: a rate over them, and an alert that compares claim
+// errors with claim successes, has a series before the first event.
+func TestJobErrorsAndClaimRunsExportedAtZero(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(nil)
+	for _, tc := range []struct {
+		name string
+		vec  interface {
+			WithLabelValues(...string) prometheus.Counter
+		}
+		c      prometheus.Collector
+		labels []string
+	}{
+		{"job_errors_total", m.JobErrors, m.JobErrors, metrics.Jobs},
+		{"claim_runs_total", m.ClaimRuns, m.ClaimRuns, metrics.ClaimOutcomes},
+	} {
+		if n := testutil.CollectAndCount(tc.c); n != len(tc.labels) {
+			t.Errorf("%s exports %d series, want %d", tc.name, n, len(tc.labels))
+		}
+		for _, l := range tc.labels {
+			if v := testutil.ToFloat64(tc.vec.WithLabelValues(l)); v != 0 {
+				t.Errorf("%s{%s} = %v, want 0", tc.name, l, v)
+			}
+		}
+	}
+	if v := testutil.ToFloat64(m.PartitionsOwned); v != 0 {
+		t.Errorf("partitions_owned = %v, want 0 before a round", v)
 	}
 }

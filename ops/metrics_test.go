@@ -158,6 +158,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		"outbox_claims_lost_total", "outbox_publish_latency_seconds", "outbox_claim_batch_size",
 		"outbox_events", "outbox_oldest_new_event_age_seconds", "outbox_stale_processing_events",
 		"outbox_broker_connected", "outbox_job_errors_total", "outbox_db_commands_total",
+		"outbox_partitions_owned", "outbox_claim_runs_total",
 	} {
 		if !strings.Contains(string(text), "\n# TYPE "+name+" ") {
 			t.Errorf("/metrics has no metric %s", name)
@@ -190,7 +191,8 @@ func TestMetricsEndpoint(t *testing.T) {
 		"status": {"NEW", "PROCESSING", "PUBLISHED", "FAILED"},
 		"reason": {metrics.ReasonInvalid, metrics.ReasonMaxAttempts, metrics.ReasonStaleMaxAttempts, metrics.ReasonNacked,
 			metrics.ReasonReturned, metrics.ReasonUnconfirmed, metrics.ReasonBrokerUnavailable, metrics.ReasonError},
-		"job": {"claim", "recovery", "retention", "sampler"},
+		"job":    metrics.Jobs,
+		"result": metrics.ClaimOutcomes,
 		"command": {"find", "getMore", "update", "delete", "insert", "aggregate", "count", "commitTransaction",
 			"abortTransaction", "createIndexes", "ping", "hello", "endSessions", "killCursors", "other"},
 	}

@@ -74,7 +74,8 @@ type SamplerConfig struct {
 	// Active, when set, says whether this replica samples: the gauges
 	// describe the whole outbox, so one replica (the ownership leader)
 	// samples for all of them, and the others export none of them rather
-	// than repeat the same queries. Defaults to nil: always samples.
+	// than repeat the same queries; while no replica leads, every one
+	// samples (the worker's wiring). Defaults to nil: always samples.
 	Active func() bool
 	// Now is the clock ages and the stale threshold are measured with: the
 	// database server's time (mongo.Clock.Now). Defaults to time.Now.

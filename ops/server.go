@@ -30,6 +30,20 @@ type Readier interface {
 	Ready() error
 }
 
+// Owner is the partition ownership as /readyz and /status see it
+// (ownership.Manager).
+type Owner interface {
+	// Owned returns the partitions this replica holds.
+	Owned() []int
+	// Unowned returns how long this replica has owned no partition it may
+	// claim in (0 while it owns one), and the last round's error if it
+	// failed.
+	Unowned() (time.Duration, error)
+	// TermLength is how long a replica may own nothing before it is not
+	// ready.
+	TermLength() time.Duration
+}
+
 // Job is a background job the status page reports on.
 type Job interface {
 	LastRun() time.Time
@@ -70,6 +84,12 @@ type ServerConfig struct {
 	}
 	// Recovery's last run is /status's lastRecoveryAt. Required.
 	Recovery Job
+	// Owner, when set, makes a replica that has owned no partition for
+	// longer than a term not ready, although its database and broker
+	// answer: it relays nothing (its rounds cannot write the owners
+	// collection, or it is one replica too many). /status says why.
+	// Defaults to nil: ownership is not checked.
+	Owner Owner
 	// Gatherer is what /metrics serves. Required.
 	Gatherer prometheus.Gatherer
 	// Logger defaults to slog.Default().
@@ -197,7 +217,30 @@ func (s *Server) notReady(ctx context.Context) string {
 	if err := s.cfg.Broker.Ready(); err != nil {
 		return "rabbitmq: " + err.Error()
 	}
+	if why := s.unowned(); why != "" {
+		return "ownership: " + why
+	}
 	return ""
+}
+
+// unowned says why this replica relays nothing although its database and
+// broker answer: it has owned no partition for longer than a term. "" when
+// it owns one, or has owned none for a term at most (it is starting, or
+// its partitions are moving).
+func (s *Server) unowned() string {
+	o := s.cfg.Owner
+	if o == nil {
+		return ""
+	}
+	d, err := o.Unowned()
+	if d <= o.TermLength() {
+		return ""
+	}
+	head := fmt.Sprintf("no partition owned for %s, longer than a term (%s): ", d.Round(time.Second), o.TermLength())
+	if err != nil {
+		return head + "the ownership rounds fail (can this worker write the owners collection?): " + err.Error()
+	}
+	return head + fmt.Sprintf("other replicas hold every partition (more replicas than the %d partitions?)", events.Partitions)
 }
 
 // statusBody is the JSON of GET /status.
@@ -222,6 +265,19 @@ type statusLocal struct {
 	LastRecoveryAt *time.Time `json:"lastRecoveryAt"`
 	BrokerNode     *string    `json:"brokerNode,omitempty"`
 	WakeUp         string     `json:"wakeUp,omitempty"`
+	// Ownership is this replica's share of the partitions, and why it is
+	// not ready for want of one.
+	Ownership *ownershipStatus `json:"ownership,omitempty"`
+}
+
+// ownershipStatus is /status's ownership: the partitions this replica
+// owns, how long it has owned none, the last round's error, and, when it
+// has owned none for longer than a term, why /readyz fails.
+type ownershipStatus struct {
+	Partitions     int     `json:"partitions"`
+	UnownedSeconds float64 `json:"unownedSeconds"`
+	LastError      string  `json:"lastError,omitempty"`
+	NotReady       string  `json:"notReady,omitempty"`
 }
 
 // status answers from the sampler's last sample, whose figures are as of
@@ -241,6 +297,14 @@ func (s *Server) status(w http.ResponseWriter, _ *http.Request) {
 	}
 	if s.cfg.WakeUp != nil {
 		local.WakeUp = s.cfg.WakeUp()
+	}
+	if o := s.cfg.Owner; o != nil {
+		d, err := o.Unowned()
+		own := &ownershipStatus{Partitions: len(o.Owned()), UnownedSeconds: d.Seconds(), NotReady: s.unowned()}
+		if err != nil {
+			own.LastError = err.Error()
+		}
+		local.Ownership = own
 	}
 	sample, ok := s.cfg.Samples.Latest()
 	if !ok {

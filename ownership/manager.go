@@ -11,6 +11,7 @@ import (
 
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/rule"
+	"github.com/outboxrelay/outbox/metrics"
 	"github.com/outboxrelay/outbox/schedule"
 )
 
@@ -50,6 +51,9 @@ type Config struct {
 	// became the leader (Leads), so that the work one replica does for
 	// all of them starts at once instead of at its next tick.
 	OnLead func()
+	// Metrics receives the failed rounds (job_errors_total{job="ownership"})
+	// and the partitions owned. Defaults to an unregistered set.
+	Metrics *metrics.Metrics
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -57,6 +61,7 @@ type Config struct {
 func (c *Config) setDefaults() {
 	c.Margin = cmp.Or(c.Margin, c.TermLength/MarginDivisorDefault)
 	c.Logger = cmp.Or(c.Logger, slog.Default())
+	c.Metrics = metrics.OrNew(c.Metrics)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -141,6 +146,11 @@ type Manager struct {
 
 	// every is the schedule's tick.
 	every time.Duration
+
+	// health is what /readyz, /status and the sampler learn from the
+	// rounds: when this replica last held a partition, when a round last
+	// saw a leader, and the last round's error (health.go).
+	health health
 }
 
 // New returns a Manager; Start runs it.
@@ -150,6 +160,7 @@ func New(table Table, cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{cfg: cfg, table: table, owned: map[int]held{}, every: max(min(cfg.TermLength/3, roundMax), time.Millisecond)}
+	m.health.epoch = cfg.Local()
 	var err error
 	if m.job, err = schedule.New(schedule.Config{Name: "ownership", Schedule: fmt.Sprintf("@every %s", m.every), RunAtStart: true, Logger: cfg.Logger,
 		Run: func(ctx context.Context) (bool, error) {
@@ -211,13 +222,21 @@ func (m *Manager) Owned() []int {
 
 // Tick runs one round: heartbeat, drop what was lost or ran out, give
 // back the excess over the share, renew what is due, take free partitions
-// up to the share, prune old terms.
+// up to the share, prune old terms. A round that fails is counted
+// (job_errors_total{job="ownership"}) and kept for Unowned.
 func (m *Manager) Tick(ctx context.Context) error {
 	// A round is worth nothing once the terms it would renew have run
 	// out: it gives up then rather than wait on a database that stopped
 	// answering.
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.TermLength-m.cfg.Margin)
 	defer cancel()
+	err := m.round(ctx)
+	m.noteRound(err)
+	return err
+}
+
+// round is one round of Tick.
+func (m *Manager) round(ctx context.Context) error {
 	me := m.cfg.WorkerID
 	if m.cfg.Ready != nil {
 		if why := m.cfg.Ready(); why != nil {
@@ -232,10 +251,13 @@ func (m *Manager) Tick(ctx context.Context) error {
 		return fmt.Errorf("read owners: %w", err)
 	}
 	serverNow := m.cfg.Now()
+	latest := Latest(terms)
+	// Before any write: a replica that cannot write the owners still
+	// learns whether some other one leads.
+	m.noteLeader(latest, serverNow)
 	if err := m.heartbeat(ctx, serverNow); err != nil {
 		return err
 	}
-	latest := Latest(terms)
 
 	m.mu.Lock()
 	m.dropLost(latest)
@@ -314,9 +336,11 @@ func (m *Manager) dropLost(latest map[int]Term) {
 		switch {
 		case ok && t.Term > h.term && t.Owner != m.cfg.WorkerID:
 			m.cfg.Logger.Warn("partition taken over by another worker", "partition", p, "owner", t.Owner, "term", t.Term)
+			m.sawHeld(m.claimsUntil(h, now))
 			delete(m.owned, p)
 		case !h.deadline.After(now):
 			m.cfg.Logger.Warn("partition's term ran out before its renewal; claiming in it stopped", "partition", p, "term", h.term)
+			m.sawHeld(m.claimsUntil(h, now))
 			delete(m.owned, p)
 		}
 	}
@@ -347,6 +371,7 @@ func (m *Manager) release(ctx context.Context, ps []int, serverNow time.Time) er
 	for _, p := range ps {
 		if h, ok := m.owned[p]; ok {
 			terms = append(terms, Term{Partition: p, Term: h.term + 1, Owner: m.cfg.WorkerID, ExpiresAt: serverNow, Released: true})
+			m.sawHeld(m.claimsUntil(h, m.cfg.Local()))
 			delete(m.owned, p)
 		}
 	}
@@ -541,7 +566,8 @@ func (m *Manager) insert(ctx context.Context, terms []Term) (int, error) {
 			}
 			m.owned[t.Partition] = held{term: t.Term, since: since, deadline: sent.Add(m.cfg.TermLength - m.cfg.Margin)}
 			n++
-		} else {
+		} else if h, ok := m.owned[t.Partition]; ok {
+			m.sawHeld(m.claimsUntil(h, m.cfg.Local()))
 			delete(m.owned, t.Partition)
 		}
 	}
@@ -565,5 +591,6 @@ func (m *Manager) Release(ctx context.Context) error {
 		return fmt.Errorf("remove heartbeat: %w", err)
 	}
 	m.beatAt, m.led, m.quiet = time.Time{}, false, 0
+	m.cfg.Metrics.PartitionsOwned.Set(0)
 	return nil
 }

@@ -129,9 +129,16 @@ func kubernetesManifests(t *testing.T) map[string][]k8sObject {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return kustomizeBuild(t, dir)
+}
+
+// kustomizeBuild renders the kustomization in dir (the base, or an
+// overlay of it) and returns its objects by kind.
+func kustomizeBuild(t *testing.T, dir string) map[string][]k8sObject {
+	t.Helper()
 	rm, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
-		t.Fatalf("kustomize build deploy/kubernetes: %v", err)
+		t.Fatalf("kustomize build %s: %v", dir, err)
 	}
 	out := map[string][]k8sObject{}
 	for _, r := range rm.Resources() {

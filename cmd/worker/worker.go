@@ -45,7 +45,7 @@ type worker struct {
 	claimer   *claim.Claimer
 	clock     *mongo.Clock // the database server's time
 	owner     *ownership.Manager
-	sampler   *ops.Sampler // samples the backlog gauges while this replica leads
+	sampler   *ops.Sampler // samples the backlog gauges while this replica leads, or while none does
 	waker     *wake.Watcher
 	jobs      []service // ownership, wake-up (if on), recovery, retention, sampler, clock
 	http      *ops.Server
@@ -85,7 +85,7 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	// its share is taken over within OUTBOX_STALE_AFTER plus a recovery
 	// period. Terms and leases are timed by the database server's clock.
 	w.owner, err = ownership.New(w.store.Owners(), ownership.Config{
-		WorkerID: cfg.WorkerID, TermLength: cfg.StaleAfter / 2, Now: w.clock.Now, Ready: w.publisher.Ready, Logger: logger,
+		WorkerID: cfg.WorkerID, TermLength: cfg.StaleAfter / 2, Now: w.clock.Now, Ready: w.publisher.Ready, Metrics: m, Logger: logger,
 		OnLead: func() { w.sampler.Trigger() },
 	})
 	if err != nil {
@@ -124,9 +124,14 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	if cfg.Ordering == claim.OrderingAggregate {
 		held = w.store
 	}
+	// The leader samples the backlog gauges for all replicas. While no
+	// replica has led for longer than a term (none can write the owners
+	// collection, or none can publish), every replica samples: the gauges
+	// are never missing while a worker runs that can read the outbox, and
+	// the load of a sample per replica lasts only as long as the fault.
 	w.sampler, err = ops.NewSampler(ops.SamplerConfig{
 		Store: w.store, StaleAfter: cfg.StaleAfter, Held: held, FailedHolds: failedHolds,
-		Active: w.owner.Leads, Now: w.clock.Now, Metrics: m, Logger: logger, Yield: w.claimer.Slow,
+		Active: func() bool { return w.owner.Leads() || w.owner.Leaderless() }, Now: w.clock.Now, Metrics: m, Logger: logger, Yield: w.claimer.Slow,
 	})
 	if err != nil {
 		return nil, err
@@ -140,7 +145,7 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	w.jobs = append(w.jobs, recoverer, cleaner, w.sampler, w.clock)
 	w.http, err = ops.NewServer(ops.ServerConfig{
 		Addr: cfg.HTTPAddr, WorkerID: cfg.WorkerID, Store: w.store, Broker: w.publisher, Samples: w.sampler,
-		Claimer: w.claimer, Recovery: recoverer, Gatherer: reg, Logger: logger, Pprof: cfg.Pprof,
+		Claimer: w.claimer, Recovery: recoverer, Owner: w.owner, Gatherer: reg, Logger: logger, Pprof: cfg.Pprof,
 		Now: w.clock.Now, BrokerNode: w.publisher.Node, WakeUp: wakeUp,
 	})
 	if err != nil {
