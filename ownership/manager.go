@@ -226,9 +226,9 @@ func (m *Manager) Owned() []int {
 // (job_errors_total{job="ownership"}) and kept for Unowned.
 func (m *Manager) Tick(ctx context.Context) error {
 	// A round is worth nothing once the terms it would renew have run
-	// out: it gives up then rather than wait on a database that stopped
-	// answering.
-	ctx, cancel := context.WithTimeout(ctx, m.cfg.TermLength-m.cfg.Margin)
+	// out: it gives up after a term rather than wait on a database that
+	// stopped answering.
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.TermLength)
 	defer cancel()
 	err := m.round(ctx)
 	m.noteRound(err)
@@ -528,26 +528,40 @@ func (m *Manager) take(ctx context.Context, latest map[int]Term, share int, serv
 // measured from before the insert was sent; a lost term's partition is
 // forgotten. It returns how many it won.
 //
-// A won term is kept only if no later term of its partition exists: old
-// terms are pruned, so a replica that paused between its read and its
-// insert for longer than a few terms could otherwise win an _id that was
-// deleted under a newer owner. The later term is never pruned, so one read
-// after the insert tells.
+// One read after the insert checks what it did. A won term is kept only
+// if no later term of its partition exists: old terms are pruned, so a
+// replica that paused between its read and its insert for longer than a
+// few terms could otherwise win an _id that was deleted under a newer
+// owner (the later term is never pruned). A lost term whose _id is this
+// replica's own counts as won: an earlier insert landed although it
+// reported an error (a timeout), or its check read failed, and the
+// renewal after it must not lose the partition to itself.
 func (m *Manager) insert(ctx context.Context, terms []Term) (int, error) {
 	if len(terms) == 0 {
 		return 0, nil
 	}
 	sent := m.cfg.Local()
 	won, err := m.table.Insert(ctx, terms)
-	if err == nil && slices.Contains(won, true) {
+	// ours are the lost terms whose _id an earlier insert of this replica
+	// holds: an insert that landed although it reported an error, or whose
+	// check read failed. Losing to itself must not cost a partition.
+	var ours map[int]Term
+	if err == nil {
 		var after []Term
 		if after, _, err = m.table.Read(ctx); err == nil {
 			latest := Latest(after)
 			for i, t := range terms {
-				if won[i] && latest[t.Partition].Term > t.Term {
+				cur := latest[t.Partition]
+				switch {
+				case won[i] && cur.Term > t.Term:
 					m.cfg.Logger.Warn("a term won after a pause is behind a newer owner's; not claiming in it",
-						"partition", t.Partition, "term", t.Term, "owner", latest[t.Partition].Owner)
+						"partition", t.Partition, "term", t.Term, "owner", cur.Owner)
 					won[i] = false
+				case !won[i] && cur.Term == t.Term && cur.Owner == m.cfg.WorkerID && !cur.Released:
+					if ours == nil {
+						ours = map[int]Term{}
+					}
+					ours[t.Partition] = cur
 				}
 			}
 		}
@@ -559,12 +573,16 @@ func (m *Manager) insert(ctx context.Context, terms []Term) (int, error) {
 	}
 	n := 0
 	for i, t := range terms {
+		if cur, ok := ours[t.Partition]; ok {
+			// Its deadline counts from the term's own expiry, not from
+			// this insert: the earlier one was sent before.
+			left := cur.ExpiresAt.Sub(m.cfg.Now())
+			m.owned[t.Partition] = held{term: t.Term, since: m.sinceFor(t), deadline: m.cfg.Local().Add(left - m.cfg.Margin)}
+			n++
+			continue
+		}
 		if won[i] {
-			since := t.Term
-			if h, ok := m.owned[t.Partition]; ok && h.term == t.Term-1 {
-				since = h.since // a renewal: ownership goes on unbroken
-			}
-			m.owned[t.Partition] = held{term: t.Term, since: since, deadline: sent.Add(m.cfg.TermLength - m.cfg.Margin)}
+			m.owned[t.Partition] = held{term: t.Term, since: m.sinceFor(t), deadline: sent.Add(m.cfg.TermLength - m.cfg.Margin)}
 			n++
 		} else if h, ok := m.owned[t.Partition]; ok {
 			m.sawHeld(m.claimsUntil(h, m.cfg.Local()))
@@ -572,6 +590,15 @@ func (m *Manager) insert(ctx context.Context, terms []Term) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// sinceFor is the tenure of t once won: the tenure held on, for a
+// renewal, or t's own term. Call with mu held.
+func (m *Manager) sinceFor(t Term) int64 {
+	if h, ok := m.owned[t.Partition]; ok && h.term == t.Term-1 {
+		return h.since // a renewal: ownership goes on unbroken
+	}
+	return t.Term
 }
 
 // Release gives back every partition this replica holds and removes its

@@ -6,6 +6,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/fakeclock"
 )
 
 // A renewal keeps a partition's tenure, so that a claim whose read and
@@ -136,5 +139,53 @@ func TestReleaseGivesUpOnAStalledDatabase(t *testing.T) {
 	}
 	if n := len(holding(m)); n != 0 {
 		t.Errorf("%d partitions still claimable after the release gave up, want none", n)
+	}
+}
+
+// landsThenFailsTable applies the next insert and then reports it timed
+// out: a write that landed after the client gave up.
+type landsThenFailsTable struct {
+	*memTable
+	fail bool
+}
+
+func (t *landsThenFailsTable) Insert(ctx context.Context, terms []Term) ([]bool, error) {
+	won, err := t.memTable.Insert(ctx, terms)
+	if t.fail {
+		t.fail = false
+		return nil, context.DeadlineExceeded
+	}
+	return won, err
+}
+
+// A renewal that landed but reported a timeout does not cost the replica
+// its partitions: the next renewal loses its insert to this replica's own
+// term, recognises it, and keeps claiming.
+func TestRenewalLandingAfterATimeoutKeepsThePartitions(t *testing.T) {
+	t.Parallel()
+	table, clock := newMemTable(), fakeclock.New(epoch)
+	flaky := &landsThenFailsTable{memTable: table}
+	a := newManager(t, flaky, clock, "a")
+	tick(t, a)
+	before, _, done := a.Hold()
+	done()
+	clock.Advance(term / 2)
+	flaky.fail = true
+	if err := a.Renew(t.Context()); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Renew = %v, want the timeout", err)
+	}
+	if err := a.Renew(t.Context()); err != nil {
+		t.Fatalf("Renew after the landed one: %v", err)
+	}
+	after, valid, done := a.Hold()
+	done()
+	if n := len(holding(a)); n != events.Partitions {
+		t.Fatalf("a holds %d partitions after its own landed renewal, want all %d", n, events.Partitions)
+	}
+	if after[7] != before[7] {
+		t.Errorf("partition 7's tenure %d, want %d kept", after[7], before[7])
+	}
+	if valid <= term/2 {
+		t.Errorf("validity %s after the renewals, want more than half a term", valid)
 	}
 }
