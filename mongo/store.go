@@ -81,16 +81,20 @@ type Store struct {
 	txnOpts *options.TransactionOptionsBuilder
 	// heldWindow is heldWindow but in tests of the bound.
 	heldWindow int
+	// readConcern is the level the commands timedFind sends carry: a
+	// command run through RunCommand gets none from the client.
+	readConcern string
 }
 
 // New returns a Store on client. It does no I/O: call Prepare before use.
 func New(client *mongo.Client, cfg Config) *Store {
 	cfg.setDefaults()
 	return &Store{
-		client:     client,
-		coll:       client.Database(cfg.Database).Collection(cfg.Collection),
-		logger:     cfg.Logger,
-		heldWindow: heldWindow,
+		client:      client,
+		coll:        client.Database(cfg.Database).Collection(cfg.Collection),
+		logger:      cfg.Logger,
+		heldWindow:  heldWindow,
+		readConcern: cfg.ReadConcern.Level,
 		txnOpts: options.Transaction().
 			SetReadPreference(readpref.Primary()).
 			SetReadConcern(cfg.ReadConcern).

@@ -49,6 +49,11 @@ func (s *Store) timedFind(ctx context.Context, f findCommand) (*mongo.Cursor, er
 	if f.limit > 0 {
 		cmd = append(cmd, bson.E{Key: "limit", Value: int64(f.limit)}, bson.E{Key: "batchSize", Value: int64(oneBatch(f.limit))})
 	}
+	if s.readConcern != "" {
+		// RunCommand sends no read concern of the client's: the find
+		// must read what a failover cannot roll back, as every other.
+		cmd = append(cmd, bson.E{Key: "readConcern", Value: bson.D{{Key: "level", Value: s.readConcern}}})
+	}
 	cur, err := s.coll.Database().RunCommandCursor(ctx, cmd)
 	if err != nil {
 		return nil, fmt.Errorf("find on %s: %w", s.coll.Name(), err)
