@@ -3,10 +3,12 @@ package ownership
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/outboxrelay/outbox/events"
@@ -131,6 +133,8 @@ type Manager struct {
 	// otherwise insert the same next term, and the loser would forget a
 	// partition it still owns.
 	renewing sync.Mutex
+	// stopped is set by Stop: a claim's Renew renews nothing after it.
+	stopped atomic.Bool
 
 	// beatAt is the server time of the last heartbeat written, and led
 	// whether the last round ended with this replica the leader. quiet
@@ -181,7 +185,14 @@ func (m *Manager) Start(ctx context.Context) error { return m.job.Start(ctx) }
 
 // Stop ends the ticks. The terms it holds expire on their own; Release
 // gives them back at once. Idempotent; safe before Start.
-func (m *Manager) Stop(ctx context.Context) error { return m.job.Stop(ctx) }
+func (m *Manager) Stop(ctx context.Context) error {
+	m.stopped.Store(true)
+	return m.job.Stop(ctx)
+}
+
+// errStopped is Renew's answer once the Manager is stopping: its terms
+// are left to run out or be released, not renewed.
+var errStopped = errors.New("ownership stopped")
 
 // Hold returns the tenure of each partition this replica may claim in now
 // (Partitions entries, 0 where it may not): the term its unbroken
@@ -410,6 +421,9 @@ func (m *Manager) renew(ctx context.Context, serverNow time.Time) error {
 // new terms run from the server's time as this call reads it. Call it
 // without a Hold in progress: the insert takes the write lock.
 func (m *Manager) Renew(ctx context.Context) error {
+	if m.stopped.Load() {
+		return errStopped
+	}
 	m.renewing.Lock()
 	defer m.renewing.Unlock()
 	return m.renewHeld(ctx, m.cfg.Now())

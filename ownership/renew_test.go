@@ -189,3 +189,21 @@ func TestRenewalLandingAfterATimeoutKeepsThePartitions(t *testing.T) {
 		t.Errorf("validity %s after the renewals, want more than half a term", valid)
 	}
 }
+
+// A stopped Manager renews nothing for a claim: its terms are left to run
+// out or be given back, as a stopped ownership loop's are.
+func TestRenewAfterStopRenewsNothing(t *testing.T) {
+	t.Parallel()
+	table, clock, a := startAlone(t)
+	if err := a.Stop(t.Context()); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	before := len(table.terms)
+	if err := a.Renew(t.Context()); !errors.Is(err, errStopped) {
+		t.Errorf("Renew after Stop = %v, want errStopped", err)
+	}
+	if after := len(table.terms); after != before {
+		t.Errorf("Renew after Stop inserted %d terms, want none", after-before)
+	}
+	_ = clock
+}
