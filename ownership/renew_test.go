@@ -194,7 +194,7 @@ func TestRenewalLandingAfterATimeoutKeepsThePartitions(t *testing.T) {
 // out or be given back, as a stopped ownership loop's are.
 func TestRenewAfterStopRenewsNothing(t *testing.T) {
 	t.Parallel()
-	table, clock, a := startAlone(t)
+	table, _, a := startAlone(t)
 	if err := a.Stop(t.Context()); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
@@ -205,5 +205,4 @@ func TestRenewAfterStopRenewsNothing(t *testing.T) {
 	if after := len(table.terms); after != before {
 		t.Errorf("Renew after Stop inserted %d terms, want none", after-before)
 	}
-	_ = clock
 }
