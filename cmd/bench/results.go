@@ -34,6 +34,9 @@ type Results struct {
 	// ClaimBackoff is the claim's cost with events backing off at the
 	// head of the collection, against none.
 	ClaimBackoff *ClaimBackoff `json:"claimBackoff,omitempty"`
+	// HeldAggregates is one worker relaying healthy events behind
+	// aggregates held by FAILED events, against the same without them.
+	HeldAggregates *HeldAggregates `json:"heldAggregates,omitempty"`
 	// LargeDocs is one worker relaying documents near the 16 MiB limit.
 	LargeDocs *LargeDocs `json:"largeDocuments,omitempty"`
 	// SlowDB are the stages of issue 17: one worker on a slowed database
@@ -331,6 +334,8 @@ const (
 	targetClaim    = "claim latency with history vs none"
 	targetRetain   = "retention delete rate vs 1-replica relay"
 	targetHotOrder = "hot aggregate delivered in order"
+	targetHeldNone = "held aggregates: no held event delivered"
+	targetHeldAll  = "held aggregates: every healthy event delivered"
 )
 
 // Replicas must add capacity, not contention: a drain by n replicas at
@@ -414,6 +419,14 @@ func (r *Results) evaluate() {
 	}
 	if h := r.HotAggregate; h != nil {
 		add(targetHotOrder, "0 inversions", fmt.Sprintf("%d inversions", h.Ordered.Inversions), h.Ordered.Inversions == 0)
+	}
+	if h := r.HeldAggregates; h != nil {
+		if w, ok := h.current(); ok {
+			add(targetHeldNone, "0 delivered, 0 changed",
+				fmt.Sprintf("%d delivered, %d changed", w.HeldDelivered, w.HeldChanged), w.HeldDelivered == 0 && w.HeldChanged == 0)
+			add(targetHeldAll, fmt.Sprintf("all %s", thousands(h.Healthy)),
+				fmt.Sprintf("%s of %s", thousands(w.Healthy), thousands(h.Healthy)), w.AllHealthy)
+		}
 	}
 	if c := r.Claim; c.EmptyMs > 0 && c.WithHistoryMs > 0 {
 		add(targetClaim, "<= 2x",
