@@ -213,10 +213,7 @@ func (r *Results) table() string {
 		}
 	}
 	r.heldRows(add)
-	if ld := r.LargeDocs; ld != nil {
-		add(fmt.Sprintf("Large documents: %d events of %d MiB, 1 worker (%s)", ld.Events, ld.PayloadMiB, ld.WorkerEnv),
-			fmt.Sprintf("%d of %d received in %.1f s; worker peak RSS %.1f MB, CPU %.1f s%s", ld.Received, ld.Events, ld.Seconds, ld.PeakRSSMB, ld.CPUSeconds, prefixed("; NOT ALL: ", ld.Error)), "")
-	}
+	r.largeRows(add)
 	r.slowRows(add)
 	for _, in := range r.Inbox {
 		result := fmt.Sprintf("%.0f msg/s", in.PerSecond)
