@@ -309,13 +309,13 @@ func (c *consumer) waitForPrefix(ctx context.Context, prefix string, n int, time
 // describe is the run's figures in one line, for the table and the
 // progress output.
 func (r HeldRun) describe() string {
-	if r.Healthy == 0 {
-		return fmt.Sprintf("no healthy event of %s in %.1f s; %d held events delivered; CPU %.2f s in all, %.0f database commands%s",
-			thousands(heldHealthy), r.Seconds, r.HeldDelivered, r.CPUSeconds, sum(r.DBCommands), prefixed("; ", r.Error))
-	}
 	heldPart := ""
 	if r.Held {
 		heldPart = fmt.Sprintf("%s held events delivered, %s changed; ", thousands(r.HeldDelivered), thousands(r.HeldChanged))
+	}
+	if r.Healthy == 0 {
+		return fmt.Sprintf("no healthy event of %s in %.1f s; %sCPU %.2f s in all, %.0f database commands%s",
+			thousands(heldHealthy), r.Seconds, heldPart, r.CPUSeconds, sum(r.DBCommands), prefixed("; ", r.Error))
 	}
 	return fmt.Sprintf("%s healthy events/s (%s of %s in %.1f s, first after %.1f s); %s"+
 		"CPU %.1f ms and %.1f database commands per 1,000 healthy events (commands in all: %s); peak RSS %.1f MB%s",
