@@ -6,8 +6,9 @@
 // order against the same relayed unordered, the publish stage alone, end-to-end
 // latency at two claim schedules, claim latency with and without
 // published history, how fast retention deletes published history, claim
-// latency with events backing off at the head of the collection, and one
-// worker relaying 15 MiB documents. It writes results/bench.json, bench.txt and bench.png.
+// latency with events backing off at the head of the collection, one
+// worker relaying healthy events behind aggregates held by FAILED events,
+// and one worker relaying 15 MiB documents under the shipped memory limit. It writes results/bench.json, bench.txt and bench.png.
 //
 // By default it runs FerretDB embedded (PostgreSQL backend) on a TCP port
 // the worker processes can reach; with -mongo-uri (or
@@ -115,7 +116,7 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	fs.DurationVar(&c.Budget, "budget", 10*time.Minute, "time for the whole run; the PUBLISHED insert of the claim stage stops early to keep within it")
 	fs.StringVar(&c.Replot, "replot", "", "read this bench.json and only rewrite the table and chart next to it (no measurements)")
 	fs.IntVar(&c.LatencyBacklog, "db-latency-backlog", 3000, "events of each slow-database latency stage (db-latency-100ms, db-latency-600ms)")
-	fs.StringVar(&c.Baseline, "baseline", "", "a second worker binary, e.g. the starting commit's build, that the issue-17 stages (db-latency-*, backlog-*) also run, reported beside -worker's (make bench BASELINE=<git rev>)")
+	fs.StringVar(&c.Baseline, "baseline", "", "a second worker binary, e.g. the starting commit's build, that the issue-17 stages (db-latency-*, backlog-*), held-aggregates and large-docs also run, reported beside -worker's (make bench BASELINE=<git rev>)")
 	workerEnv := fs.String("worker-env", "", "extra environment of the worker processes, comma-separated KEY=VALUE (e.g. GOMAXPROCS=1)")
 	only := fs.String("only", "", "comma-separated stages to run ("+strings.Join(stageKeys, ", ")+"); empty runs all but the opt-in "+strings.Join(optInStageKeys, " and "))
 	if err := fs.Parse(args); err != nil {
@@ -250,6 +251,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		namedStage{"claim", "claim latency", b.claimLatency},
 		namedStage{"retention", "retention delete rate", b.retentionRate},
 		namedStage{"claim-backoff", "claim latency with events backing off", b.claimBackoff},
+		namedStage{"held-aggregates", "held aggregates", b.heldAggregatesStage},
 		namedStage{"large-docs", "large documents", b.largeDocuments},
 		namedStage{"inbox", "inbox consumer", b.inboxStage})
 	for _, s := range cfg.slowStages() {
@@ -269,7 +271,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 }
 
 // stageKeys are the -only names of the stages, in the order they run.
-var stageKeys = []string{"raw-broker", "publish", "raw-db", "drain", "drain-unordered", "hot-aggregate", "latency", "claim", "retention", "claim-backoff", "large-docs", "inbox",
+var stageKeys = []string{"raw-broker", "publish", "raw-db", "drain", "drain-unordered", "hot-aggregate", "latency", "claim", "retention", "claim-backoff", "held-aggregates", "large-docs", "inbox",
 	"db-latency-100ms", "db-latency-600ms", "backlog-20k", "backlog-50k"}
 
 // optInStageKeys run only when -only names them (make bench-slow): on

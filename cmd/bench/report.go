@@ -212,10 +212,8 @@ func (r *Results) table() string {
 			add(fmt.Sprintf("Claim latency, store.Claim of %d on %s NEW, %s", cb.BatchSize, thousands(cb.New), x.name), result, "")
 		}
 	}
-	if ld := r.LargeDocs; ld != nil {
-		add(fmt.Sprintf("Large documents: %d events of %d MiB, 1 worker (%s)", ld.Events, ld.PayloadMiB, ld.WorkerEnv),
-			fmt.Sprintf("%d of %d received in %.1f s; worker peak RSS %.1f MB, CPU %.1f s%s", ld.Received, ld.Events, ld.Seconds, ld.PeakRSSMB, ld.CPUSeconds, prefixed("; NOT ALL: ", ld.Error)), "")
-	}
+	r.heldRows(add)
+	r.largeRows(add)
 	r.slowRows(add)
 	for _, in := range r.Inbox {
 		result := fmt.Sprintf("%.0f msg/s", in.PerSecond)

@@ -34,6 +34,9 @@ type Results struct {
 	// ClaimBackoff is the claim's cost with events backing off at the
 	// head of the collection, against none.
 	ClaimBackoff *ClaimBackoff `json:"claimBackoff,omitempty"`
+	// HeldAggregates is one worker relaying healthy events behind
+	// aggregates held by FAILED events, against the same without them.
+	HeldAggregates *HeldAggregates `json:"heldAggregates,omitempty"`
 	// LargeDocs is one worker relaying documents near the 16 MiB limit.
 	LargeDocs *LargeDocs `json:"largeDocuments,omitempty"`
 	// SlowDB are the stages of issue 17: one worker on a slowed database
@@ -264,19 +267,43 @@ func (r SlowRun) current() (SlowWorker, bool) {
 }
 
 // LargeDocs is one worker relaying Events documents whose payload is one
-// string of PayloadMiB.
+// string of PayloadMiB, under a memory limit.
 type LargeDocs struct {
-	Events        int     `json:"events"`
-	PayloadMiB    int     `json:"payloadMiB"`
-	Received      int     `json:"received"`
-	Deliveries    int     `json:"deliveries"`
-	WorkerEnv     string  `json:"workerEnv"`
+	// Build is "this build" or "baseline"; empty in runs from before
+	// -baseline ran this stage.
+	Build  string `json:"build,omitempty"`
+	Binary string `json:"binary,omitempty"`
+	Events int    `json:"events"`
+	// PayloadMiB is each event's payload string.
+	PayloadMiB int `json:"payloadMiB"`
+	Received   int `json:"received"`
+	Deliveries int `json:"deliveries"`
+	// WorkerEnv is the OUTBOX_BATCH_BYTES the worker ran with: the bound
+	// it derived from the memory limit ("OUTBOX_BATCH_BYTES=<n>"), or
+	// "OUTBOX_BATCH_BYTES=auto" when it did not log it. Runs from before
+	// the memory limit set it in the environment.
+	WorkerEnv string `json:"workerEnv"`
+	// MemoryLimitEnv is the limit in the worker's environment
+	// (GOMEMLIMIT); MemoryLimitMiB the same in MiB; MemoryLimitSource
+	// where the worker says it read its limit. Empty in runs from before
+	// the stage ran under a limit.
+	MemoryLimitEnv    string `json:"memoryLimitEnv,omitempty"`
+	MemoryLimitMiB    int    `json:"memoryLimitMiB,omitempty"`
+	MemoryLimitSource string `json:"memoryLimitSource,omitempty"`
+	// BatchBytes is the bound the worker derived (its "memory" log
+	// line); 0 when it logged none.
+	BatchBytes    int     `json:"batchBytes,omitempty"`
 	InsertSeconds float64 `json:"insertSeconds"`
 	Seconds       float64 `json:"seconds"`
-	PeakRSSMB     float64 `json:"peakRssMB"`
-	CPUSeconds    float64 `json:"cpuSeconds"`
+	// PeakRSSMB is VmHWM in units of 2^20 bytes; PeakRSSToLimit is it
+	// over MemoryLimitMiB.
+	PeakRSSMB      float64 `json:"peakRssMB"`
+	PeakRSSToLimit float64 `json:"peakRssToLimit,omitempty"`
+	CPUSeconds     float64 `json:"cpuSeconds"`
 	// Error says why not all arrived, if they did not.
 	Error string `json:"error,omitempty"`
+	// Baseline is the -baseline worker's run of the stage, if any.
+	Baseline *LargeDocs `json:"baseline,omitempty"`
 }
 
 // StatsCost is how long one mongo.Store.Stats took.
@@ -331,6 +358,9 @@ const (
 	targetClaim    = "claim latency with history vs none"
 	targetRetain   = "retention delete rate vs 1-replica relay"
 	targetHotOrder = "hot aggregate delivered in order"
+	targetHeldNone = "held aggregates: no held event delivered"
+	targetHeldAll  = "held aggregates: every healthy event delivered"
+	targetLargeRSS = "large documents: worker peak RSS under its memory limit"
 )
 
 // Replicas must add capacity, not contention: a drain by n replicas at
@@ -414,6 +444,19 @@ func (r *Results) evaluate() {
 	}
 	if h := r.HotAggregate; h != nil {
 		add(targetHotOrder, "0 inversions", fmt.Sprintf("%d inversions", h.Ordered.Inversions), h.Ordered.Inversions == 0)
+	}
+	if ld := r.LargeDocs; ld != nil && ld.MemoryLimitMiB > 0 {
+		add(targetLargeRSS, fmt.Sprintf("< %d MiB, all %d received", ld.MemoryLimitMiB, ld.Events),
+			fmt.Sprintf("%.1f MiB (%.0f%%), %d of %d received", ld.PeakRSSMB, 100*ld.PeakRSSToLimit, ld.Received, ld.Events),
+			ld.PeakRSSMB < float64(ld.MemoryLimitMiB) && ld.Received == ld.Events)
+	}
+	if h := r.HeldAggregates; h != nil {
+		if w, ok := h.current(); ok {
+			add(targetHeldNone, "0 delivered, 0 changed",
+				fmt.Sprintf("%d delivered, %d changed", w.HeldDelivered, w.HeldChanged), w.HeldDelivered == 0 && w.HeldChanged == 0)
+			add(targetHeldAll, fmt.Sprintf("all %s", thousands(h.Healthy)),
+				fmt.Sprintf("%s of %s", thousands(w.Healthy), thousands(h.Healthy)), w.AllHealthy)
+		}
 	}
 	if c := r.Claim; c.EmptyMs > 0 && c.WithHistoryMs > 0 {
 		add(targetClaim, "<= 2x",
