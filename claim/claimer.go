@@ -175,7 +175,7 @@ func (c *Claimer) runOnce(ctx context.Context) (more bool, err error) {
 	lease := events.Lease{WorkerID: c.cfg.WorkerID, Token: newToken()}
 	c.abandoned.retry(ctx, c.store, c.now(), c.logger)
 	start := time.Now()
-	res, err := c.claim(ctx, &lease)
+	res, wrote, err := c.claim(ctx, &lease)
 	claimTook := time.Since(start)
 	c.draining.Store(err == nil && res.More)
 	if errors.Is(err, errUnowned) {
@@ -204,7 +204,7 @@ func (c *Claimer) runOnce(ctx context.Context) (more bool, err error) {
 	c.metrics.Claimed.Add(float64(len(claimed)))
 	c.metrics.ClaimBatchSize.Observe(float64(len(claimed)))
 	start = time.Now()
-	if err := c.relay(ctx, lease, claimed); err != nil {
+	if err := c.relay(ctx, lease, claimed, c.publishDeadline(wrote)); err != nil {
 		c.metrics.ClaimRuns.WithLabelValues(metrics.ClaimError).Inc()
 		c.metrics.JobErrors.WithLabelValues("claim").Inc()
 		return false, err
@@ -241,8 +241,10 @@ func (c *Claimer) Slow() bool { return c.batch.get() < c.cfg.BatchSize }
 func (c *Claimer) ordered() bool { return c.cfg.Ordering == OrderingAggregate }
 
 // claim claims a batch in the partitions this worker owns, and sets
-// lease.At to the time of its write (processingAt). It returns errUnowned,
-// having read nothing, when the worker owns none.
+// lease.At to the time of its write (processingAt). It also returns the
+// local instant read just before lease.At (wrote), from which the batch's
+// publish deadline counts. It returns errUnowned, having read nothing,
+// when the worker owns none.
 //
 // It reads in the partitions owned when it starts, for as long as the
 // stale threshold at most. Then it holds the partitions again, keeps only
@@ -253,7 +255,7 @@ func (c *Claimer) ordered() bool { return c.cfg.Ordering == OrderingAggregate }
 // the validity will not cover the read and the write, the claim renews
 // the partitions beside its read; before the write it renews again if it
 // must, and then takes fewer events if it must.
-func (c *Claimer) claim(ctx context.Context, lease *events.Lease) (events.ClaimResult, error) {
+func (c *Claimer) claim(ctx context.Context, lease *events.Lease) (res events.ClaimResult, wrote time.Time, err error) {
 	limit := events.ClaimLimit{
 		Events:      c.batch.get(),
 		Bytes:       c.cfg.BatchBytes,
@@ -269,7 +271,7 @@ func (c *Claimer) claim(ctx context.Context, lease *events.Lease) (events.ClaimR
 		before, validFor, done = c.cfg.Owner.Hold()
 		done()
 		if validFor <= 0 || !slices.ContainsFunc(before, func(t int64) bool { return t != 0 }) {
-			return events.ClaimResult{}, errUnowned
+			return events.ClaimResult{}, time.Time{}, errUnowned
 		}
 		limit.Owned = sameTerms(before, before)
 		// A renewal the write would wait for runs beside the read.
@@ -288,21 +290,24 @@ func (c *Claimer) claim(ctx context.Context, lease *events.Lease) (events.ClaimR
 		}
 	}
 	if err != nil || len(docs) == 0 {
-		return events.ClaimResult{More: more}, err
+		return events.ClaimResult{More: more}, time.Time{}, err
 	}
 	docs, validFor, done := c.fence(ctx, before, docs)
 	defer done()
 	if len(docs) == 0 {
-		return events.ClaimResult{More: more}, nil
+		return events.ClaimResult{More: more}, time.Time{}, nil
 	}
+	// The local instant first: the lease may be recovered StaleAfter after
+	// lease.At, and the publish deadline counts from no later than that.
+	wrote = c.cfg.Local()
 	lease.At = c.now().UTC().Truncate(time.Millisecond)
 	writeCtx, cancel := context.WithTimeout(ctx, validFor)
 	defer cancel()
 	start = time.Now()
-	res, err := c.store.ClaimRead(writeCtx, *lease, docs, limit)
+	res, err = c.store.ClaimRead(writeCtx, *lease, docs, limit)
 	c.writes.observe(len(docs), time.Since(start))
 	res.More = more
-	return res, err
+	return res, wrote, err
 }
 
 // renewAsync renews the partitions in the background and reports the
@@ -373,8 +378,59 @@ func sameTerms(before, now []int64) []bool {
 	return owned
 }
 
-// relay publishes a claimed batch and writes every outcome.
-func (c *Claimer) relay(ctx context.Context, lease events.Lease, claimed []events.Claimed) error {
+// staleMarginDivisor makes the publish deadline's margin StaleAfter
+// divided by it: 3 s at the default 60 s, the ownership margin (a tenth of
+// a term of half the stale threshold). It covers the offset of the
+// recovering replica's clock and the way of the last round to the broker.
+const staleMarginDivisor = 20
+
+// publishDeadline is when the publish of a batch whose claim's write
+// started at wrote (on Config.Local) must stop: the earlier of
+// PublishTimeout from now and the moment recovery could take the claim
+// back, StaleAfter after it, less a margin. Its events may be in another
+// worker's hands after that, and its later events already published: a
+// worker that paused between its claim and its publish (SIGSTOP, a VM
+// migration, a long GC) would otherwise publish the whole batch late,
+// behind its successors.
+func (c *Claimer) publishDeadline(wrote time.Time) time.Time {
+	now := c.cfg.Local()
+	stale := wrote.Add(c.cfg.StaleAfter - c.cfg.StaleAfter/staleMarginDivisor)
+	if timeout := now.Add(c.cfg.PublishTimeout); timeout.Before(stale) {
+		return timeout
+	}
+	return stale
+}
+
+// errPastDeadline is the outcome of an event not published because the
+// batch's publish deadline had passed (see publishDeadline): it goes back
+// to NEW with its attempt refunded, as an unconfirmed event does, if the
+// claim is still this worker's.
+var errPastDeadline = fmt.Errorf("%w: not sent: the batch's publish deadline passed (its claim may have been recovered)", events.ErrUnconfirmed)
+
+// pastDeadline reports whether deadline has come, and if so gives every
+// event of idx that has no outcome yet errPastDeadline and logs it.
+func (c *Claimer) pastDeadline(deadline time.Time, idx []int, outcomes []outcome) bool {
+	late := c.cfg.Local().Sub(deadline)
+	if late < 0 {
+		return false
+	}
+	n := 0
+	for _, i := range idx {
+		if outcomes[i].err == nil {
+			outcomes[i].err = errPastDeadline
+			n++
+		}
+	}
+	if n > 0 {
+		c.logger.Warn("events of a batch not published: its publish deadline passed (a pause, or a slow publish); they go back to NEW unless recovery took them",
+			"events", n, "late_by", late)
+	}
+	return true
+}
+
+// relay publishes a claimed batch until deadline (publishDeadline) and
+// writes every outcome.
+func (c *Claimer) relay(ctx context.Context, lease events.Lease, claimed []events.Claimed, deadline time.Time) error {
 	if c.ordered() {
 		slices.SortStableFunc(claimed, func(a, b events.Claimed) int { return events.CompareOrder(a.Doc, b.Doc) })
 	}
@@ -390,11 +446,11 @@ func (c *Claimer) relay(ctx context.Context, lease events.Lease, claimed []event
 		msgs[i] = &m
 	}
 
-	pubCtx, cancel := context.WithTimeout(ctx, c.cfg.PublishTimeout)
+	pubCtx, cancel := context.WithTimeout(ctx, deadline.Sub(c.cfg.Local()))
 	if c.ordered() {
-		c.publishInRounds(pubCtx, claimed, msgs, outcomes)
+		c.publishInRounds(pubCtx, claimed, msgs, outcomes, deadline)
 	} else {
-		c.publishAll(pubCtx, msgs, outcomes)
+		c.publishAll(pubCtx, msgs, outcomes, deadline)
 	}
 	cancel()
 	confirmedAt := c.now()
@@ -404,8 +460,9 @@ func (c *Claimer) relay(ctx context.Context, lease events.Lease, claimed []event
 }
 
 // publishAll publishes the valid messages of a batch in one pipelined
-// call, without regard to order (OrderingNone).
-func (c *Claimer) publishAll(ctx context.Context, msgs []*events.Message, outcomes []outcome) {
+// call, without regard to order (OrderingNone), unless deadline has
+// passed.
+func (c *Claimer) publishAll(ctx context.Context, msgs []*events.Message, outcomes []outcome, deadline time.Time) {
 	batch := make([]events.Message, 0, len(msgs))
 	sent := make([]int, 0, len(msgs))
 	for i, m := range msgs {
@@ -413,6 +470,9 @@ func (c *Claimer) publishAll(ctx context.Context, msgs []*events.Message, outcom
 			batch = append(batch, *m)
 			sent = append(sent, i)
 		}
+	}
+	if c.pastDeadline(deadline, sent, outcomes) {
+		return
 	}
 	errs := c.pub.Publish(ctx, batch)
 	confirmedAt := c.now()

@@ -107,6 +107,11 @@ type Config struct {
 	// Now is the clock of leases and retry times; the worker passes the
 	// database server's (mongo.Clock). Defaults to time.Now.
 	Now func() time.Time
+	// Local is the local clock a batch's publish deadline is measured on
+	// (see Claimer.publishDeadline); only intervals between its readings
+	// count. Defaults to time.Now, whose intervals are monotonic: a pause
+	// of the process counts, a step of the wall clock does not.
+	Local func() time.Time
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Metrics defaults to an unregistered set.
@@ -129,6 +134,9 @@ func (c *Config) setDefaults() {
 	c.Metrics = metrics.OrNew(c.Metrics)
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.Local == nil {
+		c.Local = time.Now
 	}
 }
 

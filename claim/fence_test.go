@@ -83,7 +83,7 @@ func TestClaimWritesUnderTheFence(t *testing.T) {
 			c, _ := newClaimer(t, store, idlePublisher{t}, Config{Owner: owner, Ordering: OrderingAggregate, BatchSize: n})
 			start := time.Now().Truncate(time.Millisecond)
 			lease := events.Lease{WorkerID: "worker-a", Token: "t"}
-			res, err := c.claim(t.Context(), &lease)
+			res, _, err := c.claim(t.Context(), &lease)
 			if err != nil {
 				t.Fatalf("claim: %v", err)
 			}
@@ -160,7 +160,7 @@ func TestFenceGivesTheWriteTheTimeItNeeds(t *testing.T) {
 				c.writes.observe(w.events, w.took)
 			}
 			lease := events.Lease{WorkerID: "worker-a", Token: "t"}
-			res, err := c.claim(t.Context(), &lease)
+			res, _, err := c.claim(t.Context(), &lease)
 			if err != nil {
 				t.Fatalf("claim: %v", err)
 			}

@@ -3,6 +3,8 @@ package claim
 import (
 	"context"
 	"errors"
+	"slices"
+	"time"
 
 	"github.com/outboxrelay/outbox/events"
 )
@@ -39,11 +41,16 @@ func planRounds(claimed []events.Claimed) (rounds [][]int, keys []string) {
 // publishInRounds publishes the batch round by round (planRounds). An
 // event whose publish failed, or that could not become a message, stops
 // its key: the key's later events are not published and get errHeldBack.
-// Events without a key never stop anything. ctx bounds all the rounds.
-func (c *Claimer) publishInRounds(ctx context.Context, claimed []events.Claimed, msgs []*events.Message, outcomes []outcome) {
+// Events without a key never stop anything. ctx bounds all the rounds,
+// and no round starts once deadline has come (see publishDeadline): its
+// events and those of every later round are not published.
+func (c *Claimer) publishInRounds(ctx context.Context, claimed []events.Claimed, msgs []*events.Message, outcomes []outcome, deadline time.Time) {
 	rounds, keys := planRounds(claimed)
 	stopped := map[string]bool{}
-	for _, round := range rounds {
+	for r, round := range rounds {
+		if c.pastDeadline(deadline, slices.Concat(rounds[r:]...), outcomes) {
+			return
+		}
 		batch := make([]events.Message, 0, len(round))
 		sent := make([]int, 0, len(round))
 		for _, i := range round {

@@ -103,7 +103,7 @@ func TestPublishInRoundsStopsTheKey(t *testing.T) {
 		}
 		msgs[i] = &m
 	}
-	c.publishInRounds(t.Context(), batch, msgs, outcomes)
+	c.publishInRounds(t.Context(), batch, msgs, outcomes, time.Now().Add(time.Hour))
 	wantCalls := [][]string{{"a1", "b1", "u1"}, {"b2"}}
 	if diff := cmp.Diff(wantCalls, pub.calls); diff != "" {
 		t.Errorf("Publish calls (-want +got):\n%s", diff)

@@ -14,38 +14,55 @@ import (
 	"github.com/outboxrelay/outbox/schedule"
 )
 
-// ClockSyncDefault is how often a started Clock measures its offset again.
+// ClockSyncDefault is how often a started Clock measures the server's time
+// again once it has.
 const ClockSyncDefault = time.Minute
 
-// Clock is the database server's time as seen from this process: the local
-// clock plus a measured offset. Events carry times written by many machines
-// (createdAt by producers, processingAt and lease expiries by every
-// replica); ages and expiries computed against one clock, the server's,
-// cannot go negative or disagree between replicas because one machine's
-// clock is off.
+// clockRetry is how often a started Clock tries again while it has never
+// measured the server's time: partitions are taken only once it has (see
+// Synced), so a worker whose first measurement failed waits seconds for
+// the next one, not a minute.
+const clockRetry = 2 * time.Second
+
+// Clock is the database server's time as seen from this process. Events
+// carry times written by many machines (createdAt by producers,
+// processingAt and lease expiries by every replica); ages and expiries
+// computed against one clock, the server's, cannot go negative or disagree
+// between replicas because one machine's clock is off.
 //
-// The offset is measured with the hello command, whose reply carries the
-// server's localTime (MongoDB and FerretDB alike), as the server time minus
-// the midpoint of the round trip. Its error is at most half the round trip,
-// which Uncertainty reports.
+// A Sync reads the server's time with the hello command, whose reply
+// carries the server's localTime (MongoDB and FerretDB alike), and keeps it
+// together with the local instant it was most likely read at, the midpoint
+// of the round trip (its error is at most half the round trip, which
+// Uncertainty reports). Now is that server time plus the time that has
+// passed since, measured on the local monotonic clock: a step of the local
+// wall clock (NTP, an operator) between two syncs moves nothing. Only the
+// rate of the local clock matters between syncs, a few parts per million.
 type Clock struct {
 	client *mongo.Client
 	logger *slog.Logger
-	local  func() time.Time
+	// wall is the local wall clock (for Offset, and Now before the first
+	// Sync); mono measures intervals. Both are time.Now, whose Sub uses the
+	// monotonic reading; tests set them apart (fakeclock).
+	wall, mono func() time.Time
 
-	mu          sync.Mutex
-	offset      time.Duration
-	uncertainty time.Duration
-	synced      bool
+	mu sync.Mutex
+	// syncServer is the server's time at the local instant syncLocal (a
+	// reading of mono) of the last Sync, and syncWall the wall clock then.
+	syncServer, syncLocal, syncWall time.Time
+	uncertainty                     time.Duration
+	synced                          bool
+	lastSync                        time.Time // mono, of the last success
+	failures                        int       // in a row, while never synced
 
-	job *schedule.Job // measures the offset again every ClockSyncDefault
+	job *schedule.Job // measures again every ClockSyncDefault (clockRetry until synced)
 }
 
 // NewClock returns a Clock that reads the time of client's server. Until
-// the first Sync it reports the local time.
+// the first Sync it reports the local time, and Synced is false.
 func NewClock(client *mongo.Client, logger *slog.Logger) *Clock {
-	c := &Clock{client: client, logger: cmp.Or(logger, slog.Default()), local: time.Now}
-	job, err := schedule.New(schedule.Config{Name: "clock", Schedule: "@every " + ClockSyncDefault.String(), Run: c.resync, Logger: c.logger})
+	c := &Clock{client: client, logger: cmp.Or(logger, slog.Default()), wall: time.Now, mono: time.Now}
+	job, err := schedule.New(schedule.Config{Name: "clock", Schedule: "@every " + clockRetry.String(), Run: c.resync, Logger: c.logger})
 	if err != nil {
 		panic(err) // a constant Config: a bug
 	}
@@ -53,81 +70,117 @@ func NewClock(client *mongo.Client, logger *slog.Logger) *Clock {
 	return c
 }
 
-// Now is the server's time as best known.
+// Now is the server's time as best known: the server's time at the last
+// Sync plus the monotonic time since; the local wall clock before the
+// first Sync.
 func (c *Clock) Now() time.Time {
 	c.mu.Lock()
-	off := c.offset
+	synced, server, local := c.synced, c.syncServer, c.syncLocal
 	c.mu.Unlock()
-	return c.local().Add(off)
+	if !synced {
+		return c.wall()
+	}
+	return server.Add(c.mono().Sub(local))
 }
 
-// Offset is the server's time minus the local time, and the most the
-// measurement can be off by; both zero before the first Sync.
+// Offset is the server's time minus the local wall clock's at the last
+// Sync, and the most the measurement can be off by; both zero before the
+// first Sync. Now does not use it: it counts from the Sync on the monotonic
+// clock.
 func (c *Clock) Offset() (offset, uncertainty time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.offset, c.uncertainty
+	if !c.synced {
+		return 0, 0
+	}
+	return c.syncServer.Sub(c.syncWall), c.uncertainty
 }
 
-// Synced reports whether an offset has been measured.
+// Synced reports whether the server's time has been measured: before that
+// Now is this machine's wall clock, which no decision that other replicas
+// must agree with may rest on (ownership takes no partition until then).
 func (c *Clock) Synced() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.synced
 }
 
-// Sync measures the offset once. Of several measurements the one with the
-// shortest round trip is kept, as it bounds the error most tightly.
+// Sync measures the server's time once. Of several measurements the one
+// with the shortest round trip is kept, as it bounds the error most
+// tightly.
 func (c *Clock) Sync(ctx context.Context) error {
 	best := time.Duration(-1)
-	var bestOffset time.Duration
+	var server, local, wall time.Time
 	for range 3 {
-		sent := c.local()
+		sent, sentWall := c.mono(), c.wall()
 		var hello struct {
 			LocalTime time.Time `bson:"localTime"`
 		}
 		err := c.client.Database("admin").RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&hello)
-		received := c.local()
+		rtt := c.mono().Sub(sent)
 		if err != nil {
 			return fmt.Errorf("read the server's time (hello): %w", err)
 		}
 		if hello.LocalTime.IsZero() {
 			return fmt.Errorf("read the server's time (hello): the reply has no localTime")
 		}
-		rtt := received.Sub(sent)
 		if best < 0 || rtt < best {
-			best = rtt
 			// localTime has millisecond resolution; the midpoint is the
 			// most likely local instant it was read at.
-			bestOffset = hello.LocalTime.Sub(sent.Add(rtt / 2))
+			best, server, local, wall = rtt, hello.LocalTime, sent.Add(rtt/2), sentWall.Add(rtt/2)
 		}
 	}
 	c.mu.Lock()
-	changed := !c.synced || absDuration(bestOffset-c.offset) > time.Second
-	c.offset, c.uncertainty, c.synced = bestOffset, best/2+time.Millisecond, true
+	offset := server.Sub(wall)
+	changed := !c.synced || absDuration(offset-c.syncServer.Sub(c.syncWall)) > time.Second
+	c.syncServer, c.syncLocal, c.syncWall = server, local, wall
+	c.uncertainty, c.synced, c.lastSync, c.failures = best/2+time.Millisecond, true, c.mono(), 0
 	c.mu.Unlock()
 	if changed {
 		c.logger.Info("database clock offset measured",
-			"offset", bestOffset.Round(time.Millisecond).String(),
+			"offset", offset.Round(time.Millisecond).String(),
 			"uncertainty", (best/2 + time.Millisecond).Round(time.Millisecond).String())
 	}
 	return nil
 }
 
-// Start measures the offset again every ClockSyncDefault until Stop. The
-// first measurement is Sync's, which the caller runs when it needs one.
+// Start measures the server's time again every ClockSyncDefault until
+// Stop, and every clockRetry while it never has. The first measurement is
+// Sync's, which the caller runs when it needs one.
 func (c *Clock) Start(ctx context.Context) error { return c.job.Start(ctx) }
 
 // Stop ends the periodic measurement. Idempotent; safe before Start.
 func (c *Clock) Stop(ctx context.Context) error { return c.job.Stop(ctx) }
 
-// resync is one periodic measurement. One that fails keeps the last
-// offset, which is still the best known: a warning, not a failed job.
+// resync is one periodic measurement, when one is due. One that fails
+// keeps the last measurement, which is still the best known: a warning,
+// not a failed job. While none ever succeeded, the warning comes at the
+// 1st, 2nd, 4th, 8th... failure.
 func (c *Clock) resync(ctx context.Context) (bool, error) {
+	c.mu.Lock()
+	due := !c.synced || c.mono().Sub(c.lastSync) >= ClockSyncDefault-clockRetry/2
+	c.mu.Unlock()
+	if !due {
+		return false, nil
+	}
 	syncCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := c.Sync(syncCtx); err != nil && ctx.Err() == nil {
-		c.logger.Warn("database clock offset not measured; keeping the last one", "error", err)
+	err := c.Sync(syncCtx)
+	if err == nil || ctx.Err() != nil {
+		return false, nil
+	}
+	c.mu.Lock()
+	synced := c.synced
+	if !synced {
+		c.failures++
+	}
+	n := c.failures
+	c.mu.Unlock()
+	switch {
+	case synced:
+		c.logger.Warn("database clock not measured again; keeping the last measurement", "error", err)
+	case n&(n-1) == 0:
+		c.logger.Warn("database clock still not measured; no partition is taken until it is", "failures", n, "error", err)
 	}
 	return false, nil
 }

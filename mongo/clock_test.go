@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxrelay/outbox/internal/fakeclock"
 	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/mongo"
 )
@@ -41,5 +42,67 @@ func TestClockStopBeforeStart(t *testing.T) {
 	}
 	if err := clock.Stop(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// After a Sync the server's time runs on the monotonic clock: a step of
+// the local wall clock (NTP, an operator's date command), forward or back,
+// moves nothing, while the time that passes moves it one for one. Before,
+// Now was the wall clock plus the offset, and a step of an hour moved the
+// server's time an hour: terms taken early, healthy claims recovered.
+func TestClockIgnoresAWallClockStepAfterASync(t *testing.T) {
+	t.Parallel()
+	fake := fakeclock.New(time.Now().Add(-3 * time.Hour)) // the local clock is off too
+	clock := mongo.NewClock(testenv.Client(t), nil)
+	mongo.SetFakeClock(clock, fake)
+	if err := clock.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	synced := clock.Now()
+	if d := synced.Sub(time.Now()); d < -time.Second || d > time.Second {
+		t.Fatalf("Now after the Sync is %s from the server's time", d)
+	}
+	for _, step := range []time.Duration{time.Hour, -2 * time.Hour, 30 * time.Second} {
+		fake.Step(step)
+		if got := clock.Now(); !got.Equal(synced) {
+			t.Errorf("after a wall-clock step of %s: Now moved by %s, want 0", step, got.Sub(synced))
+		}
+	}
+	fake.Advance(5 * time.Second)
+	if got := clock.Now().Sub(synced); got != 5*time.Second {
+		t.Errorf("5 s after the Sync: Now moved by %s, want 5s", got)
+	}
+	// The offset reports the wall clock as it was at the Sync.
+	if offset, _ := clock.Offset(); offset < 3*time.Hour-time.Second || offset > 3*time.Hour+time.Second {
+		t.Errorf("Offset = %s, want about 3h", offset)
+	}
+}
+
+// Until the first Sync the clock says it has not measured anything, and
+// Now is the local wall clock.
+func TestClockUnsyncedUntilTheFirstSync(t *testing.T) {
+	t.Parallel()
+	fake := fakeclock.New(time.Now().Add(time.Hour))
+	clock := mongo.NewClock(testenv.Client(t), nil)
+	mongo.SetFakeClock(clock, fake)
+	if clock.Synced() {
+		t.Fatal("Synced before any Sync")
+	}
+	if got := clock.Now(); !got.Equal(fake.Now()) {
+		t.Errorf("Now before a Sync = %s, want the wall clock %s", got, fake.Now())
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := clock.Sync(ctx); err == nil {
+		t.Fatal("Sync with a cancelled context succeeded")
+	}
+	if clock.Synced() {
+		t.Error("Synced after a failed Sync")
+	}
+	if err := clock.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if !clock.Synced() {
+		t.Error("not Synced after a Sync")
 	}
 }

@@ -1,14 +1,24 @@
 package mongo
 
-import "time"
+import (
+	"time"
+
+	"github.com/outboxrelay/outbox/internal/fakeclock"
+)
 
 // SetSplitClaim chooses the claim's find strategy, so that the two-find
 // claim MongoDB uses is tested on FerretDB too.
 func SetSplitClaim(s *Store, split bool) { s.splitClaim = split }
 
 // SetLocalClock replaces the local clock a Clock measures against, so that
-// a test can skew it.
-func SetLocalClock(c *Clock, local func() time.Time) { c.local = local }
+// a test can skew it. local must behave as time.Now does: its intervals
+// (Sub) are those of the monotonic clock, as time.Now().Add(skew)'s are.
+func SetLocalClock(c *Clock, local func() time.Time) { c.wall, c.mono = local, local }
+
+// SetFakeClock makes a Clock read fake's wall clock as its local wall
+// clock and fake's monotonic clock to measure intervals, so that a test
+// can step the wall clock apart from the time that passes.
+func SetFakeClock(c *Clock, fake *fakeclock.Clock) { c.wall, c.mono = fake.Now, fake.Mono }
 
 // SetHeldWindow bounds Held's reads to n documents, so that a test reaches
 // the bound with a few events.

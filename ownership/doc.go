@@ -11,13 +11,23 @@
 // before then, and anyone may insert the next term once it has expired.
 //
 // Fencing: an owner claims in a partition only until its own deadline,
-// measured on its local monotonic clock from the moment it sent the
-// winning insert, TermLength less Margin; a replica that did not hear from
-// the database (a pause, a partition, a lost renewal) stops claiming on
-// its own. Another replica takes the partition only Margin after the
-// term's expiresAt, or at once if the owner gave it back (the owner
-// stopped claiming before it wrote that term). Margin covers the clock
-// offset's uncertainty and the duration of one claim.
+// measured on its local monotonic clock, TermLength less Margin from the
+// local instant it read together with the server time the term's
+// expiresAt was computed from (at the start of the round, or in Renew just
+// before its insert), so never from later: whatever the round did before
+// the insert (a heartbeat, waiting for the write lock behind a claim, a
+// release) shortens the owner's validity rather than extending it. A
+// replica that did not hear from the database (a pause, a partition, a
+// lost renewal) stops claiming on its own, and Hold stops handing out a
+// partition a further Margin before the deadline. Another replica takes
+// the partition only Margin after the term's expiresAt, or at once if the
+// owner gave it back (the owner stopped claiming before it wrote that
+// term). The server's time is mongo.Clock's, which runs on the monotonic
+// clock between measurements, and no partition is taken before the first
+// measurement (Config.Synced). Of the three margins between the owner's
+// last claim and a takeover, two cover the two replicas' clock
+// uncertainty and one the end of a write the server carries on with
+// after the claimer gave up on it.
 //
 // Balance: every replica announces itself with a heartbeat document it
 // alone writes; each aims for ceil(Partitions / live replicas) partitions,

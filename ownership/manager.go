@@ -41,9 +41,15 @@ type Config struct {
 	// Now is the database server's time (mongo.Clock's Now). Defaults to
 	// time.Now.
 	Now func() time.Time
-	// Local is the local clock an owner measures its deadline with.
-	// Defaults to time.Now (monotonic).
+	// Local is the local clock an owner measures its deadline with; only
+	// intervals between its readings count. Defaults to time.Now (whose
+	// intervals are monotonic).
 	Local func() time.Time
+	// Synced, when set, says whether Now is the server's time yet
+	// (mongo.Clock's Synced): until it is, Now is this machine's clock,
+	// and a round takes, renews and announces nothing (it fails with
+	// ErrClockUnsynced). Defaults to nil: Now is always the server's.
+	Synced func() bool
 	// Ready, when set, says whether this replica can publish now (the
 	// broker's Ready). A replica that cannot gives its partitions back
 	// and withdraws its heartbeat, so that the others take its share
@@ -90,9 +96,29 @@ type held struct {
 	// Hold returns it, so that a claim whose read and write straddle a
 	// renewal still writes in the partition.
 	since int64
-	// deadline is when this replica stops claiming in it, on Local.
+	// deadline is when this replica stops claiming in it, on Local: a
+	// term less the Margin after the local instant read together with the
+	// server time its expiresAt was computed from (see instant).
 	deadline time.Time
 }
+
+// instant is one moment read on both clocks, the local one first: the
+// server time a term's expiresAt is computed from, and a local instant no
+// later than it, which the owner's deadline counts from. Whatever happens
+// between it and the insert (the heartbeat, waiting for the write lock
+// behind a claim, a release, a slow database) shortens the owner's
+// validity instead of extending its belief past expiresAt.
+type instant struct{ local, server time.Time }
+
+// now reads the instant.
+func (m *Manager) now() instant {
+	local := m.cfg.Local()
+	return instant{local: local, server: m.cfg.Now()}
+}
+
+// ErrClockUnsynced is a round's error while the server's time has not been
+// measured (Config.Synced): no partition is taken on this machine's clock.
+var ErrClockUnsynced = errors.New("the database server's time is not measured yet; no partition is taken until it is")
 
 // roundMax bounds the time between two rounds while the shares move.
 // Balancing moves only at rounds: a replica that joins gets its share
@@ -249,6 +275,9 @@ func (m *Manager) Tick(ctx context.Context) error {
 // round is one round of Tick.
 func (m *Manager) round(ctx context.Context) error {
 	me := m.cfg.WorkerID
+	if m.cfg.Synced != nil && !m.cfg.Synced() {
+		return ErrClockUnsynced
+	}
 	if m.cfg.Ready != nil {
 		if why := m.cfg.Ready(); why != nil {
 			if len(m.Owned()) > 0 {
@@ -261,7 +290,8 @@ func (m *Manager) round(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read owners: %w", err)
 	}
-	serverNow := m.cfg.Now()
+	at := m.now()
+	serverNow := at.server
 	latest := Latest(terms)
 	// Before any write: a replica that cannot write the owners still
 	// learns whether some other one leads.
@@ -283,10 +313,10 @@ func (m *Manager) round(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := m.renew(ctx, serverNow); err != nil {
+	if err := m.renew(ctx, at); err != nil {
 		return err
 	}
-	took, err := m.take(ctx, latest, share, serverNow)
+	took, err := m.take(ctx, latest, share, at)
 	if err != nil {
 		return err
 	}
@@ -407,41 +437,46 @@ func (m *Manager) release(ctx context.Context, ps []int, serverNow time.Time) er
 // are renewed together so that their deadlines stay together: partitions
 // taken in different rounds would otherwise each cost an insert, and its
 // check read, on a schedule of their own.
-func (m *Manager) renew(ctx context.Context, serverNow time.Time) error {
+func (m *Manager) renew(ctx context.Context, at instant) error {
 	m.renewing.Lock()
 	defer m.renewing.Unlock()
 	if !m.renewalDue() {
 		return nil
 	}
-	return m.renewHeld(ctx, serverNow)
+	return m.renewHeld(ctx, at)
 }
 
 // Renew renews every partition held now, due or not: for a claim whose
 // write needs more time than Hold has left (see the claim package). The
 // new terms run from the server's time as this call reads it. Call it
-// without a Hold in progress: the insert takes the write lock.
+// without a Hold in progress: the insert takes the write lock. The new
+// deadlines count from the local instant read together with that server
+// time, just before the insert.
 func (m *Manager) Renew(ctx context.Context) error {
 	if m.stopped.Load() {
 		return errStopped
 	}
 	m.renewing.Lock()
 	defer m.renewing.Unlock()
-	return m.renewHeld(ctx, m.cfg.Now())
+	if m.cfg.Synced != nil && !m.cfg.Synced() {
+		return ErrClockUnsynced
+	}
+	return m.renewHeld(ctx, m.now())
 }
 
-// renewHeld inserts the next term of every partition held. Call it with
-// renewing held.
-func (m *Manager) renewHeld(ctx context.Context, serverNow time.Time) error {
+// renewHeld inserts the next term of every partition held, expiring a
+// term after at. Call it with renewing held.
+func (m *Manager) renewHeld(ctx context.Context, at instant) error {
 	m.mu.RLock()
 	terms := make([]Term, 0, len(m.owned))
 	for p, h := range m.owned {
-		terms = append(terms, Term{Partition: p, Term: h.term + 1, Owner: m.cfg.WorkerID, ExpiresAt: serverNow.Add(m.cfg.TermLength)})
+		terms = append(terms, Term{Partition: p, Term: h.term + 1, Owner: m.cfg.WorkerID, ExpiresAt: at.server.Add(m.cfg.TermLength)})
 	}
 	m.mu.RUnlock()
 	if len(terms) == 0 {
 		return nil
 	}
-	won, err := m.insert(ctx, terms)
+	won, err := m.insert(ctx, terms, at.local)
 	if err != nil {
 		return fmt.Errorf("renew %d partitions: %w", len(terms), err)
 	}
@@ -506,7 +541,8 @@ func (m *Manager) rest() bool {
 // take inserts the next term of free partitions, up to share, starting at
 // a point of the ring that depends on the worker id so that replicas
 // starting together mostly try different partitions.
-func (m *Manager) take(ctx context.Context, latest map[int]Term, share int, serverNow time.Time) (int, error) {
+func (m *Manager) take(ctx context.Context, latest map[int]Term, share int, at instant) (int, error) {
+	serverNow := at.server
 	m.mu.RLock()
 	need := share - len(m.owned)
 	var terms []Term
@@ -528,7 +564,7 @@ func (m *Manager) take(ctx context.Context, latest map[int]Term, share int, serv
 		}
 	}
 	m.mu.RUnlock()
-	won, err := m.insert(ctx, terms)
+	won, err := m.insert(ctx, terms, at.local)
 	if err != nil {
 		return 0, fmt.Errorf("take %d partitions: %w", len(terms), err)
 	}
@@ -538,9 +574,10 @@ func (m *Manager) take(ctx context.Context, latest map[int]Term, share int, serv
 	return won, nil
 }
 
-// insert inserts terms, if any, and records those won, with a deadline
-// measured from before the insert was sent; a lost term's partition is
-// forgotten. It returns how many it won.
+// insert inserts terms, if any, and records those won, with a deadline a
+// term less the Margin after from: the local instant read with the server
+// time their expiresAt counts from (instant), so no later than it. A lost
+// term's partition is forgotten. It returns how many it won.
 //
 // One read after the insert checks what it did. A won term is kept only
 // if no later term of its partition exists: old terms are pruned, so a
@@ -550,11 +587,10 @@ func (m *Manager) take(ctx context.Context, latest map[int]Term, share int, serv
 // replica's own counts as won: an earlier insert landed although it
 // reported an error (a timeout), or its check read failed, and the
 // renewal after it must not lose the partition to itself.
-func (m *Manager) insert(ctx context.Context, terms []Term) (int, error) {
+func (m *Manager) insert(ctx context.Context, terms []Term, from time.Time) (int, error) {
 	if len(terms) == 0 {
 		return 0, nil
 	}
-	sent := m.cfg.Local()
 	won, err := m.table.Insert(ctx, terms)
 	// ours are the lost terms whose _id an earlier insert of this replica
 	// holds: an insert that landed although it reported an error, or whose
@@ -596,7 +632,7 @@ func (m *Manager) insert(ctx context.Context, terms []Term) (int, error) {
 			continue
 		}
 		if won[i] {
-			m.owned[t.Partition] = held{term: t.Term, since: m.sinceFor(t), deadline: sent.Add(m.cfg.TermLength - m.cfg.Margin)}
+			m.owned[t.Partition] = held{term: t.Term, since: m.sinceFor(t), deadline: from.Add(m.cfg.TermLength - m.cfg.Margin)}
 			n++
 		} else if h, ok := m.owned[t.Partition]; ok {
 			m.sawHeld(m.claimsUntil(h, m.cfg.Local()))

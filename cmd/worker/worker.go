@@ -85,7 +85,7 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	// its share is taken over within OUTBOX_STALE_AFTER plus a recovery
 	// period. Terms and leases are timed by the database server's clock.
 	w.owner, err = ownership.New(w.store.Owners(), ownership.Config{
-		WorkerID: cfg.WorkerID, TermLength: cfg.StaleAfter / 2, Now: w.clock.Now, Ready: w.publisher.Ready, Metrics: m, Logger: logger,
+		WorkerID: cfg.WorkerID, TermLength: cfg.StaleAfter / 2, Now: w.clock.Now, Synced: w.clock.Synced, Ready: w.publisher.Ready, Metrics: m, Logger: logger,
 		OnLead: func() { w.sampler.Trigger() },
 	})
 	if err != nil {
@@ -272,9 +272,10 @@ func (w *worker) prepareStore(ctx context.Context) error {
 	}
 	syncCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	if err := w.clock.Sync(syncCtx); err != nil && ctx.Err() == nil {
-		// Ages and partition terms read this machine's clock until the
-		// next measurement, a minute on: better than no worker.
-		w.logger.Warn("database clock offset not measured; ages and partition terms use the local clock until it is", "error", err)
+		// The clock tries again every few seconds once started; until it
+		// succeeds ages read this machine's clock and no partition is
+		// taken (ownership.Config.Synced), so nothing is claimed.
+		w.logger.Warn("database clock not measured; no partition is taken until it is", "error", err)
 	}
 	cancel()
 	if w.store.SupportsTransactions() {
