@@ -187,7 +187,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	// Every label of every outbox_ series is one of a few names, each
 	// with a fixed set of values.
 	allowed := map[string][]string{
-		"status": {"NEW", "PROCESSING", "PUBLISHED", "FAILED"},
+		"status": {"NEW", "PROCESSING", "PUBLISHED", "FAILED", "unknown"},
 		"reason": {metrics.ReasonInvalid, metrics.ReasonMaxAttempts, metrics.ReasonStaleMaxAttempts, metrics.ReasonNacked,
 			metrics.ReasonReturned, metrics.ReasonUnconfirmed, metrics.ReasonBrokerUnavailable, metrics.ReasonError},
 		"job": {"claim", "recovery", "retention", "sampler"},

@@ -185,7 +185,7 @@ func toolsScenario(t *testing.T, s stack) {
 		if err := json.Unmarshal([]byte(out), &got); err != nil {
 			t.Fatalf("stats --json output is not JSON: %v\n%s", err, out)
 		}
-		want := map[string]int64{"NEW": 2, "PROCESSING": 2, "PUBLISHED": 1, "FAILED": 5}
+		want := map[string]int64{"NEW": 2, "PROCESSING": 2, "PUBLISHED": 1, "FAILED": 5, "unknown": 0}
 		if diff := cmp.Diff(want, got.Counts); diff != "" {
 			t.Errorf("counts (-want +got):\n%s", diff)
 		}
@@ -198,7 +198,7 @@ func toolsScenario(t *testing.T, s stack) {
 	})
 	t.Run("stats table", func(t *testing.T) {
 		out := runTool(ctx, t, env, 0, "stats")
-		for _, re := range []string{`(?m)^NEW\s+2$`, `(?m)^PROCESSING\s+2$`, `(?m)^PUBLISHED\s+1$`, `(?m)^FAILED\s+5$`,
+		for _, re := range []string{`(?m)^NEW\s+2$`, `(?m)^PROCESSING\s+2$`, `(?m)^PUBLISHED\s+1$`, `(?m)^FAILED\s+5$`, `(?m)^unknown\s+0$`,
 			`(?m)^oldest NEW event\s+1h0m\d+(\.\d+)?s old$`, `(?m)^stale PROCESSING \(older than 1m0s\)\s+1$`} {
 			if !regexp.MustCompile(re).MatchString(out) {
 				t.Errorf("stats output does not match %s:\n%s", re, out)
