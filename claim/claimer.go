@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -76,6 +77,9 @@ type Claimer struct {
 	// the claims' writes so that the fence gives them what they need.
 	batch  *batchLimit
 	writes writeTimes
+	// timeouts publishes alone the events whose publish timed out, and
+	// fails those that time out alone (see TimeoutsAloneMax).
+	timeouts timeouts
 	// halted is closed when a stop's deadline has passed: the outcome
 	// writes of the batch in flight give up then.
 	halted   chan struct{}
@@ -344,12 +348,14 @@ func (c *Claimer) relay(ctx context.Context, lease events.Lease, claimed []event
 		msgs[i] = &m
 	}
 
+	c.timeouts.isolate(claimed, msgs, outcomes, c.ordered())
 	pubCtx, cancel := context.WithTimeout(ctx, c.cfg.PublishTimeout)
 	if c.ordered() {
 		c.publishInRounds(pubCtx, claimed, msgs, outcomes)
 	} else {
 		c.publishAll(pubCtx, msgs, outcomes)
 	}
+	c.timeouts.note(msgs, outcomes, errors.Is(pubCtx.Err(), context.DeadlineExceeded) && ctx.Err() == nil)
 	cancel()
 	confirmedAt := c.now()
 	settleCtx, cancel := c.settleContext(ctx, lease)
@@ -363,7 +369,7 @@ func (c *Claimer) publishAll(ctx context.Context, msgs []*events.Message, outcom
 	batch := make([]events.Message, 0, len(msgs))
 	sent := make([]int, 0, len(msgs))
 	for i, m := range msgs {
-		if m != nil {
+		if m != nil && outcomes[i].err == nil { // not set aside
 			batch = append(batch, *m)
 			sent = append(sent, i)
 		}

@@ -17,6 +17,7 @@ const (
 	ReasonRejected          = "rejected"           // poison: published alone, the broker closed the channel every time
 	ReasonMaxAttempts       = "max_attempts"       // failed publishes used every attempt
 	ReasonStaleMaxAttempts  = "stale_max_attempts" // stale claim on its last attempt
+	ReasonTimeout           = "timeout"            // published alone, no confirm within the publish timeout, claim.TimeoutsAloneMax times
 	ReasonNacked            = "nacked"
 	ReasonReturned          = "returned"
 	ReasonUnconfirmed       = "unconfirmed"
@@ -50,6 +51,11 @@ type Metrics struct {
 	DBCommands      *prometheus.CounterVec
 }
 
+// FailedReasons are the values of Failed's reason label, each exported
+// from the start at 0, so that a rate or an increase sees the first
+// failure of a replica.
+var FailedReasons = []string{ReasonInvalid, ReasonRejected, ReasonMaxAttempts, ReasonStaleMaxAttempts, ReasonTimeout}
+
 // YieldingJobs are the periodic jobs that leave runs out while claims are
 // slow: the values of RunsLeftOut's label, each exported from the start.
 var YieldingJobs = []string{"recovery", "retention", "sampler"}
@@ -61,7 +67,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Claimed:    s.Counter("events_claimed_total", "Events claimed from NEW as PROCESSING by this worker."),
 		Published:  s.Counter("events_published_total", "Events confirmed by the broker and marked PUBLISHED."),
-		Failed:     s.CounterVec("events_failed_total", "Events moved to FAILED, by reason (invalid, rejected, max_attempts, stale_max_attempts).", "reason"),
+		Failed:     s.CounterVec("events_failed_total", "Events moved to FAILED, by reason (invalid, rejected, max_attempts, stale_max_attempts, timeout).", "reason"),
 		Released:   s.CounterVec("events_released_total", "Claimed events put back to NEW without publishing, by reason.", "reason"),
 		Recovered:  s.Counter("events_recovered_total", "Stale PROCESSING events reset to NEW by the recovery job."),
 		Deleted:    s.Counter("events_deleted_total", "PUBLISHED events deleted by retention."),
@@ -92,6 +98,9 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	for _, job := range YieldingJobs {
 		m.RunsLeftOut.WithLabelValues(job)
+	}
+	for _, reason := range FailedReasons {
+		m.Failed.WithLabelValues(reason)
 	}
 	if err := s.Register(reg); err != nil {
 		panic(err) // one Metrics per registry: a wiring bug

@@ -188,8 +188,9 @@ func TestMetricsEndpoint(t *testing.T) {
 	// with a fixed set of values.
 	allowed := map[string][]string{
 		"status": {"NEW", "PROCESSING", "PUBLISHED", "FAILED", "unknown"},
-		"reason": {metrics.ReasonInvalid, metrics.ReasonMaxAttempts, metrics.ReasonStaleMaxAttempts, metrics.ReasonNacked,
-			metrics.ReasonReturned, metrics.ReasonUnconfirmed, metrics.ReasonBrokerUnavailable, metrics.ReasonError},
+		"reason": {metrics.ReasonInvalid, metrics.ReasonRejected, metrics.ReasonMaxAttempts, metrics.ReasonStaleMaxAttempts,
+			metrics.ReasonTimeout, metrics.ReasonNacked, metrics.ReasonReturned, metrics.ReasonUnconfirmed,
+			metrics.ReasonBrokerUnavailable, metrics.ReasonError},
 		"job": {"claim", "recovery", "retention", "sampler"},
 		"command": {"find", "getMore", "update", "delete", "insert", "aggregate", "count", "commitTransaction",
 			"abortTransaction", "createIndexes", "ping", "hello", "endSessions", "killCursors", "other"},
