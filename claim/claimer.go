@@ -348,14 +348,9 @@ func (c *Claimer) relay(ctx context.Context, lease events.Lease, claimed []event
 		msgs[i] = &m
 	}
 
-	c.timeouts.isolate(claimed, msgs, outcomes, c.ordered())
 	pubCtx, cancel := context.WithTimeout(ctx, c.cfg.PublishTimeout)
-	if c.ordered() {
-		c.publishInRounds(pubCtx, claimed, msgs, outcomes)
-	} else {
-		c.publishAll(pubCtx, msgs, outcomes)
-	}
-	c.timeouts.note(msgs, outcomes, errors.Is(pubCtx.Err(), context.DeadlineExceeded) && ctx.Err() == nil)
+	alone := c.publish(pubCtx, claimed, msgs, outcomes)
+	c.timeouts.note(msgs, outcomes, alone, errors.Is(pubCtx.Err(), context.DeadlineExceeded) && ctx.Err() == nil)
 	cancel()
 	confirmedAt := c.now()
 	settleCtx, cancel := c.settleContext(ctx, lease)
@@ -369,7 +364,7 @@ func (c *Claimer) publishAll(ctx context.Context, msgs []*events.Message, outcom
 	batch := make([]events.Message, 0, len(msgs))
 	sent := make([]int, 0, len(msgs))
 	for i, m := range msgs {
-		if m != nil && outcomes[i].err == nil { // not set aside
+		if m != nil && outcomes[i].err == nil { // not published alone already
 			batch = append(batch, *m)
 			sent = append(sent, i)
 		}

@@ -60,8 +60,6 @@ func (p policy) retryDelay(n int) time.Duration {
 //     once and refunds the attempt: it was not the event's fault, until
 //     the event has timed out TimeoutsAloneMax times published alone
 //     (errTimedOutAlone): then it fails;
-//   - an event set aside while a suspect of a timeout was published alone
-//     (errSetAside) goes back to NEW with its attempt refunded;
 //   - a nack or a return retries later with backoff, until maxAttempts
 //     claims have been used; then the event fails.
 func (p policy) plan(outcomes []outcome, now time.Time) (published []any, releases []release) {
@@ -111,8 +109,6 @@ func (p policy) decide(o outcome, retryAt func(attempts int) time.Time) release 
 		return release{events.Release{Status: events.StatusFailed, LastError: o.err.Error()}, metrics.ReasonRejected}
 	case errors.Is(o.err, errTimedOutAlone):
 		return release{events.Release{Status: events.StatusFailed, LastError: o.err.Error()}, metrics.ReasonTimeout}
-	case errors.Is(o.err, errSetAside):
-		return release{events.Release{Status: events.StatusNew, LastError: o.err.Error(), Refund: true}, metrics.ReasonHeldBack}
 	case errors.Is(o.err, events.ErrUnavailable):
 		return release{events.Release{Status: events.StatusNew, LastError: o.err.Error(), Refund: true}, metrics.ReasonBrokerUnavailable}
 	case errors.Is(o.err, errHeldBack):

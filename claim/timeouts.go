@@ -20,15 +20,15 @@ import (
 const TimeoutsAloneMax = 3
 
 // suspectsMax bounds the events a claimer remembers as suspects (and their
-// counts): a broker that stalled under a large backlog leaves at most this
-// many to publish alone, one per run; the others are published as usual,
-// and become suspects again if they time out again.
+// counts): past it, further events whose publish timed out are not
+// remembered; they are retried as usual and may become suspects later.
 const suspectsMax = 10000
 
-// errSetAside is the outcome of the events of a run that publishes a
-// suspect alone: not published, back to NEW with the attempt refunded, to
-// be claimed again at once.
-var errSetAside = errors.New("set aside: this run published alone an event whose publish had timed out")
+// errPublishedAlone stands, while the rest of a batch is published, for the
+// result of its suspect, which was published alone first: the batch's
+// publish leaves it alone (and, in order, holds back the later events of
+// its key to the next run).
+var errPublishedAlone = errors.New("published alone before its batch")
 
 // errTimedOutAlone wraps the last timeout of an event that has now timed out
 // TimeoutsAloneMax times published alone: it becomes FAILED, reason timeout.
@@ -38,11 +38,12 @@ var errTimedOutAlone = errors.New("publish timed out with the message published 
 // account. A publish that times out with several messages in flight says
 // nothing about any one of them, so each of its unconfirmed events becomes
 // a suspect, and the next run that claims a suspect publishes it alone,
-// with the publish timeout to itself, and sets the rest of its batch
-// aside. A suspect confirmed alone is cleared; one that times out alone
-// TimeoutsAloneMax times fails (errTimedOutAlone). The counts live in
-// memory: a restart, or the event's partition moving to another replica,
-// starts them afresh, which only delays the failure.
+// first, with the whole publish timeout to itself, then the rest of its
+// batch with the time left. A suspect confirmed (or otherwise answered by
+// the broker) is cleared; one that times out alone TimeoutsAloneMax times
+// fails (errTimedOutAlone). The counts live in memory: a restart, or the
+// event's partition moving to another replica, starts them afresh, which
+// only delays the failure.
 type timeouts struct {
 	mu sync.Mutex
 	// suspects maps a suspect's message id to the times it has timed out
@@ -50,18 +51,16 @@ type timeouts struct {
 	suspects map[string]int
 }
 
-// isolate chooses the suspect a run publishes alone, if the batch
-// (claimed, in publish order, with its messages and outcomes) holds one
-// that may go first: in ordered mode, the first event of its ordering key
-// in the batch. Every other event of the batch is set aside. It returns
-// whether it did.
-func (t *timeouts) isolate(claimed []events.Claimed, msgs []*events.Message, outcomes []outcome, ordered bool) bool {
+// isolate chooses the suspect a run publishes alone, first: the first
+// suspect of the batch (claimed, in publish order, with its messages and
+// outcomes) that may go first, which in ordered mode is the first event of
+// its ordering key in the batch. It returns its index, or -1.
+func (t *timeouts) isolate(claimed []events.Claimed, msgs []*events.Message, outcomes []outcome, ordered bool) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(t.suspects) == 0 {
-		return false
+		return -1
 	}
-	chosen := -1
 	seen := map[string]bool{}
 	for i, m := range msgs {
 		key, keyed := "", false
@@ -76,31 +75,29 @@ func (t *timeouts) isolate(claimed []events.Claimed, msgs []*events.Message, out
 			continue
 		}
 		if _, ok := t.suspects[m.ID]; ok {
-			chosen = i
-			break
+			return i
 		}
 	}
-	if chosen < 0 {
-		return false
-	}
-	for i := range outcomes {
-		if i != chosen && outcomes[i].err == nil {
-			outcomes[i].err = errSetAside
-		}
-	}
-	return true
+	return -1
 }
 
-// note learns from a run's results, after its publish. timedOut reports
-// that the run's publish timeout passed (not a shutdown). A run that
-// handed the broker one message alone and got no confirm counts a timeout
-// against it, and fails it at TimeoutsAloneMax; a run of several makes its
-// unconfirmed messages suspects. A confirmed suspect is cleared.
-func (t *timeouts) note(msgs []*events.Message, outcomes []outcome, timedOut bool) {
-	sent := 0
-	for i, o := range outcomes {
-		if msgs[i] != nil && !errors.Is(o.err, errSetAside) && !errors.Is(o.err, errHeldBack) && !isInvalid(o.err) {
-			sent++
+// note learns from a run's results, after its publish. alone is the index
+// of the event published alone first (isolate), or -1; a run that handed
+// the broker only one message at all published it alone too. timedOut
+// reports that the run's publish timeout passed (not a shutdown). An event
+// published alone that got no confirm counts a timeout, and fails at
+// TimeoutsAloneMax; the other unconfirmed events become suspects. An event
+// the broker answered is cleared.
+func (t *timeouts) note(msgs []*events.Message, outcomes []outcome, alone int, timedOut bool) {
+	if alone < 0 {
+		sent, last := 0, -1
+		for i, o := range outcomes {
+			if msgs[i] != nil && !errors.Is(o.err, errHeldBack) && !isInvalid(o.err) {
+				sent, last = sent+1, i
+			}
+		}
+		if sent == 1 {
+			alone = last
 		}
 	}
 	t.mu.Lock()
@@ -120,7 +117,7 @@ func (t *timeouts) note(msgs []*events.Message, outcomes []outcome, timedOut boo
 			// timeout suspect.
 			delete(t.suspects, m.ID)
 		case !errors.Is(o.err, events.ErrUnconfirmed) || !timedOut:
-		case sent == 1:
+		case i == alone:
 			n := t.suspects[m.ID] + 1
 			if n >= TimeoutsAloneMax {
 				delete(t.suspects, m.ID)

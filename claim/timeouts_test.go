@@ -51,17 +51,17 @@ func timeoutBatch(t *testing.T, evs ...string) ([]events.Claimed, []*events.Mess
 var errUnconfirmed = fmt.Errorf("%w: context deadline exceeded", events.ErrUnconfirmed)
 
 // TestTimeouts drives the suspects through runs: each step is one run's
-// batch, the suspects it should isolate, the publish results and what the
-// outcomes must say afterwards.
+// batch, the suspect it should publish alone first, the publish results
+// and what the outcomes must say afterwards.
 func TestTimeouts(t *testing.T) {
 	t.Parallel()
 	type run struct {
 		events    []string // "id" or "id/key", in publish order
 		ordered   bool
-		wantAlone string           // the event isolated, "" for none
-		results   map[string]error // publish results of the events sent; others confirmed
+		wantAlone string           // the event published alone first, "" for none
+		results   map[string]error // publish results; confirmed when not named
 		timedOut  bool
-		want      map[string]string // the outcome of each event: ok, unconfirmed, aside, timeout, nacked
+		want      map[string]string // the outcome of each event: ok, unconfirmed, timeout, nacked
 	}
 	tests := []struct {
 		name string
@@ -72,9 +72,9 @@ func TestTimeouts(t *testing.T) {
 			runs: []run{
 				{events: []string{"a", "b", "c"}, results: map[string]error{"b": errUnconfirmed}, timedOut: true,
 					want: map[string]string{"a": "ok", "b": "unconfirmed", "c": "ok"}},
-				// b is published alone next, d set aside; confirmed, it is
-				// no longer a suspect.
-				{events: []string{"b", "d"}, wantAlone: "b", want: map[string]string{"b": "ok", "d": "aside"}},
+				// b is published alone first; confirmed, it is no longer a
+				// suspect.
+				{events: []string{"b", "d"}, wantAlone: "b", want: map[string]string{"b": "ok", "d": "ok"}},
 				{events: []string{"b", "d"}, want: map[string]string{"b": "ok", "d": "ok"}},
 			},
 		},
@@ -83,15 +83,16 @@ func TestTimeouts(t *testing.T) {
 			runs: []run{
 				{events: []string{"a", "b"}, results: map[string]error{"a": errUnconfirmed, "b": errUnconfirmed}, timedOut: true,
 					want: map[string]string{"a": "unconfirmed", "b": "unconfirmed"}},
-				{events: []string{"a", "b"}, wantAlone: "a", results: map[string]error{"a": errUnconfirmed}, timedOut: true,
-					want: map[string]string{"a": "unconfirmed", "b": "aside"}},
-				{events: []string{"a", "b"}, wantAlone: "a", results: map[string]error{"a": errUnconfirmed}, timedOut: true,
-					want: map[string]string{"a": "unconfirmed", "b": "aside"}},
-				{events: []string{"a", "b"}, wantAlone: "a", results: map[string]error{"a": errUnconfirmed}, timedOut: true,
-					want: map[string]string{"a": "timeout", "b": "aside"}},
+				// a eats the run's time; b, not sent, stays a suspect.
+				{events: []string{"a", "b"}, wantAlone: "a", results: map[string]error{"a": errUnconfirmed, "b": errUnconfirmed}, timedOut: true,
+					want: map[string]string{"a": "unconfirmed", "b": "unconfirmed"}},
+				{events: []string{"a", "b"}, wantAlone: "a", results: map[string]error{"a": errUnconfirmed, "b": errUnconfirmed}, timedOut: true,
+					want: map[string]string{"a": "unconfirmed", "b": "unconfirmed"}},
+				{events: []string{"a", "b"}, wantAlone: "a", results: map[string]error{"a": errUnconfirmed, "b": errUnconfirmed}, timedOut: true,
+					want: map[string]string{"a": "timeout", "b": "unconfirmed"}},
 				// a has failed; b, a suspect that never timed out alone, is
-				// published alone next, and confirmed.
-				{events: []string{"b", "c"}, wantAlone: "b", want: map[string]string{"b": "ok", "c": "aside"}},
+				// published alone first, and confirmed.
+				{events: []string{"b", "c"}, wantAlone: "b", want: map[string]string{"b": "ok", "c": "ok"}},
 			},
 		},
 		{
@@ -120,12 +121,12 @@ func TestTimeouts(t *testing.T) {
 			},
 		},
 		{
-			name: "in order, a suspect first of its key is published alone",
+			name: "in order, a suspect first of its key is published alone first",
 			runs: []run{
 				{events: []string{"a/1", "b/2"}, ordered: true, results: map[string]error{"b": errUnconfirmed}, timedOut: true,
 					want: map[string]string{"a": "ok", "b": "unconfirmed"}},
 				{events: []string{"c/1", "b/2", "d/2"}, ordered: true, wantAlone: "b",
-					want: map[string]string{"c": "aside", "b": "ok", "d": "aside"}},
+					want: map[string]string{"c": "ok", "b": "ok", "d": "ok"}},
 			},
 		},
 		{
@@ -134,7 +135,7 @@ func TestTimeouts(t *testing.T) {
 				{events: []string{"a", "b"}, results: map[string]error{"a": errUnconfirmed}, timedOut: true,
 					want: map[string]string{"a": "unconfirmed", "b": "ok"}},
 				{events: []string{"a", "b"}, wantAlone: "a", results: map[string]error{"a": events.ErrNacked},
-					want: map[string]string{"a": "nacked", "b": "aside"}},
+					want: map[string]string{"a": "nacked", "b": "ok"}},
 				{events: []string{"a", "b"}, want: map[string]string{"a": "ok", "b": "ok"}},
 			},
 		},
@@ -145,16 +146,18 @@ func TestTimeouts(t *testing.T) {
 			var to timeouts
 			for n, r := range tt.runs {
 				claimed, msgs, outcomes := timeoutBatch(t, r.events...)
-				isolated := to.isolate(claimed, msgs, outcomes, r.ordered)
-				if gotAlone := isolatedID(msgs, outcomes, isolated); gotAlone != r.wantAlone {
-					t.Fatalf("run %d isolated %q, want %q", n, gotAlone, r.wantAlone)
+				alone := to.isolate(claimed, msgs, outcomes, r.ordered)
+				gotAlone := ""
+				if alone >= 0 {
+					gotAlone = msgs[alone].ID
+				}
+				if gotAlone != r.wantAlone {
+					t.Fatalf("run %d published %q alone, want %q", n, gotAlone, r.wantAlone)
 				}
 				for i := range outcomes {
-					if outcomes[i].err == nil {
-						outcomes[i].err = r.results[msgs[i].ID]
-					}
+					outcomes[i].err = r.results[msgs[i].ID]
 				}
-				to.note(msgs, outcomes, r.timedOut)
+				to.note(msgs, outcomes, alone, r.timedOut)
 				got := map[string]string{}
 				for i, o := range outcomes {
 					got[msgs[i].ID] = kind(o.err)
@@ -167,19 +170,6 @@ func TestTimeouts(t *testing.T) {
 	}
 }
 
-// isolatedID is the id of the one event not set aside, when isolate did.
-func isolatedID(msgs []*events.Message, outcomes []outcome, isolated bool) string {
-	if !isolated {
-		return ""
-	}
-	for i, o := range outcomes {
-		if o.err == nil {
-			return msgs[i].ID
-		}
-	}
-	return "?"
-}
-
 func kind(err error) string {
 	switch {
 	case err == nil:
@@ -188,8 +178,6 @@ func kind(err error) string {
 		return "timeout"
 	case errors.Is(err, events.ErrUnconfirmed):
 		return "unconfirmed"
-	case errors.Is(err, errSetAside):
-		return "aside"
 	case errors.Is(err, errHeldBack):
 		return "held"
 	case errors.Is(err, events.ErrNacked):
@@ -199,7 +187,7 @@ func kind(err error) string {
 }
 
 // TestPolicyTimeouts: an event that timed out alone too often fails with
-// reason timeout; one set aside goes back to NEW with its attempt refunded.
+// reason timeout; a timeout short of that is refunded.
 func TestPolicyTimeouts(t *testing.T) {
 	t.Parallel()
 	p := policy{maxAttempts: 5, retryMin: time.Second, retryMax: time.Minute, jitter: func(d time.Duration) time.Duration { return d }}
@@ -211,7 +199,6 @@ func TestPolicyTimeouts(t *testing.T) {
 		{fmt.Errorf("%w 3 times (OUTBOX_PUBLISH_TIMEOUT each): %w", errTimedOutAlone, errUnconfirmed),
 			release{events.Release{IDs: []any{"x"}, Status: events.StatusFailed,
 				LastError: "publish timed out with the message published alone 3 times (OUTBOX_PUBLISH_TIMEOUT each): no confirm before the deadline: context deadline exceeded"}, metrics.ReasonTimeout}},
-		{errSetAside, release{events.Release{IDs: []any{"x"}, Status: events.StatusNew, LastError: errSetAside.Error(), Refund: true}, metrics.ReasonHeldBack}},
 		{errUnconfirmed, release{events.Release{IDs: []any{"x"}, Status: events.StatusNew, LastError: errUnconfirmed.Error(), Refund: true}, metrics.ReasonUnconfirmed}},
 	} {
 		_, got := p.plan([]outcome{{id: "x", attempts: 5, err: tt.err}}, now)
@@ -264,9 +251,10 @@ func (p *stallPublisher) Publish(ctx context.Context, msgs []events.Message) []e
 
 // TestRunOnceFailsAMessageThatTimesOutAlone: on FerretDB and RabbitMQ, a
 // message that never gets its confirm within the publish timeout is
-// published alone, its batch-mates set aside and delivered in later runs,
-// and after TimeoutsAloneMax timeouts alone it is FAILED with reason
-// timeout, instead of being refunded for ever.
+// published alone, first, in the runs that follow (its batch-mates, left
+// without time, go back to NEW without using an attempt and are delivered
+// later), and after TimeoutsAloneMax timeouts alone it is FAILED with
+// reason timeout, instead of being refunded for ever.
 func TestRunOnceFailsAMessageThatTimesOutAlone(t *testing.T) {
 	t.Parallel()
 	r := newRelayRig(t)
@@ -309,7 +297,7 @@ func TestRunOnceFailsAMessageThatTimesOutAlone(t *testing.T) {
 	}
 	for _, id := range others {
 		if e := allEvents(t, r.coll)[id]; e.Status != events.StatusPublished || e.Attempts != 1 {
-			t.Errorf("event %s: %s after %d attempts, want PUBLISHED after 1 (set aside without using an attempt)", id, e.Status, e.Attempts)
+			t.Errorf("event %s: %s after %d attempts, want PUBLISHED after 1 (a timeout uses no attempt)", id, e.Status, e.Attempts)
 		}
 	}
 	if e := allEvents(t, r.coll)[later[4]]; e.Status != events.StatusNew {
