@@ -78,6 +78,9 @@ type Claimer struct {
 	batch  *batchLimit
 	writes writeTimes
 	reads  readTimes
+	// timeouts publishes alone the events whose publish timed out, and
+	// fails those that time out alone (see TimeoutsAloneMax).
+	timeouts timeouts
 	// halted is closed when a stop's deadline has passed: the outcome
 	// writes of the batch in flight give up then.
 	halted   chan struct{}
@@ -447,11 +450,13 @@ func (c *Claimer) relay(ctx context.Context, lease events.Lease, claimed []event
 	}
 
 	pubCtx, cancel := context.WithTimeout(ctx, deadline.Sub(c.cfg.Local()))
-	if c.ordered() {
-		c.publishInRounds(pubCtx, claimed, msgs, outcomes, deadline)
-	} else {
-		c.publishAll(pubCtx, msgs, outcomes, deadline)
-	}
+	alone := c.publish(pubCtx, claimed, msgs, outcomes, deadline)
+	// A deadline that cut the publish short makes its unconfirmed events
+	// suspects. It is nearly always the publish timeout; the claim's
+	// staleness comes first only after a pause, and a suspect fails only
+	// after timing out alone (TimeoutsAloneMax), which a pause does not
+	// repeat.
+	c.timeouts.note(msgs, outcomes, alone, errors.Is(pubCtx.Err(), context.DeadlineExceeded) && ctx.Err() == nil)
 	cancel()
 	confirmedAt := c.now()
 	settleCtx, cancel := c.settleContext(ctx, lease)
@@ -466,7 +471,7 @@ func (c *Claimer) publishAll(ctx context.Context, msgs []*events.Message, outcom
 	batch := make([]events.Message, 0, len(msgs))
 	sent := make([]int, 0, len(msgs))
 	for i, m := range msgs {
-		if m != nil {
+		if m != nil && outcomes[i].err == nil { // not published alone already
 			batch = append(batch, *m)
 			sent = append(sent, i)
 		}

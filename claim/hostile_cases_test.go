@@ -195,6 +195,21 @@ func hostileCases(t *testing.T) []hostileCase {
 		{name: "cc-header-array-of-numbers", hostile: []hostileDoc{simple("cc-numbers", wantDeliveredOrFailed,
 			[][]string{any1("CC")}, field(events.FieldHeaders, bson.D{{Key: "CC", Value: bson.A{1, 2}}}))}},
 
+		// Headers RabbitMQ writes itself: an event must not forge them
+		// (a consumer would read a forged x-delivery-count as the broker's).
+		{name: "broker-owned-headers", hostile: []hostileDoc{
+			simple("forged-delivery-count", wantFailed, [][]string{any1("headers.x-delivery-count"), any1("RabbitMQ sets itself")},
+				field(events.FieldHeaders, bson.D{{Key: "x-delivery-count", Value: int64(99)}})),
+			simple("forged-delivery-count-upper", wantFailed, [][]string{any1("headers.X-Delivery-Count")},
+				field(events.FieldHeaders, bson.D{{Key: "X-Delivery-Count", Value: int32(0)}})),
+			simple("forged-death", wantFailed, [][]string{any1("headers.x-death")},
+				field(events.FieldHeaders, bson.D{{Key: "x-death", Value: bson.A{bson.D{{Key: "count", Value: int64(9)}}}}})),
+			simple("forged-first-death", wantFailed, [][]string{any1("headers.x-first-death-reason")},
+				field(events.FieldHeaders, bson.D{{Key: "tenant", Value: "acme"}, {Key: "x-first-death-reason", Value: "rejected"}})),
+			simple("forged-received-from", wantFailed, [][]string{any1("headers.x-received-from")},
+				field(events.FieldHeaders, bson.D{{Key: "x-received-from", Value: bson.A{}}})),
+		}},
+
 		// A document near MongoDB's 16 MiB limit: the worker's own fields
 		// would push it over.
 		{name: "document-near-16MiB", cfg: Config{MaxBodyBytes: MaxBodyBytesDefault},

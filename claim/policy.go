@@ -57,7 +57,9 @@ func (p policy) retryDelay(n int) time.Duration {
 //   - an event held back behind an earlier event of its aggregate in the
 //     batch (errHeldBack) goes back to NEW with its attempt refunded;
 //   - a broker outage or a missing confirm puts the event back to NEW at
-//     once and refunds the attempt: it was not the event's fault;
+//     once and refunds the attempt: it was not the event's fault, until
+//     the event has timed out TimeoutsAloneMax times published alone
+//     (errTimedOutAlone): then it fails;
 //   - a nack or a return retries later with backoff, until maxAttempts
 //     claims have been used; then the event fails.
 func (p policy) plan(outcomes []outcome, now time.Time) (published []any, releases []release) {
@@ -105,6 +107,8 @@ func (p policy) decide(o outcome, retryAt func(attempts int) time.Time) release 
 		return release{events.Release{Status: events.StatusFailed, LastError: o.err.Error()}, metrics.ReasonInvalid}
 	case errors.Is(o.err, events.ErrRejected):
 		return release{events.Release{Status: events.StatusFailed, LastError: o.err.Error()}, metrics.ReasonRejected}
+	case errors.Is(o.err, errTimedOutAlone):
+		return release{events.Release{Status: events.StatusFailed, LastError: o.err.Error()}, metrics.ReasonTimeout}
 	case errors.Is(o.err, events.ErrUnavailable):
 		return release{events.Release{Status: events.StatusNew, LastError: o.err.Error(), Refund: true}, metrics.ReasonBrokerUnavailable}
 	case errors.Is(o.err, errHeldBack):

@@ -84,3 +84,32 @@ func (c *Claimer) publishInRounds(ctx context.Context, claimed []events.Claimed,
 		}
 	}
 }
+
+// publish publishes a batch (claimed, in publish order, with its messages
+// and outcomes) within ctx and until deadline: first, alone, the suspect of a timeout that
+// timeouts.isolate chooses, if any, with the whole of ctx's time to itself;
+// then the rest, in rounds or all at once. It returns the index of the
+// event published alone, or -1.
+func (c *Claimer) publish(ctx context.Context, claimed []events.Claimed, msgs []*events.Message, outcomes []outcome, deadline time.Time) int {
+	alone := c.timeouts.isolate(claimed, msgs, outcomes, c.ordered())
+	if alone >= 0 && c.pastDeadline(deadline, []int{alone}, outcomes) {
+		alone = -1 // not published: it goes back to NEW with the rest
+	}
+	var aloneErr error
+	if alone >= 0 {
+		aloneErr = c.pub.Publish(ctx, []events.Message{*msgs[alone]})[0]
+		if aloneErr == nil {
+			c.metrics.PublishLatency.Observe(c.now().Sub(msgs[alone].Timestamp).Seconds())
+		}
+		outcomes[alone].err = errPublishedAlone
+	}
+	if c.ordered() {
+		c.publishInRounds(ctx, claimed, msgs, outcomes, deadline)
+	} else {
+		c.publishAll(ctx, msgs, outcomes, deadline)
+	}
+	if alone >= 0 {
+		outcomes[alone].err = aloneErr
+	}
+	return alone
+}

@@ -175,6 +175,11 @@ func TestDraftDocumentInvalid(t *testing.T) {
 			wantMsg: "headers.CC",
 		},
 		{
+			name:    "header RabbitMQ sets itself",
+			draft:   Draft{Type: "order.created", Payload: payload, Headers: map[string]any{"x-delivery-count": 99}},
+			wantMsg: "headers.x-delivery-count",
+		},
+		{
 			name:    "header AMQP cannot carry",
 			draft:   Draft{Type: "order.created", Payload: payload, Headers: map[string]any{"re": bson.Regex{Pattern: "a"}}},
 			wantMsg: "headers.re",

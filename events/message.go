@@ -236,6 +236,12 @@ func headerTable(path string, d bson.Raw, depth int) (map[string]any, error) {
 		if len(key) > maxShortString {
 			return nil, invalid(path, "has a key of %d bytes; AMQP allows %d", len(key), maxShortString)
 		}
+		if owner, ok := BrokerHeader(key); ok && depth == 0 {
+			// Consumers take these as the broker's own word (a delivery
+			// count, a death record): a producer must not be able to forge
+			// them. See brokerheaders.go.
+			return nil, invalid(path+"."+key, "is a header RabbitMQ sets itself (%s); an event must not carry it", owner)
+		}
 		if depth == 0 && routingHeaders[key] && e.Value().Type != bson.TypeArray {
 			// RabbitMQ reads CC and BCC as extra routing keys and closes the
 			// channel over any other type: refuse it here rather than cost a

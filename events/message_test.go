@@ -520,3 +520,78 @@ func TestNewMessageLongIDNamesLengthAndLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestNewMessageBrokerHeaders checks that an event cannot forge a header
+// RabbitMQ sets itself: each one makes the event invalid, naming the
+// header, and a look-alike name that RabbitMQ does not own passes.
+func TestNewMessageBrokerHeaders(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		header string
+		value  any
+		forged bool
+	}{
+		{header: "x-delivery-count", value: int64(99), forged: true},
+		{header: "x-delivery-count", value: int32(0), forged: true},
+		{header: "X-Delivery-Count", value: "99", forged: true},
+		{header: "x-death", value: bson.A{bson.D{{Key: "queue", Value: "orders"}, {Key: "count", Value: int64(3)}}}, forged: true},
+		{header: "x-first-death-exchange", value: "events", forged: true},
+		{header: "x-first-death-queue", value: "orders", forged: true},
+		{header: "x-first-death-reason", value: "rejected", forged: true},
+		{header: "x-last-death-exchange", value: "events", forged: true},
+		{header: "x-last-death-queue", value: "orders", forged: true},
+		{header: "x-last-death-reason", value: "delivery_limit", forged: true},
+		{header: "x-first-death-anything", value: "later versions", forged: true},
+		{header: "x-received-from", value: bson.A{bson.D{{Key: "uri", Value: "amqp://upstream"}}}, forged: true},
+		{header: "x-shovelled", value: bson.A{}, forged: true},
+		{header: "x-shovelled-timestamp", value: int64(1700000000), forged: true},
+		{header: "x-stream-offset", value: int64(0), forged: true},
+		{header: "x-mqtt-publish-qos", value: int32(1), forged: true},
+		{header: "x-mqtt-dup", value: true, forged: true},
+		{header: "x-amqp-1.0-properties", value: "x", forged: true},
+		// Not the broker's: sender-selected or the producer's own.
+		{header: "x-deaths", value: "mine"},
+		{header: "x-delivery-counter", value: int32(1)},
+		{header: "x-stream-filter-value", value: "eu"},
+		{header: "x-delay", value: int32(1000)},
+		{header: "CC", value: bson.A{"audit"}},
+		{header: "tenant", value: "acme"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.header, func(t *testing.T) {
+			t.Parallel()
+			doc := eventDoc(t, set(FieldHeaders, bson.D{{Key: tt.header, Value: tt.value}}))
+			m, err := NewMessage(doc, 0)
+			if !tt.forged {
+				if err != nil {
+					t.Fatalf("NewMessage error = %v, want none: %q is not the broker's", err, tt.header)
+				}
+				if _, ok := m.Headers[tt.header]; !ok {
+					t.Errorf("header %q is missing from the message", tt.header)
+				}
+				return
+			}
+			var invalid *InvalidError
+			if !errors.As(err, &invalid) {
+				t.Fatalf("NewMessage error = %v (%T), want *InvalidError", err, err)
+			}
+			if want := "headers." + tt.header; invalid.Field != want {
+				t.Errorf("Field = %q, want %q", invalid.Field, want)
+			}
+			if !strings.Contains(err.Error(), "RabbitMQ sets itself") {
+				t.Errorf("error %q does not say that RabbitMQ owns the header", err)
+			}
+		})
+	}
+}
+
+// A broker header's name nested inside a table of the producer's own is
+// only a key of that table: RabbitMQ reads the top level only.
+func TestNewMessageBrokerHeaderNestedIsAllowed(t *testing.T) {
+	t.Parallel()
+	doc := eventDoc(t, set(FieldHeaders, bson.D{{Key: "trace", Value: bson.D{{Key: "x-death", Value: "n/a"}}}}))
+	if _, err := NewMessage(doc, 0); err != nil {
+		t.Fatalf("NewMessage error = %v, want none", err)
+	}
+}

@@ -5,9 +5,11 @@ import "time"
 // Stats is a snapshot of the outbox for operators: what a store counts
 // and the operations endpoints, the sampler and the status command show.
 type Stats struct {
-	// Counts holds the number of events in each status; a store may
-	// estimate PUBLISHED (the MongoDB store does, from the collection's
-	// size), because counting the retained history exactly is costly.
+	// Counts holds the number of events in each of CountedStatuses: each
+	// status, and under StatusUnknown the events whose status is none of
+	// them. A store may estimate PUBLISHED (the MongoDB store does, from
+	// the collection's size), because counting the retained history
+	// exactly is costly; the others are exact.
 	Counts map[Status]int64 `json:"counts"`
 	// OldestNew is the createdAt of the oldest NEW event; zero when none.
 	OldestNew time.Time `json:"oldestNew,omitzero"`

@@ -20,6 +20,18 @@ const (
 // Statuses lists every status in lifecycle order.
 var Statuses = []Status{StatusNew, StatusProcessing, StatusPublished, StatusFailed}
 
+// StatusUnknown is not a status an event can be given: it is the label
+// under which counts (Stats.Counts, the outbox_events gauge, worker stats)
+// put events whose status is none of Statuses, such as a producer's "new",
+// a number, or no status at all. The worker never claims such an event, so
+// it waits, unpublished, until someone fixes it; lower case, so that it
+// cannot be taken for a status.
+const StatusUnknown Status = "unknown"
+
+// CountedStatuses lists the labels events are counted under: Statuses, then
+// StatusUnknown.
+var CountedStatuses = append(Statuses[:len(Statuses):len(Statuses)], StatusUnknown)
+
 // transitions holds every allowed status change. Anything else is a bug.
 var transitions = map[Status][]Status{
 	StatusNew:        {StatusProcessing},                         // claim

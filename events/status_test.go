@@ -14,6 +14,14 @@ func TestStatuses(t *testing.T) {
 	if diff := cmp.Diff(want, Statuses); diff != "" {
 		t.Errorf("Statuses (-want +got):\n%s", diff)
 	}
+	// Counting adds the unknown label after the statuses, and leaves
+	// Statuses alone (CountedStatuses must not share its array).
+	if diff := cmp.Diff(append(want, StatusUnknown), CountedStatuses); diff != "" {
+		t.Errorf("CountedStatuses (-want +got):\n%s", diff)
+	}
+	if _, err := ParseStatus(string(StatusUnknown)); err == nil {
+		t.Errorf("ParseStatus(%q) succeeded; the unknown label is not a status", StatusUnknown)
+	}
 }
 
 func TestCanTransition(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/outboxrelay/outbox/internal/rule"
 )
@@ -41,6 +42,33 @@ const (
 	RetryPauseDefault = time.Second
 )
 
+// Queue types, for Config.QueueType: the x-queue-type the consumer declared
+// its queue with.
+const (
+	// QueueClassic is a classic queue: RabbitMQ keeps no delivery count, so
+	// an x-delivery-count header on a delivery is whatever its publisher
+	// wrote, and the inbox counts attempts itself.
+	QueueClassic = "classic"
+	// QueueQuorum is a quorum queue: RabbitMQ writes x-delivery-count on
+	// every redelivery, over any value the publisher wrote.
+	QueueQuorum = "quorum"
+)
+
+// QueueTypeOf returns the queue type that args, the arguments a queue is
+// declared with, give it: QueueQuorum for x-queue-type "quorum",
+// QueueClassic otherwise. Pass the same arguments the consumer declares its
+// queue with, so the inbox knows what it consumes from:
+//
+//	args := amqp.Table{"x-queue-type": "quorum"}
+//	_, err := ch.QueueDeclare("orders", true, false, false, false, args)
+//	in, err := inbox.New(client, handle, inbox.Config{QueueType: inbox.QueueTypeOf(args)})
+func QueueTypeOf(args amqp.Table) string {
+	if t, _ := args["x-queue-type"].(string); t == QueueQuorum {
+		return QueueQuorum
+	}
+	return QueueClassic
+}
+
 // Config configures an Inbox. The zero value is usable: New applies the
 // defaults.
 type Config struct {
@@ -56,6 +84,18 @@ type Config struct {
 	// has a dead-letter exchange, dropped otherwise). At most 1000.
 	// Defaults to MaxAttemptsDefault.
 	MaxAttempts int
+	// QueueType is the type of the queue the deliveries come from
+	// (QueueClassic or QueueQuorum; QueueTypeOf reads it from the queue's
+	// declaration arguments). It decides who counts a message's attempts:
+	// on a quorum queue the broker's x-delivery-count header on a
+	// redelivery (a first delivery is the first attempt, whatever its
+	// header says: the broker writes none there); on a classic queue the
+	// inbox's attempts collection, and an x-delivery-count header there is
+	// ignored, because only the publisher can have written it. A quorum
+	// queue declared without saying so (a vhost's default queue type) is
+	// counted as a classic one: correct, only without the count of crashed
+	// handlers. Defaults to QueueClassic.
+	QueueType string
 	// Retention is how long a processed message id is remembered, and so
 	// the longest redelivery a duplicate is recognised after. It must
 	// exceed the longest redelivery window: the relay's stale-claim
@@ -87,6 +127,7 @@ func (c *Config) setDefaults() {
 	c.Database = cmp.Or(c.Database, DatabaseDefault)
 	c.Collection = cmp.Or(c.Collection, CollectionDefault)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
+	c.QueueType = cmp.Or(c.QueueType, QueueClassic)
 	c.Retention = cmp.Or(c.Retention, RetentionDefault)
 	c.CleanupInterval = cmp.Or(c.CleanupInterval, CleanupIntervalDefault)
 	c.AckBatch = cmp.Or(c.AckBatch, AckBatchDefault)
@@ -98,6 +139,7 @@ func (c *Config) setDefaults() {
 func (c *Config) Validate() error {
 	return rule.First("inbox",
 		rule.Between("MaxAttempts", c.MaxAttempts, 1, 1000),
+		rule.OneOf("QueueType", c.QueueType, QueueClassic, QueueQuorum),
 		rule.Check("Retention", c.Retention >= RetentionMin, c.Retention,
 			fmt.Sprintf("at least %s, and more than the longest redelivery window", RetentionMin)),
 		rule.AtLeast("CleanupInterval", c.CleanupInterval, time.Second),

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -21,6 +22,8 @@ func TestConfigValidate(t *testing.T) {
 		{"cleanup interval", func(c *Config) { c.CleanupInterval = time.Millisecond }, "CleanupInterval 1ms"},
 		{"ack batch", func(c *Config) { c.AckBatch = 20000 }, "AckBatch 20000"},
 		{"retry pause", func(c *Config) { c.RetryPause = -time.Second }, "RetryPause -1s"},
+		{"queue type quorum", func(c *Config) { c.QueueType = QueueQuorum }, ""},
+		{"queue type stream", func(c *Config) { c.QueueType = "stream" }, "QueueType"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -42,11 +45,29 @@ func TestConfigDefaults(t *testing.T) {
 	t.Parallel()
 	var c Config
 	c.setDefaults()
-	got := []any{c.Database, c.Collection, c.MaxAttempts, c.Retention, c.CleanupInterval, c.AckBatch, c.RetryPause}
-	want := []any{DatabaseDefault, CollectionDefault, MaxAttemptsDefault, RetentionDefault, CleanupIntervalDefault, AckBatchDefault, RetryPauseDefault}
+	got := []any{c.Database, c.Collection, c.MaxAttempts, c.QueueType, c.Retention, c.CleanupInterval, c.AckBatch, c.RetryPause}
+	want := []any{DatabaseDefault, CollectionDefault, MaxAttemptsDefault, QueueClassic, RetentionDefault, CleanupIntervalDefault, AckBatchDefault, RetryPauseDefault}
 	for i := range want {
 		if got[i] != want[i] {
 			t.Errorf("default %d = %v, want %v", i, got[i], want[i])
+		}
+	}
+}
+
+func TestQueueTypeOf(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		args amqp.Table
+		want string
+	}{
+		{nil, QueueClassic},
+		{amqp.Table{"x-queue-type": "classic"}, QueueClassic},
+		{amqp.Table{"x-queue-type": "quorum"}, QueueQuorum},
+		{amqp.Table{"x-queue-type": "stream"}, QueueClassic},
+		{amqp.Table{"x-single-active-consumer": true}, QueueClassic},
+	} {
+		if got := QueueTypeOf(tt.args); got != tt.want {
+			t.Errorf("QueueTypeOf(%v) = %q, want %q", tt.args, got, tt.want)
 		}
 	}
 }

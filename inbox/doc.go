@@ -35,9 +35,11 @@
 // A handler error (or panic) rolls back and requeues the message; after
 // MaxAttempts failed attempts it is rejected with requeue=false, which
 // dead-letters it where the queue has a dead-letter exchange. The count
-// lives in the x-delivery-count header where the queue sets one (quorum
-// queues), otherwise in a document of the attempts collection, written
-// outside the rolled-back transaction. A database failure requeues without
+// lives in the x-delivery-count header where the queue sets one (a quorum
+// queue, which Config.QueueType names: the consumer declares its queue, so
+// it knows), otherwise in a document of the attempts collection, written
+// outside the rolled-back transaction; on a classic queue the header is the
+// publisher's and is ignored. A database failure requeues without
 // counting an attempt. A message without message_id is rejected at once.
 //
 // # Storage

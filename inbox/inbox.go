@@ -31,8 +31,13 @@ type Handler func(ctx context.Context, d amqp.Delivery) error
 var ErrNotStarted = errors.New("inbox: not started (call Start first)")
 
 // HeaderDeliveryCount is the header a quorum queue sets on a redelivered
-// message: how many times it was delivered before.
+// message: how many times it was delivered before. The inbox reads it only
+// from a quorum queue (Config.QueueType): elsewhere the publisher wrote it.
 const HeaderDeliveryCount = "x-delivery-count"
+
+// sourceFirstDelivery is the attempts_from of a quorum queue's first
+// delivery of a message: its first attempt, from the redelivered flag.
+const sourceFirstDelivery = "first delivery"
 
 // Document fields.
 const (
@@ -389,9 +394,24 @@ func (i *Inbox) runHandler(ctx context.Context, d amqp.Delivery) (err error) {
 // where the count comes from. A quorum queue counts deliveries itself
 // (x-delivery-count); otherwise the count is a document in the attempts
 // collection, written outside the rolled-back transaction so it survives.
+//
+// The header is read only where the broker writes it: on a quorum queue
+// (Config.QueueType), and only on a redelivery. On a classic queue the
+// header can only be the publisher's, and a forged one would dead-letter a
+// message at its first failure (99) or let a poison message loop for ever
+// (0). Even a quorum queue writes its count only on a redelivery: measured
+// on RabbitMQ 3.10, a consumer's first delivery of a message carries the
+// publisher's header untouched (a forged 99 arrives as 99), and every
+// redelivery the broker's count. So a first delivery (not redelivered) is
+// the first attempt whatever the header says.
 func (i *Inbox) countAttempt(ctx context.Context, d amqp.Delivery) (n int, source string, err error) {
-	if prior, ok := deliveryCount(d.Headers); ok {
-		return prior + 1, HeaderDeliveryCount, nil
+	if i.cfg.QueueType == QueueQuorum {
+		if !d.Redelivered {
+			return 1, sourceFirstDelivery, nil
+		}
+		if prior, ok := deliveryCount(d.Headers); ok {
+			return prior + 1, HeaderDeliveryCount, nil
+		}
 	}
 	var doc struct {
 		Attempts int `bson:"attempts"`

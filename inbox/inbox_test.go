@@ -85,9 +85,15 @@ func (r *rig) channel() *amqp.Channel {
 // aggregate headers.
 func (r *rig) publish(id, aggregateID string) {
 	r.t.Helper()
+	r.publishWith(id, amqp.Table{"x-aggregate-type": "order", "x-aggregate-id": aggregateID})
+}
+
+// publishWith sends a message with message_id id and the given headers.
+func (r *rig) publishWith(id string, headers amqp.Table) {
+	r.t.Helper()
 	err := r.ch.PublishWithContext(r.t.Context(), "", r.queue, false, false, amqp.Publishing{
 		MessageId: id, Type: "order.updated", ContentType: "application/json",
-		Headers: amqp.Table{"x-aggregate-type": "order", "x-aggregate-id": aggregateID},
+		Headers: headers,
 		Body:    []byte(`{"id":"` + id + `"}`),
 	})
 	if err != nil {
@@ -440,22 +446,14 @@ func upsert() options.Lister[options.UpdateOneOptions] { return options.UpdateOn
 
 // TestQuorumQueueCountsDeliveries: on a quorum queue the attempt comes from
 // x-delivery-count, and the message is dead-lettered after MaxAttempts.
+// The publisher's own x-delivery-count (a forged 99) makes no difference:
+// the quorum queue writes its own.
 func TestQuorumQueueCountsDeliveries(t *testing.T) {
 	t.Parallel()
 	h := &recorder{fail: func(string) error { return errors.New("always") }}
-	r := setup(t, h.handle, Config{MaxAttempts: 3})
-	if _, err := r.ch.QueueDelete(r.queue, false, false, false); err != nil { // setup's classic queue
-		t.Fatal(err)
-	}
-	r.queue = testenv.UniqueName(t, "inbox_qq_") // deleted by setup's cleanup
-	if _, err := r.ch.QueueDeclare(r.queue, true, false, false, false, amqp.Table{
-		"x-queue-type":              "quorum",
-		"x-dead-letter-exchange":    "",
-		"x-dead-letter-routing-key": r.dlq,
-	}); err != nil {
-		t.Fatalf("declare quorum queue: %v", err)
-	}
-	r.publish("qq-poison", "o-1")
+	r := setup(t, h.handle, Config{MaxAttempts: 3, QueueType: QueueQuorum})
+	r.useQuorumQueue()
+	r.publishWith("qq-poison", amqp.Table{HeaderDeliveryCount: int64(99)})
 	r.run()
 	r.eventually("dead-lettered", func() bool { return r.queued(r.dlq) == 1 })
 	if n := len(h.seen()); n != 3 {
@@ -463,5 +461,81 @@ func TestQuorumQueueCountsDeliveries(t *testing.T) {
 	}
 	if !strings.Contains(r.logs.String(), `"attempts_from":"x-delivery-count"`) {
 		t.Errorf("rejection not counted from x-delivery-count:\n%s", r.logs.String())
+	}
+}
+
+// useQuorumQueue replaces setup's classic queue with a quorum queue that
+// dead-letters to the same DLQ.
+func (r *rig) useQuorumQueue() {
+	r.t.Helper()
+	if _, err := r.ch.QueueDelete(r.queue, false, false, false); err != nil { // setup's classic queue
+		r.t.Fatal(err)
+	}
+	r.queue = testenv.UniqueName(r.t, "inbox_qq_") // deleted by setup's cleanup
+	if _, err := r.ch.QueueDeclare(r.queue, true, false, false, false, amqp.Table{
+		"x-queue-type":              "quorum",
+		"x-dead-letter-exchange":    "",
+		"x-dead-letter-routing-key": r.dlq,
+	}); err != nil {
+		r.t.Fatalf("declare quorum queue: %v", err)
+	}
+}
+
+// TestForgedDeliveryCount: an x-delivery-count the publisher wrote does
+// not count attempts. On a classic queue the inbox counts them itself, so a
+// forged 99 does not dead-letter a message at its first failure and a
+// forged 0 does not let a poison message loop; on a quorum queue the
+// broker's count wins.
+func TestForgedDeliveryCount(t *testing.T) {
+	t.Parallel()
+	const maxAttempts = 3
+	for _, tt := range []struct {
+		name      string
+		queueType string
+		forged    any
+		failures  int // the handler fails this many times, then succeeds; -1: always
+		wantRuns  int
+		wantDead  bool
+	}{
+		{name: "classic 99 fails once", queueType: QueueClassic, forged: int64(99), failures: 1, wantRuns: 2},
+		{name: "classic 0 always fails", queueType: QueueClassic, forged: int64(0), failures: -1, wantRuns: maxAttempts, wantDead: true},
+		{name: "classic int32 1 always fails", queueType: QueueClassic, forged: int32(1), failures: -1, wantRuns: maxAttempts, wantDead: true},
+		{name: "quorum 99 fails once", queueType: QueueQuorum, forged: int64(99), failures: 1, wantRuns: 2},
+		{name: "quorum 0 always fails", queueType: QueueQuorum, forged: int64(0), failures: -1, wantRuns: maxAttempts, wantDead: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var mu sync.Mutex
+			runs := 0
+			h := &recorder{fail: func(string) error {
+				mu.Lock()
+				defer mu.Unlock()
+				runs++
+				if tt.failures < 0 || runs <= tt.failures {
+					return errors.New("handler failed")
+				}
+				return nil
+			}}
+			r := setup(t, h.handle, Config{MaxAttempts: maxAttempts, QueueType: tt.queueType})
+			if tt.queueType == QueueQuorum {
+				r.useQuorumQueue()
+			}
+			r.publishWith("forged", amqp.Table{HeaderDeliveryCount: tt.forged})
+			r.run()
+			if tt.wantDead {
+				r.eventually("dead-lettered", func() bool { return r.queued(r.dlq) == 1 })
+			} else {
+				r.eventually("processed", func() bool { return r.in.Stats().Processed == 1 })
+			}
+			if n := len(h.seen()); n != tt.wantRuns {
+				t.Errorf("handler ran %d times, want %d\nlogs:\n%s", n, tt.wantRuns, r.logs.String())
+			}
+			if got := r.in.Stats().Rejected; got != map[bool]int64{true: 1}[tt.wantDead] {
+				t.Errorf("rejected %d, want dead-lettered = %t", got, tt.wantDead)
+			}
+			if tt.queueType == QueueClassic && strings.Contains(r.logs.String(), `"attempts_from":"x-delivery-count"`) {
+				t.Errorf("a classic queue's header was read as the count:\n%s", r.logs.String())
+			}
+		})
 	}
 }

@@ -17,6 +17,7 @@ const (
 	ReasonRejected          = "rejected"           // poison: published alone, the broker closed the channel every time
 	ReasonMaxAttempts       = "max_attempts"       // failed publishes used every attempt
 	ReasonStaleMaxAttempts  = "stale_max_attempts" // stale claim on its last attempt
+	ReasonTimeout           = "timeout"            // published alone, no confirm within the publish timeout, claim.TimeoutsAloneMax times
 	ReasonNacked            = "nacked"
 	ReasonReturned          = "returned"
 	ReasonUnconfirmed       = "unconfirmed"
@@ -70,6 +71,11 @@ const (
 // ClaimOutcomes lists them.
 var ClaimOutcomes = []string{ClaimClaimed, ClaimIdle, ClaimUnowned, ClaimPaused, ClaimError}
 
+// FailedReasons are the values of Failed's reason label, each exported
+// from the start at 0, so that a rate or an increase sees the first
+// failure of a replica.
+var FailedReasons = []string{ReasonInvalid, ReasonRejected, ReasonMaxAttempts, ReasonStaleMaxAttempts, ReasonTimeout}
+
 // YieldingJobs are the periodic jobs that leave runs out while claims are
 // slow: the values of RunsLeftOut's label, each exported from the start.
 var YieldingJobs = []string{"recovery", "retention", "sampler"}
@@ -81,7 +87,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Claimed:    s.Counter("events_claimed_total", "Events claimed from NEW as PROCESSING by this worker."),
 		Published:  s.Counter("events_published_total", "Events confirmed by the broker and marked PUBLISHED."),
-		Failed:     s.CounterVec("events_failed_total", "Events moved to FAILED, by reason (invalid, rejected, max_attempts, stale_max_attempts).", "reason"),
+		Failed:     s.CounterVec("events_failed_total", "Events moved to FAILED, by reason (invalid, rejected, max_attempts, stale_max_attempts, timeout).", "reason"),
 		Released:   s.CounterVec("events_released_total", "Claimed events put back to NEW without publishing, by reason.", "reason"),
 		Recovered:  s.Counter("events_recovered_total", "Stale PROCESSING events reset to NEW by the recovery job."),
 		Deleted:    s.Counter("events_deleted_total", "PUBLISHED events deleted by retention."),
@@ -122,6 +128,9 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	for _, r := range ClaimOutcomes {
 		m.ClaimRuns.WithLabelValues(r)
+	}
+	for _, reason := range FailedReasons {
+		m.Failed.WithLabelValues(reason)
 	}
 	if err := s.Register(reg); err != nil {
 		panic(err) // one Metrics per registry: a wiring bug

@@ -1,6 +1,7 @@
 package metrics_test
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -63,5 +64,24 @@ func TestJobErrorsAndClaimRunsExportedAtZero(t *testing.T) {
 	}
 	if v := testutil.ToFloat64(m.PartitionsOwned); v != 0 {
 		t.Errorf("partitions_owned = %v, want 0 before a round", v)
+	}
+}
+
+// Every FAILED reason is exported from the start, at 0, so that the first
+// failure of a replica (timeout included) is a rise that rate() sees.
+func TestFailedReasonsExportedAtZero(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(nil)
+	if n := testutil.CollectAndCount(m.Failed); n != len(metrics.FailedReasons) {
+		t.Errorf("outbox_events_failed_total has %d series at start, want %d", n, len(metrics.FailedReasons))
+	}
+	for _, reason := range []string{metrics.ReasonInvalid, metrics.ReasonRejected, metrics.ReasonMaxAttempts,
+		metrics.ReasonStaleMaxAttempts, metrics.ReasonTimeout} {
+		if !slices.Contains(metrics.FailedReasons, reason) {
+			t.Errorf("FailedReasons lacks %q", reason)
+		}
+		if v := testutil.ToFloat64(m.Failed.WithLabelValues(reason)); v != 0 {
+			t.Errorf("failed{reason=%q} = %v at start, want 0", reason, v)
+		}
 	}
 }

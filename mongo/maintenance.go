@@ -16,10 +16,23 @@ import (
 // RecoverStale resets events that have been PROCESSING since before
 // staleBefore: back to NEW, or to FAILED once they have used maxAttempts
 // claims (an event that keeps killing its workers must not loop forever).
+//
+// It also resets to NEW, whatever their attempts, PROCESSING events whose
+// processingAt cannot say when they were claimed, which the stale test
+// would never match: missing, null or not a date, or later than now by
+// more than the stale threshold (now - staleBefore). A claim writes
+// processingAt from the database's clock, so a healthy one is never that
+// far ahead; such a value was written by hand or by a producer, or by a
+// worker whose clock was wildly off, and waiting for it would hold the
+// event (and its aggregate) for ever. A processingAt ahead by less than
+// the threshold is left to the stale test, which it meets within twice
+// the threshold.
+//
 // Any replica may run it at any time: each reset is one guarded write.
-// Its updates are ranges of {status, processingAt}, and carry a server-side
-// time limit from ctx's deadline: what a write reset before the limit
-// stays reset, the rest waits for the next run.
+// Its updates are ranges of {status, processingAt} (the unusable ones read
+// the PROCESSING events only), and carry a server-side time limit from
+// ctx's deadline: what a write reset before the limit stays reset, the
+// rest waits for the next run.
 func (s *Store) RecoverStale(ctx context.Context, staleBefore, now time.Time, maxAttempts int) (reset, failed int, err error) {
 	stale := func() bson.D {
 		return bson.D{
@@ -58,7 +71,23 @@ func (s *Store) RecoverStale(ctx context.Context, staleBefore, now time.Time, ma
 	if err != nil {
 		return 0, failed, fmt.Errorf("reset stale events: %w", err)
 	}
-	return int(res.ModifiedCount), failed, nil
+	reset = int(res.ModifiedCount)
+	unusable := bson.D{
+		{Key: events.FieldStatus, Value: events.StatusProcessing},
+		{Key: "$or", Value: bson.A{
+			bson.D{{Key: events.FieldProcessingAt, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$type", Value: "date"}}}}}},
+			bson.D{{Key: events.FieldProcessingAt, Value: bson.D{{Key: "$gt", Value: now.Add(now.Sub(staleBefore))}}}},
+		}},
+	}
+	update[0].Value = bson.D{
+		{Key: events.FieldStatus, Value: events.StatusNew},
+		{Key: events.FieldLastError, Value: "claim reset: its processingAt was missing, not a date, or far in the future, so it could never go stale"},
+	}
+	res, err = s.coll.UpdateMany(ctx, unusable, update)
+	if err != nil {
+		return reset, failed, fmt.Errorf("reset claims without a usable processingAt: %w", err)
+	}
+	return reset + int(res.ModifiedCount), failed, nil
 }
 
 // DeletePublished deletes up to limit events PUBLISHED before the given

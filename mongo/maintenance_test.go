@@ -83,6 +83,81 @@ func TestRecoverStale(t *testing.T) {
 	}
 }
 
+// TestRecoverStaleUnusableProcessingAt: a PROCESSING event whose
+// processingAt cannot go stale (missing, null, not a date, or later than
+// now by more than the stale threshold) is reset to NEW, whatever its
+// attempts; one a little ahead (clock skew) or fresh is left to the
+// stale test.
+func TestRecoverStaleUnusableProcessingAt(t *testing.T) {
+	t.Parallel()
+	const staleAfter = time.Minute
+	tests := []struct {
+		name         string
+		processingAt any // unsetProcessingAt: no field
+		attempts     int
+		want         events.Status
+	}{
+		{"missing", unsetProcessingAt, 1, events.StatusNew},
+		{"null", nil, 1, events.StatusNew},
+		{"string", "2025-03-04T12:00:00Z", 1, events.StatusNew},
+		{"number", int64(1741089600000), 1, events.StatusNew},
+		{"far future", base.Add(2 * staleAfter), 1, events.StatusNew},
+		{"far future, out of attempts", base.Add(time.Hour), 3, events.StatusNew},
+		{"missing, out of attempts", unsetProcessingAt, 5, events.StatusNew},
+		{"a little ahead", base.Add(staleAfter / 2), 1, events.StatusProcessing},
+		{"just at the margin", base.Add(staleAfter), 1, events.StatusProcessing},
+		{"fresh", ago(time.Second), 1, events.StatusProcessing},
+		{"stale", ago(2 * staleAfter), 1, events.StatusNew},
+	}
+	s, coll := setup(t)
+	var docs []bson.D
+	for _, tt := range tests {
+		d := ev(tt.name, events.StatusProcessing, ago(time.Hour),
+			field(events.FieldWorkerID, "w"), field(events.FieldClaimToken, "tok"), field(events.FieldAttempts, tt.attempts))
+		if tt.processingAt != unsetProcessingAt {
+			d = append(d, field(events.FieldProcessingAt, tt.processingAt))
+		}
+		docs = append(docs, d)
+	}
+	insert(t, coll, docs...)
+
+	reset, failed, err := s.RecoverStale(t.Context(), base.Add(-staleAfter), base, 3)
+	if err != nil {
+		t.Fatalf("RecoverStale: %v", err)
+	}
+	wantReset := 0
+	for _, tt := range tests {
+		if tt.want == events.StatusNew {
+			wantReset++
+		}
+	}
+	if reset != wantReset || failed != 0 {
+		t.Errorf("RecoverStale = reset %d, failed %d; want %d, 0", reset, failed, wantReset)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := get(t, coll, tt.name)
+			if e.Status != tt.want {
+				t.Fatalf("status %s, want %s", e.Status, tt.want)
+			}
+			if tt.want != events.StatusNew {
+				return
+			}
+			for _, f := range []string{events.FieldWorkerID, events.FieldProcessingAt, events.FieldClaimToken} {
+				if has(t, coll, tt.name, f) {
+					t.Errorf("%s still set after the reset", f)
+				}
+			}
+			if tt.name != "stale" && !strings.Contains(e.LastError, "processingAt") {
+				t.Errorf("lastError %q does not name processingAt", e.LastError)
+			}
+		})
+	}
+}
+
+// unsetProcessingAt, as a processingAt above, leaves the field out.
+const unsetProcessingAt = "\x00unset"
+
 func TestDeletePublished(t *testing.T) {
 	t.Parallel()
 	s, coll := setup(t)

@@ -10,7 +10,8 @@ import (
 	"github.com/outboxrelay/outbox/events"
 )
 
-// The operator's tools: requeue, skip and show (Find) a FAILED event.
+// The operator's tools: requeue, skip and show (Find) a FAILED event, and
+// cut short the backoff of a NEW one (RetryNow).
 
 // RequeueFilter chooses FAILED events to move back to NEW. At least one of
 // its fields must be set; All chooses every FAILED event.
@@ -83,6 +84,40 @@ func (s *Store) Requeue(ctx context.Context, f RequeueFilter, dryRun bool) (int,
 	res, err := s.coll.UpdateMany(ctx, q, update)
 	if err != nil {
 		return 0, fmt.Errorf("requeue events: %w", err)
+	}
+	return int(res.ModifiedCount), nil
+}
+
+// RetryNow makes the NEW events f names by id (and, when f.Type is set, of
+// that type) that are backing off before a retry due at once: it unsets
+// their retryAt, which is all that keeps them, and the later events of
+// their aggregates, from the next claim. Attempts and lastError stay: the
+// event keeps counting towards its last attempt. Only NEW events with a
+// retryAt are touched, so naming another is harmless; f.All is ignored,
+// since a backoff is the relay's own and is only cut short by name. With
+// dryRun it only counts them.
+func (s *Store) RetryNow(ctx context.Context, f RequeueFilter, dryRun bool) (int, error) {
+	if len(f.IDs) == 0 {
+		return 0, nil
+	}
+	q := bson.D{
+		{Key: events.FieldStatus, Value: events.StatusNew},
+		{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: idCandidates(f.IDs)}}},
+		{Key: events.FieldRetryAt, Value: bson.D{{Key: "$exists", Value: true}}},
+	}
+	if f.Type != "" {
+		q = append(q, bson.E{Key: events.FieldType, Value: f.Type})
+	}
+	if dryRun {
+		n, err := s.coll.CountDocuments(ctx, q)
+		if err != nil {
+			return 0, fmt.Errorf("count events to retry now: %w", err)
+		}
+		return int(n), nil
+	}
+	res, err := s.coll.UpdateMany(ctx, q, bson.D{{Key: "$unset", Value: bson.D{{Key: events.FieldRetryAt, Value: ""}}}})
+	if err != nil {
+		return 0, fmt.Errorf("retry events now: %w", err)
 	}
 	return int(res.ModifiedCount), nil
 }

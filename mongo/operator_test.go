@@ -1,6 +1,7 @@
 package mongo_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -78,6 +79,67 @@ func TestRequeue(t *testing.T) {
 					if has(t, coll, key, f) {
 						t.Errorf("%s: %s still set after requeue", id, f)
 					}
+				}
+			}
+		})
+	}
+}
+
+// TestRetryNow: a NEW event backing off before a retry, named by id, is
+// made due now (retryAt unset, attempts and lastError kept); nothing else
+// is touched.
+func TestRetryNow(t *testing.T) {
+	t.Parallel()
+	oid := bson.NewObjectID()
+	backingOff := func(id any, typ string, retryAt time.Time) bson.D {
+		return withType(ev(id, events.StatusNew, ago(time.Hour),
+			field(events.FieldAttempts, 3), field(events.FieldLastError, "broker returned the message as unroutable"),
+			field(events.FieldRetryAt, retryAt)), typ)
+	}
+	backing := []string{oid.Hex(), "far", "soon"}
+	tests := []struct {
+		name    string
+		filter  mongo.RequeueFilter
+		dryRun  bool
+		wantN   int
+		wantDue []string // events whose retryAt must be gone
+	}{
+		{"by ObjectID hex", mongo.RequeueFilter{IDs: []string{oid.Hex()}}, false, 1, []string{oid.Hex()}},
+		{"a far-future retryAt", mongo.RequeueFilter{IDs: []string{"far"}}, false, 1, []string{"far"}},
+		{"several, some not backing off", mongo.RequeueFilter{IDs: []string{"far", "soon", "plain-new", "failed", "processing", "no-such"}}, false, 2, []string{"far", "soon"}},
+		{"by id and type: both must match", mongo.RequeueFilter{IDs: []string{"far", "soon"}, Type: "y.happened"}, false, 1, []string{"soon"}},
+		{"without ids: nothing", mongo.RequeueFilter{All: true}, false, 0, nil},
+		{"type alone: nothing", mongo.RequeueFilter{Type: "x.happened"}, false, 0, nil},
+		{"dry run counts and changes nothing", mongo.RequeueFilter{IDs: []string{"far", "soon"}}, true, 2, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s, coll := setup(t)
+			insert(t, coll,
+				backingOff(oid, "x.happened", base.Add(time.Minute)),
+				backingOff("far", "x.happened", base.AddDate(10, 0, 0)),
+				backingOff("soon", "y.happened", base.Add(time.Second)),
+				ev("plain-new", events.StatusNew, ago(time.Hour)),
+				ev("failed", events.StatusFailed, ago(time.Hour), field(events.FieldRetryAt, base.Add(time.Hour))),
+				ev("processing", events.StatusProcessing, ago(time.Hour), field(events.FieldRetryAt, base.Add(time.Hour))),
+			)
+			n, err := s.RetryNow(t.Context(), tt.filter, tt.dryRun)
+			if err != nil || n != tt.wantN {
+				t.Fatalf("RetryNow(%+v, dryRun %t) = %d, %v; want %d, nil", tt.filter, tt.dryRun, n, err, tt.wantN)
+			}
+			for _, id := range append(backing, "failed", "processing") {
+				var key any = id
+				if id == oid.Hex() {
+					key = oid
+				}
+				wantRetryAt := !slices.Contains(tt.wantDue, id)
+				if got := has(t, coll, key, events.FieldRetryAt); got != wantRetryAt {
+					t.Errorf("%s: has retryAt %t, want %t", id, got, wantRetryAt)
+				}
+				e := get(t, coll, key)
+				if slices.Contains(backing, id) && (e.Status != events.StatusNew || e.Attempts != 3 || e.LastError == "") {
+					t.Errorf("%s: status %s attempts %d lastError %q; want NEW, 3 and the last error kept", id, e.Status, e.Attempts, e.LastError)
 				}
 			}
 		})

@@ -11,7 +11,8 @@ import (
 	"github.com/outboxrelay/outbox/events"
 )
 
-// Stats counts events by status, finds the oldest NEW event and counts
+// Stats counts events by status (and those of no known status under
+// events.StatusUnknown), finds the oldest NEW event and counts
 // PROCESSING events claimed before staleBefore. Each query is an equality
 // on status, so none of them reads published history: the PUBLISHED count
 // is the collection's size from its metadata (estimatedDocumentCount) less
@@ -22,7 +23,7 @@ import (
 // count is a range of {status, processingAt}. Every command carries a
 // server-side time limit from ctx's deadline (see timedFind).
 func (s *Store) Stats(ctx context.Context, staleBefore time.Time) (events.Stats, error) {
-	st := events.Stats{Counts: make(map[events.Status]int64, len(events.Statuses))}
+	st := events.Stats{Counts: make(map[events.Status]int64, len(events.CountedStatuses))}
 	var unpublished int64
 	for _, status := range events.Statuses {
 		if status == events.StatusPublished {
@@ -35,6 +36,21 @@ func (s *Store) Stats(ctx context.Context, staleBefore time.Time) (events.Stats,
 		st.Counts[status] = n
 		unpublished += n
 	}
+	// Events under no known status (a producer's "new", a number, none at
+	// all) are never claimed: count them, rather than let the estimate
+	// below take them for PUBLISHED. The $nin is index bounds around the
+	// four statuses on MongoDB (it reads the unknown keys only); FerretDB
+	// pushes only the $ne down, so it reads the unpublished events, not the
+	// history.
+	unknown, err := s.coll.CountDocuments(ctx, bson.D{{Key: events.FieldStatus, Value: bson.D{
+		{Key: "$ne", Value: events.StatusPublished},
+		{Key: "$nin", Value: events.Statuses},
+	}}}, options.Count().SetHint(newByAgeIndex))
+	if err != nil {
+		return events.Stats{}, fmt.Errorf("count events of unknown status: %w", err)
+	}
+	st.Counts[events.StatusUnknown] = unknown
+	unpublished += unknown
 	total, err := s.coll.EstimatedDocumentCount(ctx)
 	if err != nil {
 		return events.Stats{}, fmt.Errorf("estimate the outbox's size: %w", err)

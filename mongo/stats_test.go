@@ -1,10 +1,12 @@
 package mongo_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/outboxrelay/outbox/events"
 )
@@ -19,6 +21,7 @@ func TestStats(t *testing.T) {
 	}
 	want := events.Stats{Counts: map[events.Status]int64{
 		events.StatusNew: 0, events.StatusProcessing: 0, events.StatusPublished: 0, events.StatusFailed: 0,
+		events.StatusUnknown: 0,
 	}}
 	if diff := cmp.Diff(want, st); diff != "" {
 		t.Errorf("Stats on an empty outbox (-want +got):\n%s", diff)
@@ -45,6 +48,7 @@ func TestStats(t *testing.T) {
 	want = events.Stats{
 		Counts: map[events.Status]int64{
 			events.StatusNew: 3, events.StatusProcessing: 2, events.StatusPublished: 3, events.StatusFailed: 1,
+			events.StatusUnknown: 0,
 		},
 		OldestNew: ago(10 * time.Minute), // older PUBLISHED and FAILED events do not count
 		Stale:     1,
@@ -56,3 +60,54 @@ func TestStats(t *testing.T) {
 		t.Errorf("OldestNewAge = %s, want 10m", age)
 	}
 }
+
+// TestStatsUnknownStatus: events of no known status are counted under
+// events.StatusUnknown, each shape of it, and not as PUBLISHED (which is
+// estimated from the collection's size less the others).
+func TestStatsUnknownStatus(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		status any // unsetStatus: no status field
+	}{
+		{"lower case", "new"},
+		{"other word", "DONE"},
+		{"empty", ""},
+		{"number", 1},
+		{"null", nil},
+		{"missing", unsetStatus},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s, coll := setup(t)
+			odd := ev("odd", events.StatusNew, ago(time.Hour))
+			for i := range odd {
+				if odd[i].Key == events.FieldStatus {
+					odd[i].Value = tt.status
+				}
+			}
+			if tt.status == unsetStatus {
+				odd = slices.DeleteFunc(odd, func(e bson.E) bool { return e.Key == events.FieldStatus })
+			}
+			insert(t, coll, odd,
+				ev("n1", events.StatusNew, ago(time.Minute)),
+				ev("d1", events.StatusPublished, ago(time.Hour), field(events.FieldPublishedAt, ago(time.Hour))),
+			)
+			st, err := s.Stats(t.Context(), ago(time.Minute))
+			if err != nil {
+				t.Fatalf("Stats: %v", err)
+			}
+			want := map[events.Status]int64{
+				events.StatusNew: 1, events.StatusProcessing: 0, events.StatusPublished: 1, events.StatusFailed: 0,
+				events.StatusUnknown: 1,
+			}
+			if diff := cmp.Diff(want, st.Counts); diff != "" {
+				t.Errorf("Counts with status %#v (-want +got):\n%s", tt.status, diff)
+			}
+		})
+	}
+}
+
+// unsetStatus, as TestStatsUnknownStatus's status, leaves the field out.
+const unsetStatus = "\x00unset"

@@ -188,9 +188,10 @@ func TestMetricsEndpoint(t *testing.T) {
 	// Every label of every outbox_ series is one of a few names, each
 	// with a fixed set of values.
 	allowed := map[string][]string{
-		"status": {"NEW", "PROCESSING", "PUBLISHED", "FAILED"},
-		"reason": {metrics.ReasonInvalid, metrics.ReasonMaxAttempts, metrics.ReasonStaleMaxAttempts, metrics.ReasonNacked,
-			metrics.ReasonReturned, metrics.ReasonUnconfirmed, metrics.ReasonBrokerUnavailable, metrics.ReasonError},
+		"status": {"NEW", "PROCESSING", "PUBLISHED", "FAILED", "unknown"},
+		"reason": {metrics.ReasonInvalid, metrics.ReasonRejected, metrics.ReasonMaxAttempts, metrics.ReasonStaleMaxAttempts,
+			metrics.ReasonTimeout, metrics.ReasonNacked, metrics.ReasonReturned, metrics.ReasonUnconfirmed,
+			metrics.ReasonBrokerUnavailable, metrics.ReasonError},
 		"job":    metrics.Jobs,
 		"result": metrics.ClaimOutcomes,
 		"command": {"find", "getMore", "update", "delete", "insert", "aggregate", "count", "commitTransaction",

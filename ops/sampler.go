@@ -209,7 +209,7 @@ func (s *Sampler) sample(ctx context.Context) (Sample, error) {
 // setGauges exports a sample.
 func (s *Sampler) setGauges(sample Sample) {
 	m := s.cfg.Metrics
-	for _, status := range events.Statuses {
+	for _, status := range events.CountedStatuses {
 		m.Events.WithLabelValues(string(status)).Set(float64(sample.Stats.Counts[status]))
 	}
 	m.OldestNewAge.Set(sample.Stats.OldestNewAge(sample.At).Seconds())

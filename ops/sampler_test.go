@@ -42,17 +42,18 @@ func TestSamplerSetsGauges(t *testing.T) {
 	t.Parallel()
 	m := metrics.New(nil)
 	store := &fakeStore{stats: events.Stats{
-		Counts:    map[events.Status]int64{events.StatusNew: 7, events.StatusProcessing: 2, events.StatusPublished: 40, events.StatusFailed: 1},
+		Counts: map[events.Status]int64{events.StatusNew: 7, events.StatusProcessing: 2, events.StatusPublished: 40, events.StatusFailed: 1,
+			events.StatusUnknown: 3},
 		OldestNew: time.Now().Add(-30 * time.Second),
 		Stale:     2,
 	}}
 	startSampler(t, ops.SamplerConfig{Store: store, Schedule: "@every 1h", Metrics: m})
 
 	// The sampler sets the gauges one after the other: wait for all.
-	want := map[string]float64{"NEW": 7, "PROCESSING": 2, "PUBLISHED": 40, "FAILED": 1, "oldest_new_age_over_30s": 1, "stale": 2}
+	want := map[string]float64{"NEW": 7, "PROCESSING": 2, "PUBLISHED": 40, "FAILED": 1, "unknown": 3, "oldest_new_age_over_30s": 1, "stale": 2}
 	gauges := func() map[string]float64 {
 		got := map[string]float64{}
-		for _, status := range []string{"NEW", "PROCESSING", "PUBLISHED", "FAILED"} {
+		for _, status := range []string{"NEW", "PROCESSING", "PUBLISHED", "FAILED", "unknown"} {
 			got[status] = testutil.ToFloat64(m.Events.WithLabelValues(status))
 		}
 		if age := sampled(m.OldestNewAge); age >= 30 && age < 40 {
@@ -134,7 +135,7 @@ func TestSamplerSamplesOnlyWhileActive(t *testing.T) {
 
 	active.Store(true)
 	eventually(t, "the leader exports every backlog gauge", func() bool {
-		return exported() == len(events.Statuses)+4 && testutil.ToFloat64(m.Events.WithLabelValues("NEW")) == 7
+		return exported() == len(events.CountedStatuses)+4 && testutil.ToFloat64(m.Events.WithLabelValues("NEW")) == 7
 	})
 
 	active.Store(false)

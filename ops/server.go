@@ -323,7 +323,7 @@ func (s *Server) status(w http.ResponseWriter, _ *http.Request) {
 		SampledAt:           sample.At.UTC(),
 		SampleAgeSeconds:    max(s.cfg.Now().Sub(sample.At), 0).Seconds(),
 	}
-	for _, status := range events.Statuses {
+	for _, status := range events.CountedStatuses {
 		body.Counts[string(status)] = stats.Counts[status]
 	}
 	if held := sample.Held; held != nil {

@@ -32,7 +32,7 @@ func TestStatus(t *testing.T) {
 	sampledAt := now.Add(-5 * time.Second).Truncate(time.Millisecond)
 	s.samples.set(&ops.Sample{At: sampledAt, Stats: events.Stats{
 		// No PROCESSING entry: the body still lists it, as 0.
-		Counts:    map[events.Status]int64{events.StatusNew: 5, events.StatusPublished: 10, events.StatusFailed: 1},
+		Counts:    map[events.Status]int64{events.StatusNew: 5, events.StatusPublished: 10, events.StatusFailed: 1, events.StatusUnknown: 2},
 		OldestNew: sampledAt.Add(-90 * time.Second),
 		Stale:     3,
 	}})
@@ -45,7 +45,7 @@ func TestStatus(t *testing.T) {
 	if diff := cmp.Diff(wantKeys, slices.Sorted(maps.Keys(body))); diff != "" {
 		t.Errorf("GET /status fields (-want +got):\n%s", diff)
 	}
-	wantCounts := map[string]any{"NEW": 5.0, "PROCESSING": 0.0, "PUBLISHED": 10.0, "FAILED": 1.0}
+	wantCounts := map[string]any{"NEW": 5.0, "PROCESSING": 0.0, "PUBLISHED": 10.0, "FAILED": 1.0, "unknown": 2.0}
 	if diff := cmp.Diff(wantCounts, body["counts"]); diff != "" {
 		t.Errorf("counts (-want +got):\n%s", diff)
 	}

@@ -1,6 +1,7 @@
 // Package recovery resets events stuck in PROCESSING, because the worker
 // that claimed them crashed, hung or lost its database, back to NEW so that
-// another worker publishes them. Every replica runs it; each reset is one
+// another worker publishes them; and those whose processingAt could never
+// go stale (missing, not a date, far in the future). Every replica runs it; each reset is one
 // guarded write, so running it twice at once is harmless.
 package recovery
 
@@ -20,7 +21,10 @@ import (
 // Store is the outbox as recovery needs it.
 type Store interface {
 	// RecoverStale resets events PROCESSING since before staleBefore to
-	// NEW, or to FAILED once they have used maxAttempts claims.
+	// NEW, or to FAILED once they have used maxAttempts claims; and to NEW
+	// the PROCESSING events whose processingAt could never go stale
+	// (missing, not a date, or later than now by more than now -
+	// staleBefore). reset counts both kinds.
 	RecoverStale(ctx context.Context, staleBefore, now time.Time, maxAttempts int) (reset, failed int, err error)
 }
 

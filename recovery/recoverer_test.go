@@ -89,6 +89,39 @@ func TestRunOnceResetsStaleClaims(t *testing.T) {
 	}
 }
 
+// A PROCESSING event whose processingAt could never go stale is reset on
+// the recoverer's first run, as the database's clock tells: far ahead of
+// clock counts, a little ahead (skew) waits for the stale test.
+func TestRunOnceResetsUnusableProcessingAt(t *testing.T) {
+	t.Parallel()
+	r, coll, m := setup(t, Config{StaleAfter: time.Minute, MaxAttempts: 5})
+	noClaimTime := processing("no-processing-at", clock, 1)[:4] // _id, type, payload, status
+	noClaimTime = append(noClaimTime, bson.E{Key: events.FieldCreatedAt, Value: clock.Add(-time.Hour)})
+	mongotest.Insert(t, coll,
+		noClaimTime,
+		processing("text", clock, 1),
+		processing("next-year", clock.AddDate(1, 0, 0), 1),
+		processing("skewed", clock.Add(30*time.Second), 1),
+	)
+	if _, err := coll.UpdateOne(t.Context(), bson.D{{Key: "_id", Value: "text"}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: events.FieldProcessingAt, Value: "now"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.runOnce(t.Context()); err != nil {
+		t.Fatalf("runOnce: %v", err)
+	}
+	want := map[string]events.Status{
+		"no-processing-at": events.StatusNew, "text": events.StatusNew, "next-year": events.StatusNew,
+		"skewed": events.StatusProcessing,
+	}
+	if diff := cmp.Diff(want, mongotest.Statuses(t, coll)); diff != "" {
+		t.Errorf("statuses after recovery (-want +got):\n%s", diff)
+	}
+	if got := testutil.ToFloat64(m.Recovered); got != 3 {
+		t.Errorf("recovered = %v, want 3", got)
+	}
+}
+
 // MaxAttempts 0 means the claimer's default, not unlimited: a stale event
 // that has used its claims becomes FAILED, and one claim short goes back.
 func TestRunOnceDefaultAttemptLimit(t *testing.T) {
@@ -184,8 +217,8 @@ func TestRunsCarryAServerSideTimeLimit(t *testing.T) {
 			t.Errorf("recovery sent an update with maxTimeMS %v, want 1 to %d ms", v, runTimeout.Milliseconds())
 		}
 	}
-	if updates != 2 {
-		t.Errorf("recovery sent %d updates, want 2 (fail out of attempts, reset)", updates)
+	if updates != 3 {
+		t.Errorf("recovery sent %d updates, want 3 (fail out of attempts, reset stale, reset unusable processingAt)", updates)
 	}
 }
 

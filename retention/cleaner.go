@@ -67,6 +67,13 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics defaults to an unregistered set.
 	Metrics *metrics.Metrics
+	// Now is the clock the cutoff is taken from: the database server's
+	// time (mongo.Clock.Now), because publishedAt is written against that
+	// clock, and a replica whose own clock is ahead would otherwise delete
+	// events before their retention is up (or, behind, keep them longer).
+	// Durations (the run's bound, the pauses) use the local clock.
+	// Defaults to time.Now.
+	Now func() time.Time
 	// Yield, when set, says that claims are slow: scheduled runs are then
 	// left out, more and more of them, but never deferred by more than
 	// schedule.YieldMaxDefault (see schedule.Config.Yield), and a run in
@@ -80,6 +87,9 @@ func (c *Config) setDefaults() {
 	c.MaxRunTime = cmp.Or(c.MaxRunTime, MaxRunTimeDefault)
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	c.Metrics = metrics.OrNew(c.Metrics)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 }
 
 // Validate reports the first bad field, naming it and its value.
@@ -107,9 +117,10 @@ type Cleaner struct {
 
 	// The run in progress, owned by the job's goroutine: when it started
 	// (zero between runs), what it deleted, and the last batch's duration.
-	runStart time.Time
-	runTotal int
-	lastTook time.Duration
+	runStart  time.Time
+	runTotal  int
+	lastTook  time.Duration
+	runBefore time.Time // the last batch's cutoff, by Config.Now
 }
 
 // New returns a Cleaner; Start runs it.
@@ -178,7 +189,8 @@ func (c *Cleaner) runOnce(ctx context.Context) (more bool, err error) {
 		return false, nil
 	}
 	start := c.now()
-	before := start.UTC().Add(-c.cfg.Retention)
+	before := c.cfg.Now().UTC().Add(-c.cfg.Retention)
+	c.runBefore = before
 	n, err := c.deleteBatch(ctx, before)
 	c.lastTook = c.now().Sub(start)
 	c.runTotal += n
@@ -206,7 +218,7 @@ func (c *Cleaner) deleteBatch(ctx context.Context, before time.Time) (int, error
 func (c *Cleaner) endRun() {
 	if c.runTotal > 0 {
 		c.cfg.Logger.Info("deleted published events", "count", c.runTotal,
-			"published_before", c.runStart.UTC().Add(-c.cfg.Retention), "took", c.now().Sub(c.runStart).String())
+			"published_before", c.runBefore, "took", c.now().Sub(c.runStart).String())
 	}
 	c.runStart, c.runTotal = time.Time{}, 0
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -29,12 +30,51 @@ func setup(t *testing.T, cfg Config) (*Cleaner, *driver.Collection, *metrics.Met
 	store := mongotest.Store(t)
 	cfg.Logger = discard
 	cfg.Metrics = metrics.New(nil)
+	if cfg.Now == nil {
+		cfg.Now = func() time.Time { return clock }
+	}
 	c, err := New(store, cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
 	c.now = func() time.Time { return clock }
 	return c, store.Collection(), cfg.Metrics
+}
+
+// TestCutoffFromTheDatabaseClock: the cutoff is Config.Now (the
+// database's time) less the retention, whatever this machine's clock says.
+func TestCutoffFromTheDatabaseClock(t *testing.T) {
+	t.Parallel()
+	const retention = 7 * 24 * time.Hour
+	for _, tt := range []struct {
+		name    string
+		dbClock time.Time // Config.Now; the local clock is clock
+		want    []string  // the events left
+	}{
+		{"database clock behind the replica's", clock.Add(-2 * time.Hour), []string{"1h-over-locally", "young"}},
+		{"database clock ahead of the replica's", clock.Add(2 * time.Hour), []string{"young"}},
+		{"clocks agree", clock, []string{"young"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			db := tt.dbClock
+			c, coll, _ := setup(t, Config{Retention: retention, Now: func() time.Time { return db }})
+			mongotest.Insert(t, coll,
+				event("3h-over", events.StatusPublished, publishedAt(clock.Add(-retention-3*time.Hour))),
+				event("1h-over-locally", events.StatusPublished, publishedAt(clock.Add(-retention-time.Hour))),
+				event("young", events.StatusPublished, publishedAt(clock.Add(-retention+3*time.Hour))),
+			)
+			drain(t, c)
+			var left []string
+			for id := range mongotest.Statuses(t, coll) {
+				left = append(left, id)
+			}
+			slices.Sort(left)
+			if diff := cmp.Diff(tt.want, left); diff != "" {
+				t.Errorf("events left (-want +got):\n%s", diff)
+			}
+		})
+	}
 }
 
 // event returns an event document created long before any cutoff.

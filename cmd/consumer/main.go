@@ -195,7 +195,10 @@ func run(ctx context.Context, cfg config, logger *slog.Logger) error {
 	in, err := inbox.New(client, handler(client.Database(cfg.Database).Collection(aggregatesCollection)), inbox.Config{
 		Database:   cfg.Database,
 		Collection: cfg.InboxCollection,
-		Logger:     logger,
+		// The queue consume declares: the inbox reads x-delivery-count only
+		// from a quorum queue, where the broker writes it.
+		QueueType: inbox.QueueTypeOf(queueArgs(cfg.QueueExpires)),
+		Logger:    logger,
 	})
 	if err != nil {
 		return err

@@ -2,7 +2,7 @@
 //
 //	worker [run] [flags]     relay events (the default command)
 //	worker stats [--json]    counts by status, oldest NEW age, stale claims
-//	worker requeue ...       move FAILED events back to NEW
+//	worker requeue ...       move FAILED events back to NEW; retry named backing-off NEW events now
 //	worker skip ...          let an aggregate's later events pass a FAILED one
 //	worker show --id ID      print one event document
 //
@@ -73,7 +73,7 @@ const usage = `worker relays outbox events from MongoDB to RabbitMQ.
 Commands:
   run       relay events (the default)
   stats     print counts by status, the oldest NEW event's age, stale claims and held aggregates (--json)
-  requeue   move FAILED events back to NEW (--id ID (repeatable), --ids-from FILE|- (one id a line), --type TYPE, --all, --dry-run)
+  requeue   move FAILED events back to NEW, and make NEW events named by id that back off before a retry due now (--id ID (repeatable), --ids-from FILE|- (one id a line), --type TYPE, --all, --dry-run)
   skip      mark FAILED events skipped so that later events of their aggregates flow (--id ID (repeatable), --by NAME, --reason TEXT, --dry-run)
   show      print one event document (--id ID)
 

@@ -57,7 +57,7 @@ func requeueCommand(ctx context.Context, args []string, getenv func(string) stri
 		dryRun  bool
 	)
 	cfg, _, err := loadConfig("requeue", args, getenv, operatorCommand, func(fs *flag.FlagSet) {
-		fs.Var(&ids, "id", "event _id to requeue (repeatable; commas separate ids)")
+		fs.Var(&ids, "id", "event _id to requeue (repeatable; commas separate ids); a NEW event named so that is backing off before a retry is made due now")
 		fs.StringVar(&idsFrom, "ids-from", "", "file of event _ids to requeue, one per line, exactly (commas and spaces are part of an id); - reads standard input")
 		fs.StringVar(&f.Type, "type", "", "requeue FAILED events of this type")
 		fs.BoolVar(&f.All, "all", false, "requeue every FAILED event")
@@ -86,30 +86,44 @@ func requeueCommand(ctx context.Context, args []string, getenv func(string) stri
 		return err
 	}
 	defer closeFn()
-	n, err := requeueInChunks(ctx, store, f, dryRun)
+	n, err := inChunks(ctx, f, func(ctx context.Context, f mongo.RequeueFilter) (int, error) { return store.Requeue(ctx, f, dryRun) })
 	if err != nil {
 		return err
 	}
+	// Events named by id that are NEW and backing off before a retry are
+	// made due now: the only way to cut short a backoff (a far-future
+	// retryAt holds the event and its aggregate).
+	due, err := inChunks(ctx, f, func(ctx context.Context, f mongo.RequeueFilter) (int, error) { return store.RetryNow(ctx, f, dryRun) })
+	if err != nil {
+		return fmt.Errorf("after %d FAILED events requeued: %w", n, err)
+	}
 	if dryRun {
 		fmt.Fprintf(stdout, "%d FAILED events would be requeued\n", n)
+		if due > 0 {
+			fmt.Fprintf(stdout, "%d NEW events backing off would be retried now\n", due)
+		}
 		return nil
 	}
 	fmt.Fprintf(stdout, "requeued %d FAILED events to NEW\n", n)
+	if due > 0 {
+		fmt.Fprintf(stdout, "%d NEW events backing off are due now (retryAt cleared)\n", due)
+	}
 	return nil
 }
 
-// requeueInChunks requeues what f chooses, its ids requeueChunk at a time.
-func requeueInChunks(ctx context.Context, store *mongo.Store, f mongo.RequeueFilter, dryRun bool) (int, error) {
+// inChunks runs op on f, its ids requeueChunk at a time, and adds up what
+// each call counted.
+func inChunks(ctx context.Context, f mongo.RequeueFilter, op func(context.Context, mongo.RequeueFilter) (int, error)) (int, error) {
 	if len(f.IDs) == 0 {
-		return store.Requeue(ctx, f, dryRun)
+		return op(ctx, f)
 	}
 	all, total := f.IDs, 0
 	for chunk := range slices.Chunk(all, requeueChunk) {
 		f.IDs = chunk
-		n, err := store.Requeue(ctx, f, dryRun)
+		n, err := op(ctx, f)
 		total += n
 		if err != nil {
-			return total, fmt.Errorf("after %d requeued: %w", total, err)
+			return total, fmt.Errorf("after %d: %w", total, err)
 		}
 	}
 	return total, nil

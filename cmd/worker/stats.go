@@ -51,7 +51,7 @@ func statsCommand(ctx context.Context, args []string, getenv func(string) string
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "STATUS\tEVENTS")
-	for _, s := range events.Statuses {
+	for _, s := range events.CountedStatuses {
 		fmt.Fprintf(tw, "%s\t%d\n", s, st.Counts[s])
 	}
 	fmt.Fprintln(tw)

@@ -171,6 +171,10 @@ func toolsScenario(t *testing.T, s stack) {
 			bson.E{Key: events.FieldWorkerID, Value: "busy-1"},
 			bson.E{Key: events.FieldProcessingAt, Value: now}),
 		doc(nil, "order.created", events.StatusPublished, bson.E{Key: events.FieldPublishedAt, Value: now}),
+		// Backing off until next year: only requeue --id makes it due.
+		doc("retry-later", "order.created", events.StatusNew,
+			bson.E{Key: events.FieldAttempts, Value: 2},
+			bson.E{Key: events.FieldRetryAt, Value: now.AddDate(1, 0, 0)}),
 	}
 	coll, env := toolsOutbox(ctx, t, s.mongoURI, s.database(t), docs)
 
@@ -185,7 +189,7 @@ func toolsScenario(t *testing.T, s stack) {
 		if err := json.Unmarshal([]byte(out), &got); err != nil {
 			t.Fatalf("stats --json output is not JSON: %v\n%s", err, out)
 		}
-		want := map[string]int64{"NEW": 2, "PROCESSING": 2, "PUBLISHED": 1, "FAILED": 5}
+		want := map[string]int64{"NEW": 3, "PROCESSING": 2, "PUBLISHED": 1, "FAILED": 5, "unknown": 0}
 		if diff := cmp.Diff(want, got.Counts); diff != "" {
 			t.Errorf("counts (-want +got):\n%s", diff)
 		}
@@ -198,7 +202,7 @@ func toolsScenario(t *testing.T, s stack) {
 	})
 	t.Run("stats table", func(t *testing.T) {
 		out := runTool(ctx, t, env, 0, "stats")
-		for _, re := range []string{`(?m)^NEW\s+2$`, `(?m)^PROCESSING\s+2$`, `(?m)^PUBLISHED\s+1$`, `(?m)^FAILED\s+5$`,
+		for _, re := range []string{`(?m)^NEW\s+3$`, `(?m)^PROCESSING\s+2$`, `(?m)^PUBLISHED\s+1$`, `(?m)^FAILED\s+5$`, `(?m)^unknown\s+0$`,
 			`(?m)^oldest NEW event\s+1h0m\d+(\.\d+)?s old$`, `(?m)^stale PROCESSING \(older than 1m0s\)\s+1$`} {
 			if !regexp.MustCompile(re).MatchString(out) {
 				t.Errorf("stats output does not match %s:\n%s", re, out)
@@ -215,6 +219,10 @@ func toolsScenario(t *testing.T, s stack) {
 		{"requeue dry run", []string{"requeue", "--type", "order.created", "--dry-run"}, "3 FAILED events would be requeued\n", 5},
 		{"requeue by id", []string{"requeue", "--id", paymentID.Hex()}, "requeued 1 FAILED events to NEW\n", 4},
 		{"requeue by string id", []string{"requeue", "--id", "payment-2"}, "requeued 1 FAILED events to NEW\n", 3},
+		{"requeue backing off, dry run", []string{"requeue", "--id", "retry-later", "--dry-run"},
+			"0 FAILED events would be requeued\n1 NEW events backing off would be retried now\n", 3},
+		{"requeue backing off", []string{"requeue", "--id", "retry-later"},
+			"requeued 0 FAILED events to NEW\n1 NEW events backing off are due now (retryAt cleared)\n", 3},
 	} {
 		t.Run(step.name, func(t *testing.T) {
 			command := strings.Join(step.args, " ")
@@ -244,6 +252,19 @@ func toolsScenario(t *testing.T, s stack) {
 		if got.ID != paymentID || got.Type != "payment.captured" || got.Status != events.StatusNew ||
 			got.Attempts != 0 || got.LastError != "nacked by the broker" || got.FailedAt != nil || got.Payload["n"] == nil {
 			t.Errorf("show --id %s = %+v, want the requeued payment.captured event", paymentID.Hex(), got)
+		}
+	})
+	t.Run("backing off made due", func(t *testing.T) {
+		var got struct {
+			Status   events.Status `bson:"status"`
+			Attempts int           `bson:"attempts"`
+			RetryAt  *time.Time    `bson:"retryAt"`
+		}
+		if err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: "retry-later"}}).Decode(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Status != events.StatusNew || got.Attempts != 2 || got.RetryAt != nil {
+			t.Errorf("retry-later after requeue --id = %+v, want NEW, attempts 2 kept, no retryAt", got)
 		}
 	})
 	t.Run("show unknown id", func(t *testing.T) {

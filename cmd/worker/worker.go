@@ -114,7 +114,8 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
 	tc := cfg.retentionConfig()
-	tc.Logger, tc.Metrics, tc.Yield = logger, m, w.claimer.Slow
+	// Retention's cutoff, too, is by the database's clock: publishedAt is.
+	tc.Logger, tc.Metrics, tc.Now, tc.Yield = logger, m, w.clock.Now, w.claimer.Slow
 	cleaner, err := retention.New(w.store, tc)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
