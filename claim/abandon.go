@@ -32,16 +32,50 @@ type abandonedLeases struct {
 
 type abandoned struct {
 	lease events.Lease
+	// keys are the ordering keys of the events the failed write was given:
+	// held by this worker's claims until recovery owns the lease's events
+	// (see events.ClaimLimit.Held).
+	keys []string
+	// quiet is set once a release after the first found nothing to put
+	// back: the failed write is over (on MongoDB its maxTimeMS ends it by
+	// its deadline; FerretDB applies it document by document, and a
+	// release that finds nothing comes after the last), and its keys are
+	// no longer held.
+	quiet bool
 	// next is when the lease is released again, and wait how long after
 	// that the release after it comes.
 	next time.Time
 	wait time.Duration
 }
 
-func (a *abandonedLeases) add(lease events.Lease, now time.Time) {
+func (a *abandonedLeases) add(lease events.Lease, keys []string, now time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.pending = append(a.pending, abandoned{lease: lease, next: now, wait: abandonSettle})
+	a.pending = append(a.pending, abandoned{lease: lease, keys: keys, next: now, wait: abandonSettle})
+}
+
+// held returns the ordering keys of the pending leases' events, nil when
+// there are none. A write that failed may still be landing: its events can
+// turn PROCESSING after the next claim read which keys are held, and that
+// claim must not take a later event of theirs meanwhile. A lease's keys
+// are held until a release after the first finds nothing left to put back
+// (quiet), or until recovery owns its events.
+func (a *abandonedLeases) held(now time.Time) map[string]bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var held map[string]bool
+	for _, p := range a.pending {
+		if p.quiet || now.Sub(p.lease.At) >= a.staleAfter {
+			continue
+		}
+		for _, k := range p.keys {
+			if held == nil {
+				held = map[string]bool{}
+			}
+			held[k] = true
+		}
+	}
+	return held
 }
 
 // retry releases what each pending lease whose time has come holds, and
@@ -76,6 +110,8 @@ func (a *abandonedLeases) release(ctx context.Context, store Store, now time.Tim
 			logger.Warn("could not release the events of a failed claim; trying again", "error", err)
 		case n > 0:
 			logger.Info("released the events a failed claim had taken", "count", n)
+		case p.wait > abandonSettle: // not the first release
+			p.quiet = true
 		}
 		p.next, p.wait = now.Add(p.wait), 2*p.wait
 		kept = append(kept, p)

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/fakeclock"
 	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/mongo"
 )
@@ -30,12 +32,14 @@ func (s *failingClaimStore) ClaimRead(ctx context.Context, lease events.Lease, d
 
 // A claim that fails after the server claimed events for it leaves them
 // neither PROCESSING until recovery nor an attempt poorer: they go back to
-// NEW at once, and the next run relays them.
+// NEW at once, and once a release after that finds nothing more (the
+// failed write is over), the next run relays them.
 func TestFailedClaimReleasesWhatItTook(t *testing.T) {
 	t.Parallel()
 	r := newRelayRig(t)
 	store := &failingClaimStore{Store: r.store}
-	c, _ := newClaimer(t, store, newPublisher(t, r.exchange), Config{BatchSize: 50})
+	clock := fakeclock.New(time.Now())
+	c, _ := newClaimer(t, store, newPublisher(t, r.exchange), Config{BatchSize: 50, Now: clock.Now})
 	ids := insertEvents(t, r.coll, 20, "order.created")
 
 	store.fail.Store(true)
@@ -50,6 +54,8 @@ func TestFailedClaimReleasesWhatItTook(t *testing.T) {
 	}
 
 	store.fail.Store(false)
+	clock.Advance(abandonSettle)
+	runOnce(t, c) // the second release finds nothing: the aggregates are free
 	runOnce(t, c)
 	testenv.Receive(t, r.deliveries, ids, waitFor)
 }

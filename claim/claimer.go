@@ -192,7 +192,6 @@ func (c *Claimer) runOnce(ctx context.Context) (more bool, err error) {
 			c.shrink("claim", err)
 		}
 		if !lease.At.IsZero() { // the write began: it may have claimed some
-			c.abandoned.add(lease, c.now())
 			c.abandoned.retry(ctx, c.store, c.now(), c.logger)
 		}
 		return false, fmt.Errorf("claim batch: %w", err)
@@ -266,6 +265,9 @@ func (c *Claimer) claim(ctx context.Context, lease *events.Lease) (res events.Cl
 		FailedHolds: c.cfg.AfterFailed == AfterFailedWait,
 		Draining:    c.draining.Load(),
 	}
+	if limit.Ordered {
+		limit.Held = c.abandoned.held(c.now())
+	}
 	var before []int64
 	var renewal <-chan error
 	if c.cfg.Owner != nil {
@@ -309,6 +311,9 @@ func (c *Claimer) claim(ctx context.Context, lease *events.Lease) (res events.Cl
 	start = time.Now()
 	res, err = c.store.ClaimRead(writeCtx, *lease, docs, limit)
 	c.writes.observe(len(docs), time.Since(start))
+	if err != nil {
+		c.abandoned.add(*lease, orderingKeys(docs), c.now())
+	}
 	res.More = more
 	return res, wrote, err
 }
@@ -356,6 +361,17 @@ func (c *Claimer) fence(ctx context.Context, before []int64, docs []bson.Raw) ([
 			renewed = true
 		}
 	}
+}
+
+// orderingKeys returns the ordering keys of docs.
+func orderingKeys(docs []bson.Raw) []string {
+	var keys []string
+	for _, d := range docs {
+		if k, ok := events.OrderingKey(d); ok {
+			keys = append(keys, k)
+		}
+	}
+	return keys
 }
 
 // keepOwned keeps the documents of the partitions owned marks, in their

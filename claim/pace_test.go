@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -254,5 +255,72 @@ func TestOutcomeWriteTimeoutShrinksTheNextClaim(t *testing.T) {
 	}
 	if n := inStatus(t, r.coll, events.StatusPublished); n != 20 {
 		t.Errorf("%d events PUBLISHED, want all 20: the timed-out write is retried", n)
+	}
+}
+
+// failOnceStore reports the first claim's write timed out without
+// applying it, and lets the rest through.
+type failOnceStore struct {
+	Store
+	failed bool
+}
+
+func (s *failOnceStore) ClaimRead(ctx context.Context, lease events.Lease, docs []bson.Raw, limit events.ClaimLimit) (events.ClaimResult, error) {
+	if !s.failed {
+		s.failed = true
+		return events.ClaimResult{}, fmt.Errorf("claim %d events: %w", len(docs), context.DeadlineExceeded)
+	}
+	return s.Store.ClaimRead(ctx, lease, docs, limit)
+}
+
+// The aggregates of a claim whose write failed stay held for this
+// worker's next claims until a release after the first finds nothing left
+// to put back: the write may still be landing, and an event it turns PROCESSING after the next claim read the
+// held keys must not have its later events claimed past it. Other
+// aggregates flow meanwhile.
+func TestFailedWriteHoldsItsAggregates(t *testing.T) {
+	t.Parallel()
+	r := newRelayRig(t)
+	store := &failOnceStore{Store: r.store}
+	clock := fakeclock.New(time.Now())
+	c, _ := newClaimer(t, store, newPublisher(t, r.exchange), Config{BatchSize: 10, Now: clock.Now, StaleAfter: time.Minute, Ordering: OrderingAggregate})
+	insertAggregates(t, r, "held", 3)
+	if _, err := c.runOnce(t.Context()); !isTimeout(err) {
+		t.Fatalf("first runOnce: %v, want the write's timeout", err)
+	}
+	insertAggregates(t, r, "free", 3) // inserted after: not in the failed write
+	runOnce(t, c)
+	for _, e := range allEvents(t, r.coll) {
+		if strings.HasPrefix(e.AggregateID, "held") && e.Status != events.StatusNew {
+			t.Errorf("event of %s %s after the failed write, want NEW: its aggregate is held", e.AggregateID, e.Status)
+		}
+	}
+	if n := inStatus(t, r.coll, events.StatusPublished); n == 0 {
+		t.Error("nothing published: the aggregates the failed write did not touch must flow")
+	}
+	clock.Advance(abandonSettle) // a release that finds nothing frees them
+	for range 3 {
+		runOnce(t, c)
+	}
+	if n := inStatus(t, r.coll, events.StatusNew); n != 0 {
+		t.Errorf("%d events still NEW once the failed lease went stale, want none", n)
+	}
+}
+
+// insertAggregates inserts two events each of n aggregates named prefix-i.
+func insertAggregates(t *testing.T, r relayRig, prefix string, n int) {
+	t.Helper()
+	var docs []any
+	for i := range 2 * n {
+		d := events.Draft{Type: "order.changed", AggregateType: "order", AggregateID: fmt.Sprintf("%s-%d", prefix, i%n),
+			Payload: bson.D{{Key: "n", Value: i}}}
+		doc, err := d.Document(time.Now().Add(time.Duration(i) * time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, doc)
+	}
+	if _, err := r.coll.InsertMany(t.Context(), docs); err != nil {
+		t.Fatal(err)
 	}
 }

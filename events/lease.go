@@ -60,6 +60,12 @@ type ClaimLimit struct {
 	// FailedHolds makes a FAILED event that was not skipped hold its key
 	// (OUTBOX_ORDERING_AFTER_FAILED=wait). Only with Ordered.
 	FailedHolds bool
+	// Held are ordering keys the claim must treat as held whatever the
+	// outbox says: those of a claim whose write failed and may still be
+	// landing on the server. Its events can turn PROCESSING after the
+	// next claim read which keys are held, and a later event of theirs
+	// must not be claimed meanwhile. Only with Ordered.
+	Held map[string]bool
 	// Draining says the last claim stopped at a bound: the head most
 	// likely has more, so an ordered claim need not first check that it
 	// has anything (a store may skip such a probe).

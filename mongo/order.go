@@ -58,14 +58,14 @@ func (s *Store) findClaimable(ctx context.Context, now time.Time, limit events.C
 		// Nor does it name the held keys to the server: FerretDB
 		// evaluates a $nor in Go, clause by clause, for every NEW event,
 		// which costs far more than skipping their events here.
-		held, _, err := s.heldKeys(ctx, now, limit.FailedHolds, false)
+		held, _, err := s.heldKeys(ctx, now, limit.FailedHolds, false, limit.Held)
 		if err != nil {
 			return nil, false, err
 		}
 		h, err := s.readHead(ctx, now, limit, headQuery{held: held, withBackoff: true})
 		return h.docs, h.more, err
 	}
-	held, exclude, err := s.heldKeys(ctx, now, limit.FailedHolds, true)
+	held, exclude, err := s.heldKeys(ctx, now, limit.FailedHolds, true, limit.Held)
 	if err != nil {
 		return nil, false, err
 	}
@@ -373,9 +373,12 @@ type heldQuery struct {
 // (101) cost a getMore per hundred of them on every claim.
 const heldBatch = 10000
 
-func (s *Store) heldKeys(ctx context.Context, now time.Time, failedHolds, backingOff bool) (held map[string]bool, exclude bson.A, err error) {
+func (s *Store) heldKeys(ctx context.Context, now time.Time, failedHolds, backingOff bool, also map[string]bool) (held map[string]bool, exclude bson.A, err error) {
 	held = map[string]bool{}
 	s.skipped.holdKeys(held)
+	for k := range also {
+		held[k] = true
+	}
 	proj := options.Find().SetProjection(bson.D{
 		{Key: events.FieldAggregateType, Value: 1}, {Key: events.FieldAggregateID, Value: 1},
 		{Key: events.FieldStatus, Value: 1}, {Key: events.FieldRetryAt, Value: 1},

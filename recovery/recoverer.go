@@ -66,8 +66,11 @@ type Config struct {
 	Now func() time.Time
 	// Yield, when set, says that claims are slow: scheduled runs are then
 	// left out, more and more of them, but a run is never deferred by more
-	// than schedule.YieldMaxDefault (see schedule.Config.Yield), so stale
-	// claims are still taken back. Defaults to nil: never yields.
+	// than StaleAfter (see schedule.Config.Yield): a stale claim waits for
+	// recovery at most twice the threshold. Recovery is what ends a claim
+	// that a timed-out write landed after the claimer stopped releasing it,
+	// so it yields for no longer than a claim may stand. Defaults to nil:
+	// never yields.
 	Yield func() bool
 }
 
@@ -108,7 +111,7 @@ func New(store Store, cfg Config) (*Recoverer, error) {
 	var err error
 	if r.job, err = schedule.New(schedule.Config{
 		Name: "recovery", Schedule: cfg.Schedule, Run: r.runOnce, Logger: cfg.Logger,
-		Yield: cfg.Yield, LeftOut: cfg.Metrics.RunsLeftOut.WithLabelValues("recovery").Inc,
+		Yield: cfg.Yield, YieldMax: cfg.StaleAfter, LeftOut: cfg.Metrics.RunsLeftOut.WithLabelValues("recovery").Inc,
 	}); err != nil {
 		return nil, err
 	}
