@@ -361,15 +361,32 @@ func publishing(m events.Message) amqp.Publishing {
 }
 
 // table converts nested header maps to the amqp.Table the encoder expects.
+// Headers without nested maps or arrays, such as the aggregate headers
+// alone, are the same map under the encoder's type: no copy per message.
 func table(h map[string]any) amqp.Table {
 	if h == nil {
 		return nil
+	}
+	if flat(h) {
+		return amqp.Table(h)
 	}
 	t := make(amqp.Table, len(h))
 	for k, v := range h {
 		t[k] = field(v)
 	}
 	return t
+}
+
+// flat reports whether no header value is a map or an array, the only
+// values field converts.
+func flat(h map[string]any) bool {
+	for _, v := range h {
+		switch v.(type) {
+		case map[string]any, []any:
+			return false
+		}
+	}
+	return true
 }
 
 func field(v any) any {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -76,5 +77,34 @@ func TestPoisonClose(t *testing.T) {
 		if got := poisonClose(tt.err); got != tt.want {
 			t.Errorf("%s: poisonClose(%v) = %t, want %t", tt.name, tt.err, got, tt.want)
 		}
+	}
+}
+
+// TestTable checks the headers the encoder gets: nested maps become
+// amqp.Table at every depth, inside arrays too, and the other values stay
+// as they are.
+func TestTable(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		in   map[string]any
+		want amqp.Table
+	}{
+		{"none", nil, nil},
+		{"flat", map[string]any{"x-aggregate-id": "o-1", "n": int32(1)}, amqp.Table{"x-aggregate-id": "o-1", "n": int32(1)}},
+		{"nested", map[string]any{
+			"m": map[string]any{"k": map[string]any{"d": "v"}},
+			"a": []any{"s", map[string]any{"k": "v"}, []any{map[string]any{}}},
+		}, amqp.Table{
+			"m": amqp.Table{"k": amqp.Table{"d": "v"}},
+			"a": []any{"s", amqp.Table{"k": "v"}, []any{amqp.Table{}}},
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if diff := cmp.Diff(tt.want, table(tt.in)); diff != "" {
+				t.Errorf("table (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

@@ -2,7 +2,8 @@ package events
 
 import (
 	"cmp"
-	"hash/fnv"
+	"encoding/binary"
+	"strings"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
@@ -19,12 +20,41 @@ const Partitions = 64
 // is not ordered against any other. The producer writes nothing new for
 // it: both fields are part of the message contract.
 func OrderingKey(doc bson.Raw) (key string, ok bool) {
-	id, ok := doc.Lookup(FieldAggregateID).StringValueOK()
-	if !ok || id == "" {
+	typ, id, ok := aggregate(doc)
+	if !ok {
 		return "", false
 	}
-	typ, _ := doc.Lookup(FieldAggregateType).StringValueOK()
-	return typ + "\x00" + id, true
+	var b strings.Builder
+	b.Grow(len(typ) + 1 + len(id))
+	b.Write(typ)
+	b.WriteByte(0)
+	b.Write(id)
+	return b.String(), true
+}
+
+// aggregate returns the bytes of the two strings an ordering key is made
+// of, in place: aggregateType (empty when it is not a string) and
+// aggregateId, which must be a non-empty string.
+func aggregate(doc bson.Raw) (typ, id []byte, ok bool) {
+	id, ok = stringBytes(doc.Lookup(FieldAggregateID))
+	if !ok || len(id) == 0 {
+		return nil, nil, false
+	}
+	typ, _ = stringBytes(doc.Lookup(FieldAggregateType))
+	return typ, id, true
+}
+
+// stringBytes returns the bytes of a string value in place, where
+// StringValueOK would copy them into a new string.
+func stringBytes(v bson.RawValue) ([]byte, bool) {
+	if v.Type != bson.TypeString || len(v.Value) < 4 {
+		return nil, false
+	}
+	n := int64(int32(binary.LittleEndian.Uint32(v.Value)))
+	if n < 1 || n > int64(len(v.Value)-4) {
+		return nil, false
+	}
+	return v.Value[4 : 4+n-1], true
 }
 
 // Key builds the ordering key of an aggregate, as OrderingKey does.
@@ -36,8 +66,10 @@ func Key(aggregateType, aggregateID string) string {
 // for an event without one, that of its _id, so that unordered events
 // spread over every partition.
 func Partition(doc bson.Raw) int {
-	if key, ok := OrderingKey(doc); ok {
-		return PartitionOf(key)
+	if typ, id, ok := aggregate(doc); ok {
+		// PartitionOf(OrderingKey(doc)), without building the key: a
+		// claim works it out for every document it reads.
+		return partition(fnv1a(fnv1a(fnv1a(fnvOffset, typ), []byte{0}), id))
 	}
 	v, err := doc.LookupErr(FieldID)
 	if err != nil {
@@ -56,10 +88,25 @@ func Partition(doc bson.Raw) int {
 // PartitionOf hashes a key to its partition: FNV-1a (32 bits) modulo
 // Partitions, the same on every platform and in every language.
 func PartitionOf(key string) int {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(key))
-	return int(h.Sum32() % Partitions)
+	return partition(fnv1a(fnvOffset, []byte(key)))
 }
+
+// FNV-1a, 32 bits: the offset basis and the prime.
+const (
+	fnvOffset = 2166136261
+	fnvPrime  = 16777619
+)
+
+// fnv1a goes on hashing b from the hash h.
+func fnv1a(h uint32, b []byte) uint32 {
+	for _, c := range b {
+		h ^= uint32(c)
+		h *= fnvPrime
+	}
+	return h
+}
+
+func partition(h uint32) int { return int(h % Partitions) }
 
 // CompareOrder orders two event documents as the claim sorts them:
 // createdAt first, then _id, the documented tiebreak for events of one

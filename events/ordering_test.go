@@ -118,3 +118,25 @@ func TestHeld(t *testing.T) {
 		}
 	}
 }
+
+// TestPartitionIsThatOfTheKey checks that Partition, which hashes the key
+// in place, puts every ordered event where PartitionOf puts its key.
+func TestPartitionIsThatOfTheKey(t *testing.T) {
+	t.Parallel()
+	for _, d := range []bson.D{
+		{{Key: FieldAggregateType, Value: "order"}, {Key: FieldAggregateID, Value: "42"}},
+		{{Key: FieldAggregateID, Value: "42"}},
+		{{Key: FieldAggregateType, Value: 7}, {Key: FieldAggregateID, Value: "42"}},
+		{{Key: FieldAggregateType, Value: "日本"}, {Key: FieldAggregateID, Value: "\x00x"}},
+		{{Key: FieldAggregateID, Value: "order-00000001"}, {Key: FieldAggregateType, Value: "order"}},
+	} {
+		doc := rawDoc(t, d)
+		key, ok := OrderingKey(doc)
+		if !ok {
+			t.Fatalf("%v: no ordering key", d)
+		}
+		if got, want := Partition(doc), PartitionOf(key); got != want {
+			t.Errorf("%v: Partition = %d, PartitionOf(%q) = %d", d, got, key, want)
+		}
+	}
+}

@@ -2,7 +2,8 @@
 // never overlap, a run that reports more work runs again at once (drain),
 // Trigger runs it early, ticks back off while runs keep failing or while
 // the relay asks periodic work to yield (Config.Yield), and Stop finishes
-// the run in flight before it cancels it.
+// the run in flight before it cancels it. The same goroutine times the
+// ticks, so that a tick costs nothing while a run is in flight.
 package schedule
 
 import (
@@ -147,7 +148,6 @@ type Job struct {
 	stopping chan struct{}
 	done     chan struct{}
 	cancel   context.CancelFunc
-	cron     *cron.Cron
 
 	startOnce, stopOnce sync.Once
 	lastRun             atomic.Int64 // unix nanoseconds of the last successful run
@@ -200,10 +200,8 @@ func (j *Job) Start(ctx context.Context) error {
 	j.startOnce.Do(func() {
 		var runCtx context.Context
 		runCtx, j.cancel = context.WithCancel(context.WithoutCancel(ctx))
-		j.cron = cron.New(cron.WithLocation(time.UTC))
-		j.cron.Schedule(j.schedule, cron.FuncJob(j.tick))
-		j.cron.Start()
-		go j.loop(runCtx)
+		ticks := newTicks(j.schedule, j.now())
+		go j.loop(runCtx, ticks)
 		if j.cfg.RunAtStart {
 			j.Trigger()
 		}
@@ -284,9 +282,6 @@ func (j *Job) Stop(ctx context.Context) error {
 	j.stopOnce.Do(func() {
 		close(j.stopping)
 		j.startOnce.Do(func() { close(j.done) }) // never started: nothing to wait for
-		if j.cron != nil {
-			j.cron.Stop()
-		}
 	})
 	select {
 	case <-j.done:
@@ -300,14 +295,20 @@ func (j *Job) Stop(ctx context.Context) error {
 	return ctx.Err()
 }
 
-func (j *Job) loop(ctx context.Context) {
+func (j *Job) loop(ctx context.Context, ticks *ticks) {
 	defer close(j.done)
 	defer j.cancel()
+	defer ticks.stop()
 	for {
 		select {
 		case <-j.stopping:
 			return
 		case <-j.wake:
+		case <-ticks.wait(j.now()):
+			if ticks.passed(j.now()) {
+				j.tick()
+			}
+			continue
 		}
 		// A select picks at random among ready cases: a Trigger pending
 		// when Stop is called must not start a run.
@@ -323,6 +324,55 @@ func (j *Job) loop(ctx context.Context) {
 			default:
 			}
 		}
+	}
+}
+
+// ticks times a Job's ticks in its loop's goroutine. While a run is in
+// flight nothing waits on the timer, so nothing wakes up for the ticks
+// that fall meanwhile: with "@every 100ms" and claims that each wait
+// seconds on the database, those wake-ups (a goroutine each, on a
+// separate timer loop) were a large share of the worker's CPU. They
+// collapse into one tick, which the loop meets as soon as the run ends
+// (the timer is then already due), as it would a Trigger sent during it.
+type ticks struct {
+	schedule cron.Schedule
+	next     time.Time // of the next tick; zero when the schedule has none
+	timer    *time.Timer
+}
+
+func newTicks(s cron.Schedule, now time.Time) *ticks {
+	// Cron fields are read in UTC, whatever the machine's time zone.
+	return &ticks{schedule: s, next: s.Next(now.UTC())}
+}
+
+// wait returns a channel that receives at the next tick, or nil (which
+// never receives) when there is none.
+func (t *ticks) wait(now time.Time) <-chan time.Time {
+	if t.next.IsZero() {
+		return nil
+	}
+	d := t.next.Sub(now)
+	if t.timer == nil {
+		t.timer = time.NewTimer(d)
+	} else {
+		t.timer.Reset(d)
+	}
+	return t.timer.C
+}
+
+// passed reports whether the next tick's time has come by now, and if so
+// moves on to the tick after now.
+func (t *ticks) passed(now time.Time) bool {
+	if t.next.IsZero() || now.Before(t.next) {
+		return false
+	}
+	t.next = t.schedule.Next(now.UTC())
+	return true
+}
+
+func (t *ticks) stop() {
+	if t.timer != nil {
+		t.timer.Stop()
 	}
 }
 

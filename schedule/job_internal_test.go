@@ -247,3 +247,102 @@ func TestYieldNeverDefersARunBeyondYieldMax(t *testing.T) {
 		t.Errorf("runs settle %s apart, want YieldMax + one period (%s): the tick at YieldMax after the first left out runs", d, yieldMax+period)
 	}
 }
+
+// onceAt is a schedule with a single tick, at its time.
+type onceAt time.Time
+
+func (o onceAt) Next(t time.Time) time.Time {
+	if t.Before(time.Time(o)) {
+		return time.Time(o)
+	}
+	return time.Time{}
+}
+
+// TestTickDuringRunRunsAfterIt checks that a tick which falls while a run
+// is in flight, when nothing waits on the timer, still asks for one more
+// run once the run is over, as a Trigger during a run does.
+func TestTickDuringRunRunsAfterIt(t *testing.T) {
+	t.Parallel()
+	tick := time.Now().Add(50 * time.Millisecond)
+	ran := make(chan struct{}, 2)
+	runs := 0
+	j, err := New(Config{Name: "test", Schedule: "@every 1h", Run: func(context.Context) (bool, error) {
+		runs++
+		if runs == 1 {
+			// The run outlasts the schedule's only tick.
+			time.Sleep(time.Until(tick) + 10*time.Millisecond)
+		}
+		ran <- struct{}{}
+		return false, nil
+	}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.schedule = onceAt(tick)
+	if err := j.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	j.Trigger()
+	for n := 1; n <= 2; n++ {
+		select {
+		case <-ran:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("run %d never came; the tick during the first run was lost", n)
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := j.Stop(ctx); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+}
+
+// TestTicksCollapse checks the timing of ticks: ticks missed while a run
+// was in flight count once, the next is a whole delay after the moment
+// they were noticed, and a schedule without a next tick never fires.
+func TestTicksCollapse(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	every, err := parse("@every 100ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk := newTicks(every, t0)
+	if tk.passed(t0.Add(50 * time.Millisecond)) {
+		t.Error("passed before the first tick")
+	}
+	late := t0.Add(time.Second) // ten ticks' time, spent in a run
+	if !tk.passed(late) {
+		t.Fatal("not passed a second after a 100ms schedule started")
+	}
+	if tk.passed(late.Add(50 * time.Millisecond)) {
+		t.Error("the ticks missed during a run counted more than once")
+	}
+	if want := late.Add(100 * time.Millisecond); !tk.next.Equal(want) {
+		t.Errorf("next tick = %s, want %s", tk.next, want)
+	}
+	tk.stop()
+
+	never := newTicks(onceAt(t0), t0.Add(time.Hour))
+	if c := never.wait(t0.Add(time.Hour)); c != nil {
+		t.Error("wait on a schedule without a next tick returned a channel")
+	}
+	if never.passed(t0.Add(48 * time.Hour)) {
+		t.Error("a schedule without a next tick passed")
+	}
+}
+
+// TestTicksReadCronInUTC checks that cron fields are read in UTC whatever
+// the zone of the time the ticks start from.
+func TestTicksReadCronInUTC(t *testing.T) {
+	t.Parallel()
+	daily, err := parse("0 3 * * *")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokyo := time.FixedZone("UTC+9", 9*3600)
+	start := time.Date(2026, 1, 1, 10, 0, 0, 0, tokyo) // 01:00 UTC
+	if got, want := newTicks(daily, start).next, time.Date(2026, 1, 1, 3, 0, 0, 0, time.UTC); !got.Equal(want) {
+		t.Errorf("next tick of 0 3 * * * from %s = %s, want %s", start, got, want)
+	}
+}
