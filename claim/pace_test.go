@@ -291,7 +291,7 @@ func TestFailedWriteHoldsItsAggregates(t *testing.T) {
 	insertAggregates(t, r, "free", 3) // inserted after: not in the failed write
 	runOnce(t, c)
 	for _, e := range allEvents(t, r.coll) {
-		if strings.HasPrefix(e.AggregateID, "held") && e.Status != events.StatusNew {
+		if strings.HasPrefix(fmt.Sprint(e.AggregateID), "held") && e.Status != events.StatusNew {
 			t.Errorf("event of %s %s after the failed write, want NEW: its aggregate is held", e.AggregateID, e.Status)
 		}
 	}

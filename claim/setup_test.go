@@ -160,7 +160,7 @@ type stored struct {
 	LastError    string        `bson:"lastError"`
 	RetryAt      time.Time     `bson:"retryAt"`
 	FailedAt     time.Time     `bson:"failedAt"`
-	AggregateID  string        `bson:"aggregateId"`
+	AggregateID  any           `bson:"aggregateId"`
 }
 
 // allEvents returns every stored event by its _id as a message id.
