@@ -324,3 +324,17 @@ func insertAggregates(t *testing.T, r relayRig, prefix string, n int) {
 		t.Fatal(err)
 	}
 }
+
+// A refused event whose FAILED write failed too is counted, apart from
+// those written FAILED: it stays NEW and holds its aggregate.
+func TestUnwrittenRefusalsAreCounted(t *testing.T) {
+	t.Parallel()
+	c, m := newClaimer(t, lostRaceStore{}, idlePublisher{t}, Config{})
+	c.noteRejected([]events.Rejected{
+		{ID: "a", LastError: "claim refused by the server: overflow", Err: errors.New("mark 1 events failed: timeout")},
+		{ID: "b", LastError: "invalid event"},
+	})
+	if got := testutil.ToFloat64(m.Unwritable); got != 1 {
+		t.Errorf("claim_refusals_unwritten_total = %v, want 1", got)
+	}
+}

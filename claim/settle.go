@@ -126,6 +126,7 @@ func (c *Claimer) noteRejected(rejected []events.Rejected) {
 			c.metrics.Skipped.Inc()
 		case r.Err != nil:
 			k.outcome = rejectUnwritten
+			c.metrics.Unwritable.Inc()
 		default:
 			c.metrics.Failed.WithLabelValues(metrics.ReasonInvalid).Inc()
 		}
