@@ -13,7 +13,7 @@ import (
 	"github.com/outboxrelay/outbox/events"
 )
 
-// The held-aggregates stage (issue 18): aggregates held by FAILED events,
+// The held-aggregates stage: aggregates held by FAILED events,
 // each with NEW events waiting behind it, at the head of the claim's
 // order, ahead of a healthy backlog. One worker at its defaults
 // (ordering on, OUTBOX_ORDERING_AFTER_FAILED=wait) must relay every

@@ -39,7 +39,7 @@ type Results struct {
 	HeldAggregates *HeldAggregates `json:"heldAggregates,omitempty"`
 	// LargeDocs is one worker relaying documents near the 16 MiB limit.
 	LargeDocs *LargeDocs `json:"largeDocuments,omitempty"`
-	// SlowDB are the stages of issue 17: one worker on a slowed database
+	// SlowDB are the slow-database stages: one worker on a slowed database
 	// or a large backlog against the raw loop through the same path.
 	SlowDB []SlowRun `json:"slowDatabase,omitempty"`
 	// Inbox is a consumer's rate with the inbox against a plain one.

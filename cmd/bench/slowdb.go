@@ -16,7 +16,7 @@ import (
 	"github.com/outboxrelay/outbox/internal/tcpproxy"
 )
 
-// slowStage is one measurement of issue 17, "slow down, never collapse":
+// slowStage is one measurement of the relay on a slow database ("slow down, never collapse"):
 // one worker at its default settings (per-aggregate ordering, batch 500,
 // claims @every 1s) relays a backlog from a database that is slowed, or
 // holds a large backlog, and is set against the raw find/claim/mark loop
@@ -36,10 +36,10 @@ type slowStage struct {
 }
 
 // slowRatioMin is the least worker rate, as a share of the raw loop's
-// through the same path, that issue 17 accepts.
+// through the same path, that the target accepts.
 const slowRatioMin = 0.7
 
-// slowStages are the stages of issue 17, in the order they run. The
+// slowStages are the slow-database stages, in the order they run. The
 // latency stages run by default; the large backlogs take minutes each on
 // FerretDB and are opt-in (optInStageKeys, make bench-slow).
 func (c config) slowStages() []slowStage {
@@ -255,7 +255,7 @@ func (b *bench) slowWorker(ctx context.Context, s slowStage, uri string, bin wor
 
 // slowRows adds the table rows of the slow stages: per stage the raw
 // loop, then each build's worker (the baseline's beside this build's),
-// then what issue 17 asks of this build.
+// then the targets of this build.
 func (r *Results) slowRows(add func(measure, result, target string)) {
 	for _, run := range r.SlowDB {
 		path := "database direct"
@@ -263,7 +263,7 @@ func (r *Results) slowRows(add func(measure, result, target string)) {
 			path = fmt.Sprintf("database +%d ms per round trip (proxy)", run.LatencyMs)
 		}
 		env := prefixed(", ", strings.Join(run.WorkerEnv, " "))
-		add(fmt.Sprintf("Issue 17, %s events, %s: raw loop (find %d, claim, mark) through the same path", thousands(run.Backlog), path, claim.BatchSizeDefault),
+		add(fmt.Sprintf("Slow database, %s events, %s: raw loop (find %d, claim, mark) through the same path", thousands(run.Backlog), path, claim.BatchSizeDefault),
 			fmt.Sprintf("%s events/s (%s in %.1f s)", thousands(int(run.Raw.PerSecond)), thousands(run.Raw.Count), run.Raw.Seconds), "")
 		for _, w := range run.Workers {
 			result := w.describe(run.Backlog)
@@ -271,10 +271,10 @@ func (r *Results) slowRows(add func(measure, result, target string)) {
 			if w.Build == buildCurrent {
 				target = targetSlowRatio(run)
 			}
-			add(fmt.Sprintf("Issue 17, %s events, %s: 1 worker at its defaults%s (%s)", thousands(run.Backlog), path, env, w.Build), result, target)
+			add(fmt.Sprintf("Slow database, %s events, %s: 1 worker at its defaults%s (%s)", thousands(run.Backlog), path, env, w.Build), result, target)
 		}
 		if w, ok := run.current(); ok {
-			add(fmt.Sprintf("Issue 17, %s events, %s: every event delivered (this build)", thousands(run.Backlog), path),
+			add(fmt.Sprintf("Slow database, %s events, %s: every event delivered (this build)", thousands(run.Backlog), path),
 				fmt.Sprintf("%s of %s", thousands(w.Events), thousands(run.Backlog)), targetSlowDelivered(run))
 		}
 	}
