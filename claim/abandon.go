@@ -102,7 +102,10 @@ func (a *abandonedLeases) release(ctx context.Context, store Store, now time.Tim
 			kept = append(kept, p)
 			continue
 		}
-		releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		// The release may take until recovery would own the events: a
+		// deadline of its own shorter than that only hands them to
+		// recovery, which counts an attempt against each.
+		releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.staleAfter-now.Sub(p.lease.At))
 		n, err := store.Abandon(releaseCtx, p.lease)
 		cancel()
 		switch {

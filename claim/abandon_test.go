@@ -3,6 +3,7 @@ package claim
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -58,4 +59,48 @@ func TestFailedClaimReleasesWhatItTook(t *testing.T) {
 	runOnce(t, c) // the second release finds nothing: the aggregates are free
 	runOnce(t, c)
 	testenv.Receive(t, r.deliveries, ids, waitFor)
+}
+
+// deadlineStore records the deadline each release was given.
+type deadlineStore struct {
+	Store
+	deadlines []time.Time
+}
+
+func (s *deadlineStore) Abandon(ctx context.Context, _ events.Lease) (int, error) {
+	d, _ := ctx.Deadline()
+	s.deadlines = append(s.deadlines, d)
+	return 0, context.DeadlineExceeded
+}
+
+// A release may take until recovery would own the lease's events, not a
+// fixed few seconds: on a database slow enough to fail the claim, a short
+// release deadline would only hand the events to recovery, an attempt
+// poorer each.
+func TestAbandonedReleaseHasUntilStale(t *testing.T) {
+	t.Parallel()
+	const staleAfter = time.Minute
+	clock := fakeclock.New(time.Now())
+	a := abandonedLeases{staleAfter: staleAfter}
+	store := &deadlineStore{}
+	lease := events.Lease{WorkerID: "w", Token: "t", At: clock.Now()}
+	a.add(lease, nil, clock.Now())
+
+	clock.Advance(20 * time.Second)
+	before := time.Now()
+	a.retry(t.Context(), store, clock.Now(), slog.New(slog.DiscardHandler))
+	if len(store.deadlines) != 1 {
+		t.Fatalf("%d releases, want 1", len(store.deadlines))
+	}
+	// 40 s of the stale threshold are left (less the test's own pace on a
+	// busy host).
+	if got := store.deadlines[0].Sub(before); got < 30*time.Second || got > 41*time.Second {
+		t.Errorf("release deadline %s away, want the 40s left before recovery owns the events", got)
+	}
+
+	clock.Advance(staleAfter)
+	a.retry(t.Context(), store, clock.Now(), slog.New(slog.DiscardHandler))
+	if len(store.deadlines) != 1 || len(a.pending) != 0 {
+		t.Errorf("after the stale threshold: %d releases, %d pending; want no new release and the lease forgotten", len(store.deadlines), len(a.pending))
+	}
 }
