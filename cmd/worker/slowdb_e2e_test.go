@@ -1,5 +1,5 @@
-// A worker process whose every database round trip is slow (the relay must slow down with it, never stop):
-// it must slow down with the database, never stop delivering.
+// A worker process whose every database round trip is slow: the relay
+// must slow down with the database, never stop delivering.
 
 package main
 
