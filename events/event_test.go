@@ -120,8 +120,7 @@ func TestDraftDocument(t *testing.T) {
 func normalize(d bson.D) bson.D {
 	out := make(bson.D, len(d))
 	for i, e := range d {
-		switch v := e.Value.(type) {
-		case map[string]any:
+		if v, ok := e.Value.(map[string]any); ok {
 			b, err := bson.Marshal(v)
 			if err != nil {
 				panic(err)

@@ -30,7 +30,7 @@ func ExampleInsert() {
 
 	sess, err := client.StartSession()
 	if err != nil {
-		log.Fatal(err)
+		log.Panic(err) // unlike log.Fatal, lets the deferred calls run
 	}
 	defer sess.EndSession(ctx)
 
@@ -54,7 +54,7 @@ func ExampleInsert() {
 		})
 	})
 	if err != nil {
-		log.Fatal(err)
+		log.Panic(err) // unlike log.Fatal, lets the deferred calls run
 	}
 	fmt.Println("wrote event", eventID)
 }
@@ -71,7 +71,7 @@ func ExampleDraft_Document() {
 		Payload:       bson.D{{Key: "total", Value: int64(4200)}},
 	}.Document(time.Date(2026, 11, 22, 9, 30, 0, 0, time.UTC))
 	if err != nil {
-		log.Fatal(err)
+		log.Panic(err) // unlike log.Fatal, lets the deferred calls run
 	}
 	for _, e := range doc {
 		fmt.Printf("%s: %v\n", e.Key, e.Value)

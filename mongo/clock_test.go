@@ -28,7 +28,7 @@ func TestClockCorrectsASkewedLocalClock(t *testing.T) {
 		if got := offset + skew; got < -uncertainty-time.Millisecond || got > uncertainty+time.Millisecond {
 			t.Errorf("skew %s: offset %s (±%s) does not undo it", skew, offset, uncertainty)
 		}
-		if d := clock.Now().Sub(time.Now()); d < -time.Second || d > time.Second {
+		if d := time.Until(clock.Now()); d < -time.Second || d > time.Second {
 			t.Errorf("skew %s: Now is %s from the server's time", skew, d)
 		}
 	}
@@ -59,7 +59,7 @@ func TestClockIgnoresAWallClockStepAfterASync(t *testing.T) {
 		t.Fatal(err)
 	}
 	synced := clock.Now()
-	if d := synced.Sub(time.Now()); d < -time.Second || d > time.Second {
+	if d := time.Until(synced); d < -time.Second || d > time.Second {
 		t.Fatalf("Now after the Sync is %s from the server's time", d)
 	}
 	for _, step := range []time.Duration{time.Hour, -2 * time.Hour, 30 * time.Second} {

@@ -269,14 +269,6 @@ func (s *skipSet) list() []any {
 	return out
 }
 
-// has reports whether id is skipped.
-func (s *skipSet) has(id any) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.ids[skipKey(id)]
-	return ok
-}
-
 // leaseFilter matches the given events only while this lease still holds
 // them: the fence every write after a claim goes through.
 func leaseFilter(lease events.Lease, ids []any) bson.D {

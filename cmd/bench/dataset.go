@@ -96,8 +96,3 @@ func value(doc bson.D, key string) any {
 	}
 	return nil
 }
-
-// countStatus counts the events of one status.
-func countStatus(ctx context.Context, coll *driver.Collection, s events.Status) (int64, error) {
-	return coll.CountDocuments(ctx, bson.D{{Key: events.FieldStatus, Value: s}})
-}

@@ -239,7 +239,7 @@ func inboxPass(ctx context.Context, conn *amqp.Connection, queue string, client 
 	done := make(chan error, 1)
 	t0 := time.Now()
 	go func() { done <- in.Run(rctx, deliveries) }()
-	defer func() { cancel(); <-done }()
+	defer func() { cancel(); _ = <-done }() // the run's own error is reported below
 	deadline := t0.Add(inboxTimeout)
 	for {
 		s := in.Stats()

@@ -77,7 +77,7 @@ func (b *bench) rawBroker(ctx context.Context) error {
 		})
 		if err != nil {
 			close(pending)
-			<-waitErr
+			_ = <-waitErr // the publish error says more
 			return fmt.Errorf("publish %d: %w", i, err)
 		}
 		pending <- dc // blocks while rawInFlight confirms are outstanding

@@ -61,7 +61,7 @@ func sanitizePrefix(prefix string) string {
 	if p == "" {
 		return ""
 	}
-	if last := prefix[len(prefix)-1]; !('a' <= last && last <= 'z') && !('A' <= last && last <= 'Z') && !('0' <= last && last <= '9') {
+	if last := prefix[len(prefix)-1]; (last < 'a' || last > 'z') && (last < 'A' || last > 'Z') && (last < '0' || last > '9') {
 		p += "_"
 	}
 	return p
