@@ -251,6 +251,11 @@ func (s *Store) fencedWrite(ctx context.Context, limit events.ClaimLimit, docs [
 		return fn(ctx)
 	}
 	ps := claimPartitions(docs)
+	for _, p := range ps {
+		if p >= len(limit.Tenures) || limit.Tenures[p] == 0 {
+			return fmt.Errorf("claim in partition %d, which the claim holds under no tenure", p)
+		}
+	}
 	errMoved := errors.New("fence moved")
 	err := s.inTransaction(ctx, func(ctx context.Context) error {
 		all, err := s.writeFences(ctx, ps, limit.Tenures, true)
