@@ -129,8 +129,8 @@ func fenceLease(worker string, n int) events.Lease {
 
 // holder is who holds an event: its status and claim token.
 type holder struct {
-	Status events.Status `bson:"status"`
-	Token  string        `bson:"claimToken"`
+	Status events.Status
+	Token  string
 }
 
 // holders returns who holds each event, by _id.
@@ -141,15 +141,16 @@ func holders(t *testing.T, coll *driver.Collection) map[string]holder {
 		t.Fatal(err)
 	}
 	var all []struct {
-		ID     string `bson:"_id"`
-		holder `bson:",inline"`
+		ID     string        `bson:"_id"`
+		Status events.Status `bson:"status"`
+		Token  string        `bson:"claimToken"`
 	}
 	if err := cur.All(t.Context(), &all); err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]holder{}
 	for _, e := range all {
-		out[e.ID] = e.holder
+		out[e.ID] = holder{Status: e.Status, Token: e.Token}
 	}
 	return out
 }
@@ -289,7 +290,8 @@ func staleWriteFirst(t *testing.T, r fenceRig) {
 		t.Fatalf("b's next claim = %d events, %v; want e2 and e3", len(res.Claimed), err)
 	}
 	held := holder{Status: events.StatusProcessing, Token: lb2.Token}
-	wantHolders(t, r.coll, map[string]holder{"e1": {Status: events.StatusPublished}, "e2": held, "e3": held})
+	// A mark keeps the claim token: e1 stays a's, PUBLISHED.
+	wantHolders(t, r.coll, map[string]holder{"e1": {Status: events.StatusPublished, Token: la.Token}, "e2": held, "e3": held})
 }
 
 // a's write and b's first read under a new tenure run at the same moment,
