@@ -185,6 +185,22 @@ func (c *Claimer) runOnce(ctx context.Context) (more bool, err error) {
 		c.metrics.ClaimRuns.WithLabelValues(metrics.ClaimUnowned).Inc()
 		return false, nil
 	}
+	if errors.Is(err, events.ErrFenced) {
+		// Another worker holds a partition of this claim under a later
+		// tenure, whatever this worker's clocks say: nothing of the claim
+		// was written (a write that failed part-way before the fenced one
+		// is put back), nothing is published, and the store leaves the
+		// partition out of the next reads until the ownership round drops
+		// it.
+		c.metrics.ClaimFenced.Inc()
+		c.metrics.ClaimRuns.WithLabelValues(metrics.ClaimUnowned).Inc()
+		c.logger.Warn("claim refused by the database's fence: another worker took a partition this worker still held; nothing of it is published",
+			"error", err)
+		if !lease.At.IsZero() {
+			c.abandoned.retry(ctx, c.store, c.now(), c.logger)
+		}
+		return false, nil
+	}
 	if err != nil {
 		c.metrics.ClaimRuns.WithLabelValues(metrics.ClaimError).Inc()
 		c.metrics.JobErrors.WithLabelValues("claim").Inc()
@@ -279,6 +295,9 @@ func (c *Claimer) claim(ctx context.Context, lease *events.Lease) (res events.Cl
 			return events.ClaimResult{}, time.Time{}, errUnowned
 		}
 		limit.Owned = sameTerms(before, before)
+		// The store checks the tenures on the server where it can (the
+		// fence of the claim's transaction, see events.ErrFenced).
+		limit.Tenures = before
 		// A renewal the write would wait for runs beside the read.
 		if validFor < c.reads.longest()+c.writes.need(limit.Events) {
 			renewal = c.renewAsync(ctx)

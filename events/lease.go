@@ -1,6 +1,7 @@
 package events
 
 import (
+	"errors"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -54,6 +55,14 @@ type ClaimLimit struct {
 	// partitions it marks true (see Partition); it has Partitions entries.
 	// nil means every partition.
 	Owned []bool
+	// Tenures, when not nil, is the ownership tenure this claim holds
+	// each partition of Owned under (Partitions entries): the term its
+	// owner's unbroken ownership began with, which only grows from one
+	// owner to the next. Where the deployment has transactions, the store
+	// checks it on the server in the claim's write, and refuses the claim
+	// of an owner whose tenure has passed (ErrFenced). nil claims without
+	// that check.
+	Tenures []int64
 	// Ordered claims in order per aggregate: an event whose ordering key
 	// is held (see Held) is not claimed, nor is any later event of its key.
 	Ordered bool
@@ -71,6 +80,12 @@ type ClaimLimit struct {
 	// has anything (a store may skip such a probe).
 	Draining bool
 }
+
+// ErrFenced is a claim's error when the database refused it because
+// another worker holds one of its partitions under a later tenure (see
+// ClaimLimit.Tenures): nothing of the refused write was committed. The
+// claimer treats it as a partition lost, not as a failure.
+var ErrFenced = errors.New("the database's fence refused the claim: another worker holds the partition under a later tenure")
 
 // Held is the rule of ordered claiming: an ordering key is held while one
 // of its events is PROCESSING, NEW with a retryAt still to come (backing

@@ -41,6 +41,7 @@ type Metrics struct {
 	ClaimBatchSize  prometheus.Histogram
 	ClaimBatchLimit prometheus.Gauge
 	ClaimTrimmed    prometheus.Counter
+	ClaimFenced     prometheus.Counter
 	Events          *prometheus.GaugeVec
 	OldestNewAge    Sampled
 	StaleProcessing Sampled
@@ -64,7 +65,7 @@ var Jobs = []string{"claim", "ownership", "recovery", "retention", "sampler"}
 const (
 	ClaimClaimed = "claimed" // read the outbox and claimed events
 	ClaimIdle    = "idle"    // read the outbox and found nothing to claim
-	ClaimUnowned = "unowned" // owned no partition: read nothing
+	ClaimUnowned = "unowned" // owned no partition (read nothing), or the database's fence refused the claim
 	ClaimPaused  = "paused"  // the broker cannot take a publish: read nothing
 	ClaimError   = "error"   // failed (counted in JobErrors too)
 )
@@ -105,6 +106,8 @@ func New(reg prometheus.Registerer) *Metrics {
 			"Events the next claim may take: the batch size, halved after each database timeout and grown back while claims succeed."),
 		ClaimTrimmed: s.Counter("claim_trimmed_events_total",
 			"Events read by a claim and left NEW because its write would not have fit in its partitions' validity."),
+		ClaimFenced: s.Counter("claim_fenced_total",
+			"Claims the database's fence refused (with transactions only): another worker held a partition of the claim under a later ownership tenure; nothing of the claim was written or published."),
 		Events:          s.GaugeVec("events", "Events in the outbox by status, sampled on a schedule.", "status"),
 		OldestNewAge:    sampled(s, "oldest_new_event_age_seconds", "Age of the oldest NEW event, sampled on a schedule; 0 when there is none."),
 		StaleProcessing: sampled(s, "stale_processing_events", "PROCESSING events claimed longer ago than the stale threshold, sampled on a schedule."),
@@ -116,7 +119,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		PartitionsOwned: s.Gauge("partitions_owned",
 			"Partitions this worker owns and may claim in, after its last ownership round: 0 on every replica means nothing relays."),
 		ClaimRuns: s.CounterVec("claim_runs_total",
-			"Claim runs by outcome: claimed, idle (nothing claimable), unowned (no partition owned), paused (broker not ready), error.", "result"),
+			"Claim runs by outcome: claimed, idle (nothing claimable), unowned (no partition owned, or the database's fence refused the claim), paused (broker not ready), error.", "result"),
 		JobErrors: s.CounterVec("job_errors_total", "Runs of a background job (claim, ownership, recovery, retention, sampler) that failed.", "job"),
 		RunsLeftOut: s.CounterVec("job_runs_left_out_total",
 			"Scheduled runs of a periodic job (recovery, retention, sampler) left out because claims were slow.", "job"),

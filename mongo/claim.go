@@ -36,7 +36,17 @@ func (s *Store) Claim(ctx context.Context, lease events.Lease, limit events.Clai
 // With limit.Ordered, the read first learns which aggregates are held
 // (heldKeys: up to three projected finds; on FerretDB the events backing
 // off come with the head's own find) and returns no event of those.
+//
+// With limit.Tenures where the deployment has transactions, it first
+// raises the fence of each partition it reads in to the tenure held, once
+// per tenure (one update command; see raiseFences), and leaves out the
+// partitions whose fence a later tenure holds: ErrFenced the first time.
 func (s *Store) ReadClaimable(ctx context.Context, now time.Time, limit events.ClaimLimit) (docs []bson.Raw, more bool, err error) {
+	if s.fencing(limit) {
+		if limit.Owned, err = s.raiseFences(ctx, limit); err != nil {
+			return nil, false, asTimeout(err)
+		}
+	}
 	docs, more, err = s.findClaimable(ctx, now, limit)
 	return docs, more, asTimeout(err)
 }
@@ -57,6 +67,14 @@ func (s *Store) ReadClaimable(ctx context.Context, now time.Time, limit events.C
 //
 // When another worker won some of what was read, ClaimRead reads back
 // exactly what this lease holds: one more command.
+//
+// With limit.Tenures where the deployment has transactions, each claim
+// update runs in a transaction that first writes the fence of every
+// partition it claims in under the tenure held (see fencedWrite): one
+// more update and the commit. Where a later tenure holds one of them the
+// transaction aborts, nothing of it is written, and the error wraps
+// events.ErrFenced. The FAILED writes of refused documents stay outside
+// the fence: they only touch NEW events that any owner would refuse.
 func (s *Store) ClaimRead(ctx context.Context, lease events.Lease, docs []bson.Raw, limit events.ClaimLimit) (events.ClaimResult, error) {
 	res, err := s.claimRead(ctx, lease, docs, limit)
 	return res, asTimeout(err)
@@ -124,7 +142,14 @@ func (s *Store) claimRead(ctx context.Context, lease events.Lease, docs []bson.R
 			continue
 		}
 		ids := idsOf(group.docs)
-		n, err := s.claimIDs(ctx, lease, ids, group.null)
+		var n int
+		err := s.fencedWrite(ctx, limit, group.docs, func(ctx context.Context) (err error) {
+			n, err = s.claimIDs(ctx, lease, ids, group.null)
+			return err
+		})
+		if errors.Is(err, events.ErrFenced) {
+			return events.ClaimResult{}, fmt.Errorf("claim %d events: %w", len(ids), err)
+		}
 		if err == nil {
 			exact = exact && n == len(ids)
 			continue
@@ -142,7 +167,11 @@ func (s *Store) claimRead(ctx context.Context, lease events.Lease, docs []bson.R
 			if keyed && refusedAt[key] != nil {
 				continue // waits behind the refused event of its key
 			}
-			if _, err := s.claimIDs(ctx, lease, []any{c.ID}, group.null); err != nil {
+			err := s.fencedWrite(ctx, limit, []events.Claimed{c}, func(ctx context.Context) error {
+				_, err := s.claimIDs(ctx, lease, []any{c.ID}, group.null)
+				return err
+			})
+			if err != nil {
 				if !isDocumentError(err) {
 					return events.ClaimResult{}, fmt.Errorf("claim event %v: %w", c.ID, err)
 				}

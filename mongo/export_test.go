@@ -1,8 +1,10 @@
 package mongo
 
 import (
+	"context"
 	"time"
 
+	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/fakeclock"
 )
 
@@ -23,3 +25,14 @@ func SetFakeClock(c *Clock, fake *fakeclock.Clock) { c.wall, c.mono = fake.Now, 
 // SetHeldWindow bounds Held's reads to n documents, so that a test reaches
 // the bound with a few events.
 func SetHeldWindow(s *Store, n int) { s.heldWindow = n }
+
+// RaiseFences raises the fences of the partitions a read under limit
+// claims in, as ReadClaimable does where the deployment has transactions,
+// so that the fence's filter and update run on FerretDB, which has none.
+func RaiseFences(ctx context.Context, s *Store, limit events.ClaimLimit) ([]bool, error) {
+	return s.raiseFences(ctx, limit)
+}
+
+// EnsureFences creates the fence documents, as Prepare does where the
+// deployment has transactions.
+func EnsureFences(ctx context.Context, s *Store) error { return s.ensureFences(ctx) }

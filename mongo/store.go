@@ -84,17 +84,24 @@ type Store struct {
 	// readConcern is the level the commands timedFind sends carry: a
 	// command run through RunCommand gets none from the client.
 	readConcern string
+	// writeConcern is that of the transactions, and of the writes of the
+	// fences outside them (raiseFences).
+	writeConcern *writeconcern.WriteConcern
+	// fences is what this store knows of the partitions' fence documents
+	// (fences.go), used only where the deployment has transactions.
+	fences fences
 }
 
 // New returns a Store on client. It does no I/O: call Prepare before use.
 func New(client *mongo.Client, cfg Config) *Store {
 	cfg.setDefaults()
 	return &Store{
-		client:      client,
-		coll:        client.Database(cfg.Database).Collection(cfg.Collection),
-		logger:      cfg.Logger,
-		heldWindow:  heldWindow,
-		readConcern: cfg.ReadConcern.Level,
+		client:       client,
+		coll:         client.Database(cfg.Database).Collection(cfg.Collection),
+		logger:       cfg.Logger,
+		heldWindow:   heldWindow,
+		readConcern:  cfg.ReadConcern.Level,
+		writeConcern: cfg.WriteConcern,
 		txnOpts: options.Transaction().
 			SetReadPreference(readpref.Primary()).
 			SetReadConcern(cfg.ReadConcern).
@@ -104,7 +111,7 @@ func New(client *mongo.Client, cfg Config) *Store {
 
 // Prepare finds out whether the deployment supports transactions and
 // whether it is FerretDB, and creates the indexes the worker's queries
-// rely on. It is idempotent and safe to run from every replica at once.
+// rely on and, with transactions, the partitions' fence documents. It is idempotent and safe to run from every replica at once.
 func (s *Store) Prepare(ctx context.Context) error {
 	txn, err := deployment.SupportsTransactions(ctx, s.client)
 	if err != nil {
@@ -116,7 +123,13 @@ func (s *Store) Prepare(ctx context.Context) error {
 		return err
 	}
 	s.splitClaim = !ferret
-	return s.ensureIndexes(ctx)
+	if err := s.ensureIndexes(ctx); err != nil {
+		return err
+	}
+	if s.txn {
+		return s.ensureFences(ctx)
+	}
+	return nil
 }
 
 // SupportsTransactions reports whether PUBLISHED writes run in a
