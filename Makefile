@@ -3,7 +3,11 @@
 # RabbitMQ on localhost; .ci/run starts them and then runs `make test`.
 
 GO            ?= go
-GOLANGCI_LINT ?= golangci-lint
+# The pinned golangci-lint: `make lint` installs it into $(GOBIN) when
+# the one on PATH is missing or another version.
+GOLANGCI_LINT_VERSION := v2.15.0
+GOBIN         ?= $(shell $(GO) env GOPATH)/bin
+GOLANGCI_LINT ?= $(GOBIN)/golangci-lint
 BIN           := bin
 PKGS          := ./...
 TEST_FLAGS    ?= -count=1 -timeout 20m
@@ -52,11 +56,14 @@ fmt: ## Fail if any Go file needs gofmt
 	echo "gofmt: ok"
 
 .PHONY: lint
-lint: vet fmt ## Run go vet, the gofmt check and golangci-lint (if installed)
-	@if command -v $(GOLANGCI_LINT) >/dev/null 2>&1; then \
-		echo "$(GOLANGCI_LINT) run $(PKGS)"; $(GOLANGCI_LINT) run $(PKGS); \
-	else \
-		echo "golangci-lint not installed: skipped (install: https://golangci-lint.run/welcome/install/)"; \
+lint: vet fmt lint-tool ## Run go vet, the gofmt check and golangci-lint (the pinned version, installed if missing)
+	$(GOLANGCI_LINT) run $(PKGS)
+
+.PHONY: lint-tool
+lint-tool: ## Install golangci-lint $(GOLANGCI_LINT_VERSION) into $(GOBIN) unless it is there
+	@if ! $(GOLANGCI_LINT) version 2>/dev/null | grep -q "version $(patsubst v%,%,$(GOLANGCI_LINT_VERSION)) "; then \
+		echo "$(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)"; \
+		GOBIN=$(GOBIN) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION); \
 	fi
 
 .PHONY: devdb

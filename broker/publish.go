@@ -100,7 +100,6 @@ func (p *Publisher) isolate(ctx context.Context, msgs []events.Message, suspects
 			case !r.poisoned:
 				// An outage meanwhile; what is left goes back unblamed.
 				for _, j := range suspects[n:] {
-					//nolint:errorlint // the sentinel alone classifies the outcome; the cause is text for the operator
 					errs[j] = fmt.Errorf("%w: %v", events.ErrUnavailable, r.cause)
 				}
 				return
@@ -142,7 +141,6 @@ func (p *Publisher) attempt(ctx context.Context, s *session, msgs []events.Messa
 	if err := ctx.Err(); err != nil {
 		// Not even a session's socket is touched for a context already over.
 		for _, i := range idx {
-			//nolint:errorlint // the sentinel alone classifies the outcome; the cause is text for the operator
 			errs[i] = fmt.Errorf("%w: not sent: %v", events.ErrUnconfirmed, err)
 		}
 		return r

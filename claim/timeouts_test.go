@@ -244,7 +244,7 @@ func (p *stallPublisher) Publish(ctx context.Context, msgs []events.Message) []e
 			p.mu.Unlock()
 		}
 		<-ctx.Done()
-		errs[stalled] = fmt.Errorf("%w: %w", events.ErrUnconfirmed, ctx.Err())
+		errs[stalled] = fmt.Errorf("%w: %v", events.ErrUnconfirmed, ctx.Err())
 	}
 	return errs
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"gopkg.in/yaml.v3"
 )
@@ -178,7 +179,7 @@ func TestPromtool(t *testing.T) {
 		{"check", "rules", ruleFile},
 		{"test", "rules", ruleTestFile},
 	} {
-		out, err := exec.Command(promtool, args...).CombinedOutput()
+		out, err := exec.CommandContext(t.Context(), promtool, args...).CombinedOutput()
 		if err != nil {
 			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
@@ -312,7 +313,7 @@ type selector struct {
 func (s selector) labelNames() []string {
 	var out []string
 	for _, m := range s.matchers {
-		if m.Name != labels.MetricName {
+		if m.Name != model.MetricNameLabel {
 			out = append(out, m.Name)
 		}
 	}

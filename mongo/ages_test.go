@@ -109,7 +109,11 @@ func TestAgesUseTheServersClockWhateverTheWorkersSays(t *testing.T) {
 				t.Fatal(err)
 			}
 			testenv.Start(t, srv)
-			resp, err := http.Get("http://" + srv.Addr() + "/status")
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+srv.Addr()+"/status", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -186,7 +187,7 @@ func (s *Store) claimRead(ctx context.Context, lease events.Lease, docs []bson.R
 		}
 	}
 	if exact {
-		res.Claimed = append(plain, nullAttempts...)
+		res.Claimed = slices.Concat(plain, nullAttempts)
 	} else {
 		var err error
 		if res.Claimed, err = s.findLeased(ctx, lease, len(docs)); err != nil {
@@ -248,15 +249,15 @@ func (s *Store) claimIDs(ctx context.Context, lease events.Lease, ids []any, nul
 		{Key: events.FieldProcessingAt, Value: lease.At},
 		{Key: events.FieldClaimToken, Value: lease.Token},
 	}
-	update := bson.D{{Key: "$set", Value: set}}
+	var update bson.D
 	if nullAttempts {
 		// {attempts: null} also matches a document whose attempts was
 		// removed since the find; one given a number meanwhile is not
 		// claimed here, and the next claim takes it.
 		filter = append(filter, bson.E{Key: events.FieldAttempts, Value: nil})
-		update[0].Value = append(set, bson.E{Key: events.FieldAttempts, Value: 1})
+		update = bson.D{{Key: "$set", Value: append(set, bson.E{Key: events.FieldAttempts, Value: 1})}}
 	} else {
-		update = append(update, bson.E{Key: "$inc", Value: bson.D{{Key: events.FieldAttempts, Value: 1}}})
+		update = bson.D{{Key: "$set", Value: set}, {Key: "$inc", Value: bson.D{{Key: events.FieldAttempts, Value: 1}}}}
 	}
 	update = append(update, bson.E{Key: "$unset", Value: bson.D{{Key: events.FieldRetryAt, Value: ""}}})
 	res, err := s.coll.UpdateMany(ctx, filter, update)

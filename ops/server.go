@@ -162,8 +162,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 
 // Start listens, so that a taken port fails the start, and serves in the
 // background.
-func (s *Server) Start(context.Context) error {
-	ln, err := net.Listen("tcp", s.cfg.Addr)
+func (s *Server) Start(ctx context.Context) error {
+	ln, err := new(net.ListenConfig).Listen(ctx, "tcp", s.cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on OUTBOX_HTTP_ADDR %s: %w", s.cfg.Addr, err)
 	}

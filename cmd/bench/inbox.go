@@ -236,10 +236,11 @@ func inboxPass(ctx context.Context, conn *amqp.Connection, queue string, client 
 	}
 	defer ch.Close()
 	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
+	done, stopped := make(chan error, 1), make(chan struct{})
 	t0 := time.Now()
-	go func() { done <- in.Run(rctx, deliveries) }()
-	defer func() { cancel(); _ = <-done }() // the run's own error is reported below
+	go func() { done <- in.Run(rctx, deliveries); close(stopped) }()
+	// Not <-done: the loop below may have taken its only value.
+	defer func() { cancel(); <-stopped }()
 	deadline := t0.Add(inboxTimeout)
 	for {
 		s := in.Stats()

@@ -77,8 +77,7 @@ func (b *bench) rawBroker(ctx context.Context) error {
 		})
 		if err != nil {
 			close(pending)
-			_ = <-waitErr // the publish error says more
-			return fmt.Errorf("publish %d: %w", i, err)
+			return errors.Join(fmt.Errorf("publish %d: %w", i, err), <-waitErr)
 		}
 		pending <- dc // blocks while rawInFlight confirms are outstanding
 	}

@@ -485,7 +485,11 @@ func TestKubernetesProbePaths(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = srv.Stop(context.WithoutCancel(t.Context())) }()
-		resp, err := http.Get("http://" + srv.Addr() + path)
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+srv.Addr()+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -204,7 +204,7 @@ func denyWrites(t *testing.T, target, coll string) string {
 			if err != nil {
 				return
 			}
-			server, err := net.DialTimeout("tcp", target, 5*time.Second)
+			server, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(t.Context(), "tcp", target)
 			if err != nil {
 				_ = client.Close()
 				continue

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -45,7 +46,7 @@ func workerBinary(t testing.TB) string {
 		}
 		workerBin.path = filepath.Join(workerBin.dir, "worker")
 		// go test puts its own go command first on PATH.
-		out, err := exec.Command("go", "build", "-o", workerBin.path, ".").CombinedOutput()
+		out, err := exec.CommandContext(context.Background(), "go", "build", "-o", workerBin.path, ".").CombinedOutput() // built once for every test
 		if err != nil {
 			workerBin.err = fmt.Errorf("go build: %v\n%s", err, out)
 		}

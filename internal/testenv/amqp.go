@@ -48,7 +48,7 @@ func checkAMQP(url string) error {
 	if err != nil {
 		return fmt.Errorf("RabbitMQ is not reachable at %s: %w\n"+
 			"Start it with: rabbitmq-server -detached (install it with: apt-get install -y rabbitmq-server;\n"+
-			"`rabbitmqctl status` tells whether it runs), or point %s at another server.",
+			"`rabbitmqctl status` tells whether it runs), or point %s at another server",
 			redact.URL(url), err, EnvAMQPURL)
 	}
 	return conn.Close()

@@ -37,7 +37,7 @@ func ProxyURI(uri, addr string) (string, error) {
 // without a server.
 func ClosedPortURL(t testing.TB, uri string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := new(net.ListenConfig).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -418,7 +418,7 @@ func TestClosedPortURLRefuses(t *testing.T) {
 	if err != nil || u.Path != "/vh" || u.User.Username() != "guest" || u.Port() == "5672" {
 		t.Fatalf("ClosedPortURL = %q (%v): want the same URL on another port", got, err)
 	}
-	if c, err := net.DialTimeout("tcp", u.Host, 5*time.Second); err == nil {
+	if c, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(t.Context(), "tcp", u.Host); err == nil {
 		_ = c.Close()
 		t.Errorf("something listens on %s", u.Host)
 	}

@@ -5,6 +5,7 @@
 package workerproc
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -53,7 +54,7 @@ func Start(cfg Config) (*Proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(cfg.Bin, args...)
+	cmd := exec.Command(cfg.Bin, args...) //nolint:noctx // the process outlives this call: Stop and Kill end it
 	cmd.Env = cfg.Env
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
@@ -171,7 +172,7 @@ func Environ(env map[string]string) []string {
 // FreeAddr returns a loopback address with a port that was free a moment
 // ago, for a worker's OUTBOX_HTTP_ADDR.
 func FreeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := new(net.ListenConfig).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
 	}
