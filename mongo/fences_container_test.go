@@ -28,7 +28,7 @@ import (
 	"github.com/outboxrelay/outbox/mongo"
 )
 
-func TestFenceOnReplicaSet(t *testing.T) {
+func TestContainerFence(t *testing.T) {
 	testenv.RequireDocker(t)
 	t.Parallel()
 	startCtx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"os"
 	"testing"
 	"time"
 
@@ -16,13 +17,24 @@ const dockerCheckTimeout = 15 * time.Second
 // MongoImage is the MongoDB the container suites run.
 const MongoImage = "mongo:7"
 
+// EnvRequireDocker, set to "required", makes the container suite fail
+// rather than skip without Docker: for the CI job whose only purpose is
+// that suite.
+const EnvRequireDocker = "OUTBOX_TEST_DOCKER"
+
 // RequireDocker skips the test when no Docker engine answers, as found by
 // testcontainers-go (DOCKER_HOST, Docker contexts, ~/.testcontainers.properties,
 // the default sockets). It is the only helper in this package that skips:
-// the container suite runs where Docker exists.
+// the container suite runs where Docker exists. With EnvRequireDocker set
+// to "required" it fails instead.
 func RequireDocker(t testing.TB) {
 	t.Helper()
-	if err := checkDocker(t.Context()); err != nil {
+	err := checkDocker(t.Context())
+	switch {
+	case err == nil:
+	case os.Getenv(EnvRequireDocker) == "required":
+		t.Fatalf("Docker engine not available: %v; %s=required asks for the container suite", err, EnvRequireDocker)
+	default:
 		t.Skipf("Docker engine not available: %v; the container suite runs where Docker exists", err)
 	}
 }

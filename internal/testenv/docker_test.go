@@ -11,12 +11,14 @@ import (
 // skipRecorder is a real testing.TB whose Skipf only records the message.
 type skipRecorder struct {
 	testing.TB
-	skipped string
+	skipped, failed string
 }
 
 func (r *skipRecorder) Helper() {}
 
 func (r *skipRecorder) Skipf(format string, args ...any) { r.skipped = fmt.Sprintf(format, args...) }
+
+func (r *skipRecorder) Fatalf(format string, args ...any) { r.failed = fmt.Sprintf(format, args...) }
 
 // Not parallel: it swaps the package's Docker check.
 func TestRequireDocker(t *testing.T) {
@@ -28,6 +30,13 @@ func TestRequireDocker(t *testing.T) {
 	RequireDocker(r)
 	if !strings.Contains(r.skipped, "Docker engine not available") || !strings.Contains(r.skipped, "Cannot connect to the Docker daemon") {
 		t.Errorf("without Docker: skipped with %q, want a message saying Docker is not available and why", r.skipped)
+	}
+
+	t.Setenv(EnvRequireDocker, "required")
+	r = &skipRecorder{TB: t}
+	RequireDocker(r)
+	if r.skipped != "" || !strings.Contains(r.failed, "Docker engine not available") {
+		t.Errorf("without Docker, %s=required: skipped with %q, failed with %q; want a failure, no skip", EnvRequireDocker, r.skipped, r.failed)
 	}
 
 	checkDocker = func(context.Context) error { return nil }
