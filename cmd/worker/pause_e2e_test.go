@@ -112,13 +112,14 @@ func TestE2EPausedWorkerPublishesNothingStale(t *testing.T) {
 	// while it was frozen, so it publishes none of it. (If its claim's
 	// write reply is read after the write's own deadline fired, the
 	// claim fails instead, and nothing is published either.)
+	mark := frozen.LogSize()
 	if err := frozen.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	if why := resumedOutcome(frozen, 30*time.Second); why != "" {
+	if why := resumedOutcome(frozen, mark, 30*time.Second); why != "" {
 		t.Log(why)
 	} else {
-		t.Errorf("the resumed worker never said what became of its batch; its log:\n%s", frozen.Tail(20))
+		t.Errorf("the resumed worker never said what became of its batch; its log since it resumed:\n%s", frozen.LogSince(mark))
 	}
 	explained(t, coll, func() { r.waitIDs(ctx, t, ids) })
 	waitCount(ctx, t, coll, bson.D{{Key: events.FieldStatus, Value: events.StatusPublished}}, int64(n))
@@ -205,14 +206,16 @@ func freezeAfterClaim(ctx context.Context, t *testing.T, coll *driver.Collection
 // resumedOutcome waits up to timeout for p's log to say what became of
 // the batch it claimed before it froze, and returns which it was ("" if
 // it never said).
-func resumedOutcome(p *workerproc.Proc, timeout time.Duration) string {
+func resumedOutcome(p *workerproc.Proc, mark int64, timeout time.Duration) string {
 	for end := time.Now().Add(timeout); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-		tail := p.Tail(200)
+		logged := p.LogSince(mark)
 		switch {
-		case strings.Contains(tail, "publish deadline passed"):
+		case strings.Contains(logged, "publish deadline passed"):
 			return "the resumed worker's publish deadline had passed: nothing of its batch was published"
-		case strings.Contains(tail, "claim batch: claim"):
-			return "the resumed worker's claim write had timed out: nothing of its batch was published"
+		case strings.Contains(logged, "claim batch: "):
+			return "the resumed worker's claim write had failed: nothing of its batch was published"
+		case strings.Contains(logged, "fence refused"):
+			return "the resumed worker's claim was refused by the database's fence: nothing of it was published"
 		}
 	}
 	return ""

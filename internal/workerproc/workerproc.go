@@ -148,6 +148,25 @@ func (p *Proc) Tail(n int) string {
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
+// LogSize is how many bytes the process has logged so far: a mark for
+// LogSince.
+func (p *Proc) LogSize() int64 {
+	fi, err := os.Stat(p.logPath)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// LogSince returns what the process logged after the mark LogSize gave.
+func (p *Proc) LogSince(mark int64) string {
+	b, err := os.ReadFile(p.logPath)
+	if err != nil {
+		return err.Error()
+	}
+	return string(b[min(mark, int64(len(b))):])
+}
+
 // Environ is this process's environment without any OUTBOX_ variable,
 // so that the caller's shell does not leak settings into the worker, plus
 // env in a stable order.
