@@ -268,11 +268,7 @@ func staleWriteFirst(t *testing.T, r fenceRig) {
 	if err != nil {
 		t.Fatalf("b's first claim: %v", err)
 	}
-	var got []any
-	for _, c := range res.Claimed {
-		got = append(got, c.ID)
-	}
-	if !slices.Equal(got, []any{"f1"}) {
+	if got := ids(res.Claimed); !slices.Equal(got, []string{"f1"}) {
 		t.Fatalf("b's first claim = %v, want f1 alone: e1 is a's, in flight, and holds its aggregate", got)
 	}
 	if n, err := r.a.MarkPublished(ctx, la, []any{"e1"}, time.Now()); err != nil || n != 1 {

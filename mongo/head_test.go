@@ -77,11 +77,7 @@ func TestClaimPastEventsBackingOff(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Claim: %v", err)
 		}
-		var got []any
-		for _, c := range res.Claimed {
-			got = append(got, c.ID)
-		}
-		if !slices.Equal(got, []any{"due"}) {
+		if got := ids(res.Claimed); !slices.Equal(got, []string{"due"}) {
 			t.Errorf("claimed %v, want [due]: late waits behind b007's retry, the rest back off", got)
 		}
 	})

@@ -115,8 +115,15 @@ func TestProxyForwards(t *testing.T) {
 			t.Fatalf("echo through proxy: got %d bytes, want %d", len(got), len(line))
 		}
 	}
-	if got := p.Conns(); got != 1 {
-		t.Errorf("Conns() = %d, want 1", got)
+	wantConns(t, p, 1, "after the round trips")
+}
+
+// wantConns checks how many connections p holds, when says at what
+// point of the test.
+func wantConns(t *testing.T, p *Proxy, want int, when string) {
+	t.Helper()
+	if got := p.Conns(); got != want {
+		t.Errorf("Conns() %s = %d, want %d", when, got, want)
 	}
 }
 
@@ -129,17 +136,13 @@ func TestProxyCutAndRestore(t *testing.T) {
 	}
 
 	p.Cut()
-	if got := p.Conns(); got != 0 {
-		t.Errorf("Conns() after Cut = %d, want 0", got)
-	}
+	wantConns(t, p, 0, "after Cut")
 	requireClosed(t, before)
 
 	// While cut, connections are accepted and closed at once.
 	during := dial(t, p.Addr())
 	requireClosed(t, during)
-	if got := p.Conns(); got != 0 {
-		t.Errorf("Conns() while cut = %d, want 0", got)
-	}
+	wantConns(t, p, 0, "while cut")
 
 	p.Restore()
 	after := dial(t, p.Addr())
@@ -150,9 +153,7 @@ func TestProxyCutAndRestore(t *testing.T) {
 	if got != "again" {
 		t.Errorf("echo after Restore = %q, want %q", got, "again")
 	}
-	if got := p.Conns(); got != 1 {
-		t.Errorf("Conns() after Restore = %d, want 1", got)
-	}
+	wantConns(t, p, 1, "after Restore")
 }
 
 func TestProxyClientCloseReleasesConn(t *testing.T) {
