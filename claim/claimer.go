@@ -394,7 +394,7 @@ func (c *Claimer) fence(ctx context.Context, before []int64, docs []bson.Raw) ([
 		now, validFor, done := c.cfg.Owner.Hold()
 		kept := keepOwned(docs, sameTerms(before, now))
 		if tried || len(kept) == 0 || c.writeNeed(len(kept)) <= validFor {
-			n := c.writes.fit(len(kept), validFor, c.reads.shortest())
+			n := c.writes.fit(len(kept), validFor)
 			if renewed && len(kept) > 0 {
 				n = max(n, 1)
 			}

@@ -163,8 +163,12 @@ func (w *writeTimes) need(n int, prior time.Duration) time.Duration {
 // headroom), and none only where not even the base fits: a write of one
 // event costs about the base too, and a claim trimmed to one event for
 // its base's sake wasted its round trips.
-func (w *writeTimes) fit(n int, validFor, prior time.Duration) int {
-	base, perEvent, ok := w.model(prior)
+//
+// Before any write it returns n: the read that stands in for a write in
+// need (the prior) costs more round trips than a write, and serves to
+// make the fence renew first, not to refuse or trim the write.
+func (w *writeTimes) fit(n int, validFor time.Duration) int {
+	base, perEvent, ok := w.model(0)
 	switch {
 	case !ok:
 		return n

@@ -56,7 +56,7 @@ func TestWriteTimesNeedAndFit(t *testing.T) {
 	if need := w.need(500, 0); need != 0 {
 		t.Errorf("need before any write or read = %s, want 0", need)
 	}
-	if n := w.fit(500, time.Millisecond, 0); n != 500 {
+	if n := w.fit(500, time.Millisecond); n != 500 {
 		t.Errorf("fit before any write or read = %d, want all 500", n)
 	}
 	w.observe(1, 600*time.Millisecond) // a round trip of 600 ms
@@ -77,13 +77,13 @@ func TestWriteTimesNeedAndFit(t *testing.T) {
 			t.Errorf("need(%d) = %s, want %s", tc.events, got, tc.want)
 		}
 	}
-	if n := w.fit(500, 3200*time.Millisecond, 0); n != 250 {
+	if n := w.fit(500, 3200*time.Millisecond); n != 250 {
 		t.Errorf("fit(500, 3.2s) = %d, want 250", n)
 	}
-	if n := w.fit(500, time.Second, 0); n != 100 {
+	if n := w.fit(500, time.Second); n != 100 {
 		t.Errorf("fit(500, 1s) = %d, want 100: the base takes the headroom, so as many as the estimate itself fits", n)
 	}
-	if n := w.fit(500, 500*time.Millisecond, 0); n != 0 {
+	if n := w.fit(500, 500*time.Millisecond); n != 0 {
 		t.Errorf("fit(500, 500ms) = %d, want 0: not even the round trip fits", n)
 	}
 	// The estimate follows the database: writes seen later push the
@@ -107,11 +107,11 @@ func TestWriteTimesPriorBeforeTheFirstWrite(t *testing.T) {
 	if got := w.need(500, read); got != 2*read {
 		t.Errorf("need(500) before any write, after a read of %s = %s, want %s", read, got, 2*read)
 	}
-	if n := w.fit(500, 3*time.Second, read); n != 500 {
+	if n := w.fit(500, 3*time.Second); n != 500 {
 		t.Errorf("fit(500, 3s) before any write, after a read of %s = %d, want all 500: fewer events would not fit better", read, n)
 	}
-	if n := w.fit(500, time.Second, read); n != 0 {
-		t.Errorf("fit(500, 1s) before any write, after a read of %s = %d, want 0", read, n)
+	if n := w.fit(500, time.Second); n != 500 {
+		t.Errorf("fit(500, 1s) before any write, after a read of %s = %d, want all 500: the read serves to renew first, not to refuse the write", read, n)
 	}
 	w.observe(500, 700*time.Millisecond)
 	if got := w.need(500, read); got != 1400*time.Millisecond {
@@ -132,14 +132,14 @@ func TestWriteTimesSlowSmallWritesDoNotTrimEverything(t *testing.T) {
 	for _, d := range []time.Duration{600, 1640, 900, 1300} {
 		w.observe(1, d*time.Millisecond)
 	}
-	if n := w.fit(500, validFor, 0); n != 500 {
+	if n := w.fit(500, validFor); n != 500 {
 		t.Errorf("after writes of one event only: fit(500, %s) = %d (need %s), want all 500", validFor, n, w.need(500, 0))
 	}
 	for range 3 {
 		w.observe(500, 950*time.Millisecond) // 0.7 ms an event over the base
 	}
 	w.observe(40, 1500*time.Millisecond)
-	if n := w.fit(500, validFor, 0); n != 500 {
+	if n := w.fit(500, validFor); n != 500 {
 		t.Errorf("fit(500, %s) = %d (need %s), want all 500", validFor, n, w.need(500, 0))
 	}
 	// But a database that is slow per event still is.
@@ -147,7 +147,7 @@ func TestWriteTimesSlowSmallWritesDoNotTrimEverything(t *testing.T) {
 		w.observe(500, 600*time.Millisecond+500*10*time.Millisecond) // 10 ms an event
 	}
 	w.observe(1, 600*time.Millisecond)
-	if n := w.fit(500, validFor, 0); n >= 500 || n < 1 {
+	if n := w.fit(500, validFor); n >= 500 || n < 1 {
 		t.Errorf("fit(500, %s) at 10 ms an event = %d, want fewer than 500, at least one", validFor, n)
 	}
 }
