@@ -77,7 +77,8 @@ type Claimer struct {
 	// the claims' writes so that the fence gives them what they need.
 	batch  *batchLimit
 	writes writeTimes
-	reads  readTimes
+	reads  recentTimes
+	renews recentTimes
 	// timeouts publishes alone the events whose publish timed out, and
 	// fails those that time out alone (see TimeoutsAloneMax).
 	timeouts timeouts
@@ -285,7 +286,7 @@ func (c *Claimer) claim(ctx context.Context, lease *events.Lease) (res events.Cl
 		limit.Held = c.abandoned.held(c.now())
 	}
 	var before []int64
-	var renewal <-chan error
+	var renewal *renewal
 	if c.cfg.Owner != nil {
 		var validFor time.Duration
 		var done func()
@@ -298,9 +299,12 @@ func (c *Claimer) claim(ctx context.Context, lease *events.Lease) (res events.Cl
 		// The store checks the tenures on the server where it can (the
 		// fence of the claim's transaction, see events.ErrFenced).
 		limit.Tenures = before
-		// A renewal the write would wait for runs beside the read.
-		if validFor < c.reads.longest()+c.writes.need(limit.Events) {
-			renewal = c.renewAsync(ctx)
+		// A renewal the write would wait for runs beside the read, timed
+		// to end with it: started at once, it ended long before a slow
+		// read, whose time then came off the renewed validity, and the
+		// fence renewed again in the write's path.
+		if validFor < c.reads.longest()+c.writeNeed(limit.Events) {
+			renewal = c.renewBeside(ctx, c.reads.shortest()-c.renews.longest())
 		}
 	}
 	readCtx, cancel := context.WithTimeout(ctx, c.cfg.StaleAfter)
@@ -309,7 +313,7 @@ func (c *Claimer) claim(ctx context.Context, lease *events.Lease) (res events.Cl
 	c.reads.observe(time.Since(start))
 	cancel()
 	if renewal != nil {
-		if err := <-renewal; err != nil {
+		if err := renewal.wait(); err != nil && !errors.Is(err, errRenewalLeftOut) {
 			c.logger.Warn("could not renew the partitions during a claim's read", "error", err)
 		}
 	}
@@ -337,12 +341,59 @@ func (c *Claimer) claim(ctx context.Context, lease *events.Lease) (res events.Cl
 	return res, wrote, err
 }
 
-// renewAsync renews the partitions in the background and reports the
-// result on the channel it returns.
-func (c *Claimer) renewAsync(ctx context.Context) <-chan error {
-	ch := make(chan error, 1)
-	go func() { ch <- c.cfg.Owner.Renew(ctx) }()
-	return ch
+// writeNeed is the validity a write of n events should have left when it
+// starts (writeTimes.need), the claim's shortest recent read standing for
+// a write before any was seen.
+func (c *Claimer) writeNeed(n int) time.Duration { return c.writes.need(n, c.reads.shortest()) }
+
+// renew renews the partitions and times the renewal.
+func (c *Claimer) renew(ctx context.Context) error {
+	start := time.Now()
+	err := c.cfg.Owner.Renew(ctx)
+	if err == nil {
+		c.renews.observe(time.Since(start))
+	}
+	return err
+}
+
+// renewal is a renewal beside a claim's read (Claimer.renewBeside).
+type renewal struct {
+	stop chan struct{}
+	done chan error
+}
+
+// errRenewalLeftOut is a renewal's result when the read ended before it
+// started: the fence renews if the write needs it.
+var errRenewalLeftOut = errors.New("renewal left out: the read ended first")
+
+// renewBeside renews the partitions in the background after delay (the
+// expected read less the expected renewal, from the times measured
+// lately), so that the renewed validity counts from about the end of the
+// read rather than its start. A read that ends before the renewal starts
+// leaves it out.
+func (c *Claimer) renewBeside(ctx context.Context, delay time.Duration) *renewal {
+	r := &renewal{stop: make(chan struct{}), done: make(chan error, 1)}
+	go func() {
+		if delay > 0 {
+			t := time.NewTimer(delay)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-r.stop:
+				r.done <- errRenewalLeftOut
+				return
+			}
+		}
+		r.done <- c.renew(ctx)
+	}()
+	return r
+}
+
+// wait returns the renewal's result once it is over, leaving it out if it
+// has not started.
+func (r *renewal) wait() error {
+	close(r.stop)
+	return <-r.done
 }
 
 // fence holds the partitions for a claim's write of docs (in claim
@@ -361,7 +412,7 @@ func (c *Claimer) fence(ctx context.Context, before []int64, docs []bson.Raw) ([
 	for {
 		now, validFor, done := c.cfg.Owner.Hold()
 		kept := keepOwned(docs, sameTerms(before, now))
-		if tried || len(kept) == 0 || c.writes.need(len(kept)) <= validFor {
+		if tried || len(kept) == 0 || c.writeNeed(len(kept)) <= validFor {
 			n := c.writes.fit(len(kept), validFor)
 			if renewed && len(kept) > 0 {
 				n = max(n, 1)
@@ -373,8 +424,8 @@ func (c *Claimer) fence(ctx context.Context, before []int64, docs []bson.Raw) ([
 		}
 		done()
 		tried = true
-		c.logger.Debug("renewing the partitions before a claim's write", "valid_for", validFor, "write_needs", c.writes.need(len(kept)))
-		if err := c.cfg.Owner.Renew(ctx); err != nil {
+		c.logger.Debug("renewing the partitions before a claim's write", "valid_for", validFor, "write_needs", c.writeNeed(len(kept)))
+		if err := c.renew(ctx); err != nil {
 			c.logger.Warn("could not renew the partitions before a claim's write; claiming what fits", "error", err)
 		} else {
 			renewed = true

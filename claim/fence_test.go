@@ -140,10 +140,11 @@ func TestFenceGivesTheWriteTheTimeItNeeds(t *testing.T) {
 		want       int           // events claimed
 	}{
 		{"renewed in time", time.Minute, []writeTime{{n, time.Second}}, n},
-		// 100 ms a round trip and 10 ms an event: 15 events fit in
-		// half of 500 ms.
-		{"renewal short: what fits", 500 * time.Millisecond, []writeTime{{1, 100 * time.Millisecond}, {n, 500 * time.Millisecond}}, 15},
-		{"renewal too short: one event", 100 * time.Millisecond, []writeTime{{n, time.Second}}, 1},
+		// About 360 ms a round trip and 41 ms an event: 15 events fit in
+		// half of 2 s. (The validities leave a real write on a busy host
+		// the time it takes.)
+		{"renewal short: what fits", 2 * time.Second, []writeTime{{1, 400 * time.Millisecond}, {n, 2 * time.Second}}, 15},
+		{"renewal too short: one event", 2 * time.Second, []writeTime{{n, 10 * time.Second}}, 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -175,6 +176,50 @@ func TestFenceGivesTheWriteTheTimeItNeeds(t *testing.T) {
 			}
 			if processing := inStatus(t, store.Collection(), events.StatusProcessing); processing != tc.want {
 				t.Errorf("%d events PROCESSING, want %d: the rest stay NEW", processing, tc.want)
+			}
+		})
+	}
+}
+
+// A renewal beside the read is timed to end with it, from the reads and
+// renewals measured lately: one expected to take as long as the read
+// starts with it, and one the read would outlast by far waits, and is
+// left out when the read ends first (the fence renews then if the write
+// needs it). Started at once, it ended long before a slow read, and the
+// read's time came off the renewed validity.
+func TestRenewalBesideTheReadEndsWithIt(t *testing.T) {
+	t.Parallel()
+	const n = 20
+	cases := []struct {
+		name        string
+		read, renew time.Duration // measured before
+		wantRenews  int
+	}{
+		{"a renewal as long as the read starts with it", time.Millisecond, time.Hour, 1},
+		{"a read far longer than a renewal: left out when it ends first", time.Hour, time.Millisecond, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			store := newStore(t)
+			insertInterleaved(t, store.Collection(), n, 4)
+			owner := &scriptedOwner{answers: []ownerAnswer{
+				{terms: allTerms(1), validFor: time.Nanosecond}, // short of the read and the write
+				{terms: allTerms(1), validFor: time.Minute},
+			}}
+			c, _ := newClaimer(t, store, idlePublisher{t}, Config{Owner: owner, Ordering: OrderingAggregate, BatchSize: n})
+			c.reads.observe(tc.read)
+			c.renews.observe(tc.renew)
+			lease := events.Lease{WorkerID: "worker-a", Token: "t"}
+			res, _, err := c.claim(t.Context(), &lease)
+			if err != nil {
+				t.Fatalf("claim: %v", err)
+			}
+			if owner.renews != tc.wantRenews {
+				t.Errorf("renewals = %d, want %d", owner.renews, tc.wantRenews)
+			}
+			if len(res.Claimed) != n {
+				t.Errorf("claimed %d events, want %d", len(res.Claimed), n)
 			}
 		})
 	}

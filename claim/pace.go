@@ -3,6 +3,7 @@ package claim
 import (
 	"context"
 	"errors"
+	"math"
 	"net"
 	"sync"
 	"time"
@@ -64,11 +65,17 @@ func (b *batchLimit) succeeded(took int) int {
 //
 // A write costs a round trip and then some work per event. The estimate
 // keeps the two apart, or a database far away would look slow per event:
-// the base is the fastest recent write (the round trip and then some),
-// and the cost per event the most any recent write spent above the base,
-// per event. Scaling whole writes by their size instead made writes of a
-// few events through a slow link look like hours for a full batch, and
-// every claim was trimmed to a few events: a loop of its own making.
+// it fits a line through the recent writes, time against events (least
+// squares), whose intercept is the base (the round trip and then some)
+// and whose slope is the cost per event. Only writes of different sizes
+// tell a cost per event: writes of about one size give a slope of about
+// nothing, and their times, noise included, go to the base. Scaling whole
+// writes by their size instead made writes of a few events through a slow
+// link look like hours for a full batch; taking the fastest write as the
+// base and the worst excess per event as the cost did the same with a few
+// small writes slowed by the database's own variance. Either way every
+// claim was trimmed to a few events, and the next small write kept the
+// estimate where it was: a loop of its own making.
 type writeTimes struct {
 	mu   sync.Mutex
 	seen [writeTimesKept]writeTime
@@ -102,69 +109,117 @@ func (w *writeTimes) observe(n int, d time.Duration) {
 	w.next = (w.next + 1) % writeTimesKept
 }
 
-// model returns the base and the cost per event; ok is false before any
-// write.
-func (w *writeTimes) model() (base time.Duration, perEvent float64, ok bool) {
+// model returns the base and the cost per event (see writeTimes); ok is
+// false before any write and without a prior.
+//
+// Before any write, prior stands for the base: the time of a claim's
+// read (see Claimer.writeNeed), which costs at least the round trip a
+// write needs. Without it the first write had no estimate, the fence gave
+// it whatever validity was left, and through a slow link it timed out
+// every time.
+func (w *writeTimes) model(prior time.Duration) (base time.Duration, perEvent float64, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, s := range w.seen {
-		if s.events > 0 && (!ok || s.took < base) {
-			base, ok = s.took, true
-		}
-	}
+	var k, sumN, sumT float64
 	for _, s := range w.seen {
 		if s.events > 0 {
-			perEvent = max(perEvent, float64(s.took-base)/float64(s.events))
+			k++
+			sumN += float64(s.events)
+			sumT += float64(s.took)
 		}
 	}
-	return base, perEvent, ok
+	if k == 0 {
+		return prior, 0, prior > 0
+	}
+	meanN, meanT := sumN/k, sumT/k
+	var cov, varN float64
+	for _, s := range w.seen {
+		if s.events > 0 {
+			dn := float64(s.events) - meanN
+			cov += dn * (float64(s.took) - meanT)
+			varN += dn * dn
+		}
+	}
+	if varN > 0 && cov > 0 {
+		perEvent = cov / varN
+	}
+	return time.Duration(max(math.Round(meanT-perEvent*meanN), 0)), perEvent, true
 }
 
 // need is the validity a write of n events should have left when it
-// starts: writeHeadroom times the estimate. Zero before any write.
-func (w *writeTimes) need(n int) time.Duration {
-	base, perEvent, ok := w.model()
+// starts: writeHeadroom times the estimate (see model for prior). Zero
+// with neither a write nor a prior.
+func (w *writeTimes) need(n int, prior time.Duration) time.Duration {
+	base, perEvent, ok := w.model(prior)
 	if !ok {
 		return 0
 	}
-	return writeHeadroom * (base + time.Duration(perEvent*float64(n)))
+	return writeHeadroom * (base + time.Duration(math.Round(perEvent*float64(n))))
 }
 
-// fit returns the most events, up to n, whose write need fits in validFor.
+// fit returns the most events, up to n, to write in validFor: those whose
+// need fits. Where the base alone takes the headroom, fewer events would
+// not fit either, so it returns as many as the estimate itself fits (no
+// headroom), and none only where not even the base fits: a write of one
+// event costs about the base too, and a claim trimmed to one event for
+// its base's sake wasted its round trips.
+//
+// Before any write it returns n: the read that stands in for a write in
+// need (the prior) costs more round trips than a write, and serves to
+// make the fence renew first, not to refuse or trim the write.
 func (w *writeTimes) fit(n int, validFor time.Duration) int {
-	base, perEvent, ok := w.model()
+	base, perEvent, ok := w.model(0)
 	switch {
 	case !ok:
 		return n
-	case writeHeadroom*base > validFor:
+	case base >= validFor:
 		return 0
 	case perEvent == 0:
 		return n
 	}
-	return min(n, int(float64(validFor/writeHeadroom-base)/perEvent))
+	k := (float64(validFor)/writeHeadroom - float64(base)) / perEvent
+	if k < 1 {
+		k = float64(validFor-base) / perEvent
+	}
+	return int(min(float64(n), k))
 }
 
-// readTimes keeps the longest of a claim's recent reads, for starting a
-// renewal early enough (see Claimer.claim).
-type readTimes struct {
+// recentTimes keeps the durations of a claim's recent reads, or of its
+// renewals, for timing a renewal beside the read (see Claimer.claim) and
+// for estimating a first write (see writeTimes.model).
+type recentTimes struct {
 	mu   sync.Mutex
 	seen [writeTimesKept]time.Duration
 	next int
 }
 
-func (r *readTimes) observe(d time.Duration) {
+func (r *recentTimes) observe(d time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.seen[r.next] = d
 	r.next = (r.next + 1) % writeTimesKept
 }
 
-func (r *readTimes) longest() time.Duration {
+// longest returns the longest recent duration, 0 before any.
+func (r *recentTimes) longest() time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var m time.Duration
 	for _, d := range r.seen {
 		m = max(m, d)
+	}
+	return m
+}
+
+// shortest returns the shortest recent duration, 0 before any.
+func (r *recentTimes) shortest() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var m time.Duration
+	for _, d := range r.seen {
+		if d > 0 && (m == 0 || d < m) {
+			m = d
+		}
 	}
 	return m
 }

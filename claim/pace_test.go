@@ -51,18 +51,20 @@ func TestBatchLimitHalvesOnTimeoutAndRegrowsBySteps(t *testing.T) {
 // write's cost per event, and must not make it look like hours.
 func TestWriteTimesNeedAndFit(t *testing.T) {
 	t.Parallel()
+	near := func(got, want time.Duration) bool { return (got - want).Abs() <= time.Millisecond }
 	var w writeTimes
-	if need := w.need(500); need != 0 {
-		t.Errorf("need before any write = %s, want 0", need)
+	if need := w.need(500, 0); need != 0 {
+		t.Errorf("need before any write or read = %s, want 0", need)
 	}
 	if n := w.fit(500, time.Millisecond); n != 500 {
-		t.Errorf("fit before any write = %d, want all 500", n)
+		t.Errorf("fit before any write or read = %d, want all 500", n)
 	}
 	w.observe(1, 600*time.Millisecond) // a round trip of 600 ms
-	if got := w.need(500); got != 1200*time.Millisecond {
+	if got := w.need(500, 0); !near(got, 1200*time.Millisecond) {
 		t.Errorf("need(500) after one write of one event in 600ms = %s, want 1.2s: twice the round trip, no cost per event yet", got)
 	}
-	w.observe(100, time.Second) // 4 ms an event on top of the round trip
+	w.observe(1, 608*time.Millisecond)
+	w.observe(201, 1404*time.Millisecond) // 4 ms an event over a round trip of 604 ms, less one event's
 	for _, tc := range []struct {
 		events int
 		want   time.Duration
@@ -71,23 +73,82 @@ func TestWriteTimesNeedAndFit(t *testing.T) {
 		{100, 2 * time.Second},
 		{500, 5200 * time.Millisecond},
 	} {
-		if got := w.need(tc.events); got != tc.want {
+		if got := w.need(tc.events, 0); !near(got, tc.want) {
 			t.Errorf("need(%d) = %s, want %s", tc.events, got, tc.want)
 		}
 	}
 	if n := w.fit(500, 3200*time.Millisecond); n != 250 {
 		t.Errorf("fit(500, 3.2s) = %d, want 250", n)
 	}
-	if n := w.fit(500, time.Second); n != 0 {
-		t.Errorf("fit(500, 1s) = %d, want 0: not even the round trip fits twice", n)
+	if n := w.fit(500, time.Second); n != 100 {
+		t.Errorf("fit(500, 1s) = %d, want 100: the base takes the headroom, so as many as the estimate itself fits", n)
+	}
+	if n := w.fit(500, 500*time.Millisecond); n != 0 {
+		t.Errorf("fit(500, 500ms) = %d, want 0: not even the round trip fits", n)
 	}
 	// The estimate follows the database: writes seen later push the
 	// slow ones out.
 	for range writeTimesKept {
 		w.observe(100, 10*time.Millisecond)
 	}
-	if got := w.need(100); got != 20*time.Millisecond {
+	if got := w.need(100, 0); !near(got, 20*time.Millisecond) {
 		t.Errorf("need(100) after %d fast writes = %s, want 20ms", writeTimesKept, got)
+	}
+}
+
+// Before the first write, the read stands for it: the fence then renews
+// for the first write through a slow link instead of sending it with
+// what validity is left, which timed out every first claim. Once a write
+// is seen, the read says nothing more.
+func TestWriteTimesPriorBeforeTheFirstWrite(t *testing.T) {
+	t.Parallel()
+	var w writeTimes
+	read := 1800 * time.Millisecond // three round trips of 600 ms
+	if got := w.need(500, read); got != 2*read {
+		t.Errorf("need(500) before any write, after a read of %s = %s, want %s", read, got, 2*read)
+	}
+	if n := w.fit(500, 3*time.Second); n != 500 {
+		t.Errorf("fit(500, 3s) before any write, after a read of %s = %d, want all 500: fewer events would not fit better", read, n)
+	}
+	if n := w.fit(500, time.Second); n != 500 {
+		t.Errorf("fit(500, 1s) before any write, after a read of %s = %d, want all 500: the read serves to renew first, not to refuse the write", read, n)
+	}
+	w.observe(500, 700*time.Millisecond)
+	if got := w.need(500, read); got != 1400*time.Millisecond {
+		t.Errorf("need(500) after a write of 500 in 700ms = %s, want 1.4s: the write, not the read", got)
+	}
+}
+
+// Writes of a few events that were slow for reasons of their own do not
+// make a full batch look too slow to write, nor do writes of one size
+// alone make up a cost per event. Taking the fastest write as the base
+// and the worst excess per event as the cost, one write of one event at
+// 1 s over a base of 600 ms made a batch of 500 need minutes, and every
+// claim after it was trimmed to one event.
+func TestWriteTimesSlowSmallWritesDoNotTrimEverything(t *testing.T) {
+	t.Parallel()
+	validFor := 5 * time.Second // a term's validity, renewed
+	var w writeTimes
+	for _, d := range []time.Duration{600, 1640, 900, 1300} {
+		w.observe(1, d*time.Millisecond)
+	}
+	if n := w.fit(500, validFor); n != 500 {
+		t.Errorf("after writes of one event only: fit(500, %s) = %d (need %s), want all 500", validFor, n, w.need(500, 0))
+	}
+	for range 3 {
+		w.observe(500, 950*time.Millisecond) // 0.7 ms an event over the base
+	}
+	w.observe(40, 1500*time.Millisecond)
+	if n := w.fit(500, validFor); n != 500 {
+		t.Errorf("fit(500, %s) = %d (need %s), want all 500", validFor, n, w.need(500, 0))
+	}
+	// But a database that is slow per event still is.
+	for range writeTimesKept - 1 {
+		w.observe(500, 600*time.Millisecond+500*10*time.Millisecond) // 10 ms an event
+	}
+	w.observe(1, 600*time.Millisecond)
+	if n := w.fit(500, validFor); n >= 500 || n < 1 {
+		t.Errorf("fit(500, %s) at 10 ms an event = %d, want fewer than 500, at least one", validFor, n)
 	}
 }
 

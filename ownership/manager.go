@@ -286,6 +286,14 @@ func (m *Manager) round(ctx context.Context) error {
 			return m.Release(ctx)
 		}
 	}
+	// The renewal first: it needs nothing the read brings (a partition
+	// another replica took meanwhile is a duplicate key), and every round
+	// trip before it comes off the validity the claims get. Through a
+	// slow database the read and the heartbeat ahead of it let terms run
+	// out before their renewal.
+	if err := m.renew(ctx, m.now()); err != nil {
+		return err
+	}
 	terms, members, err := m.table.Read(ctx)
 	if err != nil {
 		return fmt.Errorf("read owners: %w", err)
@@ -312,9 +320,6 @@ func (m *Manager) round(ctx context.Context) error {
 		if err := m.release(ctx, excess, serverNow); err != nil {
 			return err
 		}
-	}
-	if err := m.renew(ctx, at); err != nil {
-		return err
 	}
 	took, err := m.take(ctx, latest, share, at)
 	if err != nil {
@@ -469,7 +474,11 @@ func (m *Manager) Renew(ctx context.Context) error {
 func (m *Manager) renewHeld(ctx context.Context, at instant) error {
 	m.mu.RLock()
 	terms := make([]Term, 0, len(m.owned))
+	now := m.cfg.Local()
 	for p, h := range m.owned {
+		if !h.deadline.After(now) {
+			continue // ran out: the round drops it, and takes it again if free
+		}
 		terms = append(terms, Term{Partition: p, Term: h.term + 1, Owner: m.cfg.WorkerID, ExpiresAt: at.server.Add(m.cfg.TermLength)})
 	}
 	m.mu.RUnlock()

@@ -252,8 +252,14 @@ func (w *worker) run(ctx context.Context) error {
 }
 
 // prepareStore waits for the database with backoff: a worker started
-// before its database comes up rather than crash-looping.
+// before its database comes up rather than crash-looping. The server's
+// clock is measured meanwhile: the two need nothing of each other, and
+// through a slow link their round trips in a row were seconds of start-up.
 func (w *worker) prepareStore(ctx context.Context) error {
+	syncCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	synced := make(chan error, 1)
+	go func() { synced <- w.clock.Sync(syncCtx) }()
 	retry := backoff.Backoff{Min: 500 * time.Millisecond, Max: 30 * time.Second}
 	for {
 		attemptCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -263,22 +269,29 @@ func (w *worker) prepareStore(ctx context.Context) error {
 			break
 		}
 		if ctx.Err() != nil {
+			<-synced
 			return ctx.Err()
 		}
 		wait := retry.Next()
 		w.logger.Warn("mongodb not ready; retrying", "error", err, "retry_in", wait.String())
 		if !backoff.Sleep(ctx, wait) {
+			<-synced
 			return ctx.Err()
 		}
 	}
-	syncCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	if err := w.clock.Sync(syncCtx); err != nil && ctx.Err() == nil {
+	err := <-synced
+	if err != nil && ctx.Err() == nil {
+		// Measured while the database was not up yet: again, now it is.
+		againCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err = w.clock.Sync(againCtx)
+		cancel()
+	}
+	if err != nil && ctx.Err() == nil {
 		// The clock tries again every few seconds once started; until it
 		// succeeds ages read this machine's clock and no partition is
 		// taken (ownership.Config.Synced), so nothing is claimed.
 		w.logger.Warn("database clock not measured; no partition is taken until it is", "error", err)
 	}
-	cancel()
 	if w.store.SupportsTransactions() {
 		w.logger.Info("mongodb supports transactions: PUBLISHED writes run in a transaction")
 	} else {
