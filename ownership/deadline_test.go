@@ -15,8 +15,13 @@ import (
 // the time it is set to take before it lands.
 type slowTable struct {
 	*memTable
-	clock                     *fakeclock.Clock
-	heartbeat, release, other time.Duration
+	clock                           *fakeclock.Clock
+	read, heartbeat, release, other time.Duration
+}
+
+func (t *slowTable) Read(ctx context.Context) ([]Term, []Member, error) {
+	t.clock.Advance(t.read)
+	return t.memTable.Read(ctx)
 }
 
 func (t *slowTable) Heartbeat(ctx context.Context, m Member) error {
@@ -235,5 +240,34 @@ func TestNoPartitionBeforeTheClockSyncs(t *testing.T) {
 	tick(t, a)
 	if n := len(holding(a)); n != events.Partitions {
 		t.Errorf("a holds %d partitions once the clock synced, want %d", n, events.Partitions)
+	}
+}
+
+// A round renews before it reads the owners and writes its heartbeat:
+// those round trips come off no term. Through a slow database, the read
+// and the heartbeat ahead of the renewal let terms run out before they
+// were renewed, and the partitions lapsed.
+func TestRenewalComesBeforeTheRead(t *testing.T) {
+	t.Parallel()
+	shared, clock := newMemTable(), fakeclock.New(epoch)
+	table := &slowTable{memTable: shared, clock: clock}
+	a := newManager(t, table, clock, "a")
+	tick(t, a) // takes all 64 at epoch
+	// Renewal is due, with 0.4 of a term left to the deadline, and the
+	// heartbeat takes longer than that.
+	clock.Advance(term / 2)
+	table.heartbeat = term / 2
+	roundStart := clock.Now()
+	tick(t, a)
+	if n := len(holding(a)); n != 64 {
+		t.Fatalf("a holds %d partitions after a round whose heartbeat took the term's rest, want all 64", n)
+	}
+	checkDeadlines(t, a, shared)
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	for p, h := range a.owned {
+		if want := roundStart.Add(term - a.cfg.Margin); !h.deadline.Equal(want) {
+			t.Fatalf("partition %d: deadline %s, want a term less the margin from the round's start (%s)", p, h.deadline.Sub(epoch), want.Sub(epoch))
+		}
 	}
 }

@@ -257,9 +257,9 @@ func (m *Manager) Owned() []int {
 	return out
 }
 
-// Tick runs one round: heartbeat, drop what was lost or ran out, give
-// back the excess over the share, renew what is due, take free partitions
-// up to the share, prune old terms. A round that fails is counted
+// Tick runs one round: renew what is due, read the owners, heartbeat,
+// drop what was lost or ran out, give back the excess over the share,
+// take free partitions up to the share, prune old terms. A round that fails is counted
 // (job_errors_total{job="ownership"}) and kept for Unowned.
 func (m *Manager) Tick(ctx context.Context) error {
 	// A round is worth nothing once the terms it would renew have run
@@ -291,7 +291,8 @@ func (m *Manager) round(ctx context.Context) error {
 	// trip before it comes off the validity the claims get. Through a
 	// slow database the read and the heartbeat ahead of it let terms run
 	// out before their renewal.
-	if err := m.renew(ctx, m.now()); err != nil {
+	renewed, err := m.renew(ctx, m.now())
+	if err != nil {
 		return err
 	}
 	terms, members, err := m.table.Read(ctx)
@@ -304,7 +305,7 @@ func (m *Manager) round(ctx context.Context) error {
 	// Before any write: a replica that cannot write the owners still
 	// learns whether some other one leads.
 	m.noteLeader(latest, serverNow)
-	if err := m.heartbeat(ctx, serverNow); err != nil {
+	if err := m.heartbeat(ctx, serverNow, renewed); err != nil {
 		return err
 	}
 
@@ -362,8 +363,8 @@ func (m *Manager) Leads() bool {
 // heartbeat tells the others this replica is alive, once a third of a
 // term (see heartbeatDue): a member counts as live for a term after its
 // last heartbeat (Live), so the rounds in between need not write one.
-func (m *Manager) heartbeat(ctx context.Context, serverNow time.Time) error {
-	if !m.heartbeatDue(serverNow) {
+func (m *Manager) heartbeat(ctx context.Context, serverNow time.Time, renewed bool) error {
+	if !m.heartbeatDue(serverNow, renewed) {
 		return nil
 	}
 	if err := m.table.Heartbeat(ctx, Member{WorkerID: m.cfg.WorkerID, SeenAt: serverNow}); err != nil {
@@ -442,13 +443,13 @@ func (m *Manager) release(ctx context.Context, ps []int, serverNow time.Time) er
 // are renewed together so that their deadlines stay together: partitions
 // taken in different rounds would otherwise each cost an insert, and its
 // check read, on a schedule of their own.
-func (m *Manager) renew(ctx context.Context, at instant) error {
+func (m *Manager) renew(ctx context.Context, at instant) (renewed bool, err error) {
 	m.renewing.Lock()
 	defer m.renewing.Unlock()
 	if !m.renewalDue() {
-		return nil
+		return false, nil
 	}
-	return m.renewHeld(ctx, at)
+	return true, m.renewHeld(ctx, at)
 }
 
 // Renew renews every partition held now, due or not: for a claim whose
@@ -517,7 +518,7 @@ func (m *Manager) renewalDue() bool {
 // alongside a renewal while this replica holds partitions. Its terms
 // already count it live (Live), so its heartbeat need not bring a round of
 // its own.
-func (m *Manager) heartbeatDue(serverNow time.Time) bool {
+func (m *Manager) heartbeatDue(serverNow time.Time, renewing bool) bool {
 	if m.beatAt.IsZero() {
 		return true
 	}
@@ -527,7 +528,7 @@ func (m *Manager) heartbeatDue(serverNow time.Time) bool {
 	m.mu.RLock()
 	holds := len(m.owned) > 0
 	m.mu.RUnlock()
-	return !holds || m.renewalDue()
+	return !holds || renewing
 }
 
 // rest reports whether the scheduled round may be left out: the last
@@ -540,7 +541,7 @@ func (m *Manager) rest() bool {
 		return false
 	}
 	apart := min(1<<m.quiet, int(quietMax/m.every))
-	if m.rested+1 >= apart || m.heartbeatDue(m.cfg.Now()) || m.renewalDue() {
+	if m.rested+1 >= apart || m.renewalDue() || m.heartbeatDue(m.cfg.Now(), false) {
 		return false
 	}
 	m.rested++

@@ -380,7 +380,7 @@ func TestStaleRenewalAfterPrune(t *testing.T) {
 	for _, x := range []Term{{Partition: 7, Term: 13, Owner: "b", ExpiresAt: clock.Now()}, {Partition: 7, Term: 14, Owner: "b", ExpiresAt: clock.Now().Add(term)}} {
 		table.terms[x.ID()] = x
 	}
-	if err := a.renew(t.Context(), a.now()); err != nil {
+	if _, err := a.renew(t.Context(), a.now()); err != nil {
 		t.Fatalf("renew: %v", err)
 	}
 	if _, ok := table.terms["7/12"]; !ok {
