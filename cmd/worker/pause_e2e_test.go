@@ -152,9 +152,10 @@ func TestE2EPausedWorkerPublishesNothingStale(t *testing.T) {
 // its id appear, which is while its claim's write is still under way on
 // FerretDB (it rewrites the batch one document at a time), and returns the
 // ids it holds once the server has finished that write. If any of them
-// had already arrived (p had begun to publish), it continues p and tries
-// again with a later batch: the scenario needs a claim none of whose
-// events left.
+// arrived or arrives within inFlightGrace (on a busy host the write may
+// be over, and the publish begun, before the test sees the claim), it
+// continues p and tries again with a later batch: the scenario needs a
+// claim none of whose events left.
 func freezeAfterClaim(ctx context.Context, t *testing.T, coll *driver.Collection, r *orderReceiver, p *workerproc.Proc, n int) []any {
 	t.Helper()
 	held := bson.D{
@@ -180,13 +181,7 @@ func freezeAfterClaim(ctx context.Context, t *testing.T, coll *driver.Collection
 		var ids []any
 		if settledCount(ctx, t, coll, held) > 0 {
 			ids = findIDs(ctx, t, coll, held)
-			counts := r.Counts()
-			sent := 0
-			for _, id := range ids {
-				if counts[testenv.MessageID(id)] > 0 {
-					sent++
-				}
-			}
+			sent := arrivingOf(r, ids, inFlightGrace)
 			if sent == 0 {
 				return ids
 			}
@@ -200,6 +195,26 @@ func freezeAfterClaim(ctx context.Context, t *testing.T, coll *driver.Collection
 			c, err := coll.CountDocuments(ctx, held)
 			return err == nil && c == 0, fmt.Sprintf("%s still holds %d events", p.Name(), c)
 		})
+	}
+}
+
+// inFlightGrace is how long messages a worker sent just before it froze
+// may take to reach the test's consumer on a busy host.
+const inFlightGrace = 3 * time.Second
+
+// arrivingOf returns how many of ids have arrived at r, or arrive within
+// grace: a frozen worker may have sent some just before it froze.
+func arrivingOf(r *orderReceiver, ids []any, grace time.Duration) int {
+	for end := time.Now().Add(grace); ; time.Sleep(50 * time.Millisecond) {
+		counts, sent := r.Counts(), 0
+		for _, id := range ids {
+			if counts[testenv.MessageID(id)] > 0 {
+				sent++
+			}
+		}
+		if sent > 0 || time.Now().After(end) {
+			return sent
+		}
 	}
 }
 
