@@ -199,7 +199,15 @@ func loadConfig(name string, args []string, getenv func(string) string, kind com
 		extra(fs)
 	}
 	if err := fs.Parse(args); err != nil {
-		return Config{}, nil, fmt.Errorf("%w: %s %v", ErrUsage, name, err)
+		if errors.Is(err, flag.ErrHelp) {
+			return Config{}, nil, &helpRequest{text: commandUsage(name, fs, chosen)}
+		}
+		if flagName, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -"); ok {
+			var names []string
+			fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+			return Config{}, nil, fmt.Errorf("%w: %s: unknown flag --%s%s", ErrUsage, name, flagName, didYouMean(flagName, names, "--%s"))
+		}
+		return Config{}, nil, fmt.Errorf("%w: %s: %v", ErrUsage, name, err)
 	}
 	if fs.NArg() > 0 {
 		// `worker --batch-size 100 stats` must not start the relay.
