@@ -127,7 +127,7 @@ func settings() []setting {
 		{env: "OUTBOX_BATCH_SIZE", flag: "batch-size", def: strconv.Itoa(claim.BatchSizeDefault), fields: []string{"claim.BatchSize"},
 			usage: "most events one claim takes (1-10000)", parse: func(c *Config, v string) error { return parseInt(&c.BatchSize, v) }},
 		{env: "OUTBOX_BATCH_BYTES", flag: "batch-bytes", def: "auto", fields: []string{"claim.BatchBytes"},
-			usage: "bound on the raw size of one claim's documents; the worker's memory peaks at about 5 times it plus 32 MB; auto: what fits in the memory limit (cgroup or GOMEMLIMIT), at most 64 MiB", parse: parseBatchBytes},
+			usage: "bound on the raw size of one claim's documents, which the worker's memory grows with (docs/performance.md, Peak RSS); auto: what fits in the memory limit (cgroup or GOMEMLIMIT), at most 64 MiB", parse: parseBatchBytes},
 		{env: "OUTBOX_RECOVERY_SCHEDULE", flag: "recovery-schedule", def: recovery.ScheduleDefault, fields: []string{"recovery.Schedule"},
 			usage: "cron schedule of stale-claim recovery", parse: func(c *Config, v string) error { return parseSchedule(&c.RecoverySchedule, v) }},
 		// The operator commands read OUTBOX_STALE_AFTER too, and they
