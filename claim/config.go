@@ -61,9 +61,9 @@ type Config struct {
 	// claim takes: the claim stops reading once the next document would
 	// take the sum past it, except that it always takes one document, so
 	// one batch holds at most BatchBytes or one document (up to 16 MiB).
-	// The worker's memory for a batch peaks at about 4.5 times the bound
-	// plus 20 MB (measured: 284 MB with 15 MiB documents at 64 MiB): the
-	// raw documents, the message bodies made from them (relaxed Extended
+	// The worker's memory for a batch grows with the bound
+	// (docs/performance.md, "Peak RSS", has the figures): the raw
+	// documents, the message bodies made from them (relaxed Extended
 	// JSON, about as large as the BSON for typical payloads, each capped
 	// by MaxBodyBytes), the driver's reply buffers (at most 16 MiB of
 	// documents per reply, see the mongo package), and the garbage

@@ -78,6 +78,13 @@ var ClaimOutcomes = []string{ClaimClaimed, ClaimIdle, ClaimUnowned, ClaimPaused,
 // failure of a replica.
 var FailedReasons = []string{ReasonInvalid, ReasonRejected, ReasonMaxAttempts, ReasonStaleMaxAttempts, ReasonTimeout}
 
+// ReleasedReasons are the values of Released's reason label, each exported
+// from the start at 0, so that the first release of a replica (a broker
+// outage, a nack) is a rise that rate() sees.
+var ReleasedReasons = []string{
+	ReasonNacked, ReasonReturned, ReasonUnconfirmed, ReasonBrokerUnavailable, ReasonError, ReasonHeldBack,
+}
+
 // YieldingJobs are the periodic jobs that leave runs out while claims are
 // slow: the values of RunsLeftOut's label, each exported from the start.
 var YieldingJobs = []string{"recovery", "retention", "sampler"}
@@ -137,6 +144,12 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	for _, reason := range FailedReasons {
 		m.Failed.WithLabelValues(reason)
+	}
+	for _, reason := range ReleasedReasons {
+		m.Released.WithLabelValues(reason)
+	}
+	for _, command := range DBCommands() {
+		m.DBCommands.WithLabelValues(command)
 	}
 	if err := s.Register(reg); err != nil {
 		panic(err) // one Metrics per registry: a wiring bug

@@ -2,6 +2,8 @@ package metrics
 
 import (
 	"context"
+	"maps"
+	"slices"
 
 	"go.mongodb.org/mongo-driver/v2/event"
 )
@@ -15,6 +17,15 @@ var countedCommands = map[string]bool{
 	"createIndexes": true, "ping": true, "hello": true, "endSessions": true, "killCursors": true,
 }
 
+// otherCommand is the label of every command not in countedCommands.
+const otherCommand = "other"
+
+// DBCommands are the values of DBCommands' command label, sorted, "other"
+// last: each is exported from the start at 0.
+func DBCommands() []string {
+	return append(slices.Sorted(maps.Keys(countedCommands)), otherCommand)
+}
+
 // CommandMonitor counts every command the driver starts: the database cost
 // of relaying, which carries over from any test server to MongoDB.
 func (m *Metrics) CommandMonitor() *event.CommandMonitor {
@@ -22,7 +33,7 @@ func (m *Metrics) CommandMonitor() *event.CommandMonitor {
 		Started: func(_ context.Context, e *event.CommandStartedEvent) {
 			name := e.CommandName
 			if !countedCommands[name] {
-				name = "other"
+				name = otherCommand
 			}
 			m.DBCommands.WithLabelValues(name).Inc()
 		},

@@ -191,7 +191,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		"status": {"NEW", "PROCESSING", "PUBLISHED", "FAILED", "unknown"},
 		"reason": {metrics.ReasonInvalid, metrics.ReasonRejected, metrics.ReasonMaxAttempts, metrics.ReasonStaleMaxAttempts,
 			metrics.ReasonTimeout, metrics.ReasonNacked, metrics.ReasonReturned, metrics.ReasonUnconfirmed,
-			metrics.ReasonBrokerUnavailable, metrics.ReasonError},
+			metrics.ReasonBrokerUnavailable, metrics.ReasonError, metrics.ReasonHeldBack},
 		"job":    metrics.Jobs,
 		"result": metrics.ClaimOutcomes,
 		"command": {"find", "getMore", "update", "delete", "insert", "aggregate", "count", "commitTransaction",

@@ -12,80 +12,40 @@
 #              per second, the backlog, each replica's count, the consumer's
 #              totals and the duplicates it skipped)
 #
-# PostgreSQL and RabbitMQ are started if they are installed but not running,
-# as .ci/run does, and left running afterwards: other work on this machine
-# shares them. Ctrl-C (or SIGTERM) stops everything else this script started,
-# in an order that lets the workers finish their batches: producer, workers,
-# consumer, devdb. Logs go to a fresh directory under /tmp, printed at start.
+# PostgreSQL and RabbitMQ are installed where missing and started where not
+# running, exactly as .ci/run does (both use scripts/servers.sh), and left
+# running afterwards: other work on this machine shares them. That needs
+# root or passwordless sudo; without either, servers already running are
+# used, and a missing one stops the script with the one command to run
+# (sudo scripts/servers.sh). Ctrl-C (or SIGTERM) stops everything else this
+# script started, in an order that lets the workers finish their batches:
+# producer, workers, consumer, devdb. Logs go to a fresh directory under
+# /tmp, printed at start.
 #
 # Environment: PRODUCER_RATE (20), DEVDB_LISTEN (127.0.0.1:27017),
 # DEVDB_POSTGRES_URL (postgres://postgres@127.0.0.1:5432/outbox_dev).
 #
-# FerretDB has no transactions and its claims are not atomic under
-# concurrency, and the three workers claim at the same instant (claim ticks
-# fall on whole seconds), so here many events are delivered more than once;
-# the consumer's inbox skips them and reports how many. On MongoDB the claim is atomic and they are not.
-# See docs/design.md, "Where duplicates come from".
+# FerretDB has no transactions, and its claims are not atomic when two
+# workers claim the same events at once; the three workers do not: they
+# divide the outbox by partition, taken with inserts that are atomic on
+# FerretDB too. So the demo delivers each event once, and a duplicate needs
+# a failure (a worker killed mid-batch, a lost confirm), which the
+# consumer's inbox skips and counts. See docs/design.md, "Where duplicates
+# come from".
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 
-HOST=127.0.0.1
-PG_PORT=5432
-AMQP_PORT=5672
-WAIT_SECONDS=60
 PRODUCER_RATE=${PRODUCER_RATE:-20}
 DEVDB_LISTEN=${DEVDB_LISTEN:-127.0.0.1:27017}
 DEVDB_POSTGRES_URL=${DEVDB_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/outbox_dev}
 WORKER_PORTS=(8081 8082 8083)
 
-log() { printf '==> %s\n' "$*"; }
-die() { printf 'ERROR: %s\n' "$*" >&2; exit 1; }
-
-# port_open HOST PORT: whether a TCP connection succeeds within 2 seconds.
-port_open() { timeout 2 bash -c "exec 3<>/dev/tcp/$1/$2" 2>/dev/null; }
-
-SUDO=()
-if [ "$(id -u)" -ne 0 ]; then SUDO=(sudo -n); fi
-
-ensure_postgres() {
-	if pg_isready -q -h "$HOST" -p "$PG_PORT" 2>/dev/null; then
-		log "PostgreSQL on $HOST:$PG_PORT: running"
-	else
-		command -v pg_ctlcluster >/dev/null 2>&1 \
-			|| die "PostgreSQL is not installed: apt-get install -y postgresql (or run .ci/run once)"
-		local version
-		version=$(ls /etc/postgresql 2>/dev/null | sort -V | tail -n 1 || true)
-		[ -n "$version" ] || die "no PostgreSQL cluster under /etc/postgresql"
-		log "starting PostgreSQL: pg_ctlcluster --skip-systemctl-redirect $version main start"
-		"${SUDO[@]}" pg_ctlcluster --skip-systemctl-redirect "$version" main start
-		local i
-		for ((i = 0; i < WAIT_SECONDS; i++)); do
-			pg_isready -q -h "$HOST" -p "$PG_PORT" && break
-			sleep 1
-		done
-		pg_isready -q -h "$HOST" -p "$PG_PORT" || die "PostgreSQL did not come up on $HOST:$PG_PORT"
-	fi
-	PGCONNECT_TIMEOUT=5 psql -w -h "$HOST" -p "$PG_PORT" -U postgres -d postgres -Atqc 'select 1' >/dev/null 2>&1 \
-		|| die "user postgres cannot connect to $HOST:$PG_PORT without a password; .ci/run enables trust auth for loopback"
-}
-
-ensure_rabbitmq() {
-	if port_open "$HOST" "$AMQP_PORT"; then
-		log "RabbitMQ on $HOST:$AMQP_PORT: running"
-		return
-	fi
-	command -v rabbitmq-server >/dev/null 2>&1 \
-		|| die "RabbitMQ is not installed: apt-get install -y rabbitmq-server (or run .ci/run once)"
-	log "starting RabbitMQ: rabbitmq-server -detached"
-	"${SUDO[@]}" rabbitmq-server -detached
-	local deadline=$((SECONDS + WAIT_SECONDS))
-	while ((SECONDS < deadline)); do
-		port_open "$HOST" "$AMQP_PORT" && { log "RabbitMQ: ready"; return; }
-		sleep 1
-	done
-	die "RabbitMQ did not accept connections on $HOST:$AMQP_PORT within ${WAIT_SECONDS}s (try: rabbitmqctl status)"
-}
+# PostgreSQL and RabbitMQ: installed and started the same way as for CI
+# (.ci/run), by the functions of scripts/servers.sh (which also defines
+# log, die, port_open, HOST and AMQP_PORT).
+# shellcheck source=scripts/servers.sh
+. scripts/servers.sh
 
 ensure_ports_free() {
 	local addr

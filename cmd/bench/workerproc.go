@@ -117,7 +117,9 @@ func (w *workerProc) scrape(ctx context.Context) (published float64, commands ma
 		v, _ := strconv.ParseFloat(m[3], 64)
 		if m[1] == "outbox_events_published_total" {
 			published = v
-		} else {
+		} else if v > 0 {
+			// Every command is exported from the start at 0; the
+			// reports list the commands sent.
 			commands[m[2]] = v
 		}
 	}

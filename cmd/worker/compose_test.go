@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -13,8 +12,9 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// Docker is not needed for these tests: they keep docker-compose.yml and
-// docs/configuration.md in step with the settings table in config.go.
+// Docker is not needed for these tests: they keep docker-compose.yml,
+// docs/configuration.md and the README's settings table in step with the
+// settings table in config.go.
 
 const (
 	composePath = "../../docker-compose.yml"
@@ -204,14 +204,34 @@ func TestComposeWorkerEnvironment(t *testing.T) {
 	}
 }
 
+const readme = "../../README.md"
+
 // TestComposeConfigurationDoc checks that docs/configuration.md has a
 // table row for every setting, naming its variable, its flag and its
-// default.
+// default, and none for a variable the worker does not read.
 func TestComposeConfigurationDoc(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile(configDoc)
+	checkSettingsTable(t, configDoc, true)
+}
+
+// TestReadmeSettings checks the same of the README's settings table,
+// which gives each setting's variable and default (its flag is the
+// variable's name, as the README says).
+func TestReadmeSettings(t *testing.T) {
+	t.Parallel()
+	checkSettingsTable(t, readme, false)
+}
+
+// checkSettingsTable checks that the document at path has a table row
+// starting with | `OUTBOX_...` for every setting, with the setting's
+// default and, if withFlag, its flag; and no such row for a variable the
+// worker does not read.
+func checkSettingsTable(t *testing.T, path string, withFlag bool) {
+	t.Helper()
+	name := strings.TrimPrefix(path, "../../")
+	b, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatalf("read %s: %v", filepath.Base(configDoc), err)
+		t.Fatalf("read %s: %v", name, err)
 	}
 	rows := map[string]string{} // env var -> its table row
 	for _, line := range strings.Split(string(b), "\n") {
@@ -222,18 +242,18 @@ func TestComposeConfigurationDoc(t *testing.T) {
 	for _, s := range settings() {
 		row, ok := rows[s.env]
 		if !ok {
-			t.Errorf("docs/configuration.md has no table row starting with | `%s`", s.env)
+			t.Errorf("%s has no table row starting with | `%s`", name, s.env)
 			continue
 		}
-		if !strings.Contains(row, "`--"+s.flag+"`") {
-			t.Errorf("docs/configuration.md row of %s does not name its flag `--%s`", s.env, s.flag)
+		if withFlag && !strings.Contains(row, "`--"+s.flag+"`") {
+			t.Errorf("%s row of %s does not name its flag `--%s`", name, s.env, s.flag)
 		}
 		def := "`" + s.def + "`"
 		if s.env == "OUTBOX_WORKER_ID" {
 			def = "<hostname>-<pid>" // the real default differs per process
 		}
 		if !strings.Contains(row, def) {
-			t.Errorf("docs/configuration.md row of %s does not give its default %s", s.env, def)
+			t.Errorf("%s row of %s does not give its default %s", name, s.env, def)
 		}
 	}
 	var extra []string
@@ -244,6 +264,6 @@ func TestComposeConfigurationDoc(t *testing.T) {
 	}
 	if len(extra) > 0 {
 		slices.Sort(extra)
-		t.Errorf("docs/configuration.md documents variables the worker does not read: %q", extra)
+		t.Errorf("%s documents variables the worker does not read: %q", name, extra)
 	}
 }

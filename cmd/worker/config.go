@@ -127,7 +127,7 @@ func settings() []setting {
 		{env: "OUTBOX_BATCH_SIZE", flag: "batch-size", def: strconv.Itoa(claim.BatchSizeDefault), fields: []string{"claim.BatchSize"},
 			usage: "most events one claim takes (1-10000)", parse: func(c *Config, v string) error { return parseInt(&c.BatchSize, v) }},
 		{env: "OUTBOX_BATCH_BYTES", flag: "batch-bytes", def: "auto", fields: []string{"claim.BatchBytes"},
-			usage: "bound on the raw size of one claim's documents; the worker's memory peaks at about 5 times it plus 32 MB; auto: what fits in the memory limit (cgroup or GOMEMLIMIT), at most 64 MiB", parse: parseBatchBytes},
+			usage: "bound on the raw size of one claim's documents, which the worker's memory grows with (docs/performance.md, Peak RSS); auto: what fits in the memory limit (cgroup or GOMEMLIMIT), at most 64 MiB", parse: parseBatchBytes},
 		{env: "OUTBOX_RECOVERY_SCHEDULE", flag: "recovery-schedule", def: recovery.ScheduleDefault, fields: []string{"recovery.Schedule"},
 			usage: "cron schedule of stale-claim recovery", parse: func(c *Config, v string) error { return parseSchedule(&c.RecoverySchedule, v) }},
 		// The operator commands read OUTBOX_STALE_AFTER too, and they
@@ -199,7 +199,15 @@ func loadConfig(name string, args []string, getenv func(string) string, kind com
 		extra(fs)
 	}
 	if err := fs.Parse(args); err != nil {
-		return Config{}, nil, fmt.Errorf("%w: %s %v", ErrUsage, name, err)
+		if errors.Is(err, flag.ErrHelp) {
+			return Config{}, nil, &helpRequest{text: commandUsage(name, fs, chosen)}
+		}
+		if flagName, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -"); ok {
+			var names []string
+			fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+			return Config{}, nil, fmt.Errorf("%w: %s: unknown flag --%s%s", ErrUsage, name, flagName, didYouMean(flagName, names, "--%s"))
+		}
+		return Config{}, nil, fmt.Errorf("%w: %s: %v", ErrUsage, name, err)
 	}
 	if fs.NArg() > 0 {
 		// `worker --batch-size 100 stats` must not start the relay.

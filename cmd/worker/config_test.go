@@ -21,6 +21,15 @@ func envOf(m map[string]string) func(string) string {
 	return func(k string) string { return m[k] }
 }
 
+// environOf returns m as os.Environ would: KEY=value entries.
+func environOf(m map[string]string) []string {
+	var out []string
+	for k, v := range m {
+		out = append(out, k+"="+v)
+	}
+	return out
+}
+
 // defaultConfig is the configuration of a worker given no setting at all,
 // as issues 2 and 3 and docs/configuration.md state it.
 func defaultConfig() Config {
@@ -434,7 +443,7 @@ func runBounded(t *testing.T, args []string, env map[string]string) runResult {
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	done := make(chan int, 1)
-	go func() { done <- run(ctx, args, envOf(env), &stdout, &stderr) }()
+	go func() { done <- run(ctx, args, envOf(env), environOf(env), &stdout, &stderr) }()
 	select {
 	case code := <-done:
 		return runResult{code: code, stdout: stdout.String(), stderr: stderr.String()}

@@ -5,6 +5,7 @@
 //	worker requeue ...       move FAILED events back to NEW; retry named backing-off NEW events now
 //	worker skip ...          let an aggregate's later events pass a FAILED one
 //	worker show --id ID      print one event document
+//	worker help [command]    list the commands, or a command's flags
 //
 // Every setting is a flag and an environment variable; see
 // docs/configuration.md. A bad setting exits with code 2 before anything
@@ -24,14 +25,16 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	code := run(ctx, os.Args[1:], os.Getenv, os.Environ(), os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
 
-// run dispatches to a command and turns its error into an exit code: 2 for
-// a usage or configuration error, 1 for any other failure.
-func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+// run dispatches to a command and turns its error into an exit code: 0
+// for help asked for, 2 for a usage or configuration error, 1 for any
+// other failure. environ is the whole environment (KEY=value), which the
+// relay checks for OUTBOX_ variables it does not know.
+func run(ctx context.Context, args []string, getenv func(string) string, environ []string, stdout, stderr io.Writer) int {
 	cmd := "run"
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || !strings.HasPrefix(args[0], "-")) {
 		cmd, args = args[0], args[1:]
@@ -39,7 +42,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var err error
 	switch cmd {
 	case "run":
-		err = runCommand(ctx, args, getenv, stderr)
+		err = runCommand(ctx, args, getenv, environ, stderr)
 	case "stats":
 		err = statsCommand(ctx, args, getenv, stdout, stderr)
 	case "requeue":
@@ -49,13 +52,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "show":
 		err = showCommand(ctx, args, getenv, stdout, stderr)
 	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
+		if len(args) > 0 && args[0] != "help" && !strings.HasPrefix(args[0], "-") {
+			// `worker help stats` is `worker stats --help`.
+			return run(ctx, []string{args[0], "--help"}, getenv, environ, stdout, stderr)
+		}
+		fmt.Fprint(stdout, usage())
 		return 0
 	default:
-		err = fmt.Errorf("%w: unknown command %q", ErrUsage, cmd)
+		err = fmt.Errorf("%w: unknown command %q%s", ErrUsage, cmd, didYouMean(cmd, commandNames(), "%s"))
 	}
+	var help *helpRequest
 	switch {
 	case err == nil:
+		return 0
+	case errors.As(err, &help):
+		fmt.Fprint(stdout, help.text)
 		return 0
 	case errors.Is(err, ErrUsage):
 		fmt.Fprintf(stderr, "worker: %v\n%s", err, usageHint)
@@ -66,17 +77,4 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 }
 
-const usageHint = "Run 'worker help' for the commands; docs/configuration.md lists every setting.\n"
-
-const usage = `worker relays outbox events from MongoDB to RabbitMQ.
-
-Commands:
-  run       relay events (the default)
-  stats     print counts by status, the oldest NEW event's age, stale claims and held aggregates (--json)
-  requeue   move FAILED events back to NEW, and make NEW events named by id that back off before a retry due now (--id ID (repeatable), --ids-from FILE|- (one id a line), --type TYPE, --all, --dry-run)
-  skip      mark FAILED events skipped so that later events of their aggregates flow (--id ID (repeatable), --by NAME, --reason TEXT, --dry-run)
-  show      print one event document (--id ID)
-
-Every setting is an environment variable and a flag of the same name, e.g.
-OUTBOX_MONGO_URI and --mongo-uri; see docs/configuration.md.
-`
+const usageHint = "Run 'worker help' for the commands, 'worker <command> --help' for a command's flags; docs/configuration.md lists every setting.\n"

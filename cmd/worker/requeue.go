@@ -57,9 +57,9 @@ func requeueCommand(ctx context.Context, args []string, getenv func(string) stri
 		dryRun  bool
 	)
 	cfg, _, err := loadConfig("requeue", args, getenv, operatorCommand, func(fs *flag.FlagSet) {
-		fs.Var(&ids, "id", "event _id to requeue (repeatable; commas separate ids); a NEW event named so that is backing off before a retry is made due now")
-		fs.StringVar(&idsFrom, "ids-from", "", "file of event _ids to requeue, one per line, exactly (commas and spaces are part of an id); - reads standard input")
-		fs.StringVar(&f.Type, "type", "", "requeue FAILED events of this type")
+		fs.Var(&ids, "id", "`ID` of an event to requeue (repeatable; commas separate ids); a NEW event named so that is backing off before a retry is made due now")
+		fs.StringVar(&idsFrom, "ids-from", "", "`FILE` of event _ids to requeue, one per line, exactly (commas and spaces are part of an id); - reads standard input")
+		fs.StringVar(&f.Type, "type", "", "requeue FAILED events of this `TYPE`")
 		fs.BoolVar(&f.All, "all", false, "requeue every FAILED event")
 		fs.BoolVar(&dryRun, "dry-run", false, "only count what would be requeued")
 	})

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"log/slog"
 
 	"github.com/outboxrelay/outbox/internal/gcfloor"
 )
@@ -16,12 +17,13 @@ import (
 const gcFloor = 16 << 20
 
 // runCommand is `worker run`: the relay.
-func runCommand(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+func runCommand(ctx context.Context, args []string, getenv func(string) string, environ []string, stderr io.Writer) error {
 	cfg, _, err := loadConfig("run", args, getenv, relayCommand, nil)
 	if err != nil {
 		return err
 	}
 	logger := newLogger(cfg, stderr)
+	warnUnknownVariables(logger, environ)
 	applyMemoryLimit(cfg, logger)
 	defer startGCFloor(getenv).Stop()
 	w, err := newWorker(cfg, logger)
@@ -29,6 +31,25 @@ func runCommand(ctx context.Context, args []string, getenv func(string) string, 
 		return err
 	}
 	return w.run(ctx)
+}
+
+// warnUnknownVariables warns about each OUTBOX_ variable of environ that
+// the worker does not read (a typo, a missing underscore, would
+// otherwise leave its setting at the default without a word), naming the
+// setting it may have meant. It does not stop the worker: a variable set
+// for another program, or left from an older version, is no reason not to
+// relay. Variables of the tests and the benchmark (reservedEnvPrefixes)
+// are left alone.
+func warnUnknownVariables(logger *slog.Logger, environ []string) {
+	for _, u := range unknownVariables(environ) {
+		if u.Suggestion != "" {
+			logger.Warn("unknown environment variable ignored; did you mean "+u.Suggestion+"?",
+				"variable", u.Name, "did_you_mean", u.Suggestion)
+			continue
+		}
+		logger.Warn("unknown environment variable ignored: the worker reads no such setting (docs/configuration.md lists them)",
+			"variable", u.Name)
+	}
 }
 
 // startGCFloor starts the floor of the relay's heap, or returns nil when

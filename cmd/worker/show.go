@@ -13,7 +13,7 @@ import (
 func showCommand(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer, stderr io.Writer) error {
 	var id string
 	cfg, _, err := loadConfig("show", args, getenv, operatorCommand, func(fs *flag.FlagSet) {
-		fs.StringVar(&id, "id", "", "event _id")
+		fs.StringVar(&id, "id", "", "`ID` of the event")
 	})
 	if err != nil {
 		return err

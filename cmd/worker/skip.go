@@ -20,9 +20,9 @@ func skipCommand(ctx context.Context, args []string, getenv func(string) string,
 		dryRun bool
 	)
 	cfg, _, err := loadConfig("skip", args, getenv, operatorCommand, func(fs *flag.FlagSet) {
-		fs.Var(&ids, "id", "FAILED event _id to skip (repeatable; commas separate ids)")
-		fs.StringVar(&by, "by", "", "who skips them (recorded as skippedBy)")
-		fs.StringVar(&reason, "reason", "", "why (recorded as skipReason)")
+		fs.Var(&ids, "id", "`ID` of a FAILED event to skip (repeatable; commas separate ids)")
+		fs.StringVar(&by, "by", "", "`NAME` of who skips them (recorded as skippedBy)")
+		fs.StringVar(&reason, "reason", "", "`TEXT` saying why (recorded as skipReason)")
 		fs.BoolVar(&dryRun, "dry-run", false, "only count what would be skipped")
 	})
 	if err != nil {

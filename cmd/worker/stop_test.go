@@ -22,7 +22,7 @@ func TestCommandSaysWhatItWaitsFor(t *testing.T) {
 	var stdout, stderr testenv.LogBuffer
 	code := make(chan int, 1)
 	go func() {
-		code <- run(ctx, []string{"stats"}, envOf(map[string]string{"OUTBOX_MONGO_URI": uri}), &stdout, &stderr)
+		code <- run(ctx, []string{"stats"}, envOf(map[string]string{"OUTBOX_MONGO_URI": uri}), nil, &stdout, &stderr)
 	}()
 	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
 		return strings.Contains(stderr.String(), "waiting for MongoDB at"), "stderr: " + stderr.String()

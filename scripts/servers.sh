@@ -1,0 +1,187 @@
+#!/usr/bin/env bash
+# PostgreSQL (the backend of the embedded FerretDB that stands in for
+# MongoDB) and RabbitMQ on this machine: installed with apt-get where they
+# are missing, started where they are not running, and left running.
+#
+# .ci/run and scripts/dev.sh source this file and call ensure_postgres and
+# ensure_rabbitmq (.ci/run also ensure_promtool), so both get the servers
+# the same way. Run alone it does just that:
+#
+#   sudo scripts/servers.sh
+#
+# Installing and starting need root: this script uses it when it runs as
+# root or with passwordless sudo (`sudo -n true`). Otherwise a server that
+# is already installed and running is used as it is, and one that is not
+# stops the script with the one command to run instead (the line above).
+#
+# The caller sets `set -euo pipefail` and runs from the repository's root.
+
+HOST=${HOST:-127.0.0.1}
+PG_PORT=${PG_PORT:-5432}
+AMQP_PORT=${AMQP_PORT:-5672}
+WAIT_SECONDS=${WAIT_SECONDS:-60}
+
+log() { printf '==> %s\n' "$*"; }
+die() { printf 'ERROR: %s\n' "$*" >&2; exit 1; }
+
+# SUDO runs a command as root: empty as root, sudo -n with passwordless
+# sudo. ADMIN says whether either is the case.
+SUDO=()
+ADMIN=true
+if [ "$(id -u)" -ne 0 ]; then
+	if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+		SUDO=(sudo -n)
+	else
+		ADMIN=false
+	fi
+fi
+
+# as_admin WHAT COMMAND...: run COMMAND as root, or stop with the command
+# that does the same for a user who may.
+as_admin() {
+	local what=$1
+	shift
+	if [ "$ADMIN" = true ]; then
+		"${SUDO[@]}" "$@"
+		return
+	fi
+	die "$what needs root, and this user is neither root nor allowed passwordless sudo.
+Run this once, then run this again:
+
+    sudo scripts/servers.sh
+"
+}
+
+apt_updated=false
+# apt_install PACKAGE...: install Debian packages (and apt-get update once).
+apt_install() {
+	command -v apt-get >/dev/null 2>&1 \
+		|| die "apt-get is not available to install $*: install $* with this system's package manager, then run this again"
+	[ "$ADMIN" = true ] || as_admin "installing $*" # stops with the command to run
+	if [ "$apt_updated" = false ]; then
+		log "apt-get update"
+		as_admin "installing $*" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+		apt_updated=true
+	fi
+	log "apt-get install -y $*"
+	as_admin "installing $*" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@"
+}
+
+# port_open HOST PORT: whether a TCP connection succeeds within 2 seconds.
+port_open() {
+	timeout 2 bash -c "exec 3<>/dev/tcp/$1/$2" 2>/dev/null
+}
+
+# wait_for DESCRIPTION COMMAND...: retry COMMAND every second, up to WAIT_SECONDS.
+wait_for() {
+	local what=$1
+	shift
+	local i
+	for ((i = 0; i < WAIT_SECONDS; i++)); do
+		if "$@" >/dev/null 2>&1; then
+			log "$what: ready"
+			return 0
+		fi
+		sleep 1
+	done
+	return 1
+}
+
+pg_query_ok() {
+	PGCONNECT_TIMEOUT=5 psql -w -h "$HOST" -p "$PG_PORT" -U postgres -d postgres -Atqc 'select 1' >/dev/null 2>&1
+}
+
+ensure_postgres() {
+	# Running and open to user postgres without a password: nothing to do,
+	# and no root needed.
+	if command -v psql >/dev/null 2>&1 && pg_query_ok; then
+		log "PostgreSQL on $HOST:$PG_PORT: running; user postgres connects without a password"
+		return
+	fi
+	if ! command -v pg_lsclusters >/dev/null 2>&1 || ! command -v psql >/dev/null 2>&1; then
+		log "PostgreSQL is not installed"
+		apt_install postgresql
+	fi
+
+	local version
+	version=$(ls /etc/postgresql 2>/dev/null | sort -V | tail -n 1 || true)
+	[ -n "$version" ] || die "no PostgreSQL cluster under /etc/postgresql"
+
+	if pg_lsclusters -h | awk -v v="$version" '$1 == v && $2 == "main" && $4 ~ /^online/ { found = 1 } END { exit !found }'; then
+		log "PostgreSQL $version/main: already online"
+	else
+		log "starting PostgreSQL $version/main: pg_ctlcluster --skip-systemctl-redirect $version main start"
+		as_admin "starting PostgreSQL" pg_ctlcluster --skip-systemctl-redirect "$version" main start
+	fi
+	wait_for "PostgreSQL on $HOST:$PG_PORT" pg_isready -q -h "$HOST" -p "$PG_PORT" \
+		|| die "PostgreSQL did not accept connections on $HOST:$PG_PORT within ${WAIT_SECONDS}s (see /var/log/postgresql/)"
+
+	if pg_query_ok; then
+		log "PostgreSQL: user postgres connects from $HOST without a password"
+		return
+	fi
+
+	# The tests and devdb connect as postgres over TCP with no password:
+	# allow trust auth for loopback only, ahead of the other rules
+	# (pg_hba.conf is first-match).
+	local hba="/etc/postgresql/$version/main/pg_hba.conf"
+	log "PostgreSQL: enabling trust auth for loopback in $hba"
+	as_admin "enabling trust auth for loopback in $hba" sed -i '1i host all all 127.0.0.1/32 trust\nhost all all ::1/128 trust' "$hba"
+	as_admin "reloading PostgreSQL" pg_ctlcluster --skip-systemctl-redirect "$version" main reload
+	wait_for "PostgreSQL trust auth" pg_query_ok \
+		|| die "psql -h $HOST -U postgres -c 'select 1' still fails; check $hba"
+}
+
+ensure_rabbitmq() {
+	if port_open "$HOST" "$AMQP_PORT"; then
+		log "RabbitMQ on $HOST:$AMQP_PORT: running"
+		return
+	fi
+	if ! command -v rabbitmq-server >/dev/null 2>&1; then
+		log "RabbitMQ is not installed"
+		apt_install rabbitmq-server
+	fi
+
+	# The package may have started it; otherwise start it.
+	if timeout 30 "${SUDO[@]}" rabbitmqctl -q status >/dev/null 2>&1; then
+		log "RabbitMQ: already running"
+	else
+		log "starting RabbitMQ: rabbitmq-server -detached"
+		as_admin "starting RabbitMQ" rabbitmq-server -detached
+	fi
+
+	# Ready means the AMQP port answers; await_startup blocks (bounded) while
+	# the node boots, so the loop does not spin.
+	local deadline=$((SECONDS + WAIT_SECONDS))
+	while ((SECONDS < deadline)); do
+		if port_open "$HOST" "$AMQP_PORT"; then
+			log "RabbitMQ on $HOST:$AMQP_PORT: ready"
+			return
+		fi
+		timeout 10 "${SUDO[@]}" rabbitmqctl -q await_startup --timeout 5 >/dev/null 2>&1 || sleep 1
+	done
+	die "RabbitMQ did not accept connections on $HOST:$AMQP_PORT within ${WAIT_SECONDS}s (try: rabbitmqctl status)"
+}
+
+# promtool unit-tests deploy/prometheus/outbox-rules.yml; with CI=true the
+# test fails rather than skips without it. Debian's prometheus package
+# carries it (its service is not started: no systemd here, and CI needs
+# none).
+ensure_promtool() {
+	if command -v promtool >/dev/null 2>&1; then
+		log "promtool: $(promtool --version 2>&1 | head -n 1)"
+		return
+	fi
+	log "promtool is not installed"
+	apt_install prometheus
+	command -v promtool >/dev/null 2>&1 || die "promtool still missing after installing the prometheus package"
+}
+
+# Run alone (not sourced): the servers, nothing else.
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+	set -euo pipefail
+	cd "$(dirname "$0")/.."
+	exec </dev/null
+	ensure_postgres
+	ensure_rabbitmq
+fi
