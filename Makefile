@@ -82,8 +82,8 @@ up: ## Start the docker-compose stack (MongoDB replica set, RabbitMQ, 3 workers,
 down: ## Stop the docker-compose stack and delete its volumes
 	docker compose down -v
 
-# BASELINE=<git rev> (a commit, branch or tag) also runs the issue-17
-# stages, held-aggregates and large-docs with the worker built from that
+# BASELINE=<git rev> (a commit, branch or tag) also runs the
+# slow-database stages, held-aggregates and large-docs with the worker built from that
 # rev, for before/after figures from the same run: `make bench
 # BASELINE=main`. The rev is exported with git
 # archive into a temporary folder and built there; the work tree is not

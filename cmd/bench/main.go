@@ -117,7 +117,7 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	fs.DurationVar(&c.Budget, "budget", 10*time.Minute, "time for the whole run; the PUBLISHED insert of the claim stage stops early to keep within it")
 	fs.StringVar(&c.Replot, "replot", "", "read this bench.json and only rewrite the table and chart next to it (no measurements)")
 	fs.IntVar(&c.LatencyBacklog, "db-latency-backlog", 3000, "events of each slow-database latency stage (db-latency-100ms, db-latency-600ms)")
-	fs.StringVar(&c.Baseline, "baseline", "", "a second worker binary, e.g. the starting commit's build, that the issue-17 stages (db-latency-*, backlog-*), held-aggregates and large-docs also run, reported beside -worker's (make bench BASELINE=<git rev>)")
+	fs.StringVar(&c.Baseline, "baseline", "", "a second worker binary, e.g. the starting commit's build, that the slow-database stages (db-latency-*, backlog-*), held-aggregates and large-docs also run, reported beside -worker's (make bench BASELINE=<git rev>)")
 	workerEnv := fs.String("worker-env", "", "extra environment of the worker processes, comma-separated KEY=VALUE (e.g. GOMAXPROCS=1)")
 	only := fs.String("only", "", "comma-separated stages to run ("+strings.Join(stageKeys, ", ")+"); empty runs all but the opt-in "+strings.Join(optInStageKeys, " and "))
 	if err := fs.Parse(args); err != nil {

@@ -31,7 +31,7 @@ func environOf(m map[string]string) []string {
 }
 
 // defaultConfig is the configuration of a worker given no setting at all,
-// as issues 2 and 3 and docs/configuration.md state it.
+// as docs/configuration.md states it.
 func defaultConfig() Config {
 	return Config{
 		MongoURI:         "mongodb://localhost:27017",

@@ -258,8 +258,9 @@ func (w *worker) run(ctx context.Context) error {
 func (w *worker) prepareStore(ctx context.Context) error {
 	syncCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	synced := make(chan error, 1)
-	go func() { synced <- w.clock.Sync(syncCtx) }()
+	var syncErr error
+	synced := make(chan struct{})
+	go func() { syncErr = w.clock.Sync(syncCtx); close(synced) }()
 	retry := backoff.Backoff{Min: 500 * time.Millisecond, Max: 30 * time.Second}
 	for {
 		attemptCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -279,7 +280,8 @@ func (w *worker) prepareStore(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	err := <-synced
+	<-synced
+	err := syncErr
 	if err != nil && ctx.Err() == nil {
 		// Measured while the database was not up yet: again, now it is.
 		againCtx, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -103,7 +103,7 @@ func TestDuplicateKeyInsertNotAnError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer client.Disconnect(context.WithoutCancel(ctx))
+	defer func() { _ = client.Disconnect(context.WithoutCancel(ctx)) }()
 	owners := client.Database("outbox").Collection("events_owners")
 	if _, err := owners.InsertOne(ctx, bson.M{"_id": "p0/1"}); err != nil {
 		t.Fatalf("first insert: %v", err)
