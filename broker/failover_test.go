@@ -16,7 +16,7 @@ import (
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/redact"
 	"github.com/outboxrelay/outbox/internal/testenv"
-	"github.com/outboxrelay/outbox/internal/testenv/mongotest"
+	"github.com/outboxrelay/outbox/mongo/mongotest"
 )
 
 func TestPublisherSkipsANodeThatDoesNotAnswer(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/metrics"
+	"github.com/outboxrelay/outbox/mongo/mongotest"
 )
 
 func TestRunOnceRelaysBacklog(t *testing.T) {
@@ -142,7 +143,7 @@ func TestRunOncePoisonFailsInOnePass(t *testing.T) {
 
 func TestRunOnceUnroutableRetriesLater(t *testing.T) {
 	t.Parallel()
-	store := newStore(t)
+	store := mongotest.Store(t)
 	coll := store.Collection()
 	exchange := testenv.UniqueName(t, "ex_") // no queue bound: every publish returns
 	pub := newPublisher(t, exchange)
@@ -197,7 +198,7 @@ func TestRunOnceUnroutableRetriesLater(t *testing.T) {
 
 func TestRunOnceUnroutableLastAttemptFails(t *testing.T) {
 	t.Parallel()
-	store := newStore(t)
+	store := mongotest.Store(t)
 	coll := store.Collection()
 	c, m := newClaimer(t, store, newPublisher(t, testenv.UniqueName(t, "ex_")), Config{MaxAttempts: 1})
 	ids := insertEvents(t, coll, 3, "order.created")
@@ -342,7 +343,7 @@ func TestRunOnceLostRaceAsksForMore(t *testing.T) {
 
 func TestRunOncePausedWhileBrokerNotReady(t *testing.T) {
 	t.Parallel()
-	store := newStore(t)
+	store := mongotest.Store(t)
 	coll := store.Collection()
 	pub := &faultPublisher{Publisher: newPublisher(t, testenv.UniqueName(t, "ex_")),
 		notReady: fmt.Errorf("%w: blocked by a broker alarm", events.ErrUnavailable)}

@@ -12,6 +12,7 @@ import (
 	"github.com/outboxrelay/outbox/internal/fakeclock"
 	"github.com/outboxrelay/outbox/metrics"
 	"github.com/outboxrelay/outbox/mongo"
+	"github.com/outboxrelay/outbox/mongo/mongotest"
 )
 
 // pausingStore is the store of a worker that pauses (SIGSTOP, a VM
@@ -82,7 +83,7 @@ func TestPublishStopsWhenTheClaimCouldBeRecovered(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			clock := fakeclock.New(time.Now())
-			store := newStore(t)
+			store := mongotest.Store(t)
 			want := insertInterleaved(t, store.Collection(), n, 10) // 4 rounds: 4 events of each aggregate
 			pub := &clockPublisher{clock: clock, round: tc.round}
 			c, m := newClaimer(t, pausingStore{store, clock, tc.pause}, pub, Config{

@@ -11,6 +11,7 @@ import (
 
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/testenv"
+	"github.com/outboxrelay/outbox/mongo/mongotest"
 )
 
 // scriptedOwner answers Hold with the next of its answers (the last one
@@ -72,7 +73,7 @@ func TestClaimWritesUnderTheFence(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			store := newStore(t)
+			store := mongotest.Store(t)
 			want := insertInterleaved(t, store.Collection(), n, 8)
 			watched := events.PartitionOf(events.Key("order", "agg-3"))
 			partition := partitionsOf(t, store.Collection())
@@ -149,7 +150,7 @@ func TestFenceGivesTheWriteTheTimeItNeeds(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			store := newStore(t)
+			store := mongotest.Store(t)
 			insertInterleaved(t, store.Collection(), n, 8)
 			owner := &scriptedOwner{answers: []ownerAnswer{
 				{terms: allTerms(1), validFor: time.Minute},            // before the read

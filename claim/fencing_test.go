@@ -19,6 +19,7 @@ import (
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/mongo"
+	"github.com/outboxrelay/outbox/mongo/mongotest"
 )
 
 func claimedIDs(cs []events.Claimed) []any {
@@ -102,7 +103,7 @@ func TestFencingLateWriterChangesNothing(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			store := newStore(t)
+			store := mongotest.Store(t)
 			coll := store.Collection()
 			ids := insertEvents(t, coll, 6, "order.created")
 			a, b := tc.late, tc.now
@@ -153,7 +154,7 @@ type claimSplit struct {
 
 func newClaimSplit(t *testing.T) claimSplit {
 	t.Helper()
-	store := newStore(t)
+	store := mongotest.Store(t)
 	now := time.Now()
 	return claimSplit{store: store, ids: insertEvents(t, store.Collection(), 10, "order.created"),
 		a: fenceLease("worker-a", "token-a", now), b: fenceLease("worker-b", "token-b", now)}

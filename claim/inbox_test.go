@@ -2,28 +2,24 @@ package claim
 
 import (
 	"context"
-	"fmt"
-	"maps"
-	"sync"
 	"testing"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/outboxrelay/outbox/internal/testenv"
+	"github.com/outboxrelay/outbox/internal/tally"
 )
 
-// inbox records what a queue delivers: the message ids in arrival order,
-// and how many times each came.
-type inbox struct {
-	mu    sync.Mutex
-	order []string
-	count map[string]int
-}
+// inbox is the tally of what a queue delivers, with the waits and checks
+// of these tests.
+type inbox struct{ *tally.Tally }
 
-// startInbox reads deliveries until the test ends.
+// startInbox tallies deliveries until the test ends. The queue's consumer
+// is closed by a cleanup that runs after this test's own, so the tally
+// stops on the test's context rather than on deliveries closing.
 func startInbox(t *testing.T, deliveries <-chan amqp.Delivery) *inbox {
-	in := &inbox{count: map[string]int{}}
-	ctx, cancel := context.WithCancel(context.Background())
+	in := &inbox{tally.New()}
+	ctx := t.Context() // cancelled before the cleanups run
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -33,45 +29,35 @@ func startInbox(t *testing.T, deliveries <-chan amqp.Delivery) *inbox {
 				if !ok {
 					return
 				}
-				in.mu.Lock()
-				in.order = append(in.order, d.MessageId)
-				in.count[d.MessageId]++
-				in.mu.Unlock()
+				in.Add(d.MessageId, time.Now())
 			case <-ctx.Done():
 				return
 			}
 		}
 	}()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() { <-done })
 	return in
 }
 
 // distinct returns how many different messages have come.
 func (in *inbox) distinct() int {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return len(in.count)
+	d, _, _ := in.Snapshot()
+	return d
 }
 
 // deliveries returns how many messages have come, duplicates included.
 func (in *inbox) deliveries() int {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return len(in.order)
-}
-
-// snapshot returns how many times each message has come so far.
-func (in *inbox) snapshot() map[string]int {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return maps.Clone(in.count)
+	_, total, _ := in.Snapshot()
+	return total
 }
 
 // waitDistinct waits until n distinct messages have come.
 func (in *inbox) waitDistinct(t *testing.T, n int) {
 	t.Helper()
-	testenv.Eventually(t, waitFor, func() (bool, string) {
-		got := in.distinct()
-		return got >= n, fmt.Sprintf("%d of %d distinct messages received", got, n)
-	})
+	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
+	defer cancel()
+	if err := in.WaitDistinct(ctx, n); err != nil {
+		d, total, _ := in.Snapshot()
+		t.Fatalf("%d of %d distinct messages received (%d deliveries) within %s: %v", d, n, total, waitFor, err)
+	}
 }

@@ -75,14 +75,7 @@ func relayInterleaved(t *testing.T, n, aggregates int) (relayRig, *inbox, []orde
 // event, and for every duplicate when noDuplicates.
 func (in *inbox) checkOrder(t *testing.T, want []ordered, noDuplicates bool) {
 	t.Helper()
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	first := map[string]int{}
-	for i, id := range in.order {
-		if _, ok := first[id]; !ok {
-			first[id] = i
-		}
-	}
+	first, counts := in.FirstPositions(), in.Counts()
 	last := map[string]ordered{} // per aggregate, the previous event checked
 	inversions := 0
 	for _, e := range want {
@@ -91,8 +84,8 @@ func (in *inbox) checkOrder(t *testing.T, want []ordered, noDuplicates bool) {
 			t.Errorf("event %s (aggregate %q, #%d) never delivered", e.id, e.aggregate, e.seq)
 			continue
 		}
-		if noDuplicates && in.count[e.id] > 1 {
-			t.Errorf("event %s delivered %d times", e.id, in.count[e.id])
+		if noDuplicates && counts[e.id] > 1 {
+			t.Errorf("event %s delivered %d times", e.id, counts[e.id])
 		}
 		if e.aggregate == "" {
 			continue

@@ -256,7 +256,7 @@ func (r *outageRig) requireAllPublishedOnce() (duplicates, maxAttempts int) {
 
 	// Confirmed means enqueued: the consumer has them all, or is about to.
 	r.poll(outageWait, "every event delivered", func() bool { return r.inbox.distinct() >= len(r.ids) })
-	counts := r.inbox.snapshot()
+	counts := r.inbox.Counts()
 	for _, id := range r.ids {
 		if counts[id] == 0 {
 			r.t.Errorf("event %s never delivered", id)

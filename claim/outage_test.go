@@ -209,7 +209,7 @@ func TestOutageDatabaseBlip(t *testing.T) {
 		t.Errorf("lost claims = %v, want 0", got)
 	}
 	r.poll(outageWait, "both batches delivered", func() bool { return r.inbox.distinct() >= published })
-	counts := r.inbox.snapshot()
+	counts := r.inbox.Counts()
 	for _, id := range cutIDs {
 		if counts[id] != 1 {
 			t.Errorf("event %s of the batch whose mark was cut delivered %d times, want once", id, counts[id])
@@ -307,7 +307,7 @@ func TestOutageDatabase(t *testing.T) {
 	drained := r.drainAndStop(c, restored)
 
 	duplicates, maxAttempts := r.requireAllPublishedOnce()
-	counts := r.inbox.snapshot()
+	counts := r.inbox.Counts()
 	for id := range stuck {
 		if counts[id] < 2 {
 			// Not a failure of the relay, but then this test did not test

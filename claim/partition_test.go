@@ -11,6 +11,7 @@ import (
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/fakeclock"
 	"github.com/outboxrelay/outbox/mongo"
+	"github.com/outboxrelay/outbox/mongo/mongotest"
 	"github.com/outboxrelay/outbox/ownership"
 )
 
@@ -68,7 +69,7 @@ func settleOwnership(t *testing.T, clock *fakeclock.Clock, ms ...*ownership.Mana
 // writes for the batch it held change nothing.
 func TestFencingOldOwnerClaimsNothing(t *testing.T) {
 	t.Parallel()
-	store := newStore(t)
+	store := mongotest.Store(t)
 	coll := store.Collection()
 	ids := insertEvents(t, coll, 10, "order.created")
 	extra := insertEvents(t, coll, 5, "order.updated") // still NEW when a wakes up
@@ -141,7 +142,7 @@ func TestFencingOldOwnerClaimsNothing(t *testing.T) {
 // terms run out; the events in them are claimed by the survivors.
 func TestOwnershipJoinAndDeath(t *testing.T) {
 	t.Parallel()
-	store := newStore(t)
+	store := mongotest.Store(t)
 	clock := fakeclock.New(time.Now())
 	a, b := newOwner(t, store, clock, "worker-a"), newOwner(t, store, clock, "worker-b")
 	settleOwnership(t, clock, a)

@@ -16,6 +16,7 @@ import (
 	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/metrics"
 	"github.com/outboxrelay/outbox/mongo"
+	"github.com/outboxrelay/outbox/mongo/mongotest"
 )
 
 // waitFor bounds every wait on a server in these tests.
@@ -28,17 +29,6 @@ var (
 	_ Store     = (*mongo.Store)(nil)
 	_ Publisher = (*broker.Publisher)(nil)
 )
-
-// newStore returns a prepared store on a database of its own.
-func newStore(t *testing.T) *mongo.Store {
-	t.Helper()
-	db := testenv.Database(t)
-	s := mongo.New(db.Client(), mongo.Config{Database: db.Name(), Logger: discard})
-	if err := s.Prepare(t.Context()); err != nil {
-		t.Fatalf("Prepare: %v", err)
-	}
-	return s
-}
 
 // relayRig is what a test of the relay from outbox to queue works on: a
 // prepared store on a database of its own, and an exchange of its own
@@ -55,7 +45,7 @@ type relayRig struct {
 // exchange are deleted.
 func newRelayRig(t *testing.T) relayRig {
 	t.Helper()
-	store := newStore(t)
+	store := mongotest.Store(t)
 	exchange := testenv.UniqueName(t, "ex_")
 	return relayRig{store: store, coll: store.Collection(), exchange: exchange,
 		deliveries: testenv.Consume(t, testenv.AMQPURL(t), exchange)}

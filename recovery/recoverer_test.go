@@ -16,8 +16,8 @@ import (
 
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/testenv"
-	"github.com/outboxrelay/outbox/internal/testenv/mongotest"
 	"github.com/outboxrelay/outbox/metrics"
+	"github.com/outboxrelay/outbox/mongo/mongotest"
 )
 
 var discard = slog.New(slog.DiscardHandler)

@@ -16,8 +16,8 @@ import (
 	driver "go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/outboxrelay/outbox/events"
-	"github.com/outboxrelay/outbox/internal/testenv/mongotest"
 	"github.com/outboxrelay/outbox/metrics"
+	"github.com/outboxrelay/outbox/mongo/mongotest"
 )
 
 var discard = slog.New(slog.DiscardHandler)

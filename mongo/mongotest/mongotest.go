@@ -1,10 +1,13 @@
-// Package mongotest gives tests of several packages the outbox store of
-// package mongo, prepared on a database of their own, the event documents
-// they put in it, and the statuses they read back.
+// Package mongotest gives tests the outbox store of package mongo,
+// prepared on a database of their own, the event documents they put in it,
+// the statuses they read back, and a recorder of the commands a store sends.
+// It sits next to the package it serves, as net/http/httptest does, and is
+// imported only from _test.go files.
 //
-// It is apart from testenv because package mongo imports packages whose
-// own tests use testenv: testenv importing mongo would make an import
-// cycle of those tests.
+// It is a package of its own so that package mongo, which the worker ships,
+// imports neither testing nor internal/testenv, and so that
+// internal/testenv, which gives the servers, imports none of the packages
+// it serves.
 package mongotest
 
 import (

@@ -1,0 +1,22 @@
+package testenv
+
+import "go.uber.org/goleak"
+
+// LeakOptions returns the options every package's TestMain gives
+// goleak.VerifyTestMain: the goroutines of the servers this package starts
+// once per test binary and leaves running until the process exits, named
+// one function each. Everything else a test binary still runs after its
+// last test is a leak: a service a Stop did not end, a client a test did
+// not disconnect.
+func LeakOptions() []goleak.Option {
+	return []goleak.Option{
+		// The embedded FerretDB (see MongoURI) serves the whole binary:
+		// the goroutine Run blocks in for as long as the process lives,
+		goleak.IgnoreAnyFunction("github.com/outboxrelay/outbox/internal/ferret.Start.func1"),
+		// its listener's accept loop,
+		goleak.IgnoreAnyFunction("github.com/FerretDB/FerretDB/internal/clientconn.acceptLoop"),
+		// and the health check of its PostgreSQL connection pool (only
+		// FerretDB opens a pgx pool in the tests).
+		goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+	}
+}

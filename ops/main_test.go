@@ -1,0 +1,13 @@
+package ops_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/outboxrelay/outbox/internal/testenv"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, testenv.LeakOptions()...)
+}
