@@ -202,7 +202,7 @@ func TestRenewalBesideTheReadEndsWithIt(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			store := newStore(t)
+			store := mongotest.Store(t)
 			insertInterleaved(t, store.Collection(), n, 4)
 			owner := &scriptedOwner{answers: []ownerAnswer{
 				{terms: allTerms(1), validFor: time.Nanosecond}, // short of the read and the write
