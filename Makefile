@@ -95,7 +95,11 @@ BASELINE_FLAG := $(if $(BASELINE),-baseline $(BASELINE_BIN))
 .PHONY: bench
 bench: $(if $(BASELINE),baseline-worker) ## Benchmark the worker on FerretDB + RabbitMQ (12 to 15 min; BASELINE=<rev> adds before/after); writes results/ (docs/performance.md)
 	$(GO) build -o $(BIN)/worker ./cmd/worker
-	$(GO) run ./cmd/bench -worker $(BIN)/worker -out results $(BASELINE_FLAG) $(BENCH_FLAGS)
+	$(GO) run ./cmd/bench -worker $(BIN)/worker -out results -doc docs/performance.md $(BASELINE_FLAG) $(BENCH_FLAGS)
+
+.PHONY: bench-doc
+bench-doc: ## Rewrite the table in docs/performance.md (and results/bench.txt, bench.png) from results/bench.json
+	$(GO) run ./cmd/bench -replot results/bench.json -doc docs/performance.md
 
 .PHONY: bench-slow
 bench-slow: $(if $(BASELINE),baseline-worker) ## Only the opt-in large-backlog stages (20,000 and 50,000 events; 30+ min on FerretDB); writes results/slow/

@@ -61,6 +61,7 @@ type config struct {
 	Profile      bool
 	Budget       time.Duration
 	Replot       string
+	Doc          string
 	WorkerEnv    []string
 	Only         map[string]bool
 
@@ -116,6 +117,7 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	fs.BoolVar(&c.Profile, "profile", true, "CPU-profile the 1-replica worker during its drain (raw/worker-x1.cpu.prof)")
 	fs.DurationVar(&c.Budget, "budget", 10*time.Minute, "time for the whole run; the PUBLISHED insert of the claim stage stops early to keep within it")
 	fs.StringVar(&c.Replot, "replot", "", "read this bench.json and only rewrite the table and chart next to it (no measurements)")
+	fs.StringVar(&c.Doc, "doc", "", "also rewrite the generated table in this document (make bench: docs/performance.md)")
 	fs.IntVar(&c.LatencyBacklog, "db-latency-backlog", 3000, "events of each slow-database latency stage (db-latency-100ms, db-latency-600ms)")
 	fs.StringVar(&c.Baseline, "baseline", "", "a second worker binary, e.g. the starting commit's build, that the slow-database stages (db-latency-*, backlog-*), held-aggregates and large-docs also run, reported beside -worker's (make bench BASELINE=<git rev>)")
 	workerEnv := fs.String("worker-env", "", "extra environment of the worker processes, comma-separated KEY=VALUE (e.g. GOMAXPROCS=1)")
@@ -205,7 +207,7 @@ const databaseName = "outbox_bench"
 
 func run(ctx context.Context, cfg config, out io.Writer) error {
 	if cfg.Replot != "" {
-		return replot(cfg.Replot, out)
+		return replot(cfg.Replot, cfg.Doc, out)
 	}
 	started := time.Now()
 	b := &bench{

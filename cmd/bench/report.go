@@ -9,23 +9,93 @@ import (
 	"strings"
 )
 
-// report prints the table and writes bench.json, bench.txt and bench.png.
+// report prints the table and writes bench.json, bench.txt and bench.png,
+// and the table into -doc's document when it is set.
 func (b *bench) report() error {
-	return writeReport(b.res, b.cfg.OutDir, b.out)
+	if err := writeReport(b.res, b.cfg.OutDir, b.out); err != nil {
+		return err
+	}
+	if b.cfg.Doc == "" {
+		return nil
+	}
+	return writeDocTable(b.cfg.Doc, b.res)
 }
 
-// replot rewrites the table and chart of an earlier run from its JSON.
-func replot(path string, out io.Writer) error {
+// replot rewrites the table and chart of an earlier run from its JSON,
+// and, when doc is set, the table in that document (see writeDocTable).
+func replot(path, doc string, out io.Writer) error {
+	r, err := loadResults(path)
+	if err != nil {
+		return err
+	}
+	if err := writeReport(r, filepath.Dir(path), out); err != nil {
+		return err
+	}
+	if doc == "" {
+		return nil
+	}
+	return writeDocTable(doc, r)
+}
+
+// loadResults reads a run's bench.json and evaluates its targets.
+func loadResults(path string) (*Results, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r Results
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	r.evaluate()
+	return &r, nil
+}
+
+// The markers around the table a document shows of a run: what lies
+// between them is generated (writeDocTable), and a test checks that
+// docs/performance.md's is the one of results/bench.json.
+const (
+	docTableBegin = "<!-- bench table: generated from results/bench.json by make bench-doc; do not edit -->"
+	docTableEnd   = "<!-- end of bench table -->"
+)
+
+// docTable is the Markdown table of r, without the heading and footer
+// lines of the terminal's report.
+func docTable(r *Results) string {
+	var b strings.Builder
+	for _, line := range strings.Split(r.table(), "\n") {
+		if strings.HasPrefix(line, "|") {
+			b.WriteString(line)
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
+}
+
+// docTableIn returns what lies between the markers in doc, and where.
+func docTableIn(doc string) (table string, begin, end int, err error) {
+	b := strings.Index(doc, docTableBegin)
+	e := strings.Index(doc, docTableEnd)
+	if b < 0 || e < b {
+		return "", 0, 0, fmt.Errorf("no %q ... %q markers", docTableBegin, docTableEnd)
+	}
+	begin = b + len(docTableBegin) + 1 // and its newline
+	return doc[begin:e], begin, e, nil
+}
+
+// writeDocTable replaces the table between the markers in the document
+// at path with r's.
+func writeDocTable(path string, r *Results) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
-	var r Results
-	if err := json.Unmarshal(data, &r); err != nil {
+	doc := string(data)
+	_, begin, end, err := docTableIn(doc)
+	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	r.evaluate()
-	return writeReport(&r, filepath.Dir(path), out)
+	return os.WriteFile(path, []byte(doc[:begin]+docTable(r)+doc[end:]), 0o644)
 }
 
 func writeReport(r *Results, dir string, out io.Writer) error {
