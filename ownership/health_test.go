@@ -10,6 +10,7 @@ import (
 
 	"github.com/outboxrelay/outbox/internal/fakeclock"
 	"github.com/outboxrelay/outbox/metrics"
+	"github.com/outboxrelay/outbox/metrics/metricstest"
 )
 
 // readOnlyTable is a table this replica may read but not write: the
@@ -50,12 +51,8 @@ func TestUnownedWhileOwnersCannotBeWritten(t *testing.T) {
 		}
 		clock.Advance(roundMax)
 	}
-	if got := testutil.ToFloat64(m.JobErrors.WithLabelValues("ownership")); got != float64(rounds) {
-		t.Errorf("job_errors_total{job=ownership} = %v, want %d (every round failed)", got, rounds)
-	}
-	if got := testutil.ToFloat64(m.PartitionsOwned); got != 0 {
-		t.Errorf("partitions_owned = %v, want 0", got)
-	}
+	metricstest.Want(t, "job_errors_total{job=ownership} (every round failed)", m.JobErrors.WithLabelValues("ownership"), float64(rounds))
+	metricstest.Want(t, "partitions_owned", m.PartitionsOwned, 0)
 	d, err := a.Unowned()
 	if d <= term || !errors.Is(err, errNotAuthorized) {
 		t.Errorf("Unowned = %s, %v; want more than a term (%s) and the refused write", d, err, term)
@@ -78,9 +75,7 @@ func TestUnownedAndLeaderlessFollowTheRounds(t *testing.T) {
 	if d, err := a.Unowned(); d != 0 || err != nil {
 		t.Errorf("a owning every partition: Unowned = %s, %v; want 0, nil", d, err)
 	}
-	if got := testutil.ToFloat64(ma.PartitionsOwned); got != 64 {
-		t.Errorf("a: partitions_owned = %v, want 64", got)
-	}
+	metricstest.Want(t, "a: partitions_owned", ma.PartitionsOwned, 64)
 
 	// b sees a lead and takes nothing yet (a gives back only at its next
 	// round): b is unowned, but a leader exists.
@@ -119,9 +114,7 @@ func TestReleaseZeroesPartitionsOwned(t *testing.T) {
 	if err := a.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if got := testutil.ToFloat64(m.PartitionsOwned); got != 0 {
-		t.Errorf("partitions_owned after Release = %v, want 0", got)
-	}
+	metricstest.Want(t, "partitions_owned after Release", m.PartitionsOwned, 0)
 	clock.Advance(time.Second)
 	if d, _ := a.Unowned(); d != time.Second {
 		t.Errorf("Unowned a second after Release = %s, want 1s", d)
