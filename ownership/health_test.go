@@ -68,10 +68,7 @@ func TestUnownedWhileOwnersCannotBeWritten(t *testing.T) {
 // only until it takes the partitions over.
 func TestUnownedAndLeaderlessFollowTheRounds(t *testing.T) {
 	t.Parallel()
-	table, clock := newMemTable(), fakeclock.New(epoch)
-	ma := metrics.New(nil)
-	a := newManagerWith(t, table, clock, Config{WorkerID: "a", Metrics: ma})
-	tick(t, a)
+	a, table, clock, ma := soleOwner(t)
 	if d, err := a.Unowned(); d != 0 || err != nil {
 		t.Errorf("a owning every partition: Unowned = %s, %v; want 0, nil", d, err)
 	}
@@ -107,10 +104,7 @@ func TestUnownedAndLeaderlessFollowTheRounds(t *testing.T) {
 // Release gives everything back and the gauge says so at once.
 func TestReleaseZeroesPartitionsOwned(t *testing.T) {
 	t.Parallel()
-	table, clock := newMemTable(), fakeclock.New(epoch)
-	m := metrics.New(nil)
-	a := newManagerWith(t, table, clock, Config{WorkerID: "a", Metrics: m})
-	tick(t, a)
+	a, _, clock, m := soleOwner(t)
 	if err := a.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -119,4 +113,15 @@ func TestReleaseZeroesPartitionsOwned(t *testing.T) {
 	if d, _ := a.Unowned(); d != time.Second {
 		t.Errorf("Unowned a second after Release = %s, want 1s", d)
 	}
+}
+
+// soleOwner returns replica "a", with metrics of its own, after its first
+// round on a new table, where it took every partition.
+func soleOwner(t *testing.T) (*Manager, *memTable, *fakeclock.Clock, *metrics.Metrics) {
+	t.Helper()
+	table, clock := newMemTable(), fakeclock.New(epoch)
+	m := metrics.New(nil)
+	a := newManagerWith(t, table, clock, Config{WorkerID: "a", Metrics: m})
+	tick(t, a)
+	return a, table, clock, m
 }
