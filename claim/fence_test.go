@@ -83,11 +83,7 @@ func TestClaimWritesUnderTheFence(t *testing.T) {
 			}}
 			c, _ := newClaimer(t, store, idlePublisher{t}, Config{Owner: owner, Ordering: OrderingAggregate, BatchSize: n})
 			start := time.Now().Truncate(time.Millisecond)
-			lease := events.Lease{WorkerID: "worker-a", Token: "t"}
-			res, _, err := c.claim(t.Context(), &lease)
-			if err != nil {
-				t.Fatalf("claim: %v", err)
-			}
+			res, lease := claimAsA(t, c)
 			if owner.calls != 2 {
 				t.Errorf("Hold called %d times, want 2: once before the reads, once to fence the writes", owner.calls)
 			}
@@ -161,11 +157,7 @@ func TestFenceGivesTheWriteTheTimeItNeeds(t *testing.T) {
 			for _, w := range tc.seen {
 				c.writes.observe(w.events, w.took)
 			}
-			lease := events.Lease{WorkerID: "worker-a", Token: "t"}
-			res, _, err := c.claim(t.Context(), &lease)
-			if err != nil {
-				t.Fatalf("claim: %v", err)
-			}
+			res, _ := claimAsA(t, c)
 			if owner.renews != 1 {
 				t.Errorf("renewals before the write = %d, want 1", owner.renews)
 			}
@@ -211,11 +203,7 @@ func TestRenewalBesideTheReadEndsWithIt(t *testing.T) {
 			c, _ := newClaimer(t, store, idlePublisher{t}, Config{Owner: owner, Ordering: OrderingAggregate, BatchSize: n})
 			c.reads.observe(tc.read)
 			c.renews.observe(tc.renew)
-			lease := events.Lease{WorkerID: "worker-a", Token: "t"}
-			res, _, err := c.claim(t.Context(), &lease)
-			if err != nil {
-				t.Fatalf("claim: %v", err)
-			}
+			res, _ := claimAsA(t, c)
 			if owner.renews != tc.wantRenews {
 				t.Errorf("renewals = %d, want %d", owner.renews, tc.wantRenews)
 			}
@@ -224,4 +212,16 @@ func TestRenewalBesideTheReadEndsWithIt(t *testing.T) {
 			}
 		})
 	}
+}
+
+// claimAsA runs one claim of c as worker-a and returns what it claimed and
+// the lease it wrote, which the claim dates.
+func claimAsA(t *testing.T, c *Claimer) (events.ClaimResult, events.Lease) {
+	t.Helper()
+	lease := events.Lease{WorkerID: "worker-a", Token: "t"}
+	res, _, err := c.claim(t.Context(), &lease)
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	return res, lease
 }

@@ -173,17 +173,25 @@ func fenceTenure(t *testing.T, s *mongo.Store, p int) int64 {
 	return tenure
 }
 
+// aReadsThree inserts e1, e2 and e3 of the rig's first aggregate and
+// returns a's read of them under tenure 1.
+func aReadsThree(t *testing.T, r fenceRig) []bson.Raw {
+	t.Helper()
+	agg := r.aggregates[0]
+	insert(t, r.coll, aggregateEvent("e1", agg, 1), aggregateEvent("e2", agg, 2), aggregateEvent("e3", agg, 3))
+	docsA, _, err := r.a.ReadClaimable(t.Context(), time.Now(), fenceLimit(r.p, 1))
+	if err != nil || len(docsA) != 3 {
+		t.Fatalf("a's read = %d events, %v; want 3", len(docsA), err)
+	}
+	return docsA
+}
+
 // a holds p under tenure 1 and reads three events; b takes p (tenure 2)
 // and reads them before a writes. a's write then aborts on the server,
 // whatever the clocks say, and writes nothing; b claims the events.
 func staleWriteAfterRead(t *testing.T, r fenceRig) {
 	ctx := t.Context()
-	agg := r.aggregates[0]
-	insert(t, r.coll, aggregateEvent("e1", agg, 1), aggregateEvent("e2", agg, 2), aggregateEvent("e3", agg, 3))
-	docsA, _, err := r.a.ReadClaimable(ctx, time.Now(), fenceLimit(r.p, 1))
-	if err != nil || len(docsA) != 3 {
-		t.Fatalf("a's read = %d events, %v; want 3", len(docsA), err)
-	}
+	docsA := aReadsThree(t, r)
 	docsB, _, err := r.b.ReadClaimable(ctx, time.Now(), fenceLimit(r.p, 2))
 	if err != nil || len(docsB) != 3 {
 		t.Fatalf("b's read = %d events, %v; want 3", len(docsB), err)
@@ -211,12 +219,7 @@ func staleWriteAfterRead(t *testing.T, r fenceRig) {
 // read leaves p out without a command, and b claims the rest.
 func staleWriteAfterClaim(t *testing.T, r fenceRig) {
 	ctx := t.Context()
-	agg := r.aggregates[0]
-	insert(t, r.coll, aggregateEvent("e1", agg, 1), aggregateEvent("e2", agg, 2), aggregateEvent("e3", agg, 3))
-	docsA, _, err := r.a.ReadClaimable(ctx, time.Now(), fenceLimit(r.p, 1))
-	if err != nil || len(docsA) != 3 {
-		t.Fatalf("a's read = %d events, %v; want 3", len(docsA), err)
-	}
+	docsA := aReadsThree(t, r)
 	lb := fenceLease("b", 1)
 	limitB := fenceLimit(r.p, 2)
 	limitB.Events = 1

@@ -10,6 +10,7 @@ import (
 
 	"github.com/outboxrelay/outbox/internal/fakeclock"
 	"github.com/outboxrelay/outbox/metrics"
+	"github.com/outboxrelay/outbox/metrics/metricstest"
 )
 
 // readOnlyTable is a table this replica may read but not write: the
@@ -50,12 +51,8 @@ func TestUnownedWhileOwnersCannotBeWritten(t *testing.T) {
 		}
 		clock.Advance(roundMax)
 	}
-	if got := testutil.ToFloat64(m.JobErrors.WithLabelValues("ownership")); got != float64(rounds) {
-		t.Errorf("job_errors_total{job=ownership} = %v, want %d (every round failed)", got, rounds)
-	}
-	if got := testutil.ToFloat64(m.PartitionsOwned); got != 0 {
-		t.Errorf("partitions_owned = %v, want 0", got)
-	}
+	metricstest.Want(t, "job_errors_total{job=ownership} (every round failed)", m.JobErrors.WithLabelValues("ownership"), float64(rounds))
+	metricstest.Want(t, "partitions_owned", m.PartitionsOwned, 0)
 	d, err := a.Unowned()
 	if d <= term || !errors.Is(err, errNotAuthorized) {
 		t.Errorf("Unowned = %s, %v; want more than a term (%s) and the refused write", d, err, term)
@@ -71,16 +68,11 @@ func TestUnownedWhileOwnersCannotBeWritten(t *testing.T) {
 // only until it takes the partitions over.
 func TestUnownedAndLeaderlessFollowTheRounds(t *testing.T) {
 	t.Parallel()
-	table, clock := newMemTable(), fakeclock.New(epoch)
-	ma := metrics.New(nil)
-	a := newManagerWith(t, table, clock, Config{WorkerID: "a", Metrics: ma})
-	tick(t, a)
+	a, table, clock, ma := soleOwner(t)
 	if d, err := a.Unowned(); d != 0 || err != nil {
 		t.Errorf("a owning every partition: Unowned = %s, %v; want 0, nil", d, err)
 	}
-	if got := testutil.ToFloat64(ma.PartitionsOwned); got != 64 {
-		t.Errorf("a: partitions_owned = %v, want 64", got)
-	}
+	metricstest.Want(t, "a: partitions_owned", ma.PartitionsOwned, 64)
 
 	// b sees a lead and takes nothing yet (a gives back only at its next
 	// round): b is unowned, but a leader exists.
@@ -112,18 +104,24 @@ func TestUnownedAndLeaderlessFollowTheRounds(t *testing.T) {
 // Release gives everything back and the gauge says so at once.
 func TestReleaseZeroesPartitionsOwned(t *testing.T) {
 	t.Parallel()
-	table, clock := newMemTable(), fakeclock.New(epoch)
-	m := metrics.New(nil)
-	a := newManagerWith(t, table, clock, Config{WorkerID: "a", Metrics: m})
-	tick(t, a)
+	a, _, clock, m := soleOwner(t)
 	if err := a.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if got := testutil.ToFloat64(m.PartitionsOwned); got != 0 {
-		t.Errorf("partitions_owned after Release = %v, want 0", got)
-	}
+	metricstest.Want(t, "partitions_owned after Release", m.PartitionsOwned, 0)
 	clock.Advance(time.Second)
 	if d, _ := a.Unowned(); d != time.Second {
 		t.Errorf("Unowned a second after Release = %s, want 1s", d)
 	}
+}
+
+// soleOwner returns replica "a", with metrics of its own, after its first
+// round on a new table, where it took every partition.
+func soleOwner(t *testing.T) (*Manager, *memTable, *fakeclock.Clock, *metrics.Metrics) {
+	t.Helper()
+	table, clock := newMemTable(), fakeclock.New(epoch)
+	m := metrics.New(nil)
+	a := newManagerWith(t, table, clock, Config{WorkerID: "a", Metrics: m})
+	tick(t, a)
+	return a, table, clock, m
 }

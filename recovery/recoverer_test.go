@@ -17,6 +17,7 @@ import (
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/metrics"
+	"github.com/outboxrelay/outbox/metrics/metricstest"
 	"github.com/outboxrelay/outbox/mongo/mongotest"
 )
 
@@ -70,23 +71,15 @@ func TestRunOnceResetsStaleClaims(t *testing.T) {
 	if diff := cmp.Diff(want, mongotest.Statuses(t, coll)); diff != "" {
 		t.Errorf("statuses after recovery (-want +got):\n%s", diff)
 	}
-	if got := testutil.ToFloat64(m.Recovered); got != 2 {
-		t.Errorf("recovered = %v, want 2", got)
-	}
-	if got := testutil.ToFloat64(m.Failed.WithLabelValues(metrics.ReasonStaleMaxAttempts)); got != 1 {
-		t.Errorf("failed{reason=stale_max_attempts} = %v, want 1", got)
-	}
+	metricstest.Want(t, "recovered", m.Recovered, 2)
+	metricstest.Want(t, "failed{reason=stale_max_attempts}", m.Failed.WithLabelValues(metrics.ReasonStaleMaxAttempts), 1)
 
 	// A second run, as another replica's, finds nothing more to do.
 	if _, err := r.runOnce(t.Context()); err != nil {
 		t.Fatalf("second runOnce: %v", err)
 	}
-	if got := testutil.ToFloat64(m.Recovered); got != 2 {
-		t.Errorf("recovered after a second run = %v, want still 2", got)
-	}
-	if got := testutil.ToFloat64(m.JobErrors.WithLabelValues("recovery")); got != 0 {
-		t.Errorf("job errors = %v, want 0", got)
-	}
+	metricstest.Want(t, "recovered after a second run", m.Recovered, 2)
+	metricstest.Want(t, "job errors", m.JobErrors.WithLabelValues("recovery"), 0)
 }
 
 // A PROCESSING event whose processingAt could never go stale is reset on
@@ -117,9 +110,7 @@ func TestRunOnceResetsUnusableProcessingAt(t *testing.T) {
 	if diff := cmp.Diff(want, mongotest.Statuses(t, coll)); diff != "" {
 		t.Errorf("statuses after recovery (-want +got):\n%s", diff)
 	}
-	if got := testutil.ToFloat64(m.Recovered); got != 3 {
-		t.Errorf("recovered = %v, want 3", got)
-	}
+	metricstest.Want(t, "recovered", m.Recovered, 3)
 }
 
 // MaxAttempts 0 means the claimer's default, not unlimited: a stale event
@@ -139,9 +130,7 @@ func TestRunOnceDefaultAttemptLimit(t *testing.T) {
 	if diff := cmp.Diff(want, mongotest.Statuses(t, coll)); diff != "" {
 		t.Errorf("MaxAttempts 0 means %d (-want +got):\n%s", events.MaxAttemptsDefault, diff)
 	}
-	if got := testutil.ToFloat64(m.Recovered); got != 1 {
-		t.Errorf("recovered = %v, want 1", got)
-	}
+	metricstest.Want(t, "recovered", m.Recovered, 1)
 }
 
 // failingStore is a recovery.Store whose database is down.
@@ -161,9 +150,7 @@ func TestRunOnceCountsErrors(t *testing.T) {
 	if _, err := r.runOnce(t.Context()); err == nil || !strings.Contains(err.Error(), "server selection timeout") {
 		t.Errorf("runOnce on a failing store = %v, want the store's error wrapped", err)
 	}
-	if got := testutil.ToFloat64(m.JobErrors.WithLabelValues("recovery")); got != 1 {
-		t.Errorf("job_errors{job=recovery} = %v, want 1", got)
-	}
+	metricstest.Want(t, "job_errors{job=recovery}", m.JobErrors.WithLabelValues("recovery"), 1)
 }
 
 func TestNewValidatesConfig(t *testing.T) {

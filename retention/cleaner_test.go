@@ -11,12 +11,12 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	driver "go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/metrics"
+	"github.com/outboxrelay/outbox/metrics/metricstest"
 	"github.com/outboxrelay/outbox/mongo/mongotest"
 )
 
@@ -147,9 +147,7 @@ func TestRunOnceDeletesOldPublishedWhileBatchesComeBackFull(t *testing.T) {
 	if len(*paused) != 12 {
 		t.Errorf("paused %d times, want 12 (before every batch but the first)", len(*paused))
 	}
-	if got := testutil.ToFloat64(m.Deleted); got != old {
-		t.Errorf("deleted metric = %v, want %d", got, old)
-	}
+	metricstest.Want(t, "deleted metric", m.Deleted, float64(old))
 	remaining := map[string]int64{
 		"PUBLISHED": count(t, coll, bson.D{{Key: events.FieldStatus, Value: events.StatusPublished}}),
 		"FAILED":    count(t, coll, bson.D{{Key: events.FieldStatus, Value: events.StatusFailed}}),
@@ -262,12 +260,8 @@ func TestRunOnceCountsWhatItDeletedBeforeAnError(t *testing.T) {
 	if _, err := c.runOnce(t.Context()); err == nil || !strings.Contains(err.Error(), "connection reset") {
 		t.Errorf("runOnce = %v, want the store's error wrapped", err)
 	}
-	if got := testutil.ToFloat64(m.Deleted); got != 5 {
-		t.Errorf("deleted = %v, want 5 (the batch before the error)", got)
-	}
-	if got := testutil.ToFloat64(m.JobErrors.WithLabelValues("retention")); got != 1 {
-		t.Errorf("job_errors{job=retention} = %v, want 1", got)
-	}
+	metricstest.Want(t, "deleted (the batch before the error)", m.Deleted, 5)
+	metricstest.Want(t, "job_errors{job=retention}", m.JobErrors.WithLabelValues("retention"), 1)
 }
 
 func TestNewValidatesConfig(t *testing.T) {

@@ -28,15 +28,7 @@ func TestTicksBackOffAfterFailures(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	j.now = func() time.Time { return now }
 	// woken reports whether a tick at now would run the job.
-	woken := func() bool {
-		j.tick()
-		select {
-		case <-j.wake:
-			return true
-		default:
-			return false
-		}
-	}
+	woken := func() bool { return tickWakes(j) }
 
 	// Failures in a row push ticks back 1s, 2s, 4s, ... up to backoffMax.
 	for n, want := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, backoffMax, backoffMax} {
@@ -56,9 +48,7 @@ func TestTicksBackOffAfterFailures(t *testing.T) {
 
 	// A Trigger is not a tick: it runs at once, and a success ends the backoff.
 	j.Trigger()
-	select {
-	case <-j.wake:
-	default:
+	if !woke(j) {
 		t.Fatal("Trigger during a backoff did not wake the job")
 	}
 	fail = false
@@ -160,13 +150,7 @@ func TestTicksYieldWhileClaimsAreSlow(t *testing.T) {
 	j.now = func() time.Time { return now }
 	woken := func() bool {
 		now = now.Add(time.Second)
-		j.tick()
-		select {
-		case <-j.wake:
-			return true
-		default:
-			return false
-		}
+		return tickWakes(j)
 	}
 	// The ticks left out before each run while claims stay slow.
 	var gaps []int
@@ -191,9 +175,7 @@ func TestTicksYieldWhileClaimsAreSlow(t *testing.T) {
 		t.Fatal("the tick after a run was not left out")
 	}
 	j.Trigger()
-	select {
-	case <-j.wake:
-	default:
+	if !woke(j) {
 		t.Error("a Trigger while yielding did not wake the job: only ticks yield")
 	}
 
@@ -225,11 +207,8 @@ func TestYieldNeverDefersARunBeyondYieldMax(t *testing.T) {
 	var runs []time.Time
 	for range 24 * 60 / 2 { // a day of ticks with claims slow throughout
 		now = now.Add(period)
-		j.tick()
-		select {
-		case <-j.wake:
+		if tickWakes(j) {
 			runs = append(runs, now)
-		default:
 		}
 	}
 	if len(runs) < 2 {
@@ -344,4 +323,21 @@ func TestTicksReadCronInUTC(t *testing.T) {
 	if got, want := newTicks(daily, start).next, time.Date(2026, 1, 1, 3, 0, 0, 0, time.UTC); !got.Equal(want) {
 		t.Errorf("next tick of 0 3 * * * from %s = %s, want %s", start, got, want)
 	}
+}
+
+// woke reports whether the job has been woken to run, taking the wake-up.
+func woke(j *Job) bool {
+	select {
+	case <-j.wake:
+		return true
+	default:
+		return false
+	}
+}
+
+// tickWakes ticks j at its clock's now and reports whether the tick woke
+// it to run.
+func tickWakes(j *Job) bool {
+	j.tick()
+	return woke(j)
 }

@@ -76,13 +76,7 @@ type HeldRun struct {
 	Seconds      float64 `json:"seconds"`
 	PerSecond    float64 `json:"perSecond"`
 	// The per-1,000 figures are per 1,000 healthy events delivered.
-	DBCommands        map[string]float64 `json:"dbCommands,omitempty"`
-	DBCommandsPer1000 float64            `json:"dbCommandsPer1000"`
-	CPUSeconds        float64            `json:"cpuSeconds"`
-	CPUMsPer1000      float64            `json:"cpuMsPer1000"`
-	PeakRSSMB         float64            `json:"peakRssMB"`
-	ExitCode          int                `json:"exitCode"`
-	Error             string             `json:"error,omitempty"`
+	WorkerCost
 }
 
 // current returns this build's run with the held aggregates, if it ran.
@@ -215,16 +209,7 @@ func (b *bench) heldRun(ctx context.Context, bin workerBin, held bool, timeout t
 	}
 	out.Seconds = round(elapsed.Seconds(), 2)
 	out.PerSecond = round(float64(out.Healthy)/elapsed.Seconds(), 1)
-	out.CPUSeconds = round(st.cpu.Seconds(), 3)
-	out.PeakRSSMB = round(st.peakRSSMB, 1)
-	out.ExitCode = st.exitCode
-	if k := float64(out.Healthy) / 1000; k > 0 {
-		out.CPUMsPer1000 = round(1000*st.cpu.Seconds()/k, 1)
-		out.DBCommandsPer1000 = round(sum(out.DBCommands)/k, 1)
-	}
-	if stopErr != nil {
-		out.Error = strings.TrimPrefix(out.Error+"; "+stopErr.Error(), "; ")
-	}
+	out.record(st, stopErr, out.Healthy)
 	return out, nil
 }
 

@@ -244,16 +244,8 @@ type SlowWorker struct {
 	FirstSeconds float64 `json:"firstSeconds"`
 	PerSecond    float64 `json:"perSecond"`
 	// Ratio is PerSecond over the raw loop's.
-	Ratio             float64            `json:"ratioToRawLoop"`
-	DBCommands        map[string]float64 `json:"dbCommands,omitempty"`
-	DBCommandsPer1000 float64            `json:"dbCommandsPer1000"`
-	CPUSeconds        float64            `json:"cpuSeconds"`
-	CPUMsPer1000      float64            `json:"cpuMsPer1000"`
-	PeakRSSMB         float64            `json:"peakRssMB"` // VmHWM just before SIGTERM
-	ExitCode          int                `json:"exitCode"`
-	// Error says what went wrong: not every event in time, or an unclean
-	// exit.
-	Error string `json:"error,omitempty"`
+	Ratio float64 `json:"ratioToRawLoop"`
+	WorkerCost
 }
 
 // current returns the run's worker of this build, if it ran.

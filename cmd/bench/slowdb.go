@@ -240,16 +240,7 @@ func (b *bench) slowWorker(ctx context.Context, s slowStage, uri string, bin wor
 	_, out.Deliveries = cons.snapshot()
 	out.Seconds = round(elapsed.Seconds(), 2)
 	out.PerSecond = round(float64(out.Events)/elapsed.Seconds(), 1)
-	out.CPUSeconds = round(st.cpu.Seconds(), 3)
-	out.PeakRSSMB = round(st.peakRSSMB, 1)
-	out.ExitCode = st.exitCode
-	if k := float64(out.Events) / 1000; k > 0 {
-		out.CPUMsPer1000 = round(1000*st.cpu.Seconds()/k, 1)
-		out.DBCommandsPer1000 = round(sum(out.DBCommands)/k, 1)
-	}
-	if stopErr != nil {
-		out.Error = strings.TrimPrefix(out.Error+"; "+stopErr.Error(), "; ")
-	}
+	out.record(st, stopErr, out.Events)
 	return out, nil
 }
 

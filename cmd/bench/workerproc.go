@@ -204,3 +204,32 @@ func httpGet(ctx context.Context, url string, w io.Writer) (int, error) {
 	}
 	return resp.StatusCode, nil
 }
+
+// WorkerCost is what one worker process cost to relay a stage's events:
+// the same figures for every stage that times a worker on a backlog.
+type WorkerCost struct {
+	DBCommands        map[string]float64 `json:"dbCommands,omitempty"`
+	DBCommandsPer1000 float64            `json:"dbCommandsPer1000"`
+	CPUSeconds        float64            `json:"cpuSeconds"`
+	CPUMsPer1000      float64            `json:"cpuMsPer1000"`
+	PeakRSSMB         float64            `json:"peakRssMB"` // VmHWM just before SIGTERM
+	ExitCode          int                `json:"exitCode"`
+	// Error says what went wrong: not every event in time, or an unclean
+	// exit.
+	Error string `json:"error,omitempty"`
+}
+
+// record fills c from the stopped worker's resource use, per 1,000 of the
+// delivered events, and adds stopErr, if any, to the error.
+func (c *WorkerCost) record(st procStats, stopErr error, delivered int) {
+	c.CPUSeconds = round(st.cpu.Seconds(), 3)
+	c.PeakRSSMB = round(st.peakRSSMB, 1)
+	c.ExitCode = st.exitCode
+	if k := float64(delivered) / 1000; k > 0 {
+		c.CPUMsPer1000 = round(1000*st.cpu.Seconds()/k, 1)
+		c.DBCommandsPer1000 = round(sum(c.DBCommands)/k, 1)
+	}
+	if stopErr != nil {
+		c.Error = strings.TrimPrefix(c.Error+"; "+stopErr.Error(), "; ")
+	}
+}

@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"fmt"
-	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -108,16 +106,11 @@ func getStatus(ctx context.Context, t *testing.T, p *workerproc.Proc, v any) {
 		addr = httpAddr(t, p)
 		return addr != "", `no "worker running" line in the log`
 	})
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/status", addr), nil)
+	_, body, err := httpGet(ctx, "http://"+addr+"/status")
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+	if err := json.Unmarshal(body, v); err != nil {
 		t.Fatal(err)
 	}
 }

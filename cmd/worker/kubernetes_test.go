@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -485,20 +484,11 @@ func TestKubernetesProbePaths(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = srv.Stop(context.WithoutCancel(t.Context())) }()
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+srv.Addr()+path, nil)
+		code, body, err := httpGet(t.Context(), "http://"+srv.Addr()+path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.StatusCode, string(body)
+		return code, string(body)
 	}
 	down := errors.New("broker unavailable: not connected")
 	for _, tc := range []struct {

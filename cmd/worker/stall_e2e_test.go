@@ -131,17 +131,11 @@ func workerGet(ctx context.Context, t *testing.T, p *workerproc.Proc, path strin
 	if addr == "" {
 		return 0, []byte(`no "worker running" line in the log yet`)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
+	code, body, err := httpGet(ctx, "http://"+addr+path)
+	if err != nil && code == 0 {
 		return 0, []byte(err.Error())
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, body
+	return code, body
 }
 
 var sampleLine = regexp.MustCompile(`^(outbox_[a-z_]+(?:\{[^}]*\})?) (\S+)$`)

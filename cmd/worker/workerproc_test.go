@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -96,4 +98,19 @@ func stopWorkers(t *testing.T, procs ...*workerproc.Proc) {
 			t.Errorf("%s exited with code %d after SIGTERM, want 0", p.Name(), state.ExitCode())
 		}
 	}
+}
+
+// httpGet sends GET url and returns the response's status code and body.
+func httpGet(ctx context.Context, url string) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, body, err
 }

@@ -292,6 +292,19 @@ func startTarget(t *testing.T) (string, <-chan net.Conn) {
 	return ln.Addr().String(), accepted
 }
 
+// proxiedConn waits for the connection the proxy makes to a target of
+// startTarget and returns the target's side of it.
+func proxiedConn(t *testing.T, accepted <-chan net.Conn) net.Conn {
+	t.Helper()
+	select {
+	case c := <-accepted:
+		return c
+	case <-time.After(ioTimeout):
+		t.Fatal("the proxy did not connect to the target")
+		return nil
+	}
+}
+
 // sink reads everything from c in the background, counting the bytes and
 // keeping the last few.
 type sink struct {
@@ -341,12 +354,7 @@ func TestProxyStallAndRestore(t *testing.T) {
 	addr, accepted := startTarget(t)
 	p := NewProxy(t, addr)
 	client := dial(t, p.Addr())
-	var server net.Conn
-	select {
-	case server = <-accepted:
-	case <-time.After(ioTimeout):
-		t.Fatal("the proxy did not connect to the target")
-	}
+	server := proxiedConn(t, accepted)
 	if err := client.SetReadDeadline(time.Now().Add(ioTimeout)); err != nil {
 		t.Fatal(err)
 	}
@@ -481,12 +489,7 @@ func TestProxyLatencyHoldsRequests(t *testing.T) {
 	p := NewProxy(t, addr)
 	p.SetLatency(delay)
 	client := dial(t, p.Addr())
-	var server net.Conn
-	select {
-	case server = <-accepted:
-	case <-time.After(ioTimeout):
-		t.Fatal("the proxy did not connect to the target")
-	}
+	server := proxiedConn(t, accepted)
 	sent := time.Now()
 	if _, err := io.WriteString(client, "request\n"); err != nil {
 		t.Fatal(err)
