@@ -97,6 +97,10 @@ bench: $(if $(BASELINE),baseline-worker) ## Benchmark the worker on FerretDB + R
 	$(GO) build -o $(BIN)/worker ./cmd/worker
 	$(GO) run ./cmd/bench -worker $(BIN)/worker -out results -doc docs/performance.md $(BASELINE_FLAG) $(BENCH_FLAGS)
 
+.PHONY: bench-go
+bench-go: ## Run the testing.B benchmarks of the hot code (message conversion, ordering keys, round planning, frame sizing, owners' read)
+	$(GO) test -run '^$$' -bench . -benchmem ./events/ ./claim/ ./broker/ ./mongo/
+
 .PHONY: bench-doc
 bench-doc: ## Rewrite the table in docs/performance.md (and results/bench.txt, bench.png) from results/bench.json
 	$(GO) run ./cmd/bench -replot results/bench.json -doc docs/performance.md
