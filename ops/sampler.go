@@ -179,10 +179,11 @@ func (s *Sampler) runOnce(ctx context.Context) (bool, error) {
 		s.cfg.Metrics.JobErrors.WithLabelValues("sampler").Inc()
 		return false, err
 	}
-	s.last.Store(&sample)
+	// The gauges first: once Latest has a sample, /metrics shows it too.
 	if active {
 		s.setGauges(sample)
 	}
+	s.last.Store(&sample)
 	return false, nil
 }
 
