@@ -66,8 +66,9 @@ type Config struct {
 	Now func() time.Time
 	// Yield, when set, says that claims are slow: scheduled runs are then
 	// left out, more and more of them, but a run is never deferred by more
-	// than StaleAfter (see schedule.Config.Yield): a stale claim waits for
-	// recovery at most twice the threshold. Recovery is what ends a claim
+	// than StaleAfter plus one schedule period (see schedule.Config.Yield):
+	// a stale claim waits for recovery at most twice the threshold plus two
+	// periods (4 minutes at the default schedule). Recovery is what ends a claim
 	// that a timed-out write landed after the claimer stopped releasing it,
 	// so it yields for no longer than a claim may stand. Defaults to nil:
 	// never yields.
