@@ -33,8 +33,12 @@ func friendlyScenario(t *testing.T, s stack, n int) {
 		"OUTBOX_AMQP_URL":       dead + "," + s.amqpURL,
 		"OUTBOX_AMQP_EXCHANGE":  exchange,
 		"OUTBOX_STALE_AFTER":    "10s",
-		"OUTBOX_HTTP_ADDR":      "127.0.0.1:0",
-		"OUTBOX_WORKER_ID":      db.Name() + "-friendly",
+		// With a 10 s stale threshold, recovery at its 2-minute default
+		// would leave what a timed-out claim write landed PROCESSING for
+		// up to two periods while claims are slow: longer than this test.
+		"OUTBOX_RECOVERY_SCHEDULE": "@every 5s",
+		"OUTBOX_HTTP_ADDR":         "127.0.0.1:0",
+		"OUTBOX_WORKER_ID":         db.Name() + "-friendly",
 	}
 	p := startWorker(t, "friendly", env)
 	explained(t, coll, func() { r.waitIDs(ctx, t, ids) })
