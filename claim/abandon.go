@@ -105,7 +105,12 @@ func (a *abandonedLeases) release(ctx context.Context, store Store, now time.Tim
 		// The release may take until recovery would own the events: a
 		// deadline of its own shorter than that only hands them to
 		// recovery, which counts an attempt against each.
-		releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.staleAfter-now.Sub(p.lease.At))
+		// A stop's own deadline still bounds it (flush).
+		wait := a.staleAfter - now.Sub(p.lease.At)
+		if d, ok := ctx.Deadline(); ok {
+			wait = min(wait, time.Until(d))
+		}
+		releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
 		n, err := store.Abandon(releaseCtx, p.lease)
 		cancel()
 		switch {
