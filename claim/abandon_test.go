@@ -98,9 +98,64 @@ func TestAbandonedReleaseHasUntilStale(t *testing.T) {
 		t.Errorf("release deadline %s away, want the 40s left before recovery owns the events", got)
 	}
 
+	// Past the stale threshold the releases go on, with half a threshold
+	// each: recovery may not have run yet.
 	clock.Advance(staleAfter)
+	before = time.Now()
 	a.retry(t.Context(), store, clock.Now(), slog.New(slog.DiscardHandler))
-	if len(store.deadlines) != 1 || len(a.pending) != 0 {
-		t.Errorf("after the stale threshold: %d releases, %d pending; want no new release and the lease forgotten", len(store.deadlines), len(a.pending))
+	if len(store.deadlines) != 2 || len(a.pending) != 1 {
+		t.Fatalf("after the stale threshold: %d releases, %d pending; want a second release and the lease kept", len(store.deadlines), len(a.pending))
+	}
+	if got := store.deadlines[1].Sub(before); got < 20*time.Second || got > 31*time.Second {
+		t.Errorf("release deadline past the stale threshold %s away, want half the threshold", got)
+	}
+}
+
+// countStore answers each release with the next of its counts.
+type countStore struct {
+	Store
+	counts []int
+}
+
+func (s *countStore) Abandon(context.Context, events.Lease) (int, error) {
+	n := s.counts[0]
+	s.counts = s.counts[1:]
+	return n, nil
+}
+
+// A claim's write that lands after the stale threshold, when recovery may
+// be minutes away (it yields to slow claims), is still put back by the
+// claimer: the lease is forgotten only once two releases in a row past the
+// threshold find nothing, or after abandonForgetAfter thresholds.
+func TestAbandonedReleaseOutlastsTheStaleThreshold(t *testing.T) {
+	t.Parallel()
+	const staleAfter = 10 * time.Second
+	logger := slog.New(slog.DiscardHandler)
+	clock := fakeclock.New(time.Now())
+	a := abandonedLeases{staleAfter: staleAfter}
+	lease := events.Lease{WorkerID: "w", Token: "t", At: clock.Now()}
+	a.add(lease, nil, clock.Now())
+	// Nothing landed at first; the write lands at the threshold; then
+	// nothing is left.
+	store := &countStore{counts: []int{0, 0, 20, 0, 0}}
+	releases := 0
+	for len(a.pending) > 0 && releases < 20 {
+		a.retry(t.Context(), store, clock.Now(), logger)
+		releases++
+		clock.Advance(staleAfter / 2)
+	}
+	if len(store.counts) != 0 {
+		t.Errorf("%d releases left unasked (%v): the lease was forgotten before the late write was put back", len(store.counts), store.counts)
+	}
+	if len(a.pending) != 0 {
+		t.Errorf("lease still pending after two releases past the threshold found nothing")
+	}
+
+	// A database out of reach for good: the lease goes after
+	// abandonForgetAfter thresholds.
+	a.add(lease, nil, lease.At)
+	a.retry(t.Context(), &deadlineStore{}, lease.At.Add(abandonForgetAfter*staleAfter), logger)
+	if len(a.pending) != 0 {
+		t.Errorf("lease kept %d thresholds after its claim", abandonForgetAfter)
 	}
 }
