@@ -3,6 +3,7 @@ package ownership
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -269,5 +270,63 @@ func TestRenewalComesBeforeTheRead(t *testing.T) {
 		if want := roundStart.Add(term - a.cfg.Margin); !h.deadline.Equal(want) {
 			t.Fatalf("partition %d: deadline %s, want a term less the margin from the round's start (%s)", p, h.deadline.Sub(epoch), want.Sub(epoch))
 		}
+	}
+}
+
+// blockingTable holds the first Read after block is set until the test
+// lets it go: a round stuck on a slow database.
+type blockingTable struct {
+	*memTable
+	block   atomic.Bool
+	reading chan struct{} // closed once a read blocks
+	release chan struct{} // closed: the blocked read goes on
+}
+
+func (t *blockingTable) Read(ctx context.Context) ([]Term, []Member, error) {
+	if t.block.CompareAndSwap(true, false) {
+		close(t.reading)
+		<-t.release
+	}
+	return t.memTable.Read(ctx)
+}
+
+// A renewal does not wait for the round: while a round is stuck on its
+// read, the renewals job renews the partitions once due, and they stay
+// held. Before, a renewal ran only at the start of a round, so a round
+// that took longer than the rest of a term let every partition lapse.
+func TestRenewalDoesNotWaitForASlowRound(t *testing.T) {
+	t.Parallel()
+	shared, clock := newMemTable(), fakeclock.New(epoch)
+	table := &blockingTable{memTable: shared, reading: make(chan struct{}), release: make(chan struct{})}
+	a := newManager(t, table, clock, "a")
+	tick(t, a) // takes all 64 at epoch
+
+	table.block.Store(true)
+	round := make(chan error, 1)
+	go func() { round <- a.Tick(t.Context()) }()
+	<-table.reading // the round is stuck on its read; no renewal was due
+
+	clock.Advance(term / 2)
+	renewedAt := clock.Now()
+	if _, err := a.renewalRun(t.Context()); err != nil {
+		t.Fatalf("renewalRun: %v", err)
+	}
+	clock.Advance(term / 2) // past the first terms' deadlines
+	if n := len(holding(a)); n != events.Partitions {
+		t.Errorf("a holds %d partitions a term after taking them, while its round was stuck; want all %d renewed", n, events.Partitions)
+	}
+	a.mu.RLock()
+	for p, h := range a.owned {
+		if want := renewedAt.Add(term - a.cfg.Margin); !h.deadline.Equal(want) {
+			t.Errorf("partition %d: deadline %s, want a term less the margin from the renewal (%s)", p, h.deadline.Sub(epoch), want.Sub(epoch))
+			break
+		}
+	}
+	a.mu.RUnlock()
+	checkDeadlines(t, a, shared)
+
+	close(table.release)
+	if err := <-round; err != nil {
+		t.Fatalf("the stuck round: %v", err)
 	}
 }

@@ -35,4 +35,11 @@
 // takes free partitions up to its share. Rounds run every roundMax while
 // the shares move and rest up to quietMax between reads once they hold
 // still. A join or a death settles within about one term.
+//
+// Renewal runs on a schedule of its own, checked four times a round: a
+// renewal falls due a third of a term after the last, and waits only for
+// its own insert and check read, never for a round's read, heartbeat or
+// takes, which through a slow database could outlast the rest of a term.
+// A round renews first too, when due, and a claim whose write needs more
+// time than its validity renews through Renew; the three are serialized.
 package ownership

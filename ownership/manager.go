@@ -149,6 +149,13 @@ type Manager struct {
 	cfg   Config
 	table Table
 	job   *schedule.Job
+	// renewals renews on a schedule of its own (see renewalRun), so that
+	// a slow round (a read, a heartbeat, takes, each a round trip) never
+	// holds a renewal back past its partitions' deadlines.
+	renewals *schedule.Job
+	// renewedBeat is set by a renewal of the renewals job: the round
+	// writes the heartbeat that goes with it (heartbeatDue).
+	renewedBeat atomic.Bool
 
 	// mu is held for reading by a claim (Hold) and for writing while a
 	// partition is given away, so that no claim runs in a partition after
@@ -202,18 +209,63 @@ func New(table Table, cfg Config) (*Manager, error) {
 	}); err != nil {
 		return nil, err
 	}
+	if m.renewals, err = schedule.New(schedule.Config{Name: "ownership", Schedule: fmt.Sprintf("@every %s", m.every/renewalChecks), Logger: cfg.Logger,
+		Run: m.renewalRun,
+	}); err != nil {
+		return nil, err
+	}
 	return m, nil
+}
+
+// renewalChecks is how many times per round the renewals job checks
+// whether a renewal is due: a check is local, and the finer they come the
+// sooner after it falls due a renewal starts.
+const renewalChecks = 4
+
+// renewalRun renews the partitions held once a renewal is due, apart from
+// the rounds. Through a slow database a round's read, heartbeat and takes
+// each cost a round trip, and a renewal that waited for the round let
+// terms run out: with commands at a tenth of a term, a round that ran a
+// third of a term over put the renewal past the deadline. On its own
+// schedule a renewal waits for nothing but its own insert and check read.
+// A failed renewal is counted with the rounds' errors; the next check
+// tries again.
+func (m *Manager) renewalRun(ctx context.Context) (bool, error) {
+	if m.stopped.Load() || !m.renewalDue() {
+		return false, nil
+	}
+	if m.cfg.Synced != nil && !m.cfg.Synced() {
+		return false, nil // the round reports it
+	}
+	// Past two thirds of a term the partitions' deadlines have passed:
+	// the round takes them again, if still free.
+	ctx, cancel := context.WithTimeout(ctx, 2*m.cfg.TermLength/3)
+	defer cancel()
+	renewed, err := m.renew(ctx, m.now())
+	if err != nil && !errors.Is(err, context.Canceled) {
+		m.cfg.Metrics.JobErrors.WithLabelValues("ownership").Inc()
+		return false, err
+	}
+	if renewed {
+		m.renewedBeat.Store(true)
+	}
+	return false, nil
 }
 
 // Start runs a first Tick at once, then one every third of a term and at
 // least every roundMax while the shares move (see quietMax).
-func (m *Manager) Start(ctx context.Context) error { return m.job.Start(ctx) }
+func (m *Manager) Start(ctx context.Context) error {
+	if err := m.job.Start(ctx); err != nil {
+		return err
+	}
+	return m.renewals.Start(ctx)
+}
 
 // Stop ends the ticks. The terms it holds expire on their own; Release
 // gives them back at once. Idempotent; safe before Start.
 func (m *Manager) Stop(ctx context.Context) error {
 	m.stopped.Store(true)
-	return m.job.Stop(ctx)
+	return errors.Join(m.renewals.Stop(ctx), m.job.Stop(ctx))
 }
 
 // errStopped is Renew's answer once the Manager is stopping: its terms
@@ -305,7 +357,7 @@ func (m *Manager) round(ctx context.Context) error {
 	// Before any write: a replica that cannot write the owners still
 	// learns whether some other one leads.
 	m.noteLeader(latest, serverNow)
-	if err := m.heartbeat(ctx, serverNow, renewed); err != nil {
+	if err := m.heartbeat(ctx, serverNow, renewed || m.renewedBeat.Load()); err != nil {
 		return err
 	}
 
@@ -371,6 +423,7 @@ func (m *Manager) heartbeat(ctx context.Context, serverNow time.Time, renewed bo
 		return fmt.Errorf("heartbeat: %w", err)
 	}
 	m.beatAt = serverNow
+	m.renewedBeat.Store(false)
 	return nil
 }
 
