@@ -156,6 +156,9 @@ type Manager struct {
 	// renewedBeat is set by a renewal of the renewals job: the round
 	// writes the heartbeat that goes with it (heartbeatDue).
 	renewedBeat atomic.Bool
+	// renewed counts the renewals that succeeded: a Renew that waited
+	// for the lock behind one (see Renew) renews nothing more.
+	renewed atomic.Int64
 
 	// mu is held for reading by a claim (Hold) and for writing while a
 	// partition is given away, so that no claim runs in a partition after
@@ -511,12 +514,25 @@ func (m *Manager) renew(ctx context.Context, at instant) (renewed bool, err erro
 // without a Hold in progress: the insert takes the write lock. The new
 // deadlines count from the local instant read together with that server
 // time, just before the insert.
+//
+// A renewal that succeeded while Renew waited for another's to end (the
+// renewals job's, or a round's) started no earlier than about one
+// renewal before this call, and its validity serves the claim: Renew then
+// returns at once, and the claim's next Hold sees it.
 func (m *Manager) Renew(ctx context.Context) error {
+	return m.renewSince(ctx, m.renewed.Load())
+}
+
+// renewSince is Renew, by then before renewals had succeeded.
+func (m *Manager) renewSince(ctx context.Context, before int64) error {
 	if m.stopped.Load() {
 		return errStopped
 	}
 	m.renewing.Lock()
 	defer m.renewing.Unlock()
+	if m.renewed.Load() != before {
+		return nil
+	}
 	if m.cfg.Synced != nil && !m.cfg.Synced() {
 		return ErrClockUnsynced
 	}
@@ -543,6 +559,7 @@ func (m *Manager) renewHeld(ctx context.Context, at instant) error {
 	if err != nil {
 		return fmt.Errorf("renew %d partitions: %w", len(terms), err)
 	}
+	m.renewed.Add(1)
 	if lost := len(terms) - won; lost > 0 {
 		m.cfg.Logger.Warn("partitions lost at renewal: another worker took them after their term ran out", "lost", lost)
 	}

@@ -206,3 +206,31 @@ func TestRenewAfterStopRenewsNothing(t *testing.T) {
 		t.Errorf("Renew after Stop inserted %d terms, want none", after-before)
 	}
 }
+
+// A claim's Renew that waited for the lock behind another renewal renews
+// nothing more: the one that just landed serves its write, and a second
+// insert would only cost the claim another round trip.
+func TestRenewBehindARenewalRenewsNothingMore(t *testing.T) {
+	t.Parallel()
+	table, clock := newMemTable(), fakeclock.New(epoch)
+	counting := &countingTable{memTable: table}
+	a := newManager(t, counting, clock, "a")
+	tick(t, a)
+	clock.Advance(term / 2)
+
+	before := a.renewed.Load() // the claim's Renew starts here...
+	tick(t, a)                 // ...while the round's renewal holds the lock
+	inserts := counting.inserts
+	if err := a.renewSince(t.Context(), before); err != nil {
+		t.Fatalf("Renew: %v", err)
+	}
+	if n := counting.inserts - inserts; n != 0 {
+		t.Errorf("Renew behind a renewal sent %d inserts, want none", n)
+	}
+	if err := a.Renew(t.Context()); err != nil {
+		t.Fatalf("Renew: %v", err)
+	}
+	if n := counting.inserts - inserts; n != 1 {
+		t.Errorf("a Renew with no renewal before it sent %d inserts, want 1", n)
+	}
+}

@@ -15,8 +15,11 @@ func LeakOptions() []goleak.Option {
 		goleak.IgnoreAnyFunction("github.com/outboxrelay/outbox/internal/ferret.Start.func1"),
 		// its listener's accept loop,
 		goleak.IgnoreAnyFunction("github.com/FerretDB/FerretDB/internal/clientconn.acceptLoop"),
-		// and the health check of its PostgreSQL connection pool (only
+		// and the health check of its PostgreSQL connection pool and the
+		// background reader of each pooled connection, which stays parked
+		// on a read once an idle connection is left in the pool (only
 		// FerretDB opens a pgx pool in the tests).
 		goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgconn/internal/bgreader.(*BGReader).bgRead"),
 	}
 }
