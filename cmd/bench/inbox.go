@@ -36,13 +36,13 @@ type inboxRun struct {
 	transaction bool
 }
 
-// inboxStage measures a consumer's messages/s with the inbox against a
+// inboxConsumer measures a consumer's messages/s with the inbox against a
 // plain ack-only consumer, on one queue filled with the same messages
 // before each pass: plain; inbox with a no-op handler (its own cost);
 // inbox with a handler doing one upsert; inbox again over the ids the
 // previous pass recorded (every message a duplicate). Each pass counts the
 // database commands it sends.
-func (b *bench) inboxStage(ctx context.Context) error {
+func (b *bench) inboxConsumer(ctx context.Context) error {
 	conn, ch, err := dialChannel(b.cfg.AMQPURL)
 	if err != nil {
 		return err
@@ -137,8 +137,8 @@ func (b *bench) inboxStage(ctx context.Context) error {
 	}
 	fmt.Fprintf(b.out, "   transactions: %v (inbox insert and commit per message with them; lookup and insert without)\n", runs[len(runs)-1].transaction)
 	for _, r := range runs {
-		b.res.Inbox = append(b.res.Inbox, InboxRun{Name: r.name, PerSecond: round(r.perSecond, 0),
-			CommandsPer: round(r.cmdsPerMsg, 2), Commands: r.cmdsByName, Transactions: r.transaction})
+		inboxFig.set(b.res, append(inboxFig.value(b.res), InboxRun{Name: r.name, PerSecond: round(r.perSecond, 0),
+			CommandsPer: round(r.cmdsPerMsg, 2), Commands: r.cmdsByName, Transactions: r.transaction}))
 	}
 	var sb strings.Builder
 	for _, r := range runs {
@@ -258,4 +258,22 @@ func inboxPass(ctx context.Context, conn *amqp.Connection, queue string, client 
 	}
 	d := time.Since(t0).Seconds()
 	return inboxRun{seconds: d, perSecond: inboxMessages / d, transaction: in.Transactional()}, nil
+}
+
+// inboxFig is the consumer's passes, plain and with the inbox.
+var inboxFig = figure[[]InboxRun]{"inbox"}
+
+var inboxStage = stage{
+	key: "inbox", figures: []anyFigure{inboxFig},
+	steps: one("inbox consumer", (*bench).inboxConsumer), rows: inboxRows,
+}
+
+func inboxRows(r *Results, add addRow) {
+	for _, in := range inboxFig.value(r) {
+		result := fmt.Sprintf("%.0f msg/s", in.PerSecond)
+		if in.CommandsPer > 0 {
+			result += fmt.Sprintf(", %.2f database commands per message (%s)", in.CommandsPer, in.Commands)
+		}
+		add(fmt.Sprintf("Consumer: %s (transactions: %t)", in.Name, in.Transactions), result, "")
+	}
 }
