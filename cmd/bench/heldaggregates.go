@@ -135,17 +135,8 @@ func (b *bench) heldRun(ctx context.Context, bin workerBin, held bool, timeout t
 		return HeldRun{}, err
 	}
 	defer dropQuietly(coll)
-	heldDocs := 0
-	if held {
-		heldDocs = heldAggregates * (1 + heldWaiting)
-	}
-	base := time.Now().UTC().Add(-time.Hour).Truncate(time.Millisecond)
-	if _, err := insertEvents(ctx, coll, heldDocs+heldHealthy, 0, func(i int, _ time.Time) (bson.D, error) {
-		if i < heldDocs {
-			return heldDoc(i, base)
-		}
-		return healthyDoc(i-heldDocs, base)
-	}); err != nil {
+	heldDocs, err := insertHeldBacklog(ctx, coll, held)
+	if err != nil {
 		return HeldRun{}, err
 	}
 	exchange := uniqueName("bench-held-" + label)
@@ -211,6 +202,24 @@ func (b *bench) heldRun(ctx context.Context, bin workerBin, held bool, timeout t
 	out.PerSecond = round(float64(out.Healthy)/elapsed.Seconds(), 1)
 	out.record(st, stopErr, out.Healthy)
 	return out, nil
+}
+
+// insertHeldBacklog inserts the stage's healthy events into coll, behind
+// the held aggregates when held, and returns how many held documents
+// (FAILED and waiting NEW) it inserted.
+func insertHeldBacklog(ctx context.Context, coll *driver.Collection, held bool) (int, error) {
+	heldDocs := 0
+	if held {
+		heldDocs = heldAggregates * (1 + heldWaiting)
+	}
+	base := time.Now().UTC().Add(-time.Hour).Truncate(time.Millisecond)
+	_, err := insertEvents(ctx, coll, heldDocs+heldHealthy, 0, func(i int, _ time.Time) (bson.D, error) {
+		if i < heldDocs {
+			return heldDoc(i, base)
+		}
+		return healthyDoc(i-heldDocs, base)
+	})
+	return heldDocs, err
 }
 
 // heldUnchanged counts the held aggregates' events still in the status

@@ -1,14 +1,13 @@
 // Command bench measures the relay on the local stack and prints one table:
 // the raw broker and database limits, the worker (bin/worker, as separate
-// processes) draining a backlog with 1, 2 and 4 replicas (with per-aggregate
-// ordering, the default, and again with OUTBOX_ORDERING=none), its database
-// commands, CPU and memory per event, one aggregate's backlog relayed in
-// order against the same relayed unordered, the publish stage alone, end-to-end
-// latency at two claim schedules, claim latency with and without
-// published history, how fast retention deletes published history, claim
-// latency with events backing off at the head of the collection, one
-// worker relaying healthy events behind aggregates held by FAILED events,
-// and one worker relaying 15 MiB documents under the shipped memory limit. It writes results/bench.json, bench.txt and bench.png.
+// processes) draining a backlog with 1, 2 and 4 replicas, with ordering on
+// and off, its database commands, CPU and memory per event, and the
+// stages listed in stages.go: one aggregate's backlog, latency, the
+// claim's cost, retention, held aggregates, large documents, the inbox
+// consumer and the relay on a slow database or a large backlog. Each
+// stage is a value that owns its steps, its figures in bench.json, its
+// rows of the table and its targets (stage.go). It writes
+// results/bench.json, bench.txt and bench.png.
 //
 // By default it runs FerretDB embedded (PostgreSQL backend) on a TCP port
 // the worker processes can reach; with -mongo-uri (or
@@ -172,8 +171,8 @@ func envOr(getenv func(string) string, key, def string) string {
 	return def
 }
 
-// bench is one run of the harness: its servers, its clients and what it
-// has measured so far.
+// bench is one run of the harness: its settings, servers and clients,
+// which the stages' steps measure with, and the results they write.
 type bench struct {
 	cfg      config
 	out      io.Writer

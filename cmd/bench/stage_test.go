@@ -230,3 +230,19 @@ func TestInsertBudget(t *testing.T) {
 		}
 	}
 }
+
+func TestCommandCounterPerMessage(t *testing.T) {
+	t.Parallel()
+	c := newCommandCounter()
+	c.all.Store(300)
+	c.byName["insert"].Store(100)
+	c.byName["find"].Store(200)
+	all, byName := c.per(100)
+	if all != 3 || byName != "find 2.00 insert 1.00" {
+		t.Errorf("per(100) = %v, %q; want 3, \"find 2.00 insert 1.00\"", all, byName)
+	}
+	c.reset()
+	if all, byName := c.per(100); all != 0 || byName != "" {
+		t.Errorf("after reset: %v, %q", all, byName)
+	}
+}
