@@ -48,8 +48,8 @@ const (
 // 1-replica drain also carries the side measurements (drainProbes).
 func drainStage(ordering string) stage {
 	s := stage{key: "drain", figures: []anyFigure{drainsFig}, rows: orderedDrainRows, targets: drainTargets}
-	if ordering != orderingAggregate {
-		s = stage{key: "drain-" + map[string]string{orderingNone: "unordered"}[ordering], figures: []anyFigure{unorderedFig}, rows: unorderedDrainRows}
+	if ordering == orderingNone {
+		s = stage{key: "drain-unordered", figures: []anyFigure{unorderedFig}, rows: unorderedDrainRows}
 	}
 	s.steps = func(b *bench) []step {
 		var steps []step
