@@ -98,7 +98,7 @@ bench: $(if $(BASELINE),baseline-worker) ## Benchmark the worker on FerretDB + R
 	$(GO) run ./cmd/bench -worker $(BIN)/worker -out results -doc docs/performance.md $(BASELINE_FLAG) $(BENCH_FLAGS)
 
 .PHONY: bench-go
-bench-go: ## Run the testing.B benchmarks of the hot code (message conversion, ordering keys, round planning, frame sizing, owners' read)
+bench-go: ## Run the testing.B benchmarks of the hot code (message conversion, ordering keys, round planning, frame sizing, owners' and claim's reads; the reads need PostgreSQL)
 	$(GO) test -run '^$$' -bench . -benchmem ./events/ ./claim/ ./broker/ ./mongo/
 
 .PHONY: bench-doc

@@ -82,15 +82,15 @@ func barPanel(title, yLabel string, labels []string, values []float64, cols []co
 func brokerPanel(r *Results) *plot.Plot {
 	return barPanel("Broker (events/s)", "events per second",
 		[]string{"raw broker", "publish stage"},
-		[]float64{r.RawBroker.PerSecond, r.PublishStage.PerSecond},
+		[]float64{rawBrokerFig.value(r).PerSecond, publishFig.value(r).PerSecond},
 		[]color.Color{colLimit, colStage})
 }
 
 func databasePanel(r *Results) *plot.Plot {
 	labels := []string{"raw DB loop"}
-	values := []float64{r.RawDB.PerSecond}
+	values := []float64{rawDBFig.value(r).PerSecond}
 	cols := []color.Color{colLimit}
-	for _, d := range r.Drains {
+	for _, d := range drainsFig.value(r) {
 		labels = append(labels, fmt.Sprintf("worker x%d", d.Replicas))
 		values = append(values, d.PerSecond)
 		cols = append(cols, colWorker)
@@ -110,14 +110,15 @@ func latencyPanel(r *Results) *plot.Plot {
 	p.Legend.Top = true
 	width := vg.Points(14)
 	cols := []color.Color{colSlow, colWorker}
-	for i, l := range r.Latency {
+	latency := latencyFig.value(r)
+	for i, l := range latency {
 		b, err := plotter.NewBarChart(plotter.Values{l.P50ms, l.P90ms, l.P99ms, l.MaxMs}, width)
 		if err != nil {
 			continue
 		}
 		b.Color = cols[i%len(cols)]
 		b.LineStyle.Width = 0
-		b.Offset = vg.Length(i-len(r.Latency)/2) * width
+		b.Offset = vg.Length(i-len(latency)/2) * width
 		p.Add(b)
 		p.Legend.Add("1 worker at "+l.Schedule, b)
 	}

@@ -75,7 +75,7 @@ func (b *bench) claimBackoff(ctx context.Context) error {
 	if c.Without.MedianMs > 0 {
 		c.Ratio = round(c.With.MedianMs/c.Without.MedianMs, 2)
 	}
-	b.res.ClaimBackoff = &c
+	claimBackoffFig.set(b.res, c)
 	for _, x := range []struct {
 		name string
 		cost ClaimCost
@@ -157,4 +157,30 @@ func examined(n float64) string {
 		return "not reported by this server"
 	}
 	return fmt.Sprintf("%.0f per claim", n)
+}
+
+// claimBackoffFig is the claim's cost with and without events backing off.
+var claimBackoffFig = figure[ClaimBackoff]{"claimBackoff"}
+
+var claimBackoffStage = stage{
+	key: "claim-backoff", figures: []anyFigure{claimBackoffFig},
+	steps: one("claim latency with events backing off", (*bench).claimBackoff), rows: claimBackoffRows,
+}
+
+func claimBackoffRows(r *Results, add addRow) {
+	cb, ok := claimBackoffFig.get(r)
+	if !ok {
+		return
+	}
+	for i, x := range []struct {
+		name string
+		cost ClaimCost
+	}{{"no events backing off", cb.Without}, {fmt.Sprintf("%s NEW events backing off (retryAt +1 h) at the head", thousands(cb.BackingOff)), cb.With}} {
+		result := fmt.Sprintf("median %.0f ms of %d, %.1f commands per claim, docs examined %s",
+			x.cost.MedianMs, len(x.cost.RunsMs), x.cost.Commands, examined(x.cost.DocsExamined))
+		if i == 1 && cb.Ratio > 0 {
+			result += fmt.Sprintf(", %.2fx", cb.Ratio)
+		}
+		add(fmt.Sprintf("Claim latency, store.Claim of %d on %s NEW, %s", cb.BatchSize, thousands(cb.New), x.name), result, "")
+	}
 }

@@ -80,7 +80,7 @@ type HeldRun struct {
 }
 
 // current returns this build's run with the held aggregates, if it ran.
-func (h *HeldAggregates) current() (HeldRun, bool) {
+func (h HeldAggregates) current() (HeldRun, bool) {
 	for _, r := range h.With {
 		if r.Build == buildCurrent {
 			return r, true
@@ -89,14 +89,13 @@ func (h *HeldAggregates) current() (HeldRun, bool) {
 	return HeldRun{}, false
 }
 
-// heldAggregatesStage runs this build's worker on the healthy backlog
+// heldAggregatesRun runs this build's worker on the healthy backlog
 // alone, then each build's (-worker, -baseline) on the held aggregates
 // and the same healthy backlog behind them.
-func (b *bench) heldAggregatesStage(ctx context.Context) error {
+func (b *bench) heldAggregatesRun(ctx context.Context) error {
 	fmt.Fprintf(b.out, "   %s aggregates held by FAILED events (%d NEW waiting each) ahead of %s healthy NEW events, %d to an aggregate; 1 worker at its defaults\n",
 		thousands(heldAggregates), heldWaiting, thousands(heldHealthy), heldHealthyPerAgg)
-	h := &HeldAggregates{Aggregates: heldAggregates, WaitingPerAggregate: heldWaiting, Healthy: heldHealthy, HealthyPerAggregate: heldHealthyPerAgg}
-	b.res.HeldAggregates = h
+	h := HeldAggregates{Aggregates: heldAggregates, WaitingPerAggregate: heldWaiting, Healthy: heldHealthy, HealthyPerAggregate: heldHealthyPerAgg}
 	without, err := b.heldRun(ctx, workerBin{buildCurrent, b.cfg.WorkerBin}, false, heldReferenceLimit)
 	if err != nil {
 		return err
@@ -118,6 +117,7 @@ func (b *bench) heldAggregatesStage(ctx context.Context) error {
 			fmt.Fprintf(b.out, "   ORDER VIOLATED (%s): %d held events delivered, %d changed status\n", r.Build, r.HeldDelivered, r.HeldChanged)
 		}
 	}
+	heldFig.set(b.res, h)
 	return nil
 }
 
@@ -135,17 +135,8 @@ func (b *bench) heldRun(ctx context.Context, bin workerBin, held bool, timeout t
 		return HeldRun{}, err
 	}
 	defer dropQuietly(coll)
-	heldDocs := 0
-	if held {
-		heldDocs = heldAggregates * (1 + heldWaiting)
-	}
-	base := time.Now().UTC().Add(-time.Hour).Truncate(time.Millisecond)
-	if _, err := insertEvents(ctx, coll, heldDocs+heldHealthy, 0, func(i int, _ time.Time) (bson.D, error) {
-		if i < heldDocs {
-			return heldDoc(i, base)
-		}
-		return healthyDoc(i-heldDocs, base)
-	}); err != nil {
+	heldDocs, err := insertHeldBacklog(ctx, coll, held)
+	if err != nil {
 		return HeldRun{}, err
 	}
 	exchange := uniqueName("bench-held-" + label)
@@ -211,6 +202,24 @@ func (b *bench) heldRun(ctx context.Context, bin workerBin, held bool, timeout t
 	out.PerSecond = round(float64(out.Healthy)/elapsed.Seconds(), 1)
 	out.record(st, stopErr, out.Healthy)
 	return out, nil
+}
+
+// insertHeldBacklog inserts the stage's healthy events into coll, behind
+// the held aggregates when held, and returns how many held documents
+// (FAILED and waiting NEW) it inserted.
+func insertHeldBacklog(ctx context.Context, coll *driver.Collection, held bool) (int, error) {
+	heldDocs := 0
+	if held {
+		heldDocs = heldAggregates * (1 + heldWaiting)
+	}
+	base := time.Now().UTC().Add(-time.Hour).Truncate(time.Millisecond)
+	_, err := insertEvents(ctx, coll, heldDocs+heldHealthy, 0, func(i int, _ time.Time) (bson.D, error) {
+		if i < heldDocs {
+			return heldDoc(i, base)
+		}
+		return healthyDoc(i-heldDocs, base)
+	})
+	return heldDocs, err
 }
 
 // heldUnchanged counts the held aggregates' events still in the status
@@ -309,12 +318,25 @@ func (r HeldRun) describe() string {
 		r.PeakRSSMB, prefixed("; ", r.Error))
 }
 
+// heldFig is the held-aggregates stage's runs.
+var heldFig = figure[HeldAggregates]{"heldAggregates"}
+
+const (
+	targetHeldNone = "held aggregates: no held event delivered"
+	targetHeldAll  = "held aggregates: every healthy event delivered"
+)
+
+var heldAggregatesStage = stage{
+	key: "held-aggregates", figures: []anyFigure{heldFig},
+	steps: one("held aggregates", (*bench).heldAggregatesRun), rows: heldRows, targets: heldTargets,
+}
+
 // heldRows adds the table rows of the held-aggregates stage: each build's
-// worker with the held aggregates, this build's without, then what issue
-// 18 asks of this build.
-func (r *Results) heldRows(add func(measure, result, target string)) {
-	h := r.HeldAggregates
-	if h == nil {
+// worker with the held aggregates, this build's without, then whether
+// this build delivered every healthy event.
+func heldRows(r *Results, add addRow) {
+	h, ok := heldFig.get(r)
+	if !ok {
 		return
 	}
 	backlog := fmt.Sprintf("%s healthy NEW events (%d to an aggregate)", thousands(h.Healthy), h.HealthyPerAggregate)
@@ -337,5 +359,20 @@ func (r *Results) heldRows(add func(measure, result, target string)) {
 	if w, ok := h.current(); ok {
 		add("Held aggregates: every healthy event delivered (this build)",
 			fmt.Sprintf("%s of %s", thousands(w.Healthy), thousands(h.Healthy)), targetHeldAll)
+	}
+}
+
+// heldTargets: this build delivered no held event, changed none, and
+// delivered every healthy one.
+func heldTargets(r *Results, add addTarget) {
+	h, ok := heldFig.get(r)
+	if !ok {
+		return
+	}
+	if w, ok := h.current(); ok {
+		add(targetHeldNone, "0 delivered, 0 changed",
+			fmt.Sprintf("%d delivered, %d changed", w.HeldDelivered, w.HeldChanged), w.HeldDelivered == 0 && w.HeldChanged == 0)
+		add(targetHeldAll, fmt.Sprintf("all %s", thousands(h.Healthy)),
+			fmt.Sprintf("%s of %s", thousands(w.Healthy), thousands(h.Healthy)), w.AllHealthy)
 	}
 }

@@ -45,7 +45,7 @@ type HotRun struct {
 // in the ordered run is an unmet target.
 func (b *bench) hotAggregate(ctx context.Context) error {
 	n := b.cfg.HotEvents
-	h := &HotAggregate{Events: n}
+	h := HotAggregate{Events: n}
 	var err error
 	if h.Ordered, err = b.hotRun(ctx, n, orderingAggregate); err != nil {
 		return err
@@ -54,7 +54,7 @@ func (b *bench) hotAggregate(ctx context.Context) error {
 		return err
 	}
 	h.Ratio = round(ratio(h.Ordered.PerSecond, h.Unordered.PerSecond), 3)
-	b.res.HotAggregate = h
+	hotFig.set(b.res, h)
 	for _, r := range []HotRun{h.Ordered, h.Unordered} {
 		fmt.Fprintf(b.out, "   OUTBOX_ORDERING=%s: %d of %d in %.1fs: %.0f/s; %d inversions, %d duplicates; %.1f database commands per 1,000 events\n",
 			r.Ordering, r.Received, n, r.Seconds, r.PerSecond, r.Inversions, r.Duplicates, r.DBCommandsPer1000)
@@ -161,4 +161,41 @@ func inversions(order []string) (int, error) {
 		latest = pos
 	}
 	return count, nil
+}
+
+// hotFig is the hot-aggregate stage's runs.
+var hotFig = figure[HotAggregate]{"hotAggregate"}
+
+const targetHotOrder = "hot aggregate delivered in order"
+
+var hotAggregateStage = stage{
+	key: "hot-aggregate", figures: []anyFigure{hotFig},
+	steps: one("hot aggregate", (*bench).hotAggregate), rows: hotRows, targets: hotTargets,
+}
+
+func hotRows(r *Results, add addRow) {
+	h, ok := hotFig.get(r)
+	if !ok {
+		return
+	}
+	for _, run := range []HotRun{h.Ordered, h.Unordered} {
+		result := fmt.Sprintf("%s events/s (%s of %s in %.1f s); %s inversions, %s duplicate deliveries; %.1f database commands per 1,000 events",
+			thousands(int(run.PerSecond)), thousands(run.Received), thousands(h.Events), run.Seconds,
+			thousands(run.Inversions), thousands(run.Duplicates), run.DBCommandsPer1000)
+		target := ""
+		if run.Ordering == orderingAggregate {
+			target = targetHotOrder
+			if h.Ratio > 0 {
+				result += fmt.Sprintf("; %.0f%% of the unordered rate", 100*h.Ratio)
+			}
+		}
+		add(fmt.Sprintf("Hot aggregate: %s events of one aggregate, 1 worker, OUTBOX_ORDERING=%s", thousands(h.Events), run.Ordering), result, target)
+	}
+}
+
+// hotTargets: no inversion in the ordered run.
+func hotTargets(r *Results, add addTarget) {
+	if h, ok := hotFig.get(r); ok {
+		add(targetHotOrder, "0 inversions", fmt.Sprintf("%d inversions", h.Ordered.Inversions), h.Ordered.Inversions == 0)
+	}
 }

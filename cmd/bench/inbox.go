@@ -36,13 +36,13 @@ type inboxRun struct {
 	transaction bool
 }
 
-// inboxStage measures a consumer's messages/s with the inbox against a
+// inboxConsumer measures a consumer's messages/s with the inbox against a
 // plain ack-only consumer, on one queue filled with the same messages
 // before each pass: plain; inbox with a no-op handler (its own cost);
 // inbox with a handler doing one upsert; inbox again over the ids the
 // previous pass recorded (every message a duplicate). Each pass counts the
 // database commands it sends.
-func (b *bench) inboxStage(ctx context.Context) error {
+func (b *bench) inboxConsumer(ctx context.Context) error {
 	conn, ch, err := dialChannel(b.cfg.AMQPURL)
 	if err != nil {
 		return err
@@ -58,19 +58,8 @@ func (b *bench) inboxStage(ctx context.Context) error {
 		}
 	}()
 
-	var commands atomic.Int64
-	var names strings.Builder
-	byName := map[string]*atomic.Int64{}
-	for _, n := range []string{"find", "insert", "update", "delete", "commitTransaction", "abortTransaction"} {
-		byName[n] = &atomic.Int64{}
-	}
-	monitor := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
-		commands.Add(1)
-		if c, ok := byName[e.CommandName]; ok {
-			c.Add(1)
-		}
-	}}
-	client, err := driver.Connect(options.Client().ApplyURI(b.mongoURI).SetMaxPoolSize(10).SetMonitor(monitor))
+	commands := newCommandCounter()
+	client, err := driver.Connect(options.Client().ApplyURI(b.mongoURI).SetMaxPoolSize(10).SetMonitor(commands.monitor()))
 	if err != nil {
 		return err
 	}
@@ -91,10 +80,7 @@ func (b *bench) inboxStage(ctx context.Context) error {
 		if err := publishN(ctx, ch, queue, idPrefix, inboxMessages); err != nil {
 			return err
 		}
-		for _, c := range byName {
-			c.Store(0)
-		}
-		commands.Store(0)
+		commands.reset()
 		var r inboxRun
 		if handler == nil {
 			r, err = plainPass(ctx, conn, queue)
@@ -106,14 +92,7 @@ func (b *bench) inboxStage(ctx context.Context) error {
 		}
 		r.name = name
 		if handler != nil {
-			r.cmdsPerMsg = float64(commands.Load()) / inboxMessages
-			names.Reset()
-			for _, n := range []string{"find", "insert", "update", "delete", "commitTransaction", "abortTransaction"} {
-				if v := byName[n].Load(); v > 0 {
-					fmt.Fprintf(&names, "%s %.2f ", n, float64(v)/inboxMessages)
-				}
-			}
-			r.cmdsByName = strings.TrimSpace(names.String())
+			r.cmdsPerMsg, r.cmdsByName = commands.per(inboxMessages)
 		}
 		runs = append(runs, r)
 		fmt.Fprintf(b.out, "   %-28s %6.0f msg/s  (%d in %.2fs)  db commands/msg %.2f  %s\n",
@@ -137,14 +116,62 @@ func (b *bench) inboxStage(ctx context.Context) error {
 	}
 	fmt.Fprintf(b.out, "   transactions: %v (inbox insert and commit per message with them; lookup and insert without)\n", runs[len(runs)-1].transaction)
 	for _, r := range runs {
-		b.res.Inbox = append(b.res.Inbox, InboxRun{Name: r.name, PerSecond: round(r.perSecond, 0),
-			CommandsPer: round(r.cmdsPerMsg, 2), Commands: r.cmdsByName, Transactions: r.transaction})
+		inboxFig.set(b.res, append(inboxFig.value(b.res), InboxRun{Name: r.name, PerSecond: round(r.perSecond, 0),
+			CommandsPer: round(r.cmdsPerMsg, 2), Commands: r.cmdsByName, Transactions: r.transaction}))
 	}
 	var sb strings.Builder
 	for _, r := range runs {
 		fmt.Fprintf(&sb, "%s\t%.0f msg/s\t%.2f db commands/msg\t%s\n", r.name, r.perSecond, r.cmdsPerMsg, r.cmdsByName)
 	}
 	return os.WriteFile(filepath.Join(b.rawDir, "inbox.txt"), []byte(sb.String()), 0o644)
+}
+
+// commandCounter counts the database commands a client sends, in all and
+// by the names the inbox uses.
+type commandCounter struct {
+	all    atomic.Int64
+	byName map[string]*atomic.Int64
+}
+
+// inboxCommands are the commands the inbox stage reports by name, in
+// this order.
+var inboxCommands = []string{"find", "insert", "update", "delete", "commitTransaction", "abortTransaction"}
+
+func newCommandCounter() *commandCounter {
+	c := &commandCounter{byName: map[string]*atomic.Int64{}}
+	for _, n := range inboxCommands {
+		c.byName[n] = &atomic.Int64{}
+	}
+	return c
+}
+
+// monitor counts every command started on the client it is set on.
+func (c *commandCounter) monitor() *event.CommandMonitor {
+	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		c.all.Add(1)
+		if n, ok := c.byName[e.CommandName]; ok {
+			n.Add(1)
+		}
+	}}
+}
+
+func (c *commandCounter) reset() {
+	c.all.Store(0)
+	for _, n := range c.byName {
+		n.Store(0)
+	}
+}
+
+// per returns the commands per message over n messages, in all and by
+// name ("find 1.00 insert 1.00").
+func (c *commandCounter) per(n int) (all float64, byName string) {
+	var names []string
+	for _, name := range inboxCommands {
+		if v := c.byName[name].Load(); v > 0 {
+			names = append(names, fmt.Sprintf("%s %.2f", name, float64(v)/float64(n)))
+		}
+	}
+	return float64(c.all.Load()) / float64(n), strings.Join(names, " ")
 }
 
 // publishN publishes n persistent, confirmed messages with ids
@@ -258,4 +285,22 @@ func inboxPass(ctx context.Context, conn *amqp.Connection, queue string, client 
 	}
 	d := time.Since(t0).Seconds()
 	return inboxRun{seconds: d, perSecond: inboxMessages / d, transaction: in.Transactional()}, nil
+}
+
+// inboxFig is the consumer's passes, plain and with the inbox.
+var inboxFig = figure[[]InboxRun]{"inbox"}
+
+var inboxStage = stage{
+	key: "inbox", figures: []anyFigure{inboxFig},
+	steps: one("inbox consumer", (*bench).inboxConsumer), rows: inboxRows,
+}
+
+func inboxRows(r *Results, add addRow) {
+	for _, in := range inboxFig.value(r) {
+		result := fmt.Sprintf("%.0f msg/s", in.PerSecond)
+		if in.CommandsPer > 0 {
+			result += fmt.Sprintf(", %.2f database commands per message (%s)", in.CommandsPer, in.Commands)
+		}
+		add(fmt.Sprintf("Consumer: %s (transactions: %t)", in.Name, in.Transactions), result, "")
+	}
 }

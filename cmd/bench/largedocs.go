@@ -58,7 +58,7 @@ func (b *bench) largeDocuments(ctx context.Context) error {
 	if len(runs) > 1 {
 		ld.Baseline = &runs[1]
 	}
-	b.res.LargeDocs = &ld
+	largeFig.set(b.res, ld)
 	return nil
 }
 
@@ -181,9 +181,9 @@ func (r LargeDocs) batchBytes() string {
 // largeRows adds the large-document rows: this build's run, then the
 // baseline's. A run from before the stage had a memory limit keeps the
 // row it had.
-func (r *Results) largeRows(add func(measure, result, target string)) {
-	ld := r.LargeDocs
-	if ld == nil {
+func largeRows(r *Results, add addRow) {
+	ld, ok := largeFig.get(r)
+	if !ok {
 		return
 	}
 	if ld.MemoryLimitMiB == 0 {
@@ -191,17 +191,37 @@ func (r *Results) largeRows(add func(measure, result, target string)) {
 			fmt.Sprintf("%d of %d received in %.1f s; worker peak RSS %.1f MB, CPU %.1f s%s", ld.Received, ld.Events, ld.Seconds, ld.PeakRSSMB, ld.CPUSeconds, prefixed("; NOT ALL: ", ld.Error)), "")
 		return
 	}
-	for _, run := range []*LargeDocs{ld, ld.Baseline} {
+	for i, run := range []*LargeDocs{&ld, ld.Baseline} {
 		if run == nil {
 			continue
 		}
 		target := ""
-		if run == ld {
+		if i == 0 {
 			target = targetLargeRSS
 		}
 		add(fmt.Sprintf("Large documents: %d events of %d MiB, 1 worker under %s, OUTBOX_BATCH_BYTES unset (auto) (%s)", run.Events, run.PayloadMiB, run.MemoryLimitEnv, run.Build),
 			fmt.Sprintf("%d of %d received in %.1f s; worker peak RSS %.1f MiB, %.0f%% of the %d MiB limit; %s; CPU %.1f s%s",
 				run.Received, run.Events, run.Seconds, run.PeakRSSMB, 100*run.PeakRSSToLimit, run.MemoryLimitMiB, run.batchBytes(), run.CPUSeconds, prefixed("; NOT ALL: ", run.Error)),
 			target)
+	}
+}
+
+// largeFig is this build's large-document run, with the baseline's in it.
+var largeFig = figure[LargeDocs]{"largeDocuments"}
+
+const targetLargeRSS = "large documents: worker peak RSS under its memory limit"
+
+var largeDocsStage = stage{
+	key: "large-docs", figures: []anyFigure{largeFig},
+	steps: one("large documents", (*bench).largeDocuments), rows: largeRows, targets: largeTargets,
+}
+
+// largeTargets: every event received, the worker's peak RSS under the
+// memory limit it ran under.
+func largeTargets(r *Results, add addTarget) {
+	if ld, ok := largeFig.get(r); ok && ld.MemoryLimitMiB > 0 {
+		add(targetLargeRSS, fmt.Sprintf("< %d MiB, all %d received", ld.MemoryLimitMiB, ld.Events),
+			fmt.Sprintf("%.1f MiB (%.0f%%), %d of %d received", ld.PeakRSSMB, 100*ld.PeakRSSToLimit, ld.Received, ld.Events),
+			ld.PeakRSSMB < float64(ld.MemoryLimitMiB) && ld.Received == ld.Events)
 	}
 }

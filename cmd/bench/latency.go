@@ -33,7 +33,7 @@ func (b *bench) latency(ctx context.Context) error {
 			if err != nil {
 				return fmt.Errorf("schedule %s: %w", sched, err)
 			}
-			b.res.Latency = append(b.res.Latency, l)
+			latencyFig.set(b.res, append(latencyFig.value(b.res), l))
 			fmt.Fprintf(b.out, "   %-13s wake-up %-13s %d of %d events: p50 %.0f ms, p90 %.0f ms, p99 %.0f ms, max %.0f ms; CPU %.1f ms per 1,000 events, peak RSS %.1f MB\n",
 				sched, l.WakeUp, l.Received, l.Sent, l.P50ms, l.P90ms, l.P99ms, l.MaxMs, l.CPUMsPer1000, l.PeakRSSMB)
 			if l.WakeUp == wakePolling {
@@ -162,4 +162,48 @@ func percentile(sorted []float64, p float64) float64 {
 	}
 	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
 	return sorted[max(rank-1, 0)]
+}
+
+// latencyFig is the latency runs, one per schedule and wake-up mode.
+var latencyFig = figure[[]Latency]{"latency"}
+
+const targetP99 = "p99 latency at @every 100ms"
+
+var latencyStage = stage{
+	key: "latency", figures: []anyFigure{latencyFig},
+	steps: one("latency", (*bench).latency), rows: latencyRows, targets: latencyTargets,
+}
+
+func latencyRows(r *Results, add addRow) {
+	for _, l := range latencyFig.value(r) {
+		target := ""
+		if l.Schedule == "@every 100ms" && l.WakeUp != wakeOff {
+			target = targetP99
+		}
+		wake := ""
+		switch l.WakeUp {
+		case "change stream":
+			wake = ", woken on insert"
+		case wakeOff:
+			wake = ", wake-up on insert off"
+		case wakePolling:
+			wake = " (wake-up on insert not supported here: polling)"
+		}
+		add(fmt.Sprintf("Latency createdAt to receipt, %g events/s for %g s, 1 worker at %s%s", l.Rate, l.Seconds, l.Schedule, wake),
+			fmt.Sprintf("p50 %.0f, p90 %.0f, p99 %.0f, max %.0f ms (%d of %d received)", l.P50ms, l.P90ms, l.P99ms, l.MaxMs, l.Received, l.Sent),
+			target)
+	}
+}
+
+// latencyTargets: p99 under 300 ms at @every 100ms, from the first run
+// at that schedule.
+func latencyTargets(r *Results, add addTarget) {
+	for _, l := range latencyFig.value(r) {
+		if l.Schedule == "@every 100ms" {
+			if l.Received > 0 {
+				add(targetP99, "< 300 ms", fmt.Sprintf("%.0f ms", l.P99ms), l.P99ms < 300)
+			}
+			return
+		}
+	}
 }

@@ -1,14 +1,13 @@
 // Command bench measures the relay on the local stack and prints one table:
 // the raw broker and database limits, the worker (bin/worker, as separate
-// processes) draining a backlog with 1, 2 and 4 replicas (with per-aggregate
-// ordering, the default, and again with OUTBOX_ORDERING=none), its database
-// commands, CPU and memory per event, one aggregate's backlog relayed in
-// order against the same relayed unordered, the publish stage alone, end-to-end
-// latency at two claim schedules, claim latency with and without
-// published history, how fast retention deletes published history, claim
-// latency with events backing off at the head of the collection, one
-// worker relaying healthy events behind aggregates held by FAILED events,
-// and one worker relaying 15 MiB documents under the shipped memory limit. It writes results/bench.json, bench.txt and bench.png.
+// processes) draining a backlog with 1, 2 and 4 replicas, with ordering on
+// and off, its database commands, CPU and memory per event, and the
+// stages listed in stages.go: one aggregate's backlog, latency, the
+// claim's cost, retention, held aggregates, large documents, the inbox
+// consumer and the relay on a slow database or a large backlog. Each
+// stage is a value that owns its steps, its figures in bench.json, its
+// rows of the table and its targets (stage.go). It writes
+// results/bench.json, bench.txt and bench.png.
 //
 // By default it runs FerretDB embedded (PostgreSQL backend) on a TCP port
 // the worker processes can reach; with -mongo-uri (or
@@ -26,7 +25,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -121,7 +119,7 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	fs.IntVar(&c.LatencyBacklog, "db-latency-backlog", 3000, "events of each slow-database latency stage (db-latency-100ms, db-latency-600ms)")
 	fs.StringVar(&c.Baseline, "baseline", "", "a second worker binary, e.g. the starting commit's build, that the slow-database stages (db-latency-*, backlog-*), held-aggregates and large-docs also run, reported beside -worker's (make bench BASELINE=<git rev>)")
 	workerEnv := fs.String("worker-env", "", "extra environment of the worker processes, comma-separated KEY=VALUE (e.g. GOMAXPROCS=1)")
-	only := fs.String("only", "", "comma-separated stages to run ("+strings.Join(stageKeys, ", ")+"); empty runs all but the opt-in "+strings.Join(optInStageKeys, " and "))
+	only := fs.String("only", "", "comma-separated stages to run ("+strings.Join(stageKeys(stages()), ", ")+"); empty runs all but the opt-in "+strings.Join(optInKeys(stages()), " and "))
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -143,15 +141,9 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 			c.WorkerEnv = append(c.WorkerEnv, strings.TrimSpace(kv))
 		}
 	}
-	if *only != "" {
-		c.Only = map[string]bool{}
-		for _, s := range strings.Split(*only, ",") {
-			s = strings.TrimSpace(s)
-			if !slices.Contains(stageKeys, s) {
-				return config{}, fmt.Errorf("-only %q: unknown stage %q; want some of %s", *only, s, strings.Join(stageKeys, ", "))
-			}
-			c.Only[s] = true
-		}
+	var err error
+	if c.Only, err = parseOnly(*only, stages()); err != nil {
+		return config{}, err
 	}
 	switch {
 	case c.Backlog != 0 && c.Backlog < c.BatchSize:
@@ -179,8 +171,8 @@ func envOr(getenv func(string) string, key, def string) string {
 	return def
 }
 
-// bench is one run of the harness: its servers, its clients and what it
-// has measured so far.
+// bench is one run of the harness: its settings, servers and clients,
+// which the stages' steps measure with, and the results they write.
 type bench struct {
 	cfg      config
 	out      io.Writer
@@ -229,77 +221,18 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 			return fmt.Errorf("baseline worker binary: %w", err)
 		}
 	}
-	if err := b.stage(ctx, "setup", b.setup); err != nil {
+	if err := runStep(ctx, step{"setup", b.setup}, b.res, out); err != nil {
 		return err
 	}
 	defer b.teardown()
 	b.res.Config = b.cfg.summary()
 
-	stages := []namedStage{
-		{"raw-broker", "raw broker", b.rawBroker},
-		{"publish", "publish stage", b.publishStage},
-		{"raw-db", "raw database loop", b.rawDB},
-	}
-	for _, n := range cfg.Replicas {
-		stages = append(stages, namedStage{"drain", fmt.Sprintf("worker x%d drain", n),
-			func(ctx context.Context) error { return b.drain(ctx, n, orderingAggregate) }})
-	}
-	for _, n := range cfg.Replicas {
-		stages = append(stages, namedStage{"drain-unordered", fmt.Sprintf("worker x%d drain, ordering off", n),
-			func(ctx context.Context) error { return b.drain(ctx, n, orderingNone) }})
-	}
-	stages = append(stages, namedStage{"hot-aggregate", "hot aggregate", b.hotAggregate})
-	stages = append(stages,
-		namedStage{"latency", "latency", b.latency},
-		namedStage{"claim", "claim latency", b.claimLatency},
-		namedStage{"retention", "retention delete rate", b.retentionRate},
-		namedStage{"claim-backoff", "claim latency with events backing off", b.claimBackoff},
-		namedStage{"held-aggregates", "held aggregates", b.heldAggregatesStage},
-		namedStage{"large-docs", "large documents", b.largeDocuments},
-		namedStage{"inbox", "inbox consumer", b.inboxStage})
-	for _, s := range cfg.slowStages() {
-		stages = append(stages, namedStage{s.key, s.name, func(ctx context.Context) error { return b.slowDB(ctx, s) }})
-	}
-	for _, s := range stages {
-		if cfg.Only != nil && !cfg.Only[s.key] || cfg.Only == nil && slices.Contains(optInStageKeys, s.key) {
-			continue
-		}
-		if err := b.stage(ctx, s.name, s.fn); err != nil {
-			return err
-		}
+	if err := runStages(ctx, b, stages(), cfg.Only, b.res, out); err != nil {
+		return err
 	}
 	b.res.TotalSeconds = time.Since(started).Seconds()
-	b.res.evaluate()
+	b.res.evaluate(stages())
 	return b.report()
-}
-
-// stageKeys are the -only names of the stages, in the order they run.
-var stageKeys = []string{"raw-broker", "publish", "raw-db", "drain", "drain-unordered", "hot-aggregate", "latency", "claim", "retention", "claim-backoff", "held-aggregates", "large-docs", "inbox",
-	"db-latency-100ms", "db-latency-600ms", "backlog-20k", "backlog-50k"}
-
-// optInStageKeys run only when -only names them (make bench-slow): on
-// FerretDB each takes from several minutes to over half an hour.
-var optInStageKeys = []string{"backlog-20k", "backlog-50k"}
-
-// namedStage is one measurement of the run.
-type namedStage struct {
-	key  string // its -only name
-	name string
-	fn   func(context.Context) error
-}
-
-// stage runs one stage and prints and records how long it took.
-func (b *bench) stage(ctx context.Context, name string, fn func(context.Context) error) error {
-	fmt.Fprintf(b.out, "== %s\n", name)
-	t0 := time.Now()
-	err := fn(ctx)
-	d := time.Since(t0)
-	b.res.Stages = append(b.res.Stages, StageTime{Name: name, Seconds: round(d.Seconds(), 1)})
-	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	fmt.Fprintf(b.out, "   %s took %.1fs\n", name, d.Seconds())
-	return nil
 }
 
 // setup starts FerretDB unless a MongoDB URI was given, connects the

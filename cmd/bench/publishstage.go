@@ -85,8 +85,36 @@ func (b *bench) publishStage(ctx context.Context) error {
 	}
 	elapsed := time.Since(start)
 	r := Rate{Count: n, Seconds: round(elapsed.Seconds(), 2), PerSecond: round(float64(n)/elapsed.Seconds(), 0)}
-	b.res.PublishStage = r
+	publishFig.set(b.res, r)
 	fmt.Fprintf(b.out, "   %d events in batches of %d through broker.Publisher in %.2fs: %.0f/s (body %d bytes)\n",
 		n, size, elapsed.Seconds(), r.PerSecond, len(batches[0][0].Body))
 	return nil
+}
+
+// publishFig is the publish stage's rate.
+var publishFig = figure[Rate]{"publishStage"}
+
+const targetPublish = "publish stage vs raw broker"
+
+var publishStageDef = stage{
+	key: "publish", figures: []anyFigure{publishFig},
+	steps: one("publish stage", (*bench).publishStage), rows: publishRows, targets: publishTargets,
+}
+
+func publishRows(r *Results, add addRow) {
+	if p := publishFig.value(r); p.Count > 0 {
+		add(fmt.Sprintf("Publish stage (broker.Publisher, batches of %d events)", r.Config.BatchSize),
+			fmt.Sprintf("%s events/s, %.0f%% of the raw broker limit", thousands(int(p.PerSecond)), 100*ratio(p.PerSecond, rawBrokerFig.value(r).PerSecond)),
+			targetPublish)
+	}
+}
+
+// publishTargets: the publish stage at 60% of the raw broker at least.
+func publishTargets(r *Results, add addTarget) {
+	raw, p := rawBrokerFig.value(r), publishFig.value(r)
+	if raw.PerSecond > 0 && p.PerSecond > 0 {
+		ratio := p.PerSecond / raw.PerSecond
+		add(targetPublish, ">= 60%",
+			fmt.Sprintf("%.0f%% (%.0f of %.0f/s)", 100*ratio, p.PerSecond, raw.PerSecond), ratio >= 0.60)
+	}
 }

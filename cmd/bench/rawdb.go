@@ -13,6 +13,25 @@ import (
 	"github.com/outboxrelay/outbox/mongo"
 )
 
+// The raw database loop's rate, and how fast the harness wrote its
+// backlog.
+var (
+	insertFig = figure[Rate]{"backlogInsert"}
+	rawDBFig  = figure[Rate]{"rawDatabaseLoop"}
+)
+
+var rawDBStage = stage{
+	key: "raw-db", figures: []anyFigure{insertFig, rawDBFig},
+	steps: one("raw database loop", (*bench).rawDB), rows: rawDBRows,
+}
+
+func rawDBRows(r *Results, add addRow) {
+	if raw := rawDBFig.value(r); raw.Count > 0 {
+		add(fmt.Sprintf("Raw database limit (own loop: find %d NEW ids, claim UpdateMany, mark UpdateMany)", r.Config.BatchSize),
+			fmt.Sprintf("%s events/s (%s in %.1f s)", thousands(int(raw.PerSecond)), thousands(raw.Count), raw.Seconds), "")
+	}
+}
+
 // rawDB measures the database's limit for the relay's access pattern with
 // the harness's own loop, no broker: find the ids of the oldest batch of
 // NEW events, claim them with one UpdateMany, mark them PUBLISHED with
@@ -30,7 +49,7 @@ func (b *bench) rawDB(ctx context.Context) error {
 	}
 	insert := time.Since(t0)
 	fmt.Fprintf(b.out, "   inserted %d NEW events in %.1fs (%.0f/s)\n", b.cfg.Backlog, insert.Seconds(), float64(b.cfg.Backlog)/insert.Seconds())
-	b.res.Insert = Rate{Count: b.cfg.Backlog, Seconds: round(insert.Seconds(), 2), PerSecond: round(float64(b.cfg.Backlog)/insert.Seconds(), 0)}
+	insertFig.set(b.res, Rate{Count: b.cfg.Backlog, Seconds: round(insert.Seconds(), 2), PerSecond: round(float64(b.cfg.Backlog)/insert.Seconds(), 0)})
 
 	relayed, batches, elapsed, err := rawLoop(ctx, coll, b.cfg.BatchSize)
 	if err != nil {
@@ -39,9 +58,10 @@ func (b *bench) rawDB(ctx context.Context) error {
 	if relayed != b.cfg.Backlog {
 		return fmt.Errorf("raw loop relayed %d events of %d", relayed, b.cfg.Backlog)
 	}
-	b.res.RawDB = Rate{Count: relayed, Seconds: round(elapsed.Seconds(), 2), PerSecond: round(float64(relayed)/elapsed.Seconds(), 0)}
+	rate := Rate{Count: relayed, Seconds: round(elapsed.Seconds(), 2), PerSecond: round(float64(relayed)/elapsed.Seconds(), 0)}
+	rawDBFig.set(b.res, rate)
 	fmt.Fprintf(b.out, "   find %d + claim + mark, %d batches: %d events in %.1fs: %.0f/s\n",
-		b.cfg.BatchSize, batches, relayed, elapsed.Seconds(), b.res.RawDB.PerSecond)
+		b.cfg.BatchSize, batches, relayed, elapsed.Seconds(), rate.PerSecond)
 	return nil
 }
 

@@ -101,8 +101,45 @@ func (b *bench) retentionRate(ctx context.Context) error {
 		Seconds: round(elapsed.Seconds(), 2), PerSecond: round(float64(deleted)/elapsed.Seconds(), 0),
 		Schedule: retention.ScheduleDefault, BatchSize: retention.BatchSizeDefault,
 	}
-	b.res.Retention = &r
+	retentionFig.set(b.res, r)
 	fmt.Fprintf(b.out, "   retention deleted %d of %d PUBLISHED events in %.1fs (%d deletes): %.0f/s\n",
 		deleted, n, r.Seconds, batches, r.PerSecond)
 	return nil
+}
+
+// retentionFig is the retention stage's delete rate.
+var retentionFig = figure[RetentionRate]{"retention"}
+
+const targetRetain = "retention delete rate vs 1-replica relay"
+
+var retentionStage = stage{
+	key: "retention", figures: []anyFigure{retentionFig},
+	steps: one("retention delete rate", (*bench).retentionRate), rows: retentionRows, targets: retentionTargets,
+}
+
+func retentionRows(r *Results, add addRow) {
+	rt, ok := retentionFig.get(r)
+	if !ok {
+		return
+	}
+	result := fmt.Sprintf("%s events/s (%s of %s in %.1f s, %d deletes)",
+		thousands(int(rt.PerSecond)), thousands(rt.Deleted), thousands(rt.History), rt.Seconds, rt.Batches)
+	if d, ok := drainOf(drainsFig.value(r), 1); ok {
+		result += fmt.Sprintf(", %.0f%% of the 1-replica relay's %s events/s", 100*ratio(rt.PerSecond, d.PerSecond), thousands(int(d.PerSecond)))
+	}
+	add(fmt.Sprintf("Retention delete rate (retention.Cleaner at its defaults: %s, batches of %s; history older than the retention period)",
+		rt.Schedule, thousands(rt.BatchSize)), result, targetRetain)
+}
+
+// retentionTargets: retention deletes at least as fast as one replica
+// relays.
+func retentionTargets(r *Results, add addTarget) {
+	rt, ok := retentionFig.get(r)
+	d, one := drainOf(drainsFig.value(r), 1)
+	if !ok || !one || d.PerSecond <= 0 {
+		return
+	}
+	ratio := rt.PerSecond / d.PerSecond
+	add(targetRetain, ">= 100%",
+		fmt.Sprintf("%.0f%% (%.0f vs %.0f events/s)", 100*ratio, rt.PerSecond, d.PerSecond), ratio >= 1)
 }

@@ -39,9 +39,40 @@ type slowStage struct {
 // through the same path, that the target accepts.
 const slowRatioMin = 0.7
 
-// slowStages are the slow-database stages, in the order they run. The
+// slowFig is the slow-database stages' runs, one per stage.
+var slowFig = figure[[]SlowRun]{"slowDatabase"}
+
+func targetSlowRatio(r SlowRun) string {
+	return r.Name + ": worker vs raw loop through the same path"
+}
+func targetSlowDelivered(r SlowRun) string { return r.Name + ": every event delivered" }
+
+// slowDBStage is the slow-database stage called key (slowStages). The
 // latency stages run by default; the large backlogs take minutes each on
-// FerretDB and are opt-in (optInStageKeys, make bench-slow).
+// FerretDB and are opt-in (make bench-slow).
+func slowDBStage(key string, optIn bool) stage {
+	return stage{
+		key: key, optIn: optIn, figures: []anyFigure{slowFig},
+		steps: func(b *bench) []step {
+			s := b.cfg.slowStage(key)
+			return []step{{s.name, func(ctx context.Context) error { return b.slowDB(ctx, s) }}}
+		},
+		rows:    func(r *Results, add addRow) { slowRows(r, key, add) },
+		targets: func(r *Results, add addTarget) { slowTargets(r, key, add) },
+	}
+}
+
+// slowStage returns the settings of the slow stage called key.
+func (c config) slowStage(key string) slowStage {
+	for _, s := range c.slowStages() {
+		if s.key == key {
+			return s
+		}
+	}
+	panic("no slow stage " + key)
+}
+
+// slowStages are the slow-database stages' settings.
 func (c config) slowStages() []slowStage {
 	latencyWhy := fmt.Sprintf("%s events: %d claims of %d, enough for the worker to reach its pace while a stage, "+
 		"the raw loop and each worker binary, stays near a minute at +600 ms (-db-latency-backlog)",
@@ -109,7 +140,7 @@ func (b *bench) slowDB(ctx context.Context, s slowStage) error {
 		run.Workers = append(run.Workers, w)
 		fmt.Fprintf(b.out, "   worker (%s): %s\n", w.Build, w.describe(s.backlog))
 	}
-	b.res.SlowDB = append(b.res.SlowDB, run)
+	slowFig.set(b.res, append(slowFig.value(b.res), run))
 	return nil
 }
 
@@ -244,11 +275,14 @@ func (b *bench) slowWorker(ctx context.Context, s slowStage, uri string, bin wor
 	return out, nil
 }
 
-// slowRows adds the table rows of the slow stages: per stage the raw
+// slowRows adds the table rows of the slow stage called key: the raw
 // loop, then each build's worker (the baseline's beside this build's),
-// then the targets of this build.
-func (r *Results) slowRows(add func(measure, result, target string)) {
-	for _, run := range r.SlowDB {
+// then whether this build delivered every event.
+func slowRows(r *Results, key string, add addRow) {
+	for _, run := range slowFig.value(r) {
+		if run.Key != key {
+			continue
+		}
 		path := "database direct"
 		if run.LatencyMs > 0 {
 			path = fmt.Sprintf("database +%d ms per round trip (proxy)", run.LatencyMs)
@@ -268,6 +302,21 @@ func (r *Results) slowRows(add func(measure, result, target string)) {
 			add(fmt.Sprintf("Slow database, %s events, %s: every event delivered (this build)", thousands(run.Backlog), path),
 				fmt.Sprintf("%s of %s", thousands(w.Events), thousands(run.Backlog)), targetSlowDelivered(run))
 		}
+	}
+}
+
+// slowTargets: this build's worker delivered every event of the stage
+// called key, at slowRatioMin of the raw loop's rate at least.
+func slowTargets(r *Results, key string, add addTarget) {
+	for _, run := range slowFig.value(r) {
+		w, ok := run.current()
+		if run.Key != key || !ok || run.Raw.PerSecond <= 0 {
+			continue
+		}
+		add(targetSlowDelivered(run), fmt.Sprintf("all %s", thousands(run.Backlog)),
+			fmt.Sprintf("%s of %s", thousands(w.Events), thousands(run.Backlog)), w.AllDelivered)
+		add(targetSlowRatio(run), fmt.Sprintf(">= %.1fx", slowRatioMin),
+			fmt.Sprintf("%.2fx (%.0f of %.0f events/s)", w.Ratio, w.PerSecond, run.Raw.PerSecond), w.AllDelivered && w.Ratio >= slowRatioMin)
 	}
 }
 

@@ -1,0 +1,34 @@
+package main
+
+// stages are every stage of the harness, in the order they run and
+// appear in the table and in bench.json. Without -only every stage with a
+// key runs but the opt-in ones; the stages without a key report side
+// measurements of the others.
+func stages() []stage {
+	return []stage{
+		rawBrokerStage,
+		publishStageDef,
+		rawDBStage,
+		drainStage(orderingAggregate),
+		drainStage(orderingNone),
+		commandsStage,
+		cpuStage,
+		samplerStage,
+		profileStage,
+		hotAggregateStage,
+		latencyStage,
+		memoryStage,
+		claimStage,
+		retentionStage,
+		claimBackoffStage,
+		heldAggregatesStage,
+		largeDocsStage,
+		inboxStage,
+		slowDBStage("db-latency-100ms", false),
+		slowDBStage("db-latency-600ms", false),
+		// On FerretDB each of these takes from several minutes to over
+		// half an hour: make bench-slow runs them.
+		slowDBStage("backlog-20k", true),
+		slowDBStage("backlog-50k", true),
+	}
+}
