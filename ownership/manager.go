@@ -431,21 +431,32 @@ func (m *Manager) heartbeat(ctx context.Context, serverNow time.Time, renewed bo
 }
 
 // dropLost forgets partitions whose latest term is someone else's, or
-// whose deadline has passed. Call with mu held.
+// whose deadline has passed, with one warning for each kind: a slow
+// database lets every partition lapse at once, and 64 lines of it bury
+// everything else. Call with mu held.
 func (m *Manager) dropLost(latest map[int]Term) {
 	now := m.cfg.Local()
+	var taken, lapsed []int
 	for p, h := range m.owned {
 		t, ok := latest[p]
 		switch {
 		case ok && t.Term > h.term && t.Owner != m.cfg.WorkerID:
-			m.cfg.Logger.Warn("partition taken over by another worker", "partition", p, "owner", t.Owner, "term", t.Term)
-			m.sawHeld(m.claimsUntil(h, now))
-			delete(m.owned, p)
+			taken = append(taken, p)
 		case !h.deadline.After(now):
-			m.cfg.Logger.Warn("partition's term ran out before its renewal; claiming in it stopped", "partition", p, "term", h.term)
-			m.sawHeld(m.claimsUntil(h, now))
-			delete(m.owned, p)
+			lapsed = append(lapsed, p)
+		default:
+			continue
 		}
+		m.sawHeld(m.claimsUntil(h, now))
+		delete(m.owned, p)
+	}
+	if len(taken) > 0 {
+		slices.Sort(taken)
+		m.cfg.Logger.Warn("partitions taken over by another worker", "count", len(taken), "partitions", taken)
+	}
+	if len(lapsed) > 0 {
+		slices.Sort(lapsed)
+		m.cfg.Logger.Warn("partitions' terms ran out before their renewal; claiming in them stopped", "count", len(lapsed), "partitions", lapsed)
 	}
 }
 
