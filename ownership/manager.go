@@ -577,17 +577,22 @@ func (m *Manager) renewHeld(ctx context.Context, at instant) error {
 	return nil
 }
 
-// renewalDue reports whether a partition held is less than two thirds of
-// a term from its deadline: renewals come every third of a term less a
-// Margin (7 s by default). Renewing later would save inserts but shorten
-// the validity a claim's writes get just before a renewal (Hold), which is
-// two thirds of a term less a tick and a Margin at the least.
+// renewalDue reports whether a third of a term has passed since a
+// partition held was renewed: its deadline, a term less the Margin after
+// the renewal's instant, is less than two thirds of a term less the
+// Margin away (10 s after the last renewal by default). The interval
+// counts from the renewal's start, not its end: counted from its end, a
+// renewal that takes longer than a third of a term less a Margin (two
+// round trips at +600 ms through a 5 s term) was due again the moment it
+// returned, and renewals ran back to back. Renewing later would save
+// inserts but shorten the validity a claim's writes get just before a
+// renewal (Hold).
 func (m *Manager) renewalDue() bool {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	now := m.cfg.Local()
 	for _, h := range m.owned {
-		if h.deadline.Sub(now) < 2*m.cfg.TermLength/3 {
+		if h.deadline.Sub(now) < 2*m.cfg.TermLength/3-m.cfg.Margin {
 			return true
 		}
 	}

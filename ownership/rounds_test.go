@@ -197,23 +197,23 @@ func TestPartitionsTakenApartRenewTogether(t *testing.T) {
 		clock.Advance(roundMax)
 		tick(t, a)
 	}
-	// A renewal is due two thirds of a term before the deadline, which is
-	// a Margin short of a term after the last: one insert each period, not
-	// one for each half.
-	period := term/3 - a.cfg.Margin
+	// A renewal is due a third of a term after the last: one insert each
+	// period, not one for each half.
+	period := term / 3
 	if got, want := ta.inserts-inserts, int(terms*term/period)+1; got > want {
 		t.Errorf("a sent %d inserts in %d terms, want at most %d: its two halves renewed apart", got, terms, want)
 	}
 }
 
 // However the rounds rest, a claim starting just before a renewal still
-// gets two thirds of a term, less a tick and a Margin, for its writes: the
-// validity Hold reports never falls below that.
+// gets two thirds of a term, less a tick and two Margins (the renewal's
+// and Hold's), for its writes: the validity Hold reports never falls below
+// that.
 func TestRenewalsLeaveClaimsTheirValidity(t *testing.T) {
 	t.Parallel()
 	clock, _, ms, _ := balanced(t)
 	a := ms[0]
-	floor := 2*term/3 - a.every - a.cfg.Margin
+	floor := 2*term/3 - a.every - 2*a.cfg.Margin
 	least := term
 	for range int(3 * term / a.every) {
 		_, validFor, done := a.Hold()
