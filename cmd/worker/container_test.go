@@ -17,8 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/testcontainers/testcontainers-go"
-	tcrabbit "github.com/testcontainers/testcontainers-go/modules/rabbitmq"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
 	driver "go.mongodb.org/mongo-driver/v2/mongo"
@@ -29,15 +27,10 @@ import (
 	"github.com/outboxrelay/outbox/mongo"
 )
 
-const (
-	rabbitImage   = "rabbitmq:3.13-alpine"
-	containerWait = 5 * time.Minute
-)
-
 func TestContainers(t *testing.T) {
-	testenv.RequireDocker(t)
 	t.Parallel()
-	s := containerStack(t)
+	mongoURI, amqpURL := testenv.Containers(t)
+	s := stack{name: "mongodb", mongoURI: mongoURI, amqpURL: amqpURL, atomicClaims: true}
 	runScenarios(t, s, 3)
 	runParallel(t, []subtest{
 		{"transactions", func(t *testing.T) { transactionScenario(t, s) }},
@@ -223,28 +216,6 @@ func producerScenario(t *testing.T, s stack) {
 	if e.Status != events.StatusNew || e.Type != "order.created" || e.CreatedAt.IsZero() {
 		t.Errorf("committed event = %+v, want NEW order.created with createdAt", e)
 	}
-}
-
-// containerStack starts MongoDB as a single-node replica set and RabbitMQ,
-// both removed in t.Cleanup.
-func containerStack(t *testing.T) stack {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), containerWait)
-	defer cancel()
-
-	mongoURI := testenv.ReplicaSetURI(ctx, t)
-
-	// Not guest: RabbitMQ lets guest in from localhost only.
-	rc, err := tcrabbit.Run(ctx, rabbitImage, tcrabbit.WithAdminUsername("outbox"), tcrabbit.WithAdminPassword("outbox-e2e"))
-	testcontainers.CleanupContainer(t, rc)
-	if err != nil {
-		t.Fatalf("start %s: %v", rabbitImage, err)
-	}
-	amqpURL, err := rc.AmqpURL(ctx)
-	if err != nil {
-		t.Fatalf("RabbitMQ URL: %v", err)
-	}
-	return stack{name: "mongodb", mongoURI: mongoURI, amqpURL: amqpURL + "/", atomicClaims: true}
 }
 
 // transactionScenario: on a replica set the store finds transactions, and

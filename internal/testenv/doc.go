@@ -14,6 +14,7 @@
 // RabbitMQ: OUTBOX_TEST_AMQP_URL, default amqp://guest:guest@127.0.0.1:5672/.
 //
 // A missing server fails the test with instructions to start it; tests are
-// never skipped for that, except RequireDocker, which guards the container
-// suite that runs where Docker exists.
+// never skipped for that, except by RequireDocker, which guards the
+// container suite that runs where Docker exists: ReplicaSet (a real MongoDB
+// replica set) and Containers (that and RabbitMQ) start its servers.
 package testenv
