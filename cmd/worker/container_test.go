@@ -25,6 +25,7 @@ import (
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/mongo"
+	"github.com/outboxrelay/outbox/mongo/mongotest"
 )
 
 func TestContainers(t *testing.T) {
@@ -102,10 +103,7 @@ func claimExplainScenario(t *testing.T, s stack) {
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
 	}
-	var got []string
-	for _, c := range res.Claimed {
-		got = append(got, fmt.Sprint(c.ID))
-	}
+	got := mongotest.MessageIDs(res.Claimed)
 	slices.Sort(got)
 	if !slices.Equal(want, got) {
 		t.Errorf("claimed %v, want %v", got, want)
@@ -263,16 +261,9 @@ func transactionScenario(t *testing.T, s stack) {
 	if err != nil || len(claimedB) != 4 {
 		t.Fatalf("Claim(b, 6) = %d events, %v; want the other 4", len(claimedB), err)
 	}
-	idsOf := func(cs []events.Claimed) []any {
-		ids := make([]any, len(cs))
-		for i, c := range cs {
-			ids[i] = c.ID
-		}
-		return ids
-	}
 
 	recorded()
-	n, err := store.MarkPublished(ctx, a, idsOf(claimedA), at)
+	n, err := store.MarkPublished(ctx, a, mongotest.IDs(claimedA), at)
 	if err != nil || n != 6 {
 		t.Fatalf("MarkPublished(a) = %d, %v; want 6", n, err)
 	}
@@ -290,14 +281,14 @@ func transactionScenario(t *testing.T, s stack) {
 	}
 
 	// Fenced inside the transaction too: lease a cannot mark b's events.
-	n, err = store.MarkPublished(ctx, a, idsOf(claimedB), at)
+	n, err = store.MarkPublished(ctx, a, mongotest.IDs(claimedB), at)
 	if err != nil || n != 0 {
 		t.Errorf("MarkPublished(a, b's events) = %d, %v; want 0", n, err)
 	}
 	if c := countOf(ctx, t, store.Collection(), events.StatusProcessing); c != 4 {
 		t.Errorf("PROCESSING after a's stray mark = %d, want b's 4", c)
 	}
-	n, err = store.MarkPublished(ctx, b, idsOf(claimedB), at)
+	n, err = store.MarkPublished(ctx, b, mongotest.IDs(claimedB), at)
 	if err != nil || n != 4 {
 		t.Errorf("MarkPublished(b) = %d, %v; want 4", n, err)
 	}
