@@ -33,10 +33,7 @@ func timeoutBatch(t *testing.T, evs ...string) ([]events.Claimed, []*events.Mess
 		if err != nil {
 			t.Fatal(err)
 		}
-		raw, err := bson.Marshal(doc)
-		if err != nil {
-			t.Fatal(err)
-		}
+		raw := testenv.Marshal(t, doc)
 		claimed[i] = events.Claimed{ID: id, Attempts: 1, Doc: raw}
 		m, err := events.NewMessage(raw, 0)
 		if err != nil {

@@ -93,10 +93,7 @@ func aggregateEvent(id, agg string, n int) bson.D {
 func aggregatesInOnePartition(t *testing.T, n int) (int, []string) {
 	t.Helper()
 	partitionOf := func(agg string) int {
-		doc, err := bson.Marshal(aggregateEvent("x", agg, 0))
-		if err != nil {
-			t.Fatal(err)
-		}
+		doc := testenv.Marshal(t, aggregateEvent("x", agg, 0))
 		return events.Partition(doc)
 	}
 	p := partitionOf("o-0")
