@@ -241,7 +241,7 @@ func TestClaimLosesRaceBetweenFindAndUpdate(t *testing.T) {
 // nothing and count the claims as lost; b then completes.
 func TestRunOnceLateConfirmAfterRecovery(t *testing.T) {
 	t.Parallel()
-	r := newRelayRig(t)
+	r := setup(t)
 	pub := &faultPublisher{Publisher: newPublisher(t, r.exchange)}
 	c, m := newClaimer(t, r.store, pub, Config{WorkerID: "worker-a"})
 	ids := insertEvents(t, r.coll, 8, "order.created")

@@ -254,7 +254,7 @@ func (p *stallPublisher) Publish(ctx context.Context, msgs []events.Message) []e
 // reason timeout, instead of being refunded for ever.
 func TestRunOnceFailsAMessageThatTimesOutAlone(t *testing.T) {
 	t.Parallel()
-	r := newRelayRig(t)
+	r := setup(t)
 	pub := &stallPublisher{faultPublisher: &faultPublisher{Publisher: newPublisher(t, r.exchange)}}
 	c, m := newClaimer(t, r.store, pub, Config{PublishTimeout: 300 * time.Millisecond})
 	first := insertEvents(t, r.coll, 10, "order.created")
