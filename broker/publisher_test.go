@@ -43,10 +43,7 @@ func startPublisher(t *testing.T, cfg broker.Config) *broker.Publisher {
 // document, through events.NewMessage.
 func message(t *testing.T, doc bson.D) events.Message {
 	t.Helper()
-	raw, err := bson.Marshal(doc)
-	if err != nil {
-		t.Fatalf("marshal event document: %v", err)
-	}
+	raw := testenv.Marshal(t, doc)
 	m, err := events.NewMessage(raw, 0)
 	if err != nil {
 		t.Fatalf("NewMessage: %v", err)

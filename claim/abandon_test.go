@@ -37,7 +37,7 @@ func (s *failingClaimStore) ClaimRead(ctx context.Context, lease events.Lease, d
 // failed write is over), the next run relays them.
 func TestFailedClaimReleasesWhatItTook(t *testing.T) {
 	t.Parallel()
-	r := newRelayRig(t)
+	r := setup(t)
 	store := &failingClaimStore{Store: r.store}
 	clock := fakeclock.New(time.Now())
 	c, _ := newClaimer(t, store, newPublisher(t, r.exchange), Config{BatchSize: 50, Now: clock.Now})

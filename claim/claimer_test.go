@@ -22,7 +22,7 @@ import (
 func TestRunOnceRelaysBacklog(t *testing.T) {
 	t.Parallel()
 	const n, batch = 1200, 500
-	r := newRelayRig(t)
+	r := setup(t)
 	c, m := newClaimer(t, r.store, newPublisher(t, r.exchange), Config{BatchSize: batch})
 	ids := insertEvents(t, r.coll, n, "order.created")
 
@@ -77,7 +77,7 @@ func TestRunOnceRelaysBacklog(t *testing.T) {
 func TestRunOncePoisonFailsInOnePass(t *testing.T) {
 	t.Parallel()
 	const batch = 500
-	r := newRelayRig(t)
+	r := setup(t)
 	c, m := newClaimer(t, r.store, newPublisher(t, r.exchange), Config{BatchSize: batch, MaxBodyBytes: 1000})
 
 	ok := bson.D{{Key: "n", Value: 1}}
@@ -274,7 +274,7 @@ func TestRunOnceBrokerFaultRefundsAttempt(t *testing.T) {
 	} {
 		t.Run(tt.reason, func(t *testing.T) {
 			t.Parallel()
-			r := newRelayRig(t)
+			r := setup(t)
 			pub := &faultPublisher{Publisher: newPublisher(t, r.exchange)}
 			c, m := newClaimer(t, r.store, pub, Config{MaxAttempts: 1})
 			ids := insertEvents(t, r.coll, 20, "order.created")
@@ -366,7 +366,7 @@ func TestRunOncePausedWhileBrokerNotReady(t *testing.T) {
 
 func TestRunOnceNackRetriesOnlyThoseNacked(t *testing.T) {
 	t.Parallel()
-	r := newRelayRig(t)
+	r := setup(t)
 	pub := &faultPublisher{Publisher: newPublisher(t, r.exchange)}
 	pub.fail = func(m events.Message) error {
 		if m.Type == "order.nacked" {
@@ -407,7 +407,7 @@ func TestRunOnceNackRetriesOnlyThoseNacked(t *testing.T) {
 // that run; a null attempts is claimed as if absent.
 func TestRunOnceManagedFieldOfWrongType(t *testing.T) {
 	t.Parallel()
-	r := newRelayRig(t)
+	r := setup(t)
 	c, m := newClaimer(t, r.store, newPublisher(t, r.exchange), Config{BatchSize: 50})
 	valid := insertEvents(t, r.coll, 20, "order.created")
 	first := time.Now().Add(-time.Hour)

@@ -11,10 +11,9 @@
 // confirmed; an event that is not confirmed holds back the rest of its
 // aggregate in the batch.
 //
-// One claim costs four database commands on MongoDB whatever the batch
-// size (two finds, claim, mark; three on FerretDB), four finds more when
-// ordered (a probe and the held aggregates; an idle tick costs the probe
-// only), plus one per kind of failure. Every write after the claim is
+// A batch costs a few database commands whatever its size, a few finds
+// more when ordered, plus one per kind of failure: docs/design.md counts
+// them (Database commands per batch). Every write after the claim is
 // fenced by the lease, so a worker that lost its claim to recovery changes
 // nothing.
 package claim

@@ -272,11 +272,7 @@ func hostileCases(t *testing.T) []hostileCase {
 func sizedDoc(t *testing.T, id string, at time.Time, size int) bson.Raw {
 	t.Helper()
 	build := func(n int) bson.Raw {
-		raw, err := bson.Marshal(eventDoc(id, at, field(events.FieldPayload, bson.D{{Key: "blob", Value: strings.Repeat("x", n)}})))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return raw
+		return testenv.Marshal(t, eventDoc(id, at, field(events.FieldPayload, bson.D{{Key: "blob", Value: strings.Repeat("x", n)}})))
 	}
 	base := len(build(0))
 	raw := build(size - base)

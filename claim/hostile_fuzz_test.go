@@ -266,10 +266,7 @@ func FuzzHostileDocument(f *testing.F) {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		doc := hostileDocument(data, at)
-		raw, err := bson.Marshal(doc)
-		if err != nil {
-			t.Fatalf("generated document does not marshal: %v", err)
-		}
+		raw := testenv.Marshal(t, doc)
 		if len(raw) >= maxDocumentBytes {
 			t.Skip("larger than a server stores")
 		}
@@ -410,10 +407,7 @@ func TestHostileFuzzCorpus(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			if testenv.IsFerretDB() {
-				raw, err := bson.Marshal(hostileDocument(data, time.Now()))
-				if err != nil {
-					t.Fatal(err)
-				}
+				raw := testenv.Marshal(t, hostileDocument(data, time.Now()))
 				if what := ferretRefuses(raw); what != "" {
 					t.Skipf("FerretDB v1.24.0 cannot store %s (it drops the connection); "+
 						"this entry runs against MongoDB (OUTBOX_TEST_MONGO_URI)", what)

@@ -160,7 +160,7 @@ func failedTotal(t *testing.T, m *metrics.Metrics) (float64, map[string]float64)
 // and checks everything the suite promises.
 func relayHostile(t *testing.T, cfg Config, hostile []hostileDoc) {
 	t.Helper()
-	r := newRelayRig(t)
+	r := setup(t)
 	logs := &testenv.LogBuffer{}
 	pub := hostilePublisher(t, r.exchange, logs)
 	cfg.WorkerID = "worker-hostile"

@@ -22,14 +22,6 @@ import (
 	"github.com/outboxrelay/outbox/mongo/mongotest"
 )
 
-func claimedIDs(cs []events.Claimed) []any {
-	out := make([]any, len(cs))
-	for i, c := range cs {
-		out[i] = c.ID
-	}
-	return out
-}
-
 func claimedHex(cs []events.Claimed) map[string]int {
 	out := make(map[string]int, len(cs))
 	for _, c := range cs {
@@ -107,7 +99,7 @@ func TestFencingLateWriterChangesNothing(t *testing.T) {
 			coll := store.Collection()
 			ids := insertEvents(t, coll, 6, "order.created")
 			a, b := tc.late, tc.now
-			claimed := claimedIDs(claimRecoverReclaim(t, store, a, b, len(ids)))
+			claimed := mongotest.IDs(claimRecoverReclaim(t, store, a, b, len(ids)))
 			ownedBy(t, coll, b, 2, ids)
 
 			// a wakes up with its confirms and writes every outcome it could.
@@ -249,7 +241,7 @@ func TestClaimLosesRaceBetweenFindAndUpdate(t *testing.T) {
 // nothing and count the claims as lost; b then completes.
 func TestRunOnceLateConfirmAfterRecovery(t *testing.T) {
 	t.Parallel()
-	r := newRelayRig(t)
+	r := setup(t)
 	pub := &faultPublisher{Publisher: newPublisher(t, r.exchange)}
 	c, m := newClaimer(t, r.store, pub, Config{WorkerID: "worker-a"})
 	ids := insertEvents(t, r.coll, 8, "order.created")
@@ -284,7 +276,7 @@ func TestRunOnceLateConfirmAfterRecovery(t *testing.T) {
 		t.Errorf("a's lost claims = %v, want %d", got, len(ids))
 	}
 
-	if n, err := r.store.MarkPublished(t.Context(), b, claimedIDs(gotB), time.Now()); err != nil || n != len(ids) {
+	if n, err := r.store.MarkPublished(t.Context(), b, mongotest.IDs(gotB), time.Now()); err != nil || n != len(ids) {
 		t.Errorf("b's MarkPublished = %d, %v; want %d, nil", n, err, len(ids))
 	}
 	for id, e := range allEvents(t, r.coll) {

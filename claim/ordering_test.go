@@ -61,12 +61,12 @@ func insertInterleaved(t *testing.T, coll *driver.Collection, n, aggregates int)
 	return out
 }
 
-// relayInterleaved returns a relay rig whose outbox holds n events
+// relayInterleaved returns a test bundle whose outbox holds n events
 // interleaved over aggregates (see insertInterleaved), and an inbox on its
 // queue.
-func relayInterleaved(t *testing.T, n, aggregates int) (relayRig, *inbox, []ordered) {
+func relayInterleaved(t *testing.T, n, aggregates int) (testBundle, *inbox, []ordered) {
 	t.Helper()
-	r := newRelayRig(t)
+	r := setup(t)
 	return r, startInbox(t, r.deliveries), insertInterleaved(t, r.coll, n, aggregates)
 }
 
@@ -313,7 +313,7 @@ func TestOrderedFailedHoldsUntilRequeueOrSkip(t *testing.T) {
 // time, go out in order, one round per event.
 func TestOrderedHotAggregate(t *testing.T) {
 	t.Parallel()
-	r := newRelayRig(t)
+	r := setup(t)
 	in := startInbox(t, r.deliveries)
 	const n = 1000 // the 10,000 of the container suite, scaled down for FerretDB
 	start := time.Now().Add(-time.Hour)

@@ -34,7 +34,8 @@ const (
 	// cut: the backlog is a third through by then.
 	outageCutAt = 7
 	// outageDrainTimeout bounds the wait for the whole backlog after a
-	// Restore; FerretDB relays about 150 events/s on these machines.
+	// Restore: FerretDB is the slow side here (docs/performance.md has
+	// its rates), and the backlog drains well within it.
 	outageDrainTimeout = 3 * time.Minute
 	outageWait         = 20 * time.Second
 	outageWorkerID     = "outage-worker"

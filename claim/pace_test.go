@@ -196,7 +196,7 @@ func (s *slowStore) ReadClaimable(ctx context.Context, now time.Time, limit even
 // claims that succeed grow it back; the limit is a metric.
 func TestTimeoutsShrinkTheNextClaim(t *testing.T) {
 	t.Parallel()
-	r := newRelayRig(t)
+	r := setup(t)
 	store := &slowStore{Store: r.store, slow: true}
 	c, m := newClaimer(t, store, newPublisher(t, r.exchange), Config{BatchSize: 40})
 	insertEvents(t, r.coll, 500, "order.created")
@@ -250,7 +250,7 @@ func (s *lateWriteStore) ClaimRead(ctx context.Context, lease events.Lease, docs
 // released again, with backoff, until the stale threshold.
 func TestTimedOutClaimLandingLateIsReleased(t *testing.T) {
 	t.Parallel()
-	r := newRelayRig(t)
+	r := setup(t)
 	store := &lateWriteStore{Store: r.store, land: make(chan func(), 1)}
 	clock := fakeclock.New(time.Now())
 	c, _ := newClaimer(t, store, newPublisher(t, r.exchange), Config{BatchSize: 10, Now: clock.Now, StaleAfter: time.Minute})
@@ -305,7 +305,7 @@ func (s *slowMarkStore) MarkPublished(ctx context.Context, lease events.Lease, i
 // batch it was for is still settled.
 func TestOutcomeWriteTimeoutShrinksTheNextClaim(t *testing.T) {
 	t.Parallel()
-	r := newRelayRig(t)
+	r := setup(t)
 	store := &slowMarkStore{Store: r.store}
 	c, _ := newClaimer(t, store, newPublisher(t, r.exchange), Config{BatchSize: 20})
 	insertEvents(t, r.coll, 20, "order.created")
@@ -341,7 +341,7 @@ func (s *failOnceStore) ClaimRead(ctx context.Context, lease events.Lease, docs 
 // aggregates flow meanwhile.
 func TestFailedWriteHoldsItsAggregates(t *testing.T) {
 	t.Parallel()
-	r := newRelayRig(t)
+	r := setup(t)
 	store := &failOnceStore{Store: r.store}
 	clock := fakeclock.New(time.Now())
 	c, _ := newClaimer(t, store, newPublisher(t, r.exchange), Config{BatchSize: 10, Now: clock.Now, StaleAfter: time.Minute, Ordering: OrderingAggregate})
@@ -369,7 +369,7 @@ func TestFailedWriteHoldsItsAggregates(t *testing.T) {
 }
 
 // insertAggregates inserts two events each of n aggregates named prefix-i.
-func insertAggregates(t *testing.T, r relayRig, prefix string, n int) {
+func insertAggregates(t *testing.T, r testBundle, prefix string, n int) {
 	t.Helper()
 	var docs []any
 	for i := range 2 * n {

@@ -119,10 +119,10 @@ func TestFencingOldOwnerClaimsNothing(t *testing.T) {
 	if err != nil || len(resB.Claimed) != 15 {
 		t.Fatalf("b's Claim = %d events, %v; want 15", len(resB.Claimed), err)
 	}
-	if n, err := store.MarkPublished(t.Context(), a, claimedIDs(resA.Claimed), time.Now()); err != nil || n != 0 {
+	if n, err := store.MarkPublished(t.Context(), a, mongotest.IDs(resA.Claimed), time.Now()); err != nil || n != 0 {
 		t.Errorf("a's late MarkPublished = %d, %v; want 0", n, err)
 	}
-	if n, err := store.Release(t.Context(), a, events.Release{IDs: claimedIDs(resA.Claimed), Status: events.StatusNew, Refund: true}); err != nil || n != 0 {
+	if n, err := store.Release(t.Context(), a, events.Release{IDs: mongotest.IDs(resA.Claimed), Status: events.StatusNew, Refund: true}); err != nil || n != 0 {
 		t.Errorf("a's late Release = %d, %v; want 0", n, err)
 	}
 	var twice, once []string

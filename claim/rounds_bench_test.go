@@ -8,6 +8,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/testenv"
 )
 
 // benchBatch is a claimed batch of n events spread over aggregates, each
@@ -23,10 +24,7 @@ func benchBatch(b *testing.B, n, perAggregate int) []events.Claimed {
 		if err != nil {
 			b.Fatal(err)
 		}
-		raw, err := bson.Marshal(d)
-		if err != nil {
-			b.Fatal(err)
-		}
+		raw := testenv.Marshal(b, d)
 		batch[i] = events.Claimed{ID: i, Doc: raw}
 	}
 	return batch

@@ -10,6 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/testenv"
 )
 
 // batchOf builds a claimed batch, in claim order, from "id:aggregate"
@@ -27,10 +28,7 @@ func batchOf(t *testing.T, spec ...[2]string) []events.Claimed {
 		if err != nil {
 			t.Fatal(err)
 		}
-		raw, err := bson.Marshal(doc)
-		if err != nil {
-			t.Fatal(err)
-		}
+		raw := testenv.Marshal(t, doc)
 		out[i] = events.Claimed{ID: s[0], Attempts: 1, Doc: raw}
 	}
 	return out

@@ -30,24 +30,25 @@ var (
 	_ Publisher = (*broker.Publisher)(nil)
 )
 
-// relayRig is what a test of the relay from outbox to queue works on: a
+// testBundle is what a test of the relay from outbox to queue works on: a
 // prepared store on a database of its own, and an exchange of its own
-// with a queue bound to it.
-type relayRig struct {
+// with a queue bound to it. The outage tests' outageRig adds the links
+// they cut.
+type testBundle struct {
 	store      *mongo.Store
 	coll       *driver.Collection // the store's outbox
 	exchange   string
 	deliveries <-chan amqp.Delivery // the queue's
 }
 
-// newRelayRig binds the queue before the test starts a publisher on the
+// setup binds the queue before the test starts a publisher on the
 // exchange, so that at cleanup the publisher stops before the queue and
 // exchange are deleted.
-func newRelayRig(t *testing.T) relayRig {
+func setup(t *testing.T) testBundle {
 	t.Helper()
 	store := mongotest.Store(t)
 	exchange := testenv.UniqueName(t, "ex_")
-	return relayRig{store: store, coll: store.Collection(), exchange: exchange,
+	return testBundle{store: store, coll: store.Collection(), exchange: exchange,
 		deliveries: testenv.Consume(t, testenv.AMQPURL(t), exchange)}
 }
 

@@ -33,10 +33,7 @@ func timeoutBatch(t *testing.T, evs ...string) ([]events.Claimed, []*events.Mess
 		if err != nil {
 			t.Fatal(err)
 		}
-		raw, err := bson.Marshal(doc)
-		if err != nil {
-			t.Fatal(err)
-		}
+		raw := testenv.Marshal(t, doc)
 		claimed[i] = events.Claimed{ID: id, Attempts: 1, Doc: raw}
 		m, err := events.NewMessage(raw, 0)
 		if err != nil {
@@ -257,7 +254,7 @@ func (p *stallPublisher) Publish(ctx context.Context, msgs []events.Message) []e
 // reason timeout, instead of being refunded for ever.
 func TestRunOnceFailsAMessageThatTimesOutAlone(t *testing.T) {
 	t.Parallel()
-	r := newRelayRig(t)
+	r := setup(t)
 	pub := &stallPublisher{faultPublisher: &faultPublisher{Publisher: newPublisher(t, r.exchange)}}
 	c, m := newClaimer(t, r.store, pub, Config{PublishTimeout: 300 * time.Millisecond})
 	first := insertEvents(t, r.coll, 10, "order.created")

@@ -8,20 +8,13 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/outboxrelay/outbox/internal/testenv"
 )
 
 type orderCreated struct {
 	OrderID string `bson:"orderId"`
 	Total   int64  `bson:"total"`
-}
-
-func mustMarshal(t testing.TB, v any) bson.Raw {
-	t.Helper()
-	b, err := bson.Marshal(v)
-	if err != nil {
-		t.Fatalf("marshal %T: %v", v, err)
-	}
-	return b
 }
 
 func TestDraftDocument(t *testing.T) {
@@ -36,7 +29,7 @@ func TestDraftDocument(t *testing.T) {
 		return append(bson.D{
 			{Key: FieldID, Value: id},
 			{Key: FieldType, Value: "order.created"},
-			{Key: FieldPayload, Value: mustMarshal(t, payload)},
+			{Key: FieldPayload, Value: testenv.Marshal(t, payload)},
 			{Key: FieldStatus, Value: StatusNew},
 			{Key: FieldCreatedAt, Value: now.UTC()},
 		}, extra...)
@@ -77,7 +70,7 @@ func TestDraftDocument(t *testing.T) {
 			want: doc("e-1", map[string]any{"total": int64(4200)},
 				bson.E{Key: FieldAggregateType, Value: "order"},
 				bson.E{Key: FieldAggregateID, Value: "o-1"},
-				bson.E{Key: FieldHeaders, Value: mustMarshal(t, map[string]any{"tenant": "acme"})},
+				bson.E{Key: FieldHeaders, Value: testenv.Marshal(t, map[string]any{"tenant": "acme"})},
 			),
 		},
 		{
@@ -241,7 +234,7 @@ func TestDraftDocumentIsPublishable(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Document: %v", err)
 			}
-			m, err := NewMessage(mustMarshal(t, doc), 0)
+			m, err := NewMessage(testenv.Marshal(t, doc), 0)
 			if err != nil {
 				t.Fatalf("NewMessage of an accepted draft: %v", err)
 			}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/outboxrelay/outbox/internal/testenv"
 )
 
 // jsonDocs are payloads for the tests of appendJSON: every type it writes,
@@ -98,10 +100,7 @@ func TestAppendJSONMatchesDriver(t *testing.T) {
 	for name, d := range jsonDocs(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			raw, err := bson.Marshal(d)
-			if err != nil {
-				t.Fatal(err)
-			}
+			raw := testenv.Marshal(t, d)
 			want, err := bson.MarshalExtJSON(bson.Raw(raw), false, false)
 			if err != nil {
 				t.Fatal(err)
@@ -124,10 +123,7 @@ func TestAppendJSONMatchesDriver(t *testing.T) {
 func TestAppendJSONLeavesToTheDriver(t *testing.T) {
 	t.Parallel()
 	for name, d := range jsonDocs(t) {
-		raw, err := bson.Marshal(d)
-		if err != nil {
-			t.Fatal(err)
-		}
+		raw := testenv.Marshal(t, d)
 		_, ok := appendJSON(nil, raw)
 		if want := !strings.HasPrefix(name, "driver") && name != "deep"; ok != want {
 			t.Errorf("%s: appendJSON ok = %t, want %t", name, ok, want)
@@ -140,11 +136,7 @@ func TestAppendJSONLeavesToTheDriver(t *testing.T) {
 // fails, appendJSON leaves the document to it.
 func FuzzAppendJSON(f *testing.F) {
 	for _, d := range jsonDocs(f) {
-		raw, err := bson.Marshal(d)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(raw)
+		f.Add([]byte(testenv.Marshal(f, d)))
 	}
 	f.Fuzz(func(t *testing.T, doc []byte) {
 		got, ok := appendJSON(nil, doc)

@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/testenv"
 )
 
 func TestCheckManaged(t *testing.T) {
@@ -59,10 +60,7 @@ func TestCheckManaged(t *testing.T) {
 			t.Parallel()
 			doc := append(bson.D{{Key: "_id", Value: "e1"}, {Key: "type", Value: "order.created"},
 				{Key: "payload", Value: bson.D{}}, {Key: "status", Value: "NEW"}, {Key: "createdAt", Value: now}}, tt.fields...)
-			raw, err := bson.Marshal(doc)
-			if err != nil {
-				t.Fatal(err)
-			}
+			raw := testenv.Marshal(t, doc)
 			got, err := events.CheckManaged(raw)
 			if tt.wantErr != "" {
 				var ie *events.InvalidError

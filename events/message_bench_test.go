@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/outboxrelay/outbox/internal/testenv"
 )
 
 // benchEvent is an event as the bench's producer writes it: an aggregate
@@ -28,11 +30,7 @@ func benchEvent(b *testing.B, i int) bson.Raw {
 	if err != nil {
 		b.Fatal(err)
 	}
-	raw, err := bson.Marshal(d)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return raw
+	return testenv.Marshal(b, d)
 }
 
 func BenchmarkNewMessage(b *testing.B) {

@@ -10,6 +10,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
+
+	"github.com/outboxrelay/outbox/internal/testenv"
 )
 
 // Fixtures shared by the NewMessage tests.
@@ -72,11 +74,7 @@ func eventDoc(t testing.TB, edits ...docEdit) bson.Raw {
 	for _, edit := range edits {
 		d = edit(d)
 	}
-	b, err := bson.Marshal(d)
-	if err != nil {
-		t.Fatalf("marshal event document: %v", err)
-	}
-	return b
+	return testenv.Marshal(t, d)
 }
 
 // malformedString returns a valid event document with field (or, for

@@ -22,11 +22,10 @@ import (
 )
 
 func TestContainerTransactions(t *testing.T) {
-	testenv.RequireDocker(t)
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	client := testenv.ReplicaSet(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	client := replicaSet(ctx, t)
 	db := client.Database(testenv.UniqueName(t, "inbox_"))
 	business := db.Collection("business")
 	// Collections must exist before a transaction writes to them on
@@ -112,17 +111,4 @@ func TestContainerTransactions(t *testing.T) {
 	if err := business.FindOne(ctx, bson.D{{Key: "_id", Value: "concurrent"}}).Decode(&doc); err != nil || doc.N != 1 {
 		t.Errorf("4 concurrent copies: business n = %d, %v; want committed once", doc.N, err)
 	}
-}
-
-// replicaSet starts MongoDB as a single-node replica set, removed in
-// t.Cleanup, and returns a client of it.
-func replicaSet(ctx context.Context, t *testing.T) *mongo.Client {
-	t.Helper()
-	uri := testenv.ReplicaSetURI(ctx, t)
-	client, err := mongo.Connect(options.Client().ApplyURI(uri).SetMaxPoolSize(testenv.ClientMaxPoolSize))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
-	return client
 }

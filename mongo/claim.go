@@ -481,10 +481,10 @@ func (s *Store) capBatch(n int32) int32 {
 // too large to read fails the same way every time; the claim after a
 // success goes back to whole batches. That includes a find cut off by its
 // deadline: FerretDB takes minutes to build a reply of a few hundred
-// megabytes (a first batch of 16 documents of 15 MiB did not come back in
-// 90 s, one document per reply took 4 s), so the first claim of large
-// documents times out rather than failing on the reply's size. One
-// document per reply costs round trips, not server work.
+// megabytes (measured in docs/performance.md, Large replies on FerretDB),
+// so the first claim of large documents times out rather than failing on
+// the reply's size. One document per reply costs round trips, not server
+// work.
 func (s *Store) noteReplySizes(ctx context.Context, docs []bson.Raw, err error) {
 	if err != nil {
 		if !errors.Is(ctx.Err(), context.Canceled) {

@@ -15,6 +15,7 @@ import (
 	driver "go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/mongo"
 )
 
@@ -181,10 +182,7 @@ func TestClaimFailsDocumentNearSizeLimit(t *testing.T) {
 	if diff := cmp.Diff([]string{"big"}, rejectedIDs(t, res.Rejected)); diff != "" {
 		t.Errorf("rejected (-want +got):\n%s", diff)
 	}
-	size, err := bson.Marshal(big)
-	if err != nil {
-		t.Fatal(err)
-	}
+	size := testenv.Marshal(t, big)
 	raw, err := coll.FindOne(t.Context(), bson.D{{Key: "_id", Value: "big"}}).Raw()
 	if err != nil {
 		t.Fatal(err)

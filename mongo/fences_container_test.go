@@ -21,7 +21,6 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	driver "go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/testenv"
@@ -29,20 +28,8 @@ import (
 )
 
 func TestContainerFence(t *testing.T) {
-	testenv.RequireDocker(t)
 	t.Parallel()
-	startCtx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	defer cancel()
-	uri := testenv.ReplicaSetURI(startCtx, t)
-	client, err := driver.Connect(options.Client().ApplyURI(uri).SetMaxPoolSize(testenv.ClientMaxPoolSize))
-	if err != nil {
-		t.Fatalf("connect to the replica set: %v", err)
-	}
-	t.Cleanup(func() { // after the subtests
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 30*time.Second)
-		defer cancel()
-		_ = client.Disconnect(ctx)
-	})
+	client := testenv.ReplicaSet(t)
 	for _, tc := range []struct {
 		name string
 		run  func(t *testing.T, r fenceRig)
@@ -106,10 +93,7 @@ func aggregateEvent(id, agg string, n int) bson.D {
 func aggregatesInOnePartition(t *testing.T, n int) (int, []string) {
 	t.Helper()
 	partitionOf := func(agg string) int {
-		doc, err := bson.Marshal(aggregateEvent("x", agg, 0))
-		if err != nil {
-			t.Fatal(err)
-		}
+		doc := testenv.Marshal(t, aggregateEvent("x", agg, 0))
 		return events.Partition(doc)
 	}
 	p := partitionOf("o-0")

@@ -17,6 +17,7 @@ import (
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/mongo"
+	"github.com/outboxrelay/outbox/mongo/mongotest"
 )
 
 // An ordered claim first probes the head, so that an idle outbox costs
@@ -30,7 +31,7 @@ func TestClaimDrainingSkipsProbe(t *testing.T) {
 		insert(t, s.Collection(), ev(fmt.Sprintf("e%d", i), events.StatusNew, at.Add(time.Duration(i)*time.Millisecond), agg(fmt.Sprintf("a%d", i))...))
 	}
 
-	claim := func(draining bool) (ids []any, findsSent int) {
+	claim := func(draining bool) (claimed []any, findsSent int) {
 		t.Helper()
 		before := sent("find")
 		res, err := s.Claim(t.Context(), events.Lease{WorkerID: "w", Token: fmt.Sprint("t", draining), At: base},
@@ -38,10 +39,7 @@ func TestClaimDrainingSkipsProbe(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Claim(draining %t): %v", draining, err)
 		}
-		for _, c := range res.Claimed {
-			ids = append(ids, c.ID)
-		}
-		return ids, sent("find") - before
+		return mongotest.IDs(res.Claimed), sent("find") - before
 	}
 	first, probing := claim(false)
 	second, draining := claim(true)

@@ -45,11 +45,7 @@ func TestClaimOrdered(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Claim: %v", err)
 			}
-			var ids []string
-			for _, c := range res.Claimed {
-				ids = append(ids, fmt.Sprint(c.ID))
-			}
-			return ids
+			return ids(res.Claimed)
 		}
 		got := claim("t1", events.ClaimLimit{Events: 100, Ordered: true, FailedHolds: true})
 		want := []string{"d1", "d2", "s2", "t-a", "t-b", "u1"} // claim order: createdAt, then _id

@@ -72,9 +72,10 @@ func readOwners(ctx context.Context, cur *mongo.Cursor) ([]ownership.Term, []own
 	var members []ownership.Member
 	for cur.Next(ctx) {
 		// bson.Unmarshal decodes the reply's bytes in place; the cursor's
-		// All and Decode put each document behind a new 4 KiB bufio.Reader,
-		// which was the largest share of the worker's garbage during a
-		// drain (a round reads some 130 documents every 2 to 8 s).
+		// All and Decode put each document behind a new bufio.Reader, a
+		// large share of the worker's garbage during a drain, since every
+		// ownership round reads the owners (measured in
+		// docs/performance.md, Where the CPU went).
 		var d ownerDoc
 		if err := bson.Unmarshal(cur.Current, &d); err != nil {
 			return nil, nil, fmt.Errorf("read owners: %w", err)

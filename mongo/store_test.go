@@ -77,13 +77,8 @@ var has = testenv.HasField
 // message id.
 var idString = testenv.MessageID
 
-func ids(claimed []events.Claimed) []string {
-	out := make([]string, len(claimed))
-	for i, c := range claimed {
-		out[i] = idString(c.ID)
-	}
-	return out
-}
+// ids are the claimed events' _ids as message ids.
+var ids = mongotest.MessageIDs
 
 func lease(worker string) events.Lease {
 	return events.Lease{WorkerID: worker, Token: "token-" + worker, At: base}

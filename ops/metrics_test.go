@@ -112,10 +112,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		if strings.Contains(id, "poison") {
 			doc = doc[:len(doc)-2] // no payload, no createdAt
 		}
-		raw, err := bson.Marshal(doc)
-		if err != nil {
-			t.Fatal(err)
-		}
+		raw := testenv.Marshal(t, doc)
 		attempts := 1
 		if strings.Contains(id, "last") {
 			attempts = 3

@@ -17,8 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/testcontainers/testcontainers-go"
-	tcrabbit "github.com/testcontainers/testcontainers-go/modules/rabbitmq"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
 	driver "go.mongodb.org/mongo-driver/v2/mongo"
@@ -27,17 +25,13 @@ import (
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/mongo"
-)
-
-const (
-	rabbitImage   = "rabbitmq:3.13-alpine"
-	containerWait = 5 * time.Minute
+	"github.com/outboxrelay/outbox/mongo/mongotest"
 )
 
 func TestContainers(t *testing.T) {
-	testenv.RequireDocker(t)
 	t.Parallel()
-	s := containerStack(t)
+	mongoURI, amqpURL := testenv.Containers(t)
+	s := stack{name: "mongodb", mongoURI: mongoURI, amqpURL: amqpURL, atomicClaims: true}
 	runScenarios(t, s, 3)
 	runParallel(t, []subtest{
 		{"transactions", func(t *testing.T) { transactionScenario(t, s) }},
@@ -109,10 +103,7 @@ func claimExplainScenario(t *testing.T, s stack) {
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
 	}
-	var got []string
-	for _, c := range res.Claimed {
-		got = append(got, fmt.Sprint(c.ID))
-	}
+	got := mongotest.MessageIDs(res.Claimed)
 	slices.Sort(got)
 	if !slices.Equal(want, got) {
 		t.Errorf("claimed %v, want %v", got, want)
@@ -225,28 +216,6 @@ func producerScenario(t *testing.T, s stack) {
 	}
 }
 
-// containerStack starts MongoDB as a single-node replica set and RabbitMQ,
-// both removed in t.Cleanup.
-func containerStack(t *testing.T) stack {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), containerWait)
-	defer cancel()
-
-	mongoURI := testenv.ReplicaSetURI(ctx, t)
-
-	// Not guest: RabbitMQ lets guest in from localhost only.
-	rc, err := tcrabbit.Run(ctx, rabbitImage, tcrabbit.WithAdminUsername("outbox"), tcrabbit.WithAdminPassword("outbox-e2e"))
-	testcontainers.CleanupContainer(t, rc)
-	if err != nil {
-		t.Fatalf("start %s: %v", rabbitImage, err)
-	}
-	amqpURL, err := rc.AmqpURL(ctx)
-	if err != nil {
-		t.Fatalf("RabbitMQ URL: %v", err)
-	}
-	return stack{name: "mongodb", mongoURI: mongoURI, amqpURL: amqpURL + "/", atomicClaims: true}
-}
-
 // transactionScenario: on a replica set the store finds transactions, and
 // the PUBLISHED write runs in one (autocommit false, then a commit) and
 // stays fenced by the lease.
@@ -292,16 +261,9 @@ func transactionScenario(t *testing.T, s stack) {
 	if err != nil || len(claimedB) != 4 {
 		t.Fatalf("Claim(b, 6) = %d events, %v; want the other 4", len(claimedB), err)
 	}
-	idsOf := func(cs []events.Claimed) []any {
-		ids := make([]any, len(cs))
-		for i, c := range cs {
-			ids[i] = c.ID
-		}
-		return ids
-	}
 
 	recorded()
-	n, err := store.MarkPublished(ctx, a, idsOf(claimedA), at)
+	n, err := store.MarkPublished(ctx, a, mongotest.IDs(claimedA), at)
 	if err != nil || n != 6 {
 		t.Fatalf("MarkPublished(a) = %d, %v; want 6", n, err)
 	}
@@ -319,14 +281,14 @@ func transactionScenario(t *testing.T, s stack) {
 	}
 
 	// Fenced inside the transaction too: lease a cannot mark b's events.
-	n, err = store.MarkPublished(ctx, a, idsOf(claimedB), at)
+	n, err = store.MarkPublished(ctx, a, mongotest.IDs(claimedB), at)
 	if err != nil || n != 0 {
 		t.Errorf("MarkPublished(a, b's events) = %d, %v; want 0", n, err)
 	}
 	if c := countOf(ctx, t, store.Collection(), events.StatusProcessing); c != 4 {
 		t.Errorf("PROCESSING after a's stray mark = %d, want b's 4", c)
 	}
-	n, err = store.MarkPublished(ctx, b, idsOf(claimedB), at)
+	n, err = store.MarkPublished(ctx, b, mongotest.IDs(claimedB), at)
 	if err != nil || n != 4 {
 		t.Errorf("MarkPublished(b) = %d, %v; want 4", n, err)
 	}

@@ -242,8 +242,9 @@ func envInt(t *testing.T, name string, def, lo, hi int) int {
 	return n
 }
 
-// e2eTimeout bounds a scenario over n events: FerretDB relays ~100-150
-// events/s here, slower while other tests run.
+// e2eTimeout bounds a scenario over n events: 30 ms an event leaves room
+// for FerretDB, the slow side here (docs/performance.md has its rates),
+// slower still while other tests run.
 func e2eTimeout(n int) time.Duration {
 	return 2*time.Minute + time.Duration(n)*30*time.Millisecond
 }

@@ -9,9 +9,9 @@ import (
 )
 
 // The worker's memory with a batch of large documents in flight peaks at
-// about 4.5 times OUTBOX_BATCH_BYTES plus 20 MB (the claim package's
-// BatchBytes says what makes it up; docs/performance.md has the
-// measurement). The model below rounds both up, and leaves batches a share
+// a multiple of OUTBOX_BATCH_BYTES plus a baseline (the claim package's
+// BatchBytes says what makes it up; docs/performance.md, Peak RSS, has the
+// measured factor and baseline). The model below rounds both up, and leaves batches a share
 // of the limit: the rest is the runtime's and the garbage collector's.
 const (
 	memPerBatchByte = 5

@@ -45,7 +45,7 @@ func TestRelayThroughSlowDatabase(t *testing.T) {
 	slow.mongoURI = proxied
 	workerID := db.Name() + "-slow"
 	env := slow.workerEnv(db.Name(), exchange, workerID)
-	// The worker's defaults, but for the stale threshold of the issue.
+	// The worker's defaults, but for the stale threshold of the bench stage (slowDBStaleAfter).
 	for _, k := range []string{"OUTBOX_CLAIM_SCHEDULE", "OUTBOX_RECOVERY_SCHEDULE", "OUTBOX_PUBLISH_TIMEOUT"} {
 		delete(env, k)
 	}

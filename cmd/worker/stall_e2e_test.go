@@ -168,87 +168,51 @@ func scrape(ctx context.Context, t *testing.T, p *workerproc.Proc) map[string]fl
 // in t.Cleanup.
 func denyWrites(t *testing.T, target, coll string) string {
 	t.Helper()
-	var lc net.ListenConfig
-	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	track := func(c net.Conn) {
-		mu.Lock()
-		defer mu.Unlock()
-		conns = append(conns, c)
-	}
-	t.Cleanup(func() {
-		_ = ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			_ = c.Close()
+	return testenv.Serve(t, func(client net.Conn) {
+		server, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(t.Context(), "tcp", target)
+		if err != nil {
+			_ = client.Close()
+			return
 		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		var toClient sync.Mutex // server replies and the proxy's own
+		wg.Go(func() {
+			defer client.Close()
+			buf := make([]byte, 64<<10)
+			for {
+				k, err := server.Read(buf)
+				if k > 0 {
+					toClient.Lock()
+					_, werr := client.Write(buf[:k])
+					toClient.Unlock()
+					if werr != nil {
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		})
+		defer server.Close()
 		for {
-			client, err := ln.Accept()
+			msg, err := readWireMessage(client)
 			if err != nil {
 				return
 			}
-			server, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(t.Context(), "tcp", target)
-			if err != nil {
-				_ = client.Close()
-				continue
+			if cmd, ok := deniedCommand(msg, coll); ok {
+				toClient.Lock()
+				_, err = client.Write(unauthorizedReply(msg, cmd, coll))
+				toClient.Unlock()
+			} else {
+				_, err = server.Write(msg)
 			}
-			track(client)
-			track(server)
-			wg.Add(2)
-			var toClient sync.Mutex // server replies and the proxy's own
-			go func() {
-				defer wg.Done()
-				defer client.Close()
-				buf := make([]byte, 64<<10)
-				for {
-					k, err := server.Read(buf)
-					if k > 0 {
-						toClient.Lock()
-						_, werr := client.Write(buf[:k])
-						toClient.Unlock()
-						if werr != nil {
-							return
-						}
-					}
-					if err != nil {
-						return
-					}
-				}
-			}()
-			go func() {
-				defer wg.Done()
-				defer server.Close()
-				for {
-					msg, err := readWireMessage(client)
-					if err != nil {
-						return
-					}
-					if cmd, ok := deniedCommand(msg, coll); ok {
-						toClient.Lock()
-						_, err = client.Write(unauthorizedReply(msg, cmd, coll))
-						toClient.Unlock()
-					} else {
-						_, err = server.Write(msg)
-					}
-					if err != nil {
-						return
-					}
-				}
-			}()
+			if err != nil {
+				return
+			}
 		}
-	}()
-	return ln.Addr().String()
+	})
 }
 
 // opMsg is the wire protocol's OP_MSG opcode.

@@ -13,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/outboxrelay/outbox/internal/memlimit"
+	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/internal/workerproc"
 )
 
@@ -32,6 +35,14 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if workerBin.dir != "" {
 		_ = os.RemoveAll(workerBin.dir)
+	}
+	// The tests run services in this process too (run itself, claimers,
+	// owners, test proxies): none may outlive its test.
+	if code == 0 {
+		if err := goleak.Find(testenv.LeakOptions()...); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)
+			code = 1
+		}
 	}
 	os.Exit(code)
 }

@@ -1,8 +1,9 @@
 // Package gcfloor keeps the Go garbage collector from running while the
 // heap is small. With GOGC at 100 the collector runs whenever the heap has
-// doubled since the last collection; the worker's live heap is 3 to 5 MB,
-// so it ran every 2 to 3 MB allocated, a fifth of the worker's CPU during
-// a drain. After each collection a Floor raises GOGC just enough for the
+// doubled since the last collection; the worker's live heap is a few
+// megabytes, so it ran after every few megabytes allocated, a large share
+// of the worker's CPU during a drain (measured in docs/performance.md,
+// Where the CPU went). After each collection a Floor raises GOGC just enough for the
 // next one to wait until the heap reaches the floor, and leaves GOGC as it
 // found it once the live heap alone makes a larger goal: a heap of large
 // documents is collected exactly as before.

@@ -1,7 +1,8 @@
 // Package testenv gives integration tests the servers they talk to: a
-// MongoDB wire-protocol server, RabbitMQ, and a TCP proxy for fault injection;
-// and what tests of several packages share: unique names, waits, services
-// started and stopped at cleanup, log buffers. It is imported only from
+// MongoDB wire-protocol server, RabbitMQ, a TCP proxy for fault injection
+// and stand-in servers (Serve); and what tests of several packages share:
+// unique names, marshalled documents, waits, services started and stopped
+// at cleanup, log buffers. It is imported only from
 // _test.go files, and imports none of the packages it serves (a prepared
 // store of package mongo is mongo/mongotest's).
 //
@@ -14,6 +15,7 @@
 // RabbitMQ: OUTBOX_TEST_AMQP_URL, default amqp://guest:guest@127.0.0.1:5672/.
 //
 // A missing server fails the test with instructions to start it; tests are
-// never skipped for that, except RequireDocker, which guards the container
-// suite that runs where Docker exists.
+// never skipped for that, except by RequireDocker, which guards the
+// container suite that runs where Docker exists: ReplicaSet (a real MongoDB
+// replica set) and Containers (that and RabbitMQ) start its servers.
 package testenv

@@ -10,6 +10,8 @@ import (
 
 	"github.com/testcontainers/testcontainers-go"
 	tcmongo "github.com/testcontainers/testcontainers-go/modules/mongodb"
+	tcrabbit "github.com/testcontainers/testcontainers-go/modules/rabbitmq"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
 const dockerCheckTimeout = 15 * time.Second
@@ -60,10 +62,52 @@ func dockerHealth(ctx context.Context) (err error) {
 	return provider.Health(ctx)
 }
 
-// ReplicaSetURI starts MongoImage as a single-node replica set, so that
-// transactions exist, removed in t.Cleanup, and returns its URI. Call
-// RequireDocker first.
-func ReplicaSetURI(ctx context.Context, t testing.TB) string {
+// RabbitImage is the RabbitMQ the container suite runs.
+const RabbitImage = "rabbitmq:3.13-alpine"
+
+// containerStartTimeout bounds the start of the container suite's servers,
+// image pulls included.
+const containerStartTimeout = 5 * time.Minute
+
+// ReplicaSet is the container suite's MongoDB for tests that need a client
+// of it: RequireDocker (skip, or fail when required), then MongoImage as a
+// single-node replica set, so that transactions exist, and a client of it
+// with at most ClientMaxPoolSize connections. The container is removed and
+// the client disconnected in t.Cleanup.
+func ReplicaSet(t testing.TB) *mongo.Client {
+	t.Helper()
+	RequireDocker(t)
+	ctx, cancel := context.WithTimeout(t.Context(), containerStartTimeout)
+	defer cancel()
+	return connect(t, replicaSetURI(ctx, t), "")
+}
+
+// Containers is the container suite's servers for tests that start the
+// worker: RequireDocker (skip, or fail when required), then MongoImage as a
+// single-node replica set and RabbitImage, both removed in t.Cleanup. It
+// returns their URIs.
+func Containers(t testing.TB) (mongoURI, amqpURL string) {
+	t.Helper()
+	RequireDocker(t)
+	ctx, cancel := context.WithTimeout(t.Context(), containerStartTimeout)
+	defer cancel()
+	mongoURI = replicaSetURI(ctx, t)
+	// Not guest: RabbitMQ lets guest in from localhost only.
+	rc, err := tcrabbit.Run(ctx, RabbitImage, tcrabbit.WithAdminUsername("outbox"), tcrabbit.WithAdminPassword("outbox-e2e"))
+	testcontainers.CleanupContainer(t, rc)
+	if err != nil {
+		t.Fatalf("testenv: start %s: %v", RabbitImage, err)
+	}
+	amqpURL, err = rc.AmqpURL(ctx)
+	if err != nil {
+		t.Fatalf("testenv: RabbitMQ URL: %v", err)
+	}
+	return mongoURI, amqpURL + "/"
+}
+
+// replicaSetURI starts MongoImage as a single-node replica set, removed in
+// t.Cleanup, and returns its URI.
+func replicaSetURI(ctx context.Context, t testing.TB) string {
 	t.Helper()
 	mc, err := tcmongo.Run(ctx, MongoImage, tcmongo.WithReplicaSet("rs0"))
 	testcontainers.CleanupContainer(t, mc)

@@ -19,3 +19,14 @@ func HasField(t testing.TB, coll *mongo.Collection, id any, key string) bool {
 	_, err = raw.LookupErr(key)
 	return err == nil
 }
+
+// Marshal returns v as a BSON document, failing the test if it does not
+// marshal: the raw documents tests hand to what reads the stored events.
+func Marshal(t testing.TB, v any) bson.Raw {
+	t.Helper()
+	raw, err := bson.Marshal(v)
+	if err != nil {
+		t.Fatalf("testenv: marshal %T: %v", v, err)
+	}
+	return raw
+}

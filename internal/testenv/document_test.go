@@ -19,3 +19,16 @@ func TestHasField(t *testing.T) {
 		}
 	}
 }
+
+func TestMarshal(t *testing.T) {
+	t.Parallel()
+	raw := Marshal(t, bson.D{{Key: "_id", Value: "e1"}})
+	if got := raw.Lookup("_id").StringValue(); got != "e1" {
+		t.Errorf("_id of the marshalled document = %q, want e1", got)
+	}
+	r := &skipRecorder{TB: t}
+	Marshal(r, "not a document")
+	if r.failed == "" {
+		t.Error("Marshal of a string: the test did not fail")
+	}
+}

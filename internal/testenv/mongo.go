@@ -84,8 +84,14 @@ func IsFerretDB() bool {
 // at most ClientMaxPoolSize connections, disconnected in t.Cleanup.
 func Client(t testing.TB) *mongo.Client {
 	t.Helper()
-	uri := MongoURI(t)
+	return connect(t, MongoURI(t), mongoHint())
+}
 
+// connect returns a client of uri with a pool of at most ClientMaxPoolSize
+// connections, pinged, and disconnected in t.Cleanup. hint follows a
+// failed ping.
+func connect(t testing.TB, uri, hint string) *mongo.Client {
+	t.Helper()
 	client, err := mongo.Connect(options.Client().ApplyURI(uri).SetMaxPoolSize(ClientMaxPoolSize))
 	if err != nil {
 		t.Fatalf("testenv: connect to MongoDB at %s: %v", redact.URL(uri), err)
@@ -101,7 +107,7 @@ func Client(t testing.TB) *mongo.Client {
 	ctx, cancel := context.WithTimeout(t.Context(), pingTimeout)
 	defer cancel()
 	if err := client.Ping(ctx, nil); err != nil {
-		t.Fatalf("testenv: ping MongoDB at %s: %v%s", redact.URL(uri), err, mongoHint())
+		t.Fatalf("testenv: ping MongoDB at %s: %v%s", redact.URL(uri), err, hint)
 	}
 	return client
 }

@@ -42,11 +42,11 @@ func TestUniqueName(t *testing.T) {
 
 func TestFerretDatabaseName(t *testing.T) {
 	t.Parallel()
-	a := ferretDatabaseName("/tmp/go-build1/b001/claim.test", "/work/main/claim")
-	if again := ferretDatabaseName("/tmp/go-build2/b007/claim.test", "/work/main/claim"); again != a {
+	a := ferretDatabaseName("/tmp/go-build1/b001/claim.test", "/src/outbox/claim")
+	if again := ferretDatabaseName("/tmp/go-build2/b007/claim.test", "/src/outbox/claim"); again != a {
 		t.Errorf("same package, another build: %q, want %q (stable across runs)", again, a)
 	}
-	if other := ferretDatabaseName("/tmp/go-build1/b002/claim.test", "/work/main/internal/claim"); other == a {
+	if other := ferretDatabaseName("/tmp/go-build1/b002/claim.test", "/src/outbox/internal/claim"); other == a {
 		t.Errorf("two packages named claim share database %q", a)
 	}
 	if !strings.HasPrefix(a, "ferret_claim_") || !validName.MatchString(a) {

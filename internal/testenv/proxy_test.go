@@ -21,45 +21,10 @@ const ioTimeout = 5 * time.Second
 // startEcho starts a TCP server that writes back every line it reads.
 func startEcho(t *testing.T) string {
 	t.Helper()
-	var lc net.ListenConfig
-	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		conns []net.Conn
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				_, _ = io.Copy(c, c)
-				_ = c.Close()
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
+	return Serve(t, func(c net.Conn) {
+		_, _ = io.Copy(c, c)
+		_ = c.Close()
 	})
-	return ln.Addr().String()
 }
 
 func dial(t *testing.T, addr string) net.Conn {

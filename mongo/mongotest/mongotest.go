@@ -82,3 +82,23 @@ func Statuses(t testing.TB, coll *driver.Collection) map[string]events.Status {
 	}
 	return out
 }
+
+// IDs returns the _ids of the claimed events as stored, in claim order:
+// what MarkPublished and Release take.
+func IDs(claimed []events.Claimed) []any {
+	out := make([]any, len(claimed))
+	for i, c := range claimed {
+		out[i] = c.ID
+	}
+	return out
+}
+
+// MessageIDs returns the _ids of the claimed events as message ids
+// (testenv.MessageID), in claim order: strings a test sorts and compares.
+func MessageIDs(claimed []events.Claimed) []string {
+	out := make([]string, len(claimed))
+	for i, c := range claimed {
+		out[i] = testenv.MessageID(c.ID)
+	}
+	return out
+}

@@ -38,3 +38,15 @@ func TestStatusesByMessageID(t *testing.T) {
 		t.Errorf("Statuses (-want +got):\n%s", diff)
 	}
 }
+
+func TestIDsAndMessageIDsKeepClaimOrder(t *testing.T) {
+	t.Parallel()
+	oid := bson.NewObjectID()
+	claimed := []events.Claimed{{ID: "e-2"}, {ID: oid}, {ID: int32(7)}}
+	if diff := cmp.Diff([]any{"e-2", oid, int32(7)}, IDs(claimed)); diff != "" {
+		t.Errorf("IDs (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"e-2", oid.Hex(), "7"}, MessageIDs(claimed)); diff != "" {
+		t.Errorf("MessageIDs (-want +got):\n%s", diff)
+	}
+}
