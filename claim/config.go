@@ -2,13 +2,12 @@ package claim
 
 import (
 	"cmp"
-	"log/slog"
 	"time"
 
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/rule"
-	"github.com/outboxrelay/outbox/metrics"
 	"github.com/outboxrelay/outbox/schedule"
+	"github.com/outboxrelay/outbox/service"
 )
 
 const (
@@ -104,18 +103,10 @@ type Config struct {
 	// (ownership.Manager). Without it the worker claims in all, which is
 	// right only for a single worker. Defaults to nil.
 	Owner Owner
-	// Now is the clock of leases and retry times; the worker passes the
-	// database server's (mongo.Clock). Defaults to time.Now.
-	Now func() time.Time
-	// Local is the local clock a batch's publish deadline is measured on
-	// (see Claimer.publishDeadline); only intervals between its readings
-	// count. Defaults to time.Now, whose intervals are monotonic: a pause
-	// of the process counts, a step of the wall clock does not.
-	Local func() time.Time
-	// Logger defaults to slog.Default().
-	Logger *slog.Logger
-	// Metrics defaults to an unregistered set.
-	Metrics *metrics.Metrics
+	// Archetype is the logger, the metrics and the clocks: leases and
+	// retry times read Now; a batch's publish deadline is measured on
+	// Local (see Claimer.publishDeadline).
+	service.Archetype
 }
 
 func (c *Config) setDefaults() {
@@ -130,14 +121,7 @@ func (c *Config) setDefaults() {
 	c.StaleAfter = cmp.Or(c.StaleAfter, StaleAfterDefault)
 	c.Ordering = cmp.Or(c.Ordering, OrderingAggregate)
 	c.AfterFailed = cmp.Or(c.AfterFailed, AfterFailedWait)
-	c.Logger = cmp.Or(c.Logger, slog.Default())
-	c.Metrics = metrics.OrNew(c.Metrics)
-	if c.Now == nil {
-		c.Now = time.Now
-	}
-	if c.Local == nil {
-		c.Local = time.Now
-	}
+	c.Archetype = c.Archetype.WithDefaults()
 }
 
 // Validate reports the first bad field, naming it and its value.

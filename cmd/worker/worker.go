@@ -26,11 +26,12 @@ import (
 	"github.com/outboxrelay/outbox/ownership"
 	"github.com/outboxrelay/outbox/recovery"
 	"github.com/outboxrelay/outbox/retention"
+	"github.com/outboxrelay/outbox/service"
 	"github.com/outboxrelay/outbox/wake"
 )
 
-// service is anything the worker starts and stops.
-type service interface {
+// startStopper is anything the worker starts and stops.
+type startStopper interface {
 	Start(ctx context.Context) error
 	Stop(ctx context.Context) error
 }
@@ -47,12 +48,12 @@ type worker struct {
 	owner     *ownership.Manager
 	sampler   *ops.Sampler // samples the backlog gauges while this replica leads, or while none does
 	waker     *wake.Watcher
-	jobs      []service // ownership, wake-up (if on), recovery, retention, sampler, clock
+	jobs      []startStopper // ownership, wake-up (if on), recovery, retention, sampler, clock
 	http      *ops.Server
 	// started are the services Start was called on: a stop during
 	// start-up stops those and no others, so that it neither waits on a
 	// database that never answered nor fails on what never ran.
-	started map[service]bool
+	started map[startStopper]bool
 }
 
 func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
@@ -70,6 +71,7 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	// database server's clock: the times they compare with were written
 	// against it (or by producers), not against this machine's clock.
 	w.clock = mongo.NewClock(client, logger)
+	arch := service.Archetype{Logger: logger, Metrics: m, Now: w.clock.Now}
 	for _, o := range overriddenURIOptions(cfg.MongoURI) {
 		logger.Warn("the MongoDB URI's option is overridden by a setting", "option", o.option, "setting", o.setting)
 	}
@@ -85,14 +87,14 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	// its share is taken over within OUTBOX_STALE_AFTER plus a recovery
 	// period. Terms and leases are timed by the database server's clock.
 	w.owner, err = ownership.New(w.store.Owners(), ownership.Config{
-		WorkerID: cfg.WorkerID, TermLength: cfg.StaleAfter / 2, Now: w.clock.Now, Synced: w.clock.Synced, Ready: w.publisher.Ready, Metrics: m, Logger: logger,
+		WorkerID: cfg.WorkerID, TermLength: cfg.StaleAfter / 2, Archetype: arch, Synced: w.clock.Synced, Ready: w.publisher.Ready,
 		OnLead: func() { w.sampler.Trigger() },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
 	cc := cfg.claimConfig()
-	cc.Owner, cc.Now, cc.Logger, cc.Metrics = w.owner, w.clock.Now, logger, m
+	cc.Owner, cc.Archetype = w.owner, arch
 	w.claimer, err = claim.New(w.store, w.publisher, cc)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
@@ -108,14 +110,14 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	rc := cfg.recoveryConfig()
 	// Periodic work that can wait yields to the relay while the database
 	// is slowing claims down.
-	rc.Logger, rc.Metrics, rc.Now, rc.Yield = logger, m, w.clock.Now, w.claimer.Slow
+	rc.Archetype, rc.Yield = arch, w.claimer.Slow
 	recoverer, err := recovery.New(w.store, rc)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
 	tc := cfg.retentionConfig()
 	// Retention's cutoff, too, is by the database's clock: publishedAt is.
-	tc.Logger, tc.Metrics, tc.Now, tc.Yield = logger, m, w.clock.Now, w.claimer.Slow
+	tc.Archetype, tc.Yield = arch, w.claimer.Slow
 	cleaner, err := retention.New(w.store, tc)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
@@ -132,12 +134,12 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	// the load of a sample per replica lasts only as long as the fault.
 	w.sampler, err = ops.NewSampler(ops.SamplerConfig{
 		Store: w.store, StaleAfter: cfg.StaleAfter, Held: held, FailedHolds: failedHolds,
-		Active: func() bool { return w.owner.Leads() || w.owner.Leaderless() }, Now: w.clock.Now, Metrics: m, Logger: logger, Yield: w.claimer.Slow,
+		Active: func() bool { return w.owner.Leads() || w.owner.Leaderless() }, Archetype: arch, Yield: w.claimer.Slow,
 	})
 	if err != nil {
 		return nil, err
 	}
-	w.jobs = []service{ownerService{w.owner}}
+	w.jobs = []startStopper{ownerService{w.owner}}
 	wakeUp := func() string { return "off" }
 	if cfg.WakeOnInsert {
 		w.jobs = append(w.jobs, w.waker)
@@ -146,8 +148,8 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	w.jobs = append(w.jobs, recoverer, cleaner, w.sampler, w.clock)
 	w.http, err = ops.NewServer(ops.ServerConfig{
 		Addr: cfg.HTTPAddr, WorkerID: cfg.WorkerID, Store: w.store, Broker: w.publisher, Samples: w.sampler,
-		Claimer: w.claimer, Recovery: recoverer, Owner: w.owner, Gatherer: reg, Logger: logger, Pprof: cfg.Pprof,
-		Now: w.clock.Now, BrokerNode: w.publisher.Node, WakeUp: wakeUp,
+		Claimer: w.claimer, Recovery: recoverer, Owner: w.owner, Gatherer: reg, Archetype: arch, Pprof: cfg.Pprof,
+		BrokerNode: w.publisher.Node, WakeUp: wakeUp,
 	})
 	if err != nil {
 		return nil, err
@@ -229,8 +231,8 @@ func (w *worker) run(ctx context.Context) error {
 		"stale_after", w.cfg.StaleAfter.String(), "publish_timeout", w.cfg.PublishTimeout.String())
 	// Health first, so that an orchestrator sees a live, not-ready worker
 	// while the database or the broker is still out of reach.
-	w.started = map[service]bool{}
-	for _, s := range []service{w.http, w.publisher} {
+	w.started = map[startStopper]bool{}
+	for _, s := range []startStopper{w.http, w.publisher} {
 		w.started[s] = true
 		if err := s.Start(ctx); err != nil {
 			return w.stop(err)
@@ -239,7 +241,7 @@ func (w *worker) run(ctx context.Context) error {
 	if err := w.prepareStore(ctx); err != nil {
 		return w.stop(err)
 	}
-	for _, s := range append([]service{w.claimer}, w.jobs...) {
+	for _, s := range append([]startStopper{w.claimer}, w.jobs...) {
 		w.started[s] = true
 		if err := s.Start(ctx); err != nil {
 			return w.stop(err)
@@ -317,7 +319,7 @@ func (w *worker) stop(cause error) error {
 	if errors.Is(cause, context.Canceled) {
 		errs = nil // a signal during start-up is a clean stop
 	}
-	steps := append([]service{w.claimer}, w.jobs...)
+	steps := append([]startStopper{w.claimer}, w.jobs...)
 	steps = append(steps, w.publisher, w.http)
 	for _, s := range steps {
 		if !w.started[s] {
