@@ -42,6 +42,15 @@ const (
 	// an outcome write: short, since a confirmed event waits on it.
 	writeRetryMin = 100 * time.Millisecond
 	writeRetryMax = time.Second
+	// BatchSizeMax, BatchBytesMax, MaxAttemptsMax and MaxBodyBytesMax are
+	// the largest BatchSize, BatchBytes, MaxAttempts and MaxBodyBytes
+	// Validate accepts (16 GiB and 512 MiB the byte bounds).
+	BatchSizeMax    = 10000
+	BatchBytesMax   = 1 << 34
+	MaxAttemptsMax  = 1000
+	MaxBodyBytesMax = 512 << 20
+	// DelayMin is the least PublishTimeout and RetryMin Validate accepts.
+	DelayMin = time.Millisecond
 	// settleReserve is the part of a stop's time kept back for writing the
 	// outcome of the batch in flight once its confirms are given up.
 	settleReserve = 5 * time.Second
@@ -128,12 +137,12 @@ func (c *Config) setDefaults() {
 func (c Config) Validate() error {
 	return rule.First("claim",
 		rule.Required("WorkerID", c.WorkerID != ""),
-		rule.Between("BatchSize", c.BatchSize, 1, 10000),
-		rule.Between("BatchBytes", c.BatchBytes, 1, 1<<34),
-		rule.Between("MaxAttempts", c.MaxAttempts, 1, 1000),
-		rule.Between("MaxBodyBytes", c.MaxBodyBytes, 1, 512<<20),
-		rule.AtLeast("PublishTimeout", c.PublishTimeout, time.Millisecond),
-		rule.AtLeast("RetryMin", c.RetryMin, time.Millisecond),
+		rule.Between("BatchSize", c.BatchSize, 1, BatchSizeMax),
+		rule.Between("BatchBytes", c.BatchBytes, 1, BatchBytesMax),
+		rule.Between("MaxAttempts", c.MaxAttempts, 1, MaxAttemptsMax),
+		rule.Between("MaxBodyBytes", c.MaxBodyBytes, 1, MaxBodyBytesMax),
+		rule.AtLeast("PublishTimeout", c.PublishTimeout, DelayMin),
+		rule.AtLeast("RetryMin", c.RetryMin, DelayMin),
 		rule.AtLeastField("RetryMax", c.RetryMax, "RetryMin", c.RetryMin),
 		rule.AboveField("StaleAfter", c.StaleAfter, "PublishTimeout", c.PublishTimeout),
 		rule.OneOf("Ordering", c.Ordering, OrderingAggregate, OrderingNone),

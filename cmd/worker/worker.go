@@ -56,6 +56,10 @@ type worker struct {
 	started map[startStopper]bool
 }
 
+// newWorker builds the services, each package's Config once and whole,
+// from cfg (which loadConfig has validated) and from what the worker
+// wires in: one logger, one set of metrics and the database server's
+// clock, shared by every service (service.Archetype).
 func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -67,18 +71,23 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	}
 	w := &worker{cfg: cfg, logger: logger, client: client}
 	w.store = mongo.New(client, mongoStoreConfig(cfg, logger))
-	// Every age the worker reports, and recovery's stale test, read the
-	// database server's clock: the times they compare with were written
-	// against it (or by producers), not against this machine's clock.
+	// Every age the worker reports, recovery's stale test, retention's
+	// cutoff, leases and terms read the database server's clock: the
+	// times they compare with were written against it (or by producers),
+	// not against this machine's clock.
 	w.clock = mongo.NewClock(client, logger)
 	arch := service.Archetype{Logger: logger, Metrics: m, Now: w.clock.Now}
 	for _, o := range overriddenURIOptions(cfg.MongoURI) {
 		logger.Warn("the MongoDB URI's option is overridden by a setting", "option", o.option, "setting", o.setting)
 	}
-	bc := cfg.brokerConfig()
-	bc.Logger = logger
-	bc.OnConnected = func(up bool) { m.BrokerConnected.Set(map[bool]float64{true: 1}[up]) }
-	w.publisher, err = broker.New(bc)
+	w.publisher, err = broker.New(broker.Config{
+		// The confirm window holds a whole batch.
+		URL: cfg.AMQPURL, Exchange: cfg.AMQPExchange, Window: max(broker.WindowDefault, cfg.BatchSize),
+		// A broker that stops reading fails a write within the publish timeout.
+		WriteTimeout: cfg.PublishTimeout,
+		Logger:       logger,
+		OnConnected:  func(up bool) { m.BrokerConnected.Set(map[bool]float64{true: 1}[up]) },
+	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
@@ -87,15 +96,19 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	// its share is taken over within OUTBOX_STALE_AFTER plus a recovery
 	// period. Terms and leases are timed by the database server's clock.
 	w.owner, err = ownership.New(w.store.Owners(), ownership.Config{
-		WorkerID: cfg.WorkerID, TermLength: cfg.StaleAfter / 2, Archetype: arch, Synced: w.clock.Synced, Ready: w.publisher.Ready,
+		Archetype: arch, WorkerID: cfg.WorkerID, TermLength: cfg.StaleAfter / 2, Synced: w.clock.Synced, Ready: w.publisher.Ready,
 		OnLead: func() { w.sampler.Trigger() },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
-	cc := cfg.claimConfig()
-	cc.Owner, cc.Archetype = w.owner, arch
-	w.claimer, err = claim.New(w.store, w.publisher, cc)
+	w.claimer, err = claim.New(w.store, w.publisher, claim.Config{
+		Archetype: arch, Owner: w.owner,
+		WorkerID: cfg.WorkerID, Schedule: cfg.ClaimSchedule, BatchSize: cfg.BatchSize, BatchBytes: cfg.BatchBytes,
+		MaxAttempts: cfg.MaxAttempts, MaxBodyBytes: cfg.MaxMessageBytes, PublishTimeout: cfg.PublishTimeout,
+		RetryMin: cfg.RetryMin, RetryMax: cfg.RetryMax, StaleAfter: cfg.StaleAfter,
+		Ordering: cfg.Ordering, AfterFailed: cfg.OrderingAfterFailed,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
@@ -107,18 +120,16 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	rc := cfg.recoveryConfig()
 	// Periodic work that can wait yields to the relay while the database
 	// is slowing claims down.
-	rc.Archetype, rc.Yield = arch, w.claimer.Slow
-	recoverer, err := recovery.New(w.store, rc)
+	recoverer, err := recovery.New(w.store, recovery.Config{
+		Archetype: arch, Yield: w.claimer.Slow,
+		Schedule: cfg.RecoverySchedule, StaleAfter: cfg.StaleAfter, MaxAttempts: cfg.MaxAttempts,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
-	tc := cfg.retentionConfig()
-	// Retention's cutoff, too, is by the database's clock: publishedAt is.
-	tc.Archetype, tc.Yield = arch, w.claimer.Slow
-	cleaner, err := retention.New(w.store, tc)
+	cleaner, err := retention.New(w.store, retention.Config{Archetype: arch, Yield: w.claimer.Slow, Retention: cfg.Retention})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
@@ -133,8 +144,9 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	// are never missing while a worker runs that can read the outbox, and
 	// the load of a sample per replica lasts only as long as the fault.
 	w.sampler, err = ops.NewSampler(ops.SamplerConfig{
+		Archetype: arch, Yield: w.claimer.Slow,
 		Store: w.store, StaleAfter: cfg.StaleAfter, Held: held, FailedHolds: failedHolds,
-		Active: func() bool { return w.owner.Leads() || w.owner.Leaderless() }, Archetype: arch, Yield: w.claimer.Slow,
+		Active: func() bool { return w.owner.Leads() || w.owner.Leaderless() },
 	})
 	if err != nil {
 		return nil, err
@@ -147,8 +159,9 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	}
 	w.jobs = append(w.jobs, recoverer, cleaner, w.sampler, w.clock)
 	w.http, err = ops.NewServer(ops.ServerConfig{
-		Addr: cfg.HTTPAddr, WorkerID: cfg.WorkerID, Store: w.store, Broker: w.publisher, Samples: w.sampler,
-		Claimer: w.claimer, Recovery: recoverer, Owner: w.owner, Gatherer: reg, Archetype: arch, Pprof: cfg.Pprof,
+		Archetype: arch,
+		Addr:      cfg.HTTPAddr, WorkerID: cfg.WorkerID, Store: w.store, Broker: w.publisher, Samples: w.sampler,
+		Claimer: w.claimer, Recovery: recoverer, Owner: w.owner, Gatherer: reg, Pprof: cfg.Pprof,
 		BrokerNode: w.publisher.Node, WakeUp: wakeUp,
 	})
 	if err != nil {
