@@ -48,8 +48,11 @@ type worker struct {
 	owner     *ownership.Manager
 	sampler   *ops.Sampler // samples the backlog gauges while this replica leads, or while none does
 	waker     *wake.Watcher
-	jobs      []startStopper // ownership, wake-up (if on), recovery, retention, sampler, clock
 	http      *ops.Server
+	// outer are started first, before the database is ready, and stopped
+	// last, in reverse; inner are started once it is ready, and stopped
+	// first, in the same order. newWorker says why.
+	outer, inner []startStopper
 	// started are the services Start was called on: a stop during
 	// start-up stops those and no others, so that it neither waits on a
 	// database that never answered nor fails on what never ran.
@@ -151,13 +154,10 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	w.jobs = []startStopper{ownerService{w.owner}}
 	wakeUp := func() string { return "off" }
 	if cfg.WakeOnInsert {
-		w.jobs = append(w.jobs, w.waker)
 		wakeUp = w.waker.Mode
 	}
-	w.jobs = append(w.jobs, recoverer, cleaner, w.sampler, w.clock)
 	w.http, err = ops.NewServer(ops.ServerConfig{
 		Archetype: arch,
 		Addr:      cfg.HTTPAddr, WorkerID: cfg.WorkerID, Store: w.store, Broker: w.publisher, Samples: w.sampler,
@@ -167,6 +167,24 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The order of start and stop. The outer services start first, before
+	// the database is ready, and stop last, in reverse: the HTTP server,
+	// so that an orchestrator sees a live, not-ready worker while the
+	// database or the broker is still out of reach, and health answers
+	// until the end; then the broker connection, which nothing uses once
+	// the inner services have stopped. The inner services start once the
+	// database is ready, and stop first, in the same order: the claimer,
+	// so that claiming stops and the batch in flight finishes (its
+	// confirms awaited, its outcomes written, what is unconfirmed released
+	// to NEW); then the ownership, which gives back the partitions now
+	// that no claim runs; then the wake-up (if on), recovery, retention,
+	// the sampler and the clock. The database client is disconnected last.
+	w.outer = []startStopper{w.http, w.publisher}
+	w.inner = []startStopper{w.claimer, ownerService{w.owner}}
+	if cfg.WakeOnInsert {
+		w.inner = append(w.inner, w.waker)
+	}
+	w.inner = append(w.inner, recoverer, cleaner, w.sampler, w.clock)
 	return w, nil
 }
 
@@ -242,28 +260,32 @@ func (w *worker) run(ctx context.Context) error {
 		"exchange", w.cfg.AMQPExchange, "batch_size", w.cfg.BatchSize, "claim_schedule", w.cfg.ClaimSchedule,
 		// Derived when not set: the log says what they came to.
 		"stale_after", w.cfg.StaleAfter.String(), "publish_timeout", w.cfg.PublishTimeout.String())
-	// Health first, so that an orchestrator sees a live, not-ready worker
-	// while the database or the broker is still out of reach.
 	w.started = map[startStopper]bool{}
-	for _, s := range []startStopper{w.http, w.publisher} {
-		w.started[s] = true
-		if err := s.Start(ctx); err != nil {
-			return w.stop(err)
-		}
+	if err := w.start(ctx, w.outer); err != nil {
+		return w.stop(err)
 	}
 	if err := w.prepareStore(ctx); err != nil {
 		return w.stop(err)
 	}
-	for _, s := range append([]startStopper{w.claimer}, w.jobs...) {
-		w.started[s] = true
-		if err := s.Start(ctx); err != nil {
-			return w.stop(err)
-		}
+	if err := w.start(ctx, w.inner); err != nil {
+		return w.stop(err)
 	}
 	w.logger.Info("worker running", "http_addr", w.http.Addr())
 	<-ctx.Done()
 	w.logger.Info("worker stopping", "timeout", w.cfg.ShutdownTimeout.String())
 	return w.stop(nil)
+}
+
+// start starts services in order, and returns the error of the first
+// that fails to start.
+func (w *worker) start(ctx context.Context, services []startStopper) error {
+	for _, s := range services {
+		w.started[s] = true
+		if err := s.Start(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // prepareStore waits for the database with backoff: a worker started
@@ -317,14 +339,10 @@ func (w *worker) prepareStore(ctx context.Context) error {
 	return nil
 }
 
-// stop shuts the worker down within the shutdown timeout. The order
-// matters: first stop claiming and let the batch in flight finish (its
-// confirms awaited, its outcomes written, what is unconfirmed released to
-// NEW); then give back the partitions (no claim runs any more), stop the
-// wake-up, recovery, retention, the sampler and the clock; then close the
-// broker
-// connection, which nothing uses any more; then the HTTP server, so that
-// health answers until the end; last the database client.
+// stop shuts the worker down within the shutdown timeout, in the order
+// newWorker gives: the inner services as listed, the outer ones in
+// reverse, last the database client. A service that was not started
+// (the stop came during start-up) is left alone.
 func (w *worker) stop(cause error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.ShutdownTimeout)
 	defer cancel()
@@ -332,8 +350,10 @@ func (w *worker) stop(cause error) error {
 	if errors.Is(cause, context.Canceled) {
 		errs = nil // a signal during start-up is a clean stop
 	}
-	steps := append([]startStopper{w.claimer}, w.jobs...)
-	steps = append(steps, w.publisher, w.http)
+	steps := slices.Clone(w.inner)
+	for _, s := range slices.Backward(w.outer) {
+		steps = append(steps, s)
+	}
 	for _, s := range steps {
 		if !w.started[s] {
 			continue
