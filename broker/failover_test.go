@@ -17,6 +17,7 @@ import (
 	"github.com/outboxrelay/outbox/internal/redact"
 	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/mongo/mongotest"
+	"github.com/outboxrelay/outbox/service"
 )
 
 func TestPublisherSkipsANodeThatDoesNotAnswer(t *testing.T) {
@@ -103,7 +104,7 @@ func TestRelayFailsOverToTheNextNode(t *testing.T) {
 	c, err := claim.New(store, relay, claim.Config{
 		WorkerID: "failover", Schedule: "@every 100ms", BatchSize: batch,
 		PublishTimeout: 5 * time.Second, StaleAfter: 20 * time.Second,
-		Logger: slog.New(slog.DiscardHandler),
+		Archetype: service.Archetype{Logger: slog.New(slog.DiscardHandler)},
 	})
 	if err != nil {
 		t.Fatal(err)

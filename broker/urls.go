@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -55,24 +56,43 @@ func RedactList(list string) string {
 	return strings.Join(urls, ",")
 }
 
+// CheckURLs checks list, an AMQP URL or a list of them (SplitURLs), as
+// Config.Validate checks Config.URL: each is amqp:// or amqps:// with a
+// host. The error says what a URL must be, and which URL of a list is
+// not; it shows no URL.
+func CheckURLs(list string) error {
+	if _, want := badURL(list); want != "" {
+		return errors.New("want " + want)
+	}
+	return nil
+}
+
 // urlRule is the rule of a field that holds an AMQP URL or a list of them
-// (SplitURLs): each is amqp:// or amqps:// with a host. The error shows
-// the bad URL, its password redacted.
+// (SplitURLs). The error shows the bad URL, its password redacted.
 func urlRule(name, list string) *rule.Error {
-	const want = "amqp://user:password@host:port/vhost"
+	if bad, want := badURL(list); want != "" {
+		return &rule.Error{Field: name, Value: bad, Want: want}
+	}
+	return nil
+}
+
+// badURL returns the first URL of list that is not amqp:// or amqps://
+// with a host, its password redacted, and what a URL must be; want is
+// empty when every URL is good.
+func badURL(list string) (bad, want string) {
+	const form = "amqp://user:password@host:port/vhost"
 	urls := SplitURLs(list)
 	if len(urls) == 0 {
-		return &rule.Error{Field: name, Value: list, Want: want}
+		return list, form
 	}
 	for i, raw := range urls {
 		u, err := url.Parse(raw)
 		if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Host == "" {
-			e := &rule.Error{Field: name, Value: redact.URL(raw), Want: want}
 			if len(urls) > 1 {
-				e.Want = fmt.Sprintf("%s (URL %d of %d)", want, i+1, len(urls))
+				return redact.URL(raw), fmt.Sprintf("%s (URL %d of %d)", form, i+1, len(urls))
 			}
-			return e
+			return redact.URL(raw), form
 		}
 	}
-	return nil
+	return "", ""
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/outboxrelay/outbox/internal/fakeclock"
 	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/mongo"
+	"github.com/outboxrelay/outbox/service"
 )
 
 // failingClaimStore lets the claim's write land, then reports it failed,
@@ -40,7 +41,7 @@ func TestFailedClaimReleasesWhatItTook(t *testing.T) {
 	r := setup(t)
 	store := &failingClaimStore{Store: r.store}
 	clock := fakeclock.New(time.Now())
-	c, _ := newClaimer(t, store, newPublisher(t, r.exchange), Config{BatchSize: 50, Now: clock.Now})
+	c, _ := newClaimer(t, store, newPublisher(t, r.exchange), Config{BatchSize: 50, Archetype: service.Archetype{Now: clock.Now}})
 	ids := insertEvents(t, r.coll, 20, "order.created")
 
 	store.fail.Store(true)

@@ -2,13 +2,12 @@ package claim
 
 import (
 	"cmp"
-	"log/slog"
 	"time"
 
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/rule"
-	"github.com/outboxrelay/outbox/metrics"
 	"github.com/outboxrelay/outbox/schedule"
+	"github.com/outboxrelay/outbox/service"
 )
 
 const (
@@ -43,6 +42,15 @@ const (
 	// an outcome write: short, since a confirmed event waits on it.
 	writeRetryMin = 100 * time.Millisecond
 	writeRetryMax = time.Second
+	// BatchSizeMax, BatchBytesMax, MaxAttemptsMax and MaxBodyBytesMax are
+	// the largest BatchSize, BatchBytes, MaxAttempts and MaxBodyBytes
+	// Validate accepts (16 GiB and 512 MiB the byte bounds).
+	BatchSizeMax    = 10000
+	BatchBytesMax   = 1 << 34
+	MaxAttemptsMax  = 1000
+	MaxBodyBytesMax = 512 << 20
+	// DelayMin is the least PublishTimeout and RetryMin Validate accepts.
+	DelayMin = time.Millisecond
 	// settleReserve is the part of a stop's time kept back for writing the
 	// outcome of the batch in flight once its confirms are given up.
 	settleReserve = 5 * time.Second
@@ -104,18 +112,10 @@ type Config struct {
 	// (ownership.Manager). Without it the worker claims in all, which is
 	// right only for a single worker. Defaults to nil.
 	Owner Owner
-	// Now is the clock of leases and retry times; the worker passes the
-	// database server's (mongo.Clock). Defaults to time.Now.
-	Now func() time.Time
-	// Local is the local clock a batch's publish deadline is measured on
-	// (see Claimer.publishDeadline); only intervals between its readings
-	// count. Defaults to time.Now, whose intervals are monotonic: a pause
-	// of the process counts, a step of the wall clock does not.
-	Local func() time.Time
-	// Logger defaults to slog.Default().
-	Logger *slog.Logger
-	// Metrics defaults to an unregistered set.
-	Metrics *metrics.Metrics
+	// Archetype is the logger, the metrics and the clocks: leases and
+	// retry times read Now; a batch's publish deadline is measured on
+	// Local (see Claimer.publishDeadline).
+	service.Archetype
 }
 
 func (c *Config) setDefaults() {
@@ -130,26 +130,19 @@ func (c *Config) setDefaults() {
 	c.StaleAfter = cmp.Or(c.StaleAfter, StaleAfterDefault)
 	c.Ordering = cmp.Or(c.Ordering, OrderingAggregate)
 	c.AfterFailed = cmp.Or(c.AfterFailed, AfterFailedWait)
-	c.Logger = cmp.Or(c.Logger, slog.Default())
-	c.Metrics = metrics.OrNew(c.Metrics)
-	if c.Now == nil {
-		c.Now = time.Now
-	}
-	if c.Local == nil {
-		c.Local = time.Now
-	}
+	c.Archetype = c.Archetype.WithDefaults()
 }
 
 // Validate reports the first bad field, naming it and its value.
 func (c Config) Validate() error {
 	return rule.First("claim",
 		rule.Required("WorkerID", c.WorkerID != ""),
-		rule.Between("BatchSize", c.BatchSize, 1, 10000),
-		rule.Between("BatchBytes", c.BatchBytes, 1, 1<<34),
-		rule.Between("MaxAttempts", c.MaxAttempts, 1, 1000),
-		rule.Between("MaxBodyBytes", c.MaxBodyBytes, 1, 512<<20),
-		rule.AtLeast("PublishTimeout", c.PublishTimeout, time.Millisecond),
-		rule.AtLeast("RetryMin", c.RetryMin, time.Millisecond),
+		rule.Between("BatchSize", c.BatchSize, 1, BatchSizeMax),
+		rule.Between("BatchBytes", c.BatchBytes, 1, BatchBytesMax),
+		rule.Between("MaxAttempts", c.MaxAttempts, 1, MaxAttemptsMax),
+		rule.Between("MaxBodyBytes", c.MaxBodyBytes, 1, MaxBodyBytesMax),
+		rule.AtLeast("PublishTimeout", c.PublishTimeout, DelayMin),
+		rule.AtLeast("RetryMin", c.RetryMin, DelayMin),
 		rule.AtLeastField("RetryMax", c.RetryMax, "RetryMin", c.RetryMin),
 		rule.AboveField("StaleAfter", c.StaleAfter, "PublishTimeout", c.PublishTimeout),
 		rule.OneOf("Ordering", c.Ordering, OrderingAggregate, OrderingNone),

@@ -13,6 +13,7 @@ import (
 	"github.com/outboxrelay/outbox/metrics"
 	"github.com/outboxrelay/outbox/mongo"
 	"github.com/outboxrelay/outbox/mongo/mongotest"
+	"github.com/outboxrelay/outbox/service"
 )
 
 // pausingStore is the store of a worker that pauses (SIGSTOP, a VM
@@ -87,7 +88,7 @@ func TestPublishStopsWhenTheClaimCouldBeRecovered(t *testing.T) {
 			want := insertInterleaved(t, store.Collection(), n, 10) // 4 rounds: 4 events of each aggregate
 			pub := &clockPublisher{clock: clock, round: tc.round}
 			c, m := newClaimer(t, pausingStore{store, clock, tc.pause}, pub, Config{
-				Ordering: tc.ordering, BatchSize: n, StaleAfter: staleAfter, PublishTimeout: staleAfter / 2, Local: clock.Mono,
+				Ordering: tc.ordering, BatchSize: n, StaleAfter: staleAfter, PublishTimeout: staleAfter / 2, Archetype: service.Archetype{Local: clock.Mono},
 			})
 			if _, err := c.runOnce(t.Context()); err != nil {
 				t.Fatalf("runOnce: %v", err)

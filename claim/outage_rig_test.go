@@ -19,6 +19,7 @@ import (
 	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/metrics"
 	"github.com/outboxrelay/outbox/mongo"
+	"github.com/outboxrelay/outbox/service"
 )
 
 // Fault injection at the relay level: a real store and a real publisher,
@@ -148,8 +149,7 @@ func (r *outageRig) newClaimer(store Store, pub Publisher) *Claimer {
 		BatchSize:      outageBatchSize,
 		PublishTimeout: outageStaleAfter / 2,
 		StaleAfter:     outageStaleAfter,
-		Logger:         r.logger,
-		Metrics:        r.metrics,
+		Archetype:      service.Archetype{Logger: r.logger, Metrics: r.metrics},
 	})
 	if err != nil {
 		r.t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/mongo"
 	"github.com/outboxrelay/outbox/recovery"
+	"github.com/outboxrelay/outbox/service"
 )
 
 // cuttingPublisher is the real publisher, except that during its cutAt-th
@@ -275,7 +276,7 @@ func TestOutageDatabase(t *testing.T) {
 	// through the rest of the outage and the Restore.
 	rec, err := recovery.New(r.store, recovery.Config{
 		Schedule: "@every 1s", StaleAfter: outageStaleAfter, MaxAttempts: MaxAttemptsDefault,
-		Logger: r.logger, Metrics: r.metrics,
+		Archetype: service.Archetype{Logger: r.logger, Metrics: r.metrics},
 	})
 	if err != nil {
 		t.Fatal(err)

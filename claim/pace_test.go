@@ -14,6 +14,7 @@ import (
 
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/fakeclock"
+	"github.com/outboxrelay/outbox/service"
 )
 
 func TestBatchLimitHalvesOnTimeoutAndRegrowsBySteps(t *testing.T) {
@@ -253,7 +254,7 @@ func TestTimedOutClaimLandingLateIsReleased(t *testing.T) {
 	r := setup(t)
 	store := &lateWriteStore{Store: r.store, land: make(chan func(), 1)}
 	clock := fakeclock.New(time.Now())
-	c, _ := newClaimer(t, store, newPublisher(t, r.exchange), Config{BatchSize: 10, Now: clock.Now, StaleAfter: time.Minute})
+	c, _ := newClaimer(t, store, newPublisher(t, r.exchange), Config{BatchSize: 10, Archetype: service.Archetype{Now: clock.Now}, StaleAfter: time.Minute})
 	insertEvents(t, r.coll, 10, "order.created")
 
 	if _, err := c.runOnce(t.Context()); !isTimeout(err) {
@@ -344,7 +345,7 @@ func TestFailedWriteHoldsItsAggregates(t *testing.T) {
 	r := setup(t)
 	store := &failOnceStore{Store: r.store}
 	clock := fakeclock.New(time.Now())
-	c, _ := newClaimer(t, store, newPublisher(t, r.exchange), Config{BatchSize: 10, Now: clock.Now, StaleAfter: time.Minute, Ordering: OrderingAggregate})
+	c, _ := newClaimer(t, store, newPublisher(t, r.exchange), Config{BatchSize: 10, Archetype: service.Archetype{Now: clock.Now}, StaleAfter: time.Minute, Ordering: OrderingAggregate})
 	insertAggregates(t, r, "held", 3)
 	if _, err := c.runOnce(t.Context()); !isTimeout(err) {
 		t.Fatalf("first runOnce: %v, want the write's timeout", err)

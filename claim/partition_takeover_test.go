@@ -13,6 +13,7 @@ import (
 	"github.com/outboxrelay/outbox/mongo"
 	"github.com/outboxrelay/outbox/mongo/mongotest"
 	"github.com/outboxrelay/outbox/ownership"
+	"github.com/outboxrelay/outbox/service"
 )
 
 const testTerm = 30 * time.Second
@@ -23,7 +24,7 @@ const testTerm = 30 * time.Second
 func newOwner(t *testing.T, store *mongo.Store, clock *fakeclock.Clock, id string) *ownership.Manager {
 	t.Helper()
 	m, err := ownership.New(store.Owners(), ownership.Config{WorkerID: id, TermLength: testTerm,
-		Now: clock.Now, Local: clock.Now, Logger: discard})
+		Archetype: service.Archetype{Now: clock.Now, Local: clock.Now, Logger: discard}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/outboxrelay/outbox/mongo"
 	"github.com/outboxrelay/outbox/ops"
 	"github.com/outboxrelay/outbox/recovery"
+	"github.com/outboxrelay/outbox/service"
 )
 
 type readyBroker struct{}
@@ -87,7 +88,7 @@ func TestAgesUseTheServersClockWhateverTheWorkersSays(t *testing.T) {
 			// The sampler's gauges.
 			m := metrics.New(nil)
 			sampler, err := ops.NewSampler(ops.SamplerConfig{
-				Store: store, StaleAfter: staleAfter, Schedule: "@every 1h", Now: clock.Now, Metrics: m, Logger: slog.New(slog.DiscardHandler),
+				Store: store, StaleAfter: staleAfter, Schedule: "@every 1h", Archetype: service.Archetype{Now: clock.Now, Metrics: m, Logger: slog.New(slog.DiscardHandler)},
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -103,7 +104,7 @@ func TestAgesUseTheServersClockWhateverTheWorkersSays(t *testing.T) {
 			srv, err := ops.NewServer(ops.ServerConfig{
 				Addr: "127.0.0.1:0", Store: store, Broker: readyBroker{}, Samples: sampler,
 				Claimer: idleJob{}, Recovery: idleJob{}, Gatherer: prometheus.NewRegistry(),
-				Logger: slog.New(slog.DiscardHandler), Now: clock.Now,
+				Archetype: service.Archetype{Logger: slog.New(slog.DiscardHandler), Now: clock.Now},
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -132,7 +133,7 @@ func TestAgesUseTheServersClockWhateverTheWorkersSays(t *testing.T) {
 
 			// Recovery takes back the stale claim and only it.
 			rec, err := recovery.New(store, recovery.Config{
-				Schedule: "@every 1h", StaleAfter: staleAfter, Now: clock.Now, Logger: slog.New(slog.DiscardHandler),
+				Schedule: "@every 1h", StaleAfter: staleAfter, Archetype: service.Archetype{Now: clock.Now, Logger: slog.New(slog.DiscardHandler)},
 			})
 			if err != nil {
 				t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/mongo"
 	"github.com/outboxrelay/outbox/ownership"
+	"github.com/outboxrelay/outbox/service"
 )
 
 // fencedReplica is one replica's ownership on the owners collection of
@@ -23,8 +24,8 @@ func fencedReplica(t *testing.T, store *mongo.Store, fake *fakeclock.Clock, id s
 		t.Fatal(err)
 	}
 	m, err := ownership.New(store.Owners(), ownership.Config{
-		WorkerID: id, TermLength: 30 * time.Second, Now: clock.Now, Local: fake.Mono, Synced: clock.Synced,
-		Logger: slog.New(slog.DiscardHandler),
+		WorkerID: id, TermLength: 30 * time.Second, Synced: clock.Synced,
+		Archetype: service.Archetype{Now: clock.Now, Local: fake.Mono, Logger: slog.New(slog.DiscardHandler)},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/mongo"
 	"github.com/outboxrelay/outbox/ownership"
+	"github.com/outboxrelay/outbox/service"
 )
 
 var _ ownership.Table = (*mongo.Owners)(nil)
@@ -108,7 +109,7 @@ func TestOwnershipManagersOnStore(t *testing.T) {
 	clock := func() time.Time { return now }
 	for _, id := range []string{"a", "b", "c"} {
 		m, err := ownership.New(store.Owners(), ownership.Config{WorkerID: id, TermLength: 30 * time.Second,
-			Now: clock, Local: clock, Logger: slog.New(slog.DiscardHandler)})
+			Archetype: service.Archetype{Now: clock, Local: clock, Logger: slog.New(slog.DiscardHandler)}})
 		if err != nil {
 			t.Fatal(err)
 		}

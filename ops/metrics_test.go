@@ -17,6 +17,7 @@ import (
 	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/metrics"
 	"github.com/outboxrelay/outbox/ops"
+	"github.com/outboxrelay/outbox/service"
 )
 
 // claimStore is a claim.Store that hands out one batch, then nothing, and
@@ -121,7 +122,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 	store := &claimStore{batch: batch}
 	c, err := claim.New(store, outcomePublisher{}, claim.Config{
-		WorkerID: "host-a-42", Schedule: "@every 1h", MaxAttempts: 3, Logger: discard, Metrics: m,
+		WorkerID: "host-a-42", Schedule: "@every 1h", MaxAttempts: 3, Archetype: service.Archetype{Logger: discard, Metrics: m},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +139,7 @@ func TestMetricsEndpoint(t *testing.T) {
 			testutil.ToFloat64(m.Released.WithLabelValues(metrics.ReasonBrokerUnavailable)) == 1
 	})
 	sampler := startSampler(t, ops.SamplerConfig{
-		Store: &fakeStore{stats: events.Stats{Counts: map[events.Status]int64{events.StatusNew: 1}}}, Schedule: "@every 1h", Metrics: m,
+		Store: &fakeStore{stats: events.Stats{Counts: map[events.Status]int64{events.StatusNew: 1}}}, Schedule: "@every 1h", Archetype: service.Archetype{Metrics: m},
 	})
 	// Not the NEW gauge alone: the sample's other gauges are set after it.
 	eventually(t, "the sampler samples", func() bool { _, ok := sampler.Latest(); return ok })

@@ -8,7 +8,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/outboxrelay/outbox/internal/rule"
 	"github.com/outboxrelay/outbox/metrics"
 	"github.com/outboxrelay/outbox/schedule"
+	"github.com/outboxrelay/outbox/service"
 )
 
 // StatsSource counts the outbox.
@@ -77,13 +77,9 @@ type SamplerConfig struct {
 	// than repeat the same queries; while no replica leads, every one
 	// samples (the worker's wiring). Defaults to nil: always samples.
 	Active func() bool
-	// Now is the clock ages and the stale threshold are measured with: the
-	// database server's time (mongo.Clock.Now). Defaults to time.Now.
-	Now func() time.Time
-	// Metrics receives the gauges. Defaults to an unregistered set.
-	Metrics *metrics.Metrics
-	// Logger defaults to slog.Default().
-	Logger *slog.Logger
+	// Archetype is the logger, the metrics (which receive the gauges) and
+	// the clock ages and the stale threshold are measured with.
+	service.Archetype
 	// Yield, when set, says that claims are slow: scheduled samples are
 	// then left out, more and more of them (schedule.Config.Yield), and a
 	// replica that does not lead takes none for /status. Defaults to nil:
@@ -93,11 +89,7 @@ type SamplerConfig struct {
 
 func (c *SamplerConfig) setDefaults() {
 	c.Schedule = cmp.Or(c.Schedule, SampleScheduleDefault)
-	c.Logger = cmp.Or(c.Logger, slog.Default())
-	c.Metrics = metrics.OrNew(c.Metrics)
-	if c.Now == nil {
-		c.Now = time.Now
-	}
+	c.Archetype = c.Archetype.WithDefaults()
 }
 
 // Validate reports the first bad field, naming it and its value.

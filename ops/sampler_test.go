@@ -15,6 +15,7 @@ import (
 	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/metrics"
 	"github.com/outboxrelay/outbox/ops"
+	"github.com/outboxrelay/outbox/service"
 )
 
 // startSampler starts a sampler on spec; with an hourly spec the only
@@ -47,7 +48,7 @@ func TestSamplerSetsGauges(t *testing.T) {
 		OldestNew: time.Now().Add(-30 * time.Second),
 		Stale:     2,
 	}}
-	startSampler(t, ops.SamplerConfig{Store: store, Schedule: "@every 1h", Metrics: m})
+	startSampler(t, ops.SamplerConfig{Store: store, Schedule: "@every 1h", Archetype: service.Archetype{Metrics: m}})
 
 	// The sampler sets the gauges one after the other: wait for all.
 	want := map[string]float64{"NEW": 7, "PROCESSING": 2, "PUBLISHED": 40, "FAILED": 1, "unknown": 3, "oldest_new_age_over_30s": 1, "stale": 2}
@@ -76,7 +77,7 @@ func TestSamplerSetsHeldGauges(t *testing.T) {
 	m := metrics.New(nil)
 	store := &fakeStore{stats: events.Stats{Counts: map[events.Status]int64{}},
 		held: events.HeldStats{Aggregates: 2, OldestWaiting: time.Now().Add(-time.Hour)}}
-	startSampler(t, ops.SamplerConfig{Store: store, Held: store, FailedHolds: true, Schedule: "@every 1h", Metrics: m})
+	startSampler(t, ops.SamplerConfig{Store: store, Held: store, FailedHolds: true, Schedule: "@every 1h", Archetype: service.Archetype{Metrics: m}})
 	eventually(t, "held gauges set", func() bool {
 		age := sampled(m.OldestHeldAge)
 		return sampled(m.HeldAggregates) == 2 && age >= 3600 && age < 3610
@@ -92,7 +93,7 @@ func TestSamplerCountsFailure(t *testing.T) {
 	t.Parallel()
 	m := metrics.New(nil)
 	store := &fakeStore{stats: events.Stats{Counts: map[events.Status]int64{events.StatusNew: 7}}}
-	startSampler(t, ops.SamplerConfig{Store: store, Schedule: "@every 10ms", Metrics: m})
+	startSampler(t, ops.SamplerConfig{Store: store, Schedule: "@every 10ms", Archetype: service.Archetype{Metrics: m}})
 	eventually(t, "a good sample sets the NEW gauge", func() bool {
 		return testutil.ToFloat64(m.Events.WithLabelValues("NEW")) == 7
 	})
@@ -115,7 +116,7 @@ func TestSamplerSamplesOnlyWhileActive(t *testing.T) {
 		held: events.HeldStats{Aggregates: 1}}
 	var active atomic.Bool
 	var asked atomic.Int32
-	startSampler(t, ops.SamplerConfig{Store: store, Held: store, Schedule: "@every 10ms", Metrics: m,
+	startSampler(t, ops.SamplerConfig{Store: store, Held: store, Schedule: "@every 10ms", Archetype: service.Archetype{Metrics: m},
 		Active: func() bool { asked.Add(1); return active.Load() }})
 	exported := func() int {
 		n := testutil.CollectAndCount(m.Events)
@@ -148,7 +149,7 @@ func TestSamplerKeepsTheLastSample(t *testing.T) {
 	t.Parallel()
 	clock := fakeclock.New(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
 	store := &fakeStore{stats: events.Stats{Counts: map[events.Status]int64{events.StatusNew: 7}}, held: events.HeldStats{Aggregates: 2}}
-	s := startSampler(t, ops.SamplerConfig{Store: store, Held: store, Schedule: "@every 1h", Now: clock.Now})
+	s := startSampler(t, ops.SamplerConfig{Store: store, Held: store, Schedule: "@every 1h", Archetype: service.Archetype{Now: clock.Now}})
 	var got ops.Sample
 	eventually(t, "the first sample", func() bool {
 		var ok bool
@@ -169,7 +170,7 @@ func TestSamplerSamplesForStatusOnDemand(t *testing.T) {
 	clock := fakeclock.New(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
 	store := &countingStore{fakeStore: fakeStore{stats: events.Stats{Counts: map[events.Status]int64{events.StatusNew: 7}}}}
 	m := metrics.New(nil)
-	s := startSampler(t, ops.SamplerConfig{Store: store, Schedule: "@every 1h", Now: clock.Now, Metrics: m,
+	s := startSampler(t, ops.SamplerConfig{Store: store, Schedule: "@every 1h", Archetype: service.Archetype{Now: clock.Now, Metrics: m},
 		Active: func() bool { return false }})
 	if _, ok := s.Latest(); ok {
 		t.Fatal("Latest on a replica that does not lead gave a sample before any was taken")
@@ -210,7 +211,7 @@ func TestSamplerYieldsWhileClaimsAreSlow(t *testing.T) {
 	t.Parallel()
 	m := metrics.New(nil)
 	store := &countingStore{fakeStore: fakeStore{stats: events.Stats{Counts: map[events.Status]int64{}}}}
-	startSampler(t, ops.SamplerConfig{Store: store, Schedule: "@every 10ms", Metrics: m, Yield: func() bool { return true }})
+	startSampler(t, ops.SamplerConfig{Store: store, Schedule: "@every 10ms", Archetype: service.Archetype{Metrics: m}, Yield: func() bool { return true }})
 	eventually(t, "ten samples left out", func() bool {
 		return testutil.ToFloat64(m.RunsLeftOut.WithLabelValues("sampler")) >= 10
 	})

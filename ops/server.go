@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/rule"
+	"github.com/outboxrelay/outbox/service"
 )
 
 // Pinger checks that the database answers.
@@ -92,14 +92,12 @@ type ServerConfig struct {
 	Owner Owner
 	// Gatherer is what /metrics serves. Required.
 	Gatherer prometheus.Gatherer
-	// Logger defaults to slog.Default().
-	Logger *slog.Logger
+	// Archetype is the logger and the clock /status measures the sample's
+	// age with, the sampler's; the server updates no metric of its own
+	// (Gatherer serves them).
+	service.Archetype
 	// Pprof serves net/http/pprof under /debug/pprof/ when set.
 	Pprof bool
-	// Now is the clock /status measures the sample's age with: the
-	// database server's time (mongo.Clock.Now), the sampler's clock.
-	// Defaults to time.Now.
-	Now func() time.Time
 	// BrokerNode, if set, names the broker node in use, its password
 	// redacted (broker.Publisher.Node), for /status.
 	BrokerNode func() string
@@ -110,10 +108,7 @@ type ServerConfig struct {
 
 func (c *ServerConfig) setDefaults() {
 	c.Addr = cmp.Or(c.Addr, AddrDefault)
-	c.Logger = cmp.Or(c.Logger, slog.Default())
-	if c.Now == nil {
-		c.Now = time.Now
-	}
+	c.Archetype = c.Archetype.WithDefaults()
 }
 
 // Validate reports the first bad field, naming it and its value.

@@ -16,6 +16,7 @@ import (
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/ops"
+	"github.com/outboxrelay/outbox/service"
 )
 
 const waitTimeout = 10 * time.Second
@@ -152,15 +153,15 @@ func startServer(t *testing.T, edit func(*ops.ServerConfig)) *server {
 		registry: prometheus.NewRegistry(),
 	}
 	cfg := ops.ServerConfig{
-		Addr:     "127.0.0.1:0",
-		WorkerID: "host-a-42",
-		Store:    s.store,
-		Broker:   s.broker,
-		Samples:  s.samples,
-		Claimer:  s.claimer,
-		Recovery: s.recovery,
-		Gatherer: s.registry,
-		Logger:   discard,
+		Addr:      "127.0.0.1:0",
+		WorkerID:  "host-a-42",
+		Store:     s.store,
+		Broker:    s.broker,
+		Samples:   s.samples,
+		Claimer:   s.claimer,
+		Recovery:  s.recovery,
+		Gatherer:  s.registry,
+		Archetype: service.Archetype{Logger: discard},
 	}
 	if edit != nil {
 		edit(&cfg)

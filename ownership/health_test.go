@@ -11,6 +11,7 @@ import (
 	"github.com/outboxrelay/outbox/internal/fakeclock"
 	"github.com/outboxrelay/outbox/metrics"
 	"github.com/outboxrelay/outbox/metrics/metricstest"
+	"github.com/outboxrelay/outbox/service"
 )
 
 // readOnlyTable is a table this replica may read but not write: the
@@ -32,8 +33,8 @@ func TestUnownedWhileOwnersCannotBeWritten(t *testing.T) {
 	t.Parallel()
 	table, clock := readOnlyTable{newMemTable()}, fakeclock.New(epoch)
 	m := metrics.New(nil)
-	a := newManagerWith(t, table, clock, Config{WorkerID: "a", Metrics: m})
-	b := newManagerWith(t, table, clock, Config{WorkerID: "b", Metrics: metrics.New(nil)})
+	a := newManagerWith(t, table, clock, Config{WorkerID: "a", Archetype: service.Archetype{Metrics: m}})
+	b := newManagerWith(t, table, clock, Config{WorkerID: "b", Archetype: service.Archetype{Metrics: metrics.New(nil)}})
 
 	if got := testutil.ToFloat64(m.JobErrors.WithLabelValues("ownership")); got != 0 {
 		t.Fatalf("ownership errors before a round = %v, want 0", got)
@@ -121,7 +122,7 @@ func soleOwner(t *testing.T) (*Manager, *memTable, *fakeclock.Clock, *metrics.Me
 	t.Helper()
 	table, clock := newMemTable(), fakeclock.New(epoch)
 	m := metrics.New(nil)
-	a := newManagerWith(t, table, clock, Config{WorkerID: "a", Metrics: m})
+	a := newManagerWith(t, table, clock, Config{WorkerID: "a", Archetype: service.Archetype{Metrics: m}})
 	tick(t, a)
 	return a, table, clock, m
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -13,8 +12,8 @@ import (
 
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/rule"
-	"github.com/outboxrelay/outbox/metrics"
 	"github.com/outboxrelay/outbox/schedule"
+	"github.com/outboxrelay/outbox/service"
 )
 
 const (
@@ -38,13 +37,11 @@ type Config struct {
 	// server clock's offset and one claim's duration. Defaults to
 	// TermLength / MarginDivisorDefault (a tenth).
 	Margin time.Duration
-	// Now is the database server's time (mongo.Clock's Now). Defaults to
-	// time.Now.
-	Now func() time.Time
-	// Local is the local clock an owner measures its deadline with; only
-	// intervals between its readings count. Defaults to time.Now (whose
-	// intervals are monotonic).
-	Local func() time.Time
+	// Archetype is the logger, the metrics and the clocks: Now is the
+	// database server's time, which terms are written in; an owner
+	// measures its deadline on Local. Metrics receives the failed rounds
+	// (job_errors_total{job="ownership"}) and the partitions owned.
+	service.Archetype
 	// Synced, when set, says whether Now is the server's time yet
 	// (mongo.Clock's Synced): until it is, Now is this machine's clock,
 	// and a round takes, renews and announces nothing (it fails with
@@ -59,23 +56,11 @@ type Config struct {
 	// became the leader (Leads), so that the work one replica does for
 	// all of them starts at once instead of at its next tick.
 	OnLead func()
-	// Metrics receives the failed rounds (job_errors_total{job="ownership"})
-	// and the partitions owned. Defaults to an unregistered set.
-	Metrics *metrics.Metrics
-	// Logger defaults to slog.Default().
-	Logger *slog.Logger
 }
 
 func (c *Config) setDefaults() {
 	c.Margin = cmp.Or(c.Margin, c.TermLength/MarginDivisorDefault)
-	c.Logger = cmp.Or(c.Logger, slog.Default())
-	c.Metrics = metrics.OrNew(c.Metrics)
-	if c.Now == nil {
-		c.Now = time.Now
-	}
-	if c.Local == nil {
-		c.Local = time.Now
-	}
+	c.Archetype = c.Archetype.WithDefaults()
 }
 
 // Validate reports the first bad field, naming it and its value.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/fakeclock"
+	"github.com/outboxrelay/outbox/service"
 )
 
 // A renewal keeps a partition's tenure, so that a claim whose read and
@@ -121,8 +122,8 @@ func (stallingTable) Insert(ctx context.Context, _ []Term) ([]bool, error) {
 func TestReleaseGivesUpOnAStalledDatabase(t *testing.T) {
 	t.Parallel()
 	table, clock, a := startAlone(t)
-	m, err := New(stallingTable{table}, Config{WorkerID: "a", TermLength: 3 * time.Second, Now: clock.Now, Local: clock.Now,
-		Logger: a.cfg.Logger})
+	m, err := New(stallingTable{table}, Config{WorkerID: "a", TermLength: 3 * time.Second,
+		Archetype: service.Archetype{Now: clock.Now, Local: clock.Now, Logger: a.cfg.Logger}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/outboxrelay/outbox/internal/rule"
 	"github.com/outboxrelay/outbox/metrics"
 	"github.com/outboxrelay/outbox/schedule"
+	"github.com/outboxrelay/outbox/service"
 )
 
 // Store is the outbox as recovery needs it.
@@ -55,15 +56,11 @@ type Config struct {
 	// have used them. Defaults to events.MaxAttemptsDefault, the claimer's
 	// default too.
 	MaxAttempts int
-	// Logger defaults to slog.Default().
-	Logger *slog.Logger
-	// Metrics defaults to an unregistered set.
-	Metrics *metrics.Metrics
-	// Now is the clock the stale test reads: the database server's time
-	// (mongo.Clock.Now), because processingAt is written by the claiming
-	// worker against that clock, and a replica whose own clock is ahead
-	// would otherwise take healthy claims back. Defaults to time.Now.
-	Now func() time.Time
+	// Archetype is the logger, the metrics and the clock. The stale test
+	// reads Now: processingAt is written by the claiming worker against
+	// the database server's clock, and a replica whose own clock is ahead
+	// would otherwise take healthy claims back.
+	service.Archetype
 	// Yield, when set, says that claims are slow: scheduled runs are then
 	// left out, more and more of them, but a run is never deferred by more
 	// than StaleAfter plus one schedule period (see schedule.Config.Yield):
@@ -79,11 +76,7 @@ func (c *Config) setDefaults() {
 	c.Schedule = cmp.Or(c.Schedule, ScheduleDefault)
 	c.StaleAfter = cmp.Or(c.StaleAfter, StaleAfterDefault)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, events.MaxAttemptsDefault)
-	c.Logger = cmp.Or(c.Logger, slog.Default())
-	c.Metrics = metrics.OrNew(c.Metrics)
-	if c.Now == nil {
-		c.Now = time.Now
-	}
+	c.Archetype = c.Archetype.WithDefaults()
 }
 
 // Validate reports the first bad field, naming it and its value.

@@ -19,6 +19,7 @@ import (
 	"github.com/outboxrelay/outbox/metrics"
 	"github.com/outboxrelay/outbox/metrics/metricstest"
 	"github.com/outboxrelay/outbox/mongo/mongotest"
+	"github.com/outboxrelay/outbox/service"
 )
 
 var discard = slog.New(slog.DiscardHandler)
@@ -143,7 +144,7 @@ func (failingStore) RecoverStale(context.Context, time.Time, time.Time, int) (in
 func TestRunOnceCountsErrors(t *testing.T) {
 	t.Parallel()
 	m := metrics.New(nil)
-	r, err := New(failingStore{}, Config{Logger: discard, Metrics: m})
+	r, err := New(failingStore{}, Config{Archetype: service.Archetype{Logger: discard, Metrics: m}})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -185,7 +186,7 @@ func TestRunsCarryAServerSideTimeLimit(t *testing.T) {
 	store, rec := mongotest.RecordingStore(t)
 	mongotest.Insert(t, store.Collection(), processing("stale", clock.Add(-time.Hour), 5), processing("stale-2", clock.Add(-time.Hour), 1))
 	rec.Take()
-	r, err := New(store, Config{StaleAfter: time.Minute, Logger: discard, Now: func() time.Time { return clock }})
+	r, err := New(store, Config{StaleAfter: time.Minute, Archetype: service.Archetype{Logger: discard, Now: func() time.Time { return clock }}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +216,7 @@ func TestYieldsWhileClaimsAreSlow(t *testing.T) {
 	t.Parallel()
 	store := &countingStore{}
 	m := metrics.New(nil)
-	r, err := New(store, Config{Schedule: "@every 10ms", Logger: discard, Metrics: m, Yield: func() bool { return true }})
+	r, err := New(store, Config{Schedule: "@every 10ms", Archetype: service.Archetype{Logger: discard, Metrics: m}, Yield: func() bool { return true }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,13 +11,12 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/outboxrelay/outbox/internal/rule"
-	"github.com/outboxrelay/outbox/metrics"
 	"github.com/outboxrelay/outbox/schedule"
+	"github.com/outboxrelay/outbox/service"
 )
 
 // Store is the outbox as retention needs it.
@@ -63,17 +62,13 @@ type Config struct {
 	// MaxRunTime bounds one run: no batch starts after it. Defaults to
 	// MaxRunTimeDefault.
 	MaxRunTime time.Duration
-	// Logger defaults to slog.Default().
-	Logger *slog.Logger
-	// Metrics defaults to an unregistered set.
-	Metrics *metrics.Metrics
-	// Now is the clock the cutoff is taken from: the database server's
-	// time (mongo.Clock.Now), because publishedAt is written against that
-	// clock, and a replica whose own clock is ahead would otherwise delete
-	// events before their retention is up (or, behind, keep them longer).
-	// Durations (the run's bound, the pauses) use the local clock.
-	// Defaults to time.Now.
-	Now func() time.Time
+	// Archetype is the logger, the metrics and the clock. The cutoff is
+	// taken from Now: publishedAt is written against the database
+	// server's clock, and a replica whose own clock is ahead would
+	// otherwise delete events before their retention is up (or, behind,
+	// keep them longer). Durations (the run's bound, the pauses) use the
+	// local clock.
+	service.Archetype
 	// Yield, when set, says that claims are slow: scheduled runs are then
 	// left out, more and more of them, but never deferred by more than
 	// schedule.YieldMaxDefault (see schedule.Config.Yield), and a run in
@@ -85,11 +80,7 @@ func (c *Config) setDefaults() {
 	c.Schedule = cmp.Or(c.Schedule, ScheduleDefault)
 	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
 	c.MaxRunTime = cmp.Or(c.MaxRunTime, MaxRunTimeDefault)
-	c.Logger = cmp.Or(c.Logger, slog.Default())
-	c.Metrics = metrics.OrNew(c.Metrics)
-	if c.Now == nil {
-		c.Now = time.Now
-	}
+	c.Archetype = c.Archetype.WithDefaults()
 }
 
 // Validate reports the first bad field, naming it and its value.

@@ -18,6 +18,7 @@ import (
 	"github.com/outboxrelay/outbox/metrics"
 	"github.com/outboxrelay/outbox/metrics/metricstest"
 	"github.com/outboxrelay/outbox/mongo/mongotest"
+	"github.com/outboxrelay/outbox/service"
 )
 
 var discard = slog.New(slog.DiscardHandler)
@@ -58,7 +59,7 @@ func TestCutoffFromTheDatabaseClock(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			db := tt.dbClock
-			c, coll, _ := setup(t, Config{Retention: retention, Now: func() time.Time { return db }})
+			c, coll, _ := setup(t, Config{Retention: retention, Archetype: service.Archetype{Now: func() time.Time { return db }}})
 			mongotest.Insert(t, coll,
 				event("3h-over", events.StatusPublished, publishedAt(clock.Add(-retention-3*time.Hour))),
 				event("1h-over-locally", events.StatusPublished, publishedAt(clock.Add(-retention-time.Hour))),
@@ -193,7 +194,7 @@ func TestRunOnceIsBoundedByTimeAndPausesAsLongAsTheLastBatch(t *testing.T) {
 			t.Parallel()
 			now := clock
 			store := &slowStore{now: &now, took: tt.took}
-			c, err := New(store, Config{Retention: time.Hour, BatchSize: 5, MaxRunTime: tt.limit, Logger: discard})
+			c, err := New(store, Config{Retention: time.Hour, BatchSize: 5, MaxRunTime: tt.limit, Archetype: service.Archetype{Logger: discard}})
 			if err != nil {
 				t.Fatalf("New: %v", err)
 			}
@@ -217,7 +218,7 @@ func TestStopEndsTheRunDuringAPause(t *testing.T) {
 	t.Parallel()
 	now := clock
 	store := &slowStore{now: &now, took: time.Second}
-	c, err := New(store, Config{Retention: time.Hour, BatchSize: 5, Logger: discard})
+	c, err := New(store, Config{Retention: time.Hour, BatchSize: 5, Archetype: service.Archetype{Logger: discard}})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -249,7 +250,7 @@ func (s *failingStore) DeletePublished(_ context.Context, _ time.Time, limit int
 func TestRunOnceCountsWhatItDeletedBeforeAnError(t *testing.T) {
 	t.Parallel()
 	m := metrics.New(nil)
-	c, err := New(&failingStore{}, Config{Retention: time.Hour, BatchSize: 5, Logger: discard, Metrics: m})
+	c, err := New(&failingStore{}, Config{Retention: time.Hour, BatchSize: 5, Archetype: service.Archetype{Logger: discard, Metrics: m}})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -297,7 +298,7 @@ func TestBatchesCarryAServerSideTimeLimit(t *testing.T) {
 	store, rec := mongotest.RecordingStore(t)
 	mongotest.Insert(t, store.Collection(), event("old", events.StatusPublished, publishedAt(clock.Add(-8*24*time.Hour))))
 	rec.Take()
-	c, err := New(store, Config{Retention: 7 * 24 * time.Hour, Logger: discard})
+	c, err := New(store, Config{Retention: 7 * 24 * time.Hour, Archetype: service.Archetype{Logger: discard}})
 	if err != nil {
 		t.Fatal(err)
 	}

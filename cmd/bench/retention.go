@@ -11,6 +11,7 @@ import (
 	"github.com/outboxrelay/outbox/metrics"
 	"github.com/outboxrelay/outbox/mongo"
 	"github.com/outboxrelay/outbox/retention"
+	"github.com/outboxrelay/outbox/service"
 )
 
 // retentionWindow is how long the retention stage watches the cleaner: one
@@ -65,7 +66,7 @@ func (b *bench) retentionRate(ctx context.Context) error {
 	}
 	cs := &countingStore{Store: store}
 	cleaner, err := retention.New(cs, retention.Config{
-		Retention: retention.RetentionDefault, Logger: b.logger, Metrics: metrics.New(nil),
+		Retention: retention.RetentionDefault, Archetype: service.Archetype{Logger: b.logger, Metrics: metrics.New(nil)},
 	})
 	if err != nil {
 		return err

@@ -21,7 +21,6 @@ import (
 	"github.com/outboxrelay/outbox/claim"
 	"github.com/outboxrelay/outbox/internal/memlimit"
 	"github.com/outboxrelay/outbox/internal/redact"
-	"github.com/outboxrelay/outbox/internal/rule"
 	"github.com/outboxrelay/outbox/mongo"
 	"github.com/outboxrelay/outbox/recovery"
 	"github.com/outboxrelay/outbox/retention"
@@ -76,14 +75,12 @@ type Config struct {
 // setting binds one Config field to its flag and environment variable.
 type setting struct {
 	env, flag, def, usage string
-	// parse checks the value's syntax (a number, a duration, a URI) and
-	// sets it; the ranges are the rules of the package Configs it sets,
-	// which Validate checks.
+	// parse checks the value, its syntax (a number, a duration, a URI)
+	// and its range (the bounds of the package Config fields it sets,
+	// which their constants name), and sets it. Config.validate checks
+	// the rules between settings: a Config that passes both makes package
+	// Configs that their constructors accept.
 	parse func(c *Config, v string) error
-	// fields are the package Config fields the setting sets, such as
-	// "claim.BatchSize": an error of their package's Validate names the
-	// setting instead.
-	fields []string
 	// forOperatorCommands: the operator commands (stats, requeue, skip,
 	// show) read this setting too; the others only the relay does.
 	forOperatorCommands bool
@@ -116,52 +113,53 @@ func settings() []setting {
 			usage: "write concern w of every write (overrides the URI's w)", parse: func(c *Config, v string) error { return parseWriteConcern(&c.MongoWriteConcern, v) }},
 		{env: "OUTBOX_MONGO_JOURNAL", flag: "mongo-journal", def: "true", forOperatorCommands: true,
 			usage: "writes wait for the journal (overrides the URI's journal)", parse: func(c *Config, v string) error { return parseBool(&c.MongoJournal, v) }},
-		{env: "OUTBOX_AMQP_URL", flag: "amqp-url", def: "amqp://guest:guest@localhost:5672/", fields: []string{"broker.URL"},
-			usage: "RabbitMQ URL, or a comma-separated list of the nodes' URLs, tried in order", parse: func(c *Config, v string) error { c.AMQPURL = v; return nil }},
+		{env: "OUTBOX_AMQP_URL", flag: "amqp-url", def: "amqp://guest:guest@localhost:5672/",
+			usage: "RabbitMQ URL, or a comma-separated list of the nodes' URLs, tried in order", parse: parseAMQPURL},
 		{env: "OUTBOX_AMQP_EXCHANGE", flag: "amqp-exchange", def: broker.ExchangeDefault,
 			usage: "topic exchange events are published to", parse: func(c *Config, v string) error { return nonEmpty(&c.AMQPExchange, v) }},
-		{env: "OUTBOX_CLAIM_SCHEDULE", flag: "claim-schedule", def: claim.ScheduleDefault, fields: []string{"claim.Schedule"},
+		{env: "OUTBOX_CLAIM_SCHEDULE", flag: "claim-schedule", def: claim.ScheduleDefault,
 			usage: "cron schedule of claims", parse: func(c *Config, v string) error { return parseSchedule(&c.ClaimSchedule, v) }},
 		{env: "OUTBOX_WAKE_ON_INSERT", flag: "wake-on-insert", def: "true",
 			usage: "claim at once when a NEW event is inserted (a change stream, where the database supports one)", parse: func(c *Config, v string) error { return parseBool(&c.WakeOnInsert, v) }},
-		{env: "OUTBOX_BATCH_SIZE", flag: "batch-size", def: strconv.Itoa(claim.BatchSizeDefault), fields: []string{"claim.BatchSize"},
-			usage: "most events one claim takes (1-10000)", parse: func(c *Config, v string) error { return parseInt(&c.BatchSize, v) }},
-		{env: "OUTBOX_BATCH_BYTES", flag: "batch-bytes", def: "auto", fields: []string{"claim.BatchBytes"},
+		{env: "OUTBOX_BATCH_SIZE", flag: "batch-size", def: strconv.Itoa(claim.BatchSizeDefault),
+			usage: "most events one claim takes (1-10000)", parse: func(c *Config, v string) error { return parseIntBetween(&c.BatchSize, v, 1, claim.BatchSizeMax) }},
+		{env: "OUTBOX_BATCH_BYTES", flag: "batch-bytes", def: "auto",
 			usage: "bound on the raw size of one claim's documents, which the worker's memory grows with (docs/performance.md, Peak RSS); auto: what fits in the memory limit (cgroup or GOMEMLIMIT), at most 64 MiB", parse: parseBatchBytes},
-		{env: "OUTBOX_RECOVERY_SCHEDULE", flag: "recovery-schedule", def: recovery.ScheduleDefault, fields: []string{"recovery.Schedule"},
+		{env: "OUTBOX_RECOVERY_SCHEDULE", flag: "recovery-schedule", def: recovery.ScheduleDefault,
 			usage: "cron schedule of stale-claim recovery", parse: func(c *Config, v string) error { return parseSchedule(&c.RecoverySchedule, v) }},
-		// The operator commands read OUTBOX_STALE_AFTER too, and they
-		// validate no package Config: its least value is checked here.
+		// A second at least: the operator commands read it too, and the
+		// relay checks it against the publish timeout (Config.validate).
 		{env: "OUTBOX_STALE_AFTER", flag: "stale-after", def: recovery.StaleAfterDefault.String(), forOperatorCommands: true,
-			fields: []string{"claim.StaleAfter", "recovery.StaleAfter"},
-			usage:  "how long an event may stay PROCESSING before recovery takes it back", parse: func(c *Config, v string) error { return parseDurationAtLeast(&c.StaleAfter, v, time.Second) }},
-		{env: "OUTBOX_MAX_ATTEMPTS", flag: "max-attempts", def: strconv.Itoa(claim.MaxAttemptsDefault), fields: []string{"claim.MaxAttempts", "recovery.MaxAttempts"},
-			usage: "claims an event gets before it becomes FAILED", parse: func(c *Config, v string) error { return parseInt(&c.MaxAttempts, v) }},
-		{env: "OUTBOX_RETRY_MIN", flag: "retry-min", def: claim.RetryMinDefault.String(), fields: []string{"claim.RetryMin"},
-			usage: "delay before the first retry of a failed publish", parse: func(c *Config, v string) error { return parseDuration(&c.RetryMin, v) }},
-		{env: "OUTBOX_RETRY_MAX", flag: "retry-max", def: claim.RetryMaxDefault.String(), fields: []string{"claim.RetryMax"},
+			usage: "how long an event may stay PROCESSING before recovery takes it back", parse: func(c *Config, v string) error { return parseDurationAtLeast(&c.StaleAfter, v, time.Second) }},
+		{env: "OUTBOX_MAX_ATTEMPTS", flag: "max-attempts", def: strconv.Itoa(claim.MaxAttemptsDefault),
+			usage: "claims an event gets before it becomes FAILED", parse: func(c *Config, v string) error { return parseIntBetween(&c.MaxAttempts, v, 1, claim.MaxAttemptsMax) }},
+		{env: "OUTBOX_RETRY_MIN", flag: "retry-min", def: claim.RetryMinDefault.String(),
+			usage: "delay before the first retry of a failed publish", parse: func(c *Config, v string) error { return parseDurationAtLeast(&c.RetryMin, v, claim.DelayMin) }},
+		{env: "OUTBOX_RETRY_MAX", flag: "retry-max", def: claim.RetryMaxDefault.String(),
 			usage: "cap of the delay between retries", parse: func(c *Config, v string) error { return parseDuration(&c.RetryMax, v) }},
-		{env: "OUTBOX_PUBLISH_TIMEOUT", flag: "publish-timeout", def: "auto", fields: []string{"claim.PublishTimeout", "broker.WriteTimeout"},
+		{env: "OUTBOX_PUBLISH_TIMEOUT", flag: "publish-timeout", def: "auto",
 			usage: "wait for one batch's confirms before its unconfirmed events go back to NEW; auto: half of OUTBOX_STALE_AFTER, at most 30s", parse: parsePublishTimeout},
-		{env: "OUTBOX_MAX_MESSAGE_BYTES", flag: "max-message-bytes", def: strconv.Itoa(claim.MaxBodyBytesDefault), fields: []string{"claim.MaxBodyBytes"},
-			usage: "largest message body; a larger event becomes FAILED", parse: func(c *Config, v string) error { return parseInt(&c.MaxMessageBytes, v) }},
-		{env: "OUTBOX_RETENTION", flag: "retention", def: retention.RetentionDefault.String(), fields: []string{"retention.Retention"},
-			usage: "how long PUBLISHED events are kept; 0 keeps them", parse: func(c *Config, v string) error { return parseDuration(&c.Retention, v) }},
+		{env: "OUTBOX_MAX_MESSAGE_BYTES", flag: "max-message-bytes", def: strconv.Itoa(claim.MaxBodyBytesDefault),
+			usage: "largest message body; a larger event becomes FAILED", parse: func(c *Config, v string) error {
+				return parseIntBetween(&c.MaxMessageBytes, v, 1, claim.MaxBodyBytesMax)
+			}},
+		{env: "OUTBOX_RETENTION", flag: "retention", def: retention.RetentionDefault.String(),
+			usage: "how long PUBLISHED events are kept; 0 keeps them", parse: parseRetention},
 		{env: "OUTBOX_HTTP_ADDR", flag: "http-addr", def: ":8080",
 			usage: "address of /healthz, /readyz, /metrics, /status and /trigger", parse: func(c *Config, v string) error { return parseAddr(&c.HTTPAddr, v) }},
 		{env: "OUTBOX_SHUTDOWN_TIMEOUT", flag: "shutdown-timeout", def: "30s",
 			usage: "how long a stop may take", parse: func(c *Config, v string) error { return parseDurationAtLeast(&c.ShutdownTimeout, v, time.Second) }},
-		{env: "OUTBOX_WORKER_ID", flag: "worker-id", def: defaultWorkerID(), fields: []string{"claim.WorkerID"},
+		{env: "OUTBOX_WORKER_ID", flag: "worker-id", def: defaultWorkerID(),
 			usage: "this worker's id on its claims", parse: func(c *Config, v string) error { return nonEmpty(&c.WorkerID, v) }},
 		{env: "OUTBOX_LOG_LEVEL", flag: "log-level", def: "info", forOperatorCommands: true,
 			usage: "debug, info, warn or error", parse: func(c *Config, v string) error { return c.LogLevel.UnmarshalText([]byte(v)) }},
 		{env: "OUTBOX_LOG_FORMAT", flag: "log-format", def: "auto", forOperatorCommands: true,
 			usage: "auto (text on a terminal, else json), json or text", parse: func(c *Config, v string) error { return oneOf(&c.LogFormat, v, "auto", "json", "text") }},
-		{env: "OUTBOX_ORDERING", flag: "ordering", def: claim.OrderingAggregate, fields: []string{"claim.Ordering"},
+		{env: "OUTBOX_ORDERING", flag: "ordering", def: claim.OrderingAggregate,
 			usage: "aggregate: events of one aggregate are published in createdAt order; none: no order", parse: func(c *Config, v string) error {
 				return oneOf(&c.Ordering, v, claim.OrderingAggregate, claim.OrderingNone)
 			}},
-		{env: "OUTBOX_ORDERING_AFTER_FAILED", flag: "ordering-after-failed", def: claim.AfterFailedWait, forOperatorCommands: true, fields: []string{"claim.AfterFailed"},
+		{env: "OUTBOX_ORDERING_AFTER_FAILED", flag: "ordering-after-failed", def: claim.AfterFailedWait, forOperatorCommands: true,
 			usage: "wait: later events of an aggregate wait behind a FAILED one until it is requeued or skipped; continue: they flow", parse: func(c *Config, v string) error {
 				return oneOf(&c.OrderingAfterFailed, v, claim.AfterFailedWait, claim.AfterFailedContinue)
 			}},
@@ -231,7 +229,12 @@ func loadConfig(name string, args []string, getenv func(string) string, kind com
 	if kind == relayCommand {
 		cfg.MemoryLimit = readMemoryLimit(getenv)
 		if err := cfg.validate(); err != nil {
-			return Config{}, nil, settingError(err, chosen, sources)
+			var bad *settingsError
+			if errors.As(err, &bad) {
+				i := slices.IndexFunc(chosen, func(s setting) bool { return s.env == bad.env })
+				return Config{}, nil, invalidSetting(chosen[i], sources[bad.env], bad.why)
+			}
+			return Config{}, nil, fmt.Errorf("%w: %v", ErrUsage, err)
 		}
 	}
 	return cfg, fs.Args(), nil
@@ -253,39 +256,17 @@ func invalidSetting(s setting, src source, why string) error {
 	return fmt.Errorf("%w: invalid %s %q: %s", ErrUsage, name, redactSetting(src.value), why)
 }
 
-// settingError is err as a usage error. A package Config's *rule.Error
-// becomes the error of the setting that set the field, in the settings'
-// names: claim's "RetryMax 1ms: want at least RetryMin (1s)" is
-// OUTBOX_RETRY_MAX's "want at least OUTBOX_RETRY_MIN (1s)".
-func settingError(err error, chosen []setting, sources map[string]source) error {
-	var bad *rule.Error
-	if !errors.As(err, &bad) {
-		return fmt.Errorf("%w: %v", ErrUsage, err)
-	}
-	s, ok := settingOf(chosen, bad.Config, bad.Field)
-	if !ok {
-		return fmt.Errorf("%w: %v", ErrUsage, err)
-	}
-	want := bad.Want
-	if other, ok := settingOf(chosen, bad.Config, bad.Bound); ok {
-		want = strings.Replace(want, bad.Bound, other.env, 1)
-	}
-	return invalidSetting(s, sources[s.env], "want "+want)
-}
+// settingsError is a rule between settings that the value of the setting
+// env breaks; why says what it wants.
+type settingsError struct{ env, why string }
 
-// settingOf finds the setting that sets the field of the package Config
-// named config.
-func settingOf(settings []setting, config, field string) (setting, bool) {
-	i := slices.IndexFunc(settings, func(s setting) bool { return slices.Contains(s.fields, config+"."+field) })
-	if i < 0 {
-		return setting{}, false
-	}
-	return settings[i], true
-}
+func (e *settingsError) Error() string { return "invalid " + e.env + ": " + e.why }
 
-// validate derives what was left to be derived, checks what no single
-// setting can check alone, then validates the package Configs the settings
-// make: the ranges of the settings are their rules.
+// validate derives what was left to be derived and checks the rules
+// between settings, which no setting's parse can check alone. Each
+// setting's own range was checked as it was parsed, so the package
+// Configs newWorker makes of a valid Config are valid: their
+// constructors validate them, once.
 func (c *Config) validate() error {
 	if c.BatchBytesAuto {
 		c.BatchBytes = batchBytesFor(c.MemoryLimit.Bytes)
@@ -297,10 +278,8 @@ func (c *Config) validate() error {
 	if err := c.checkStaleMargin(derived); err != nil {
 		return err
 	}
-	for _, pc := range []interface{ Validate() error }{c.claimConfig(), c.recoveryConfig(), c.retentionConfig(), c.brokerConfig()} {
-		if err := pc.Validate(); err != nil {
-			return err
-		}
+	if c.RetryMax < c.RetryMin {
+		return &settingsError{env: "OUTBOX_RETRY_MAX", why: fmt.Sprintf("want at least OUTBOX_RETRY_MIN (%s)", c.RetryMin)}
 	}
 	return nil
 }
@@ -320,41 +299,6 @@ func (c *Config) checkStaleMargin(derived bool) error {
 	}
 	return fmt.Errorf("invalid OUTBOX_STALE_AFTER %s: must exceed OUTBOX_PUBLISH_TIMEOUT (%s) by more than %s, or healthy batches are taken back; raise OUTBOX_STALE_AFTER above %s, or lower OUTBOX_PUBLISH_TIMEOUT (unset, it is derived: %s)",
 		c.StaleAfter, c.PublishTimeout, margin, c.PublishTimeout+margin, derivedPublishTimeout(c.StaleAfter))
-}
-
-// claimConfig, recoveryConfig, retentionConfig and brokerConfig are the
-// package Configs the settings make: validate checks them, newWorker adds
-// what it wires (stores, clocks, loggers, metrics). Validate applies no
-// defaults, so a field that no setting sets takes its package's default
-// here.
-func (c Config) claimConfig() claim.Config {
-	return claim.Config{
-		WorkerID: c.WorkerID, Schedule: c.ClaimSchedule, BatchSize: c.BatchSize, BatchBytes: c.BatchBytes,
-		MaxAttempts: c.MaxAttempts, MaxBodyBytes: c.MaxMessageBytes, PublishTimeout: c.PublishTimeout,
-		RetryMin: c.RetryMin, RetryMax: c.RetryMax, StaleAfter: c.StaleAfter,
-		Ordering: c.Ordering, AfterFailed: c.OrderingAfterFailed,
-	}
-}
-
-func (c Config) recoveryConfig() recovery.Config {
-	return recovery.Config{Schedule: c.RecoverySchedule, StaleAfter: c.StaleAfter, MaxAttempts: c.MaxAttempts}
-}
-
-func (c Config) retentionConfig() retention.Config {
-	return retention.Config{
-		Retention: c.Retention,
-		Schedule:  retention.ScheduleDefault, BatchSize: retention.BatchSizeDefault, MaxRunTime: retention.MaxRunTimeDefault,
-	}
-}
-
-func (c Config) brokerConfig() broker.Config {
-	return broker.Config{
-		// The confirm window holds a whole batch.
-		URL: c.AMQPURL, Exchange: c.AMQPExchange, Window: max(broker.WindowDefault, c.BatchSize),
-		// A broker that stops reading fails a write within the publish timeout.
-		WriteTimeout: c.PublishTimeout,
-		ReconnectMin: broker.ReconnectMinDefault, ReconnectMax: broker.ReconnectMaxDefault,
-	}
 }
 
 // minStaleAfter is the least OUTBOX_STALE_AFTER that works with the
@@ -384,10 +328,10 @@ func parseBatchBytes(c *Config, v string) error {
 	if c.BatchBytesAuto {
 		return nil // derived by validate
 	}
-	if err := parseInt(&c.BatchBytes, v); err != nil {
+	if _, err := strconv.Atoi(v); err != nil {
 		return errors.New("want auto or a whole number of bytes")
 	}
-	return nil
+	return parseIntBetween(&c.BatchBytes, v, 1, claim.BatchBytesMax)
 }
 
 func parsePublishTimeout(c *Config, v string) error {
@@ -395,9 +339,27 @@ func parsePublishTimeout(c *Config, v string) error {
 		c.PublishTimeout = 0 // derived by validate
 		return nil
 	}
-	if err := parseDurationAtLeast(&c.PublishTimeout, v, time.Millisecond); err != nil {
-		return errors.New("want auto or a duration such as 5s (at least 1ms)")
+	if err := parseDurationAtLeast(&c.PublishTimeout, v, claim.DelayMin); err != nil {
+		return fmt.Errorf("want auto or a duration such as 5s (at least %s)", claim.DelayMin)
 	}
+	return nil
+}
+
+func parseRetention(c *Config, v string) error {
+	if err := parseDuration(&c.Retention, v); err != nil {
+		return err
+	}
+	if c.Retention < 0 {
+		return errors.New("want 0 (keep forever) or more")
+	}
+	return nil
+}
+
+func parseAMQPURL(c *Config, v string) error {
+	if err := broker.CheckURLs(v); err != nil {
+		return err
+	}
+	c.AMQPURL = v
 	return nil
 }
 
@@ -437,6 +399,18 @@ func parseInt(dst *int, v string) error {
 	return nil
 }
 
+func parseIntBetween(dst *int, v string, lo, hi int) error {
+	var n int
+	if err := parseInt(&n, v); err != nil {
+		return err
+	}
+	if n < lo || n > hi {
+		return fmt.Errorf("want %d to %d", lo, hi)
+	}
+	*dst = n
+	return nil
+}
+
 func parseDuration(dst *time.Duration, v string) error {
 	d, err := time.ParseDuration(v)
 	if err != nil {
@@ -446,8 +420,7 @@ func parseDuration(dst *time.Duration, v string) error {
 	return nil
 }
 
-// parseDurationAtLeast is parseDuration for a setting that no package
-// Config checks.
+// parseDurationAtLeast is parseDuration with a least value.
 func parseDurationAtLeast(dst *time.Duration, v string, least time.Duration) error {
 	var d time.Duration
 	if err := parseDuration(&d, v); err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -73,6 +74,20 @@ func (l *listFlag) Set(v string) error {
 		}
 	}
 	return nil
+}
+
+// namedEvents are the flags of the commands that change the events an
+// operator names (requeue, skip): --id, repeatable, and --dry-run.
+type namedEvents struct {
+	ids    listFlag
+	dryRun bool
+}
+
+// define adds the flags to fs: idUsage says what an id names, and done
+// what a dry run counts ("requeued").
+func (n *namedEvents) define(fs *flag.FlagSet, idUsage, done string) {
+	fs.Var(&n.ids, "id", idUsage)
+	fs.BoolVar(&n.dryRun, "dry-run", false, "only count what would be "+done)
 }
 
 // distinct returns ids without repeats, in their first order.

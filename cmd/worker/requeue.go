@@ -52,21 +52,20 @@ func readIDs(path string) ([]string, error) {
 func requeueCommand(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer, stderr io.Writer) error {
 	var (
 		f       mongo.RequeueFilter
-		ids     listFlag
+		named   namedEvents
 		idsFrom string
-		dryRun  bool
 	)
 	cfg, _, err := loadConfig("requeue", args, getenv, operatorCommand, func(fs *flag.FlagSet) {
-		fs.Var(&ids, "id", "`ID` of an event to requeue (repeatable; commas separate ids); a NEW event named so that is backing off before a retry is made due now")
+		named.define(fs, "`ID` of an event to requeue (repeatable; commas separate ids); a NEW event named so that is backing off before a retry is made due now", "requeued")
 		fs.StringVar(&idsFrom, "ids-from", "", "`FILE` of event _ids to requeue, one per line, exactly (commas and spaces are part of an id); - reads standard input")
 		fs.StringVar(&f.Type, "type", "", "requeue FAILED events of this `TYPE`")
 		fs.BoolVar(&f.All, "all", false, "requeue every FAILED event")
-		fs.BoolVar(&dryRun, "dry-run", false, "only count what would be requeued")
 	})
 	if err != nil {
 		return err
 	}
-	f.IDs = ids
+	f.IDs = named.ids
+	dryRun := named.dryRun
 	if idsFrom != "" {
 		more, err := readIDs(idsFrom)
 		if err != nil {

@@ -14,20 +14,18 @@ import (
 // records and logs who skipped what, when and why.
 func skipCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var (
-		ids    listFlag
-		by     string
-		reason string
-		dryRun bool
+		named      namedEvents
+		by, reason string
 	)
 	cfg, _, err := loadConfig("skip", args, getenv, operatorCommand, func(fs *flag.FlagSet) {
-		fs.Var(&ids, "id", "`ID` of a FAILED event to skip (repeatable; commas separate ids)")
+		named.define(fs, "`ID` of a FAILED event to skip (repeatable; commas separate ids)", "skipped")
 		fs.StringVar(&by, "by", "", "`NAME` of who skips them (recorded as skippedBy)")
 		fs.StringVar(&reason, "reason", "", "`TEXT` saying why (recorded as skipReason)")
-		fs.BoolVar(&dryRun, "dry-run", false, "only count what would be skipped")
 	})
 	if err != nil {
 		return err
 	}
+	ids, dryRun := named.ids, named.dryRun
 	switch {
 	case len(ids) == 0:
 		return fmt.Errorf("%w: skip needs --id", ErrUsage)

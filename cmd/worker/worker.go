@@ -26,11 +26,12 @@ import (
 	"github.com/outboxrelay/outbox/ownership"
 	"github.com/outboxrelay/outbox/recovery"
 	"github.com/outboxrelay/outbox/retention"
+	"github.com/outboxrelay/outbox/service"
 	"github.com/outboxrelay/outbox/wake"
 )
 
-// service is anything the worker starts and stops.
-type service interface {
+// startStopper is anything the worker starts and stops.
+type startStopper interface {
 	Start(ctx context.Context) error
 	Stop(ctx context.Context) error
 }
@@ -47,14 +48,21 @@ type worker struct {
 	owner     *ownership.Manager
 	sampler   *ops.Sampler // samples the backlog gauges while this replica leads, or while none does
 	waker     *wake.Watcher
-	jobs      []service // ownership, wake-up (if on), recovery, retention, sampler, clock
 	http      *ops.Server
+	// outer are started first, before the database is ready, and stopped
+	// last, in reverse; inner are started once it is ready, and stopped
+	// first, in the same order. newWorker says why.
+	outer, inner []startStopper
 	// started are the services Start was called on: a stop during
 	// start-up stops those and no others, so that it neither waits on a
 	// database that never answered nor fails on what never ran.
-	started map[service]bool
+	started map[startStopper]bool
 }
 
+// newWorker builds the services, each package's Config once and whole,
+// from cfg (which loadConfig has validated) and from what the worker
+// wires in: one logger, one set of metrics and the database server's
+// clock, shared by every service (service.Archetype).
 func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -66,17 +74,23 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	}
 	w := &worker{cfg: cfg, logger: logger, client: client}
 	w.store = mongo.New(client, mongoStoreConfig(cfg, logger))
-	// Every age the worker reports, and recovery's stale test, read the
-	// database server's clock: the times they compare with were written
-	// against it (or by producers), not against this machine's clock.
+	// Every age the worker reports, recovery's stale test, retention's
+	// cutoff, leases and terms read the database server's clock: the
+	// times they compare with were written against it (or by producers),
+	// not against this machine's clock.
 	w.clock = mongo.NewClock(client, logger)
+	arch := service.Archetype{Logger: logger, Metrics: m, Now: w.clock.Now}
 	for _, o := range overriddenURIOptions(cfg.MongoURI) {
 		logger.Warn("the MongoDB URI's option is overridden by a setting", "option", o.option, "setting", o.setting)
 	}
-	bc := cfg.brokerConfig()
-	bc.Logger = logger
-	bc.OnConnected = func(up bool) { m.BrokerConnected.Set(map[bool]float64{true: 1}[up]) }
-	w.publisher, err = broker.New(bc)
+	w.publisher, err = broker.New(broker.Config{
+		// The confirm window holds a whole batch.
+		URL: cfg.AMQPURL, Exchange: cfg.AMQPExchange, Window: max(broker.WindowDefault, cfg.BatchSize),
+		// A broker that stops reading fails a write within the publish timeout.
+		WriteTimeout: cfg.PublishTimeout,
+		Logger:       logger,
+		OnConnected:  func(up bool) { m.BrokerConnected.Set(map[bool]float64{true: 1}[up]) },
+	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
@@ -85,15 +99,19 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	// its share is taken over within OUTBOX_STALE_AFTER plus a recovery
 	// period. Terms and leases are timed by the database server's clock.
 	w.owner, err = ownership.New(w.store.Owners(), ownership.Config{
-		WorkerID: cfg.WorkerID, TermLength: cfg.StaleAfter / 2, Now: w.clock.Now, Synced: w.clock.Synced, Ready: w.publisher.Ready, Metrics: m, Logger: logger,
+		Archetype: arch, WorkerID: cfg.WorkerID, TermLength: cfg.StaleAfter / 2, Synced: w.clock.Synced, Ready: w.publisher.Ready,
 		OnLead: func() { w.sampler.Trigger() },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
-	cc := cfg.claimConfig()
-	cc.Owner, cc.Now, cc.Logger, cc.Metrics = w.owner, w.clock.Now, logger, m
-	w.claimer, err = claim.New(w.store, w.publisher, cc)
+	w.claimer, err = claim.New(w.store, w.publisher, claim.Config{
+		Archetype: arch, Owner: w.owner,
+		WorkerID: cfg.WorkerID, Schedule: cfg.ClaimSchedule, BatchSize: cfg.BatchSize, BatchBytes: cfg.BatchBytes,
+		MaxAttempts: cfg.MaxAttempts, MaxBodyBytes: cfg.MaxMessageBytes, PublishTimeout: cfg.PublishTimeout,
+		RetryMin: cfg.RetryMin, RetryMax: cfg.RetryMax, StaleAfter: cfg.StaleAfter,
+		Ordering: cfg.Ordering, AfterFailed: cfg.OrderingAfterFailed,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
@@ -105,18 +123,16 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	rc := cfg.recoveryConfig()
 	// Periodic work that can wait yields to the relay while the database
 	// is slowing claims down.
-	rc.Logger, rc.Metrics, rc.Now, rc.Yield = logger, m, w.clock.Now, w.claimer.Slow
-	recoverer, err := recovery.New(w.store, rc)
+	recoverer, err := recovery.New(w.store, recovery.Config{
+		Archetype: arch, Yield: w.claimer.Slow,
+		Schedule: cfg.RecoverySchedule, StaleAfter: cfg.StaleAfter, MaxAttempts: cfg.MaxAttempts,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
-	tc := cfg.retentionConfig()
-	// Retention's cutoff, too, is by the database's clock: publishedAt is.
-	tc.Logger, tc.Metrics, tc.Now, tc.Yield = logger, m, w.clock.Now, w.claimer.Slow
-	cleaner, err := retention.New(w.store, tc)
+	cleaner, err := retention.New(w.store, retention.Config{Archetype: arch, Yield: w.claimer.Slow, Retention: cfg.Retention})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
@@ -131,27 +147,44 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	// are never missing while a worker runs that can read the outbox, and
 	// the load of a sample per replica lasts only as long as the fault.
 	w.sampler, err = ops.NewSampler(ops.SamplerConfig{
+		Archetype: arch, Yield: w.claimer.Slow,
 		Store: w.store, StaleAfter: cfg.StaleAfter, Held: held, FailedHolds: failedHolds,
-		Active: func() bool { return w.owner.Leads() || w.owner.Leaderless() }, Now: w.clock.Now, Metrics: m, Logger: logger, Yield: w.claimer.Slow,
+		Active: func() bool { return w.owner.Leads() || w.owner.Leaderless() },
 	})
 	if err != nil {
 		return nil, err
 	}
-	w.jobs = []service{ownerService{w.owner}}
 	wakeUp := func() string { return "off" }
 	if cfg.WakeOnInsert {
-		w.jobs = append(w.jobs, w.waker)
 		wakeUp = w.waker.Mode
 	}
-	w.jobs = append(w.jobs, recoverer, cleaner, w.sampler, w.clock)
 	w.http, err = ops.NewServer(ops.ServerConfig{
-		Addr: cfg.HTTPAddr, WorkerID: cfg.WorkerID, Store: w.store, Broker: w.publisher, Samples: w.sampler,
-		Claimer: w.claimer, Recovery: recoverer, Owner: w.owner, Gatherer: reg, Logger: logger, Pprof: cfg.Pprof,
-		Now: w.clock.Now, BrokerNode: w.publisher.Node, WakeUp: wakeUp,
+		Archetype: arch,
+		Addr:      cfg.HTTPAddr, WorkerID: cfg.WorkerID, Store: w.store, Broker: w.publisher, Samples: w.sampler,
+		Claimer: w.claimer, Recovery: recoverer, Owner: w.owner, Gatherer: reg, Pprof: cfg.Pprof,
+		BrokerNode: w.publisher.Node, WakeUp: wakeUp,
 	})
 	if err != nil {
 		return nil, err
 	}
+	// The order of start and stop. The outer services start first, before
+	// the database is ready, and stop last, in reverse: the HTTP server,
+	// so that an orchestrator sees a live, not-ready worker while the
+	// database or the broker is still out of reach, and health answers
+	// until the end; then the broker connection, which nothing uses once
+	// the inner services have stopped. The inner services start once the
+	// database is ready, and stop first, in the same order: the claimer,
+	// so that claiming stops and the batch in flight finishes (its
+	// confirms awaited, its outcomes written, what is unconfirmed released
+	// to NEW); then the ownership, which gives back the partitions now
+	// that no claim runs; then the wake-up (if on), recovery, retention,
+	// the sampler and the clock. The database client is disconnected last.
+	w.outer = []startStopper{w.http, w.publisher}
+	w.inner = []startStopper{w.claimer, ownerService{w.owner}}
+	if cfg.WakeOnInsert {
+		w.inner = append(w.inner, w.waker)
+	}
+	w.inner = append(w.inner, recoverer, cleaner, w.sampler, w.clock)
 	return w, nil
 }
 
@@ -227,28 +260,32 @@ func (w *worker) run(ctx context.Context) error {
 		"exchange", w.cfg.AMQPExchange, "batch_size", w.cfg.BatchSize, "claim_schedule", w.cfg.ClaimSchedule,
 		// Derived when not set: the log says what they came to.
 		"stale_after", w.cfg.StaleAfter.String(), "publish_timeout", w.cfg.PublishTimeout.String())
-	// Health first, so that an orchestrator sees a live, not-ready worker
-	// while the database or the broker is still out of reach.
-	w.started = map[service]bool{}
-	for _, s := range []service{w.http, w.publisher} {
-		w.started[s] = true
-		if err := s.Start(ctx); err != nil {
-			return w.stop(err)
-		}
+	w.started = map[startStopper]bool{}
+	if err := w.start(ctx, w.outer); err != nil {
+		return w.stop(err)
 	}
 	if err := w.prepareStore(ctx); err != nil {
 		return w.stop(err)
 	}
-	for _, s := range append([]service{w.claimer}, w.jobs...) {
-		w.started[s] = true
-		if err := s.Start(ctx); err != nil {
-			return w.stop(err)
-		}
+	if err := w.start(ctx, w.inner); err != nil {
+		return w.stop(err)
 	}
 	w.logger.Info("worker running", "http_addr", w.http.Addr())
 	<-ctx.Done()
 	w.logger.Info("worker stopping", "timeout", w.cfg.ShutdownTimeout.String())
 	return w.stop(nil)
+}
+
+// start starts services in order, and returns the error of the first
+// that fails to start.
+func (w *worker) start(ctx context.Context, services []startStopper) error {
+	for _, s := range services {
+		w.started[s] = true
+		if err := s.Start(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // prepareStore waits for the database with backoff: a worker started
@@ -302,14 +339,10 @@ func (w *worker) prepareStore(ctx context.Context) error {
 	return nil
 }
 
-// stop shuts the worker down within the shutdown timeout. The order
-// matters: first stop claiming and let the batch in flight finish (its
-// confirms awaited, its outcomes written, what is unconfirmed released to
-// NEW); then give back the partitions (no claim runs any more), stop the
-// wake-up, recovery, retention, the sampler and the clock; then close the
-// broker
-// connection, which nothing uses any more; then the HTTP server, so that
-// health answers until the end; last the database client.
+// stop shuts the worker down within the shutdown timeout, in the order
+// newWorker gives: the inner services as listed, the outer ones in
+// reverse, last the database client. A service that was not started
+// (the stop came during start-up) is left alone.
 func (w *worker) stop(cause error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.ShutdownTimeout)
 	defer cancel()
@@ -317,8 +350,10 @@ func (w *worker) stop(cause error) error {
 	if errors.Is(cause, context.Canceled) {
 		errs = nil // a signal during start-up is a clean stop
 	}
-	steps := append([]service{w.claimer}, w.jobs...)
-	steps = append(steps, w.publisher, w.http)
+	steps := slices.Clone(w.inner)
+	for _, s := range slices.Backward(w.outer) {
+		steps = append(steps, s)
+	}
 	for _, s := range steps {
 		if !w.started[s] {
 			continue

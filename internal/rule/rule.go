@@ -1,9 +1,8 @@
 // Package rule is how a package's Config says which field it refuses:
-// each Validate returns an *Error that names the field, its value and what
-// the field accepts, so that a command can name the flag or environment
-// variable that set the field rather than the Go name. A Validate lists
-// its rules, one a field, made with the functions below, and First
-// reports the first one broken.
+// each Validate returns an *Error that names the Config, the field, its
+// value and what the field accepts. A Validate lists its rules, one a
+// field, made with the functions below, and First reports the first one
+// broken.
 package rule
 
 import (
@@ -23,9 +22,6 @@ type Error struct {
 	Value any
 	// Want says what the field accepts, e.g. "1 to 10000".
 	Want string
-	// Bound, for a rule that compares Field with another field of the
-	// same Config, is that field's name, which Want mentions.
-	Bound string
 }
 
 // Error reads "claim: BatchSize 0: want 1 to 10000".
@@ -105,7 +101,7 @@ func AtLeastField[T cmp.Ordered](name string, v T, other string, lo T) *Error {
 	if v >= lo {
 		return nil
 	}
-	return &Error{Field: name, Value: v, Want: fmt.Sprintf("at least %s (%v)", other, lo), Bound: other}
+	return &Error{Field: name, Value: v, Want: fmt.Sprintf("at least %s (%v)", other, lo)}
 }
 
 // AboveField is the rule v > lo, where lo is the value of the field named
@@ -114,7 +110,7 @@ func AboveField[T cmp.Ordered](name string, v T, other string, lo T) *Error {
 	if v > lo {
 		return nil
 	}
-	return &Error{Field: name, Value: v, Want: fmt.Sprintf("more than %s (%v)", other, lo), Bound: other}
+	return &Error{Field: name, Value: v, Want: fmt.Sprintf("more than %s (%v)", other, lo)}
 }
 
 // OneOf is the rule "v is one of allowed".

@@ -46,8 +46,8 @@ func TestFirst(t *testing.T) {
 	}
 }
 
-// TestErrorFields checks what a command reads from the error to name its
-// own setting: the Config, the field, and the other field of a comparison.
+// TestErrorFields checks what a caller can read from the error: the
+// Config, the field, the value and what the field accepts.
 func TestErrorFields(t *testing.T) {
 	t.Parallel()
 	err := rule.First("claim", rule.AtLeastField("RetryMax", time.Second, "RetryMin", time.Minute))
@@ -55,7 +55,7 @@ func TestErrorFields(t *testing.T) {
 	if !errors.As(err, &got) {
 		t.Fatalf("First = %v, want a *rule.Error", err)
 	}
-	want := &rule.Error{Config: "claim", Field: "RetryMax", Value: time.Second, Want: "at least RetryMin (1m0s)", Bound: "RetryMin"}
+	want := &rule.Error{Config: "claim", Field: "RetryMax", Value: time.Second, Want: "at least RetryMin (1m0s)"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("error (-want +got):\n%s", diff)
 	}

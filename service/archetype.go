@@ -1,0 +1,50 @@
+// Package service holds what every service of the worker is given alike:
+// its logger, its metrics and its clocks. The worker builds one Archetype
+// and each service's Config embeds it, so that the three are wired once
+// and given their defaults in one place.
+package service
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/outboxrelay/outbox/metrics"
+)
+
+// Archetype is the logger, the metrics and the clocks a service runs with.
+// The zero value is usable: WithDefaults fills what is unset.
+type Archetype struct {
+	// Logger receives the service's log lines. Defaults to slog.Default().
+	Logger *slog.Logger
+	// Metrics receives the service's counters and gauges. Defaults to an
+	// unregistered set, built only when it is needed.
+	Metrics *metrics.Metrics
+	// Now is the clock of the times a service compares with those stored
+	// in the outbox (processingAt, publishedAt, createdAt, the terms of
+	// ownership): the worker passes the database server's time
+	// (mongo.Clock.Now), because those times were written against it, and
+	// a replica whose own clock is off would otherwise misjudge them.
+	// Defaults to time.Now.
+	Now func() time.Time
+	// Local is the local clock a service measures intervals on (a
+	// deadline, how long something took); only intervals between its
+	// readings count. Defaults to time.Now, whose intervals are
+	// monotonic: a pause of the process counts, a step of the wall clock
+	// does not.
+	Local func() time.Time
+}
+
+// WithDefaults returns a with each unset field given its default.
+func (a Archetype) WithDefaults() Archetype {
+	if a.Logger == nil {
+		a.Logger = slog.Default()
+	}
+	a.Metrics = metrics.OrNew(a.Metrics)
+	if a.Now == nil {
+		a.Now = time.Now
+	}
+	if a.Local == nil {
+		a.Local = time.Now
+	}
+	return a
+}
