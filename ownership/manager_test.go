@@ -108,7 +108,14 @@ func newManagerWith(t *testing.T, table Table, clock *fakeclock.Clock, cfg Confi
 // start.
 func startAlone(t *testing.T) (*memTable, *fakeclock.Clock, *Manager) {
 	t.Helper()
-	table, clock := newMemTable(), fakeclock.New(epoch)
+	return startAloneOn(t, func(table *memTable) *memTable { return table })
+}
+
+// startAloneOn is startAlone with a's view of the table made by view: a
+// table that counts, stalls or fails a's commands.
+func startAloneOn[T Table](t *testing.T, view func(*memTable) T) (T, *fakeclock.Clock, *Manager) {
+	t.Helper()
+	table, clock := view(newMemTable()), fakeclock.New(epoch)
 	a := newManager(t, table, clock, "a")
 	tick(t, a)
 	if n := len(holding(a)); n != events.Partitions {

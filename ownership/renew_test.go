@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/outboxrelay/outbox/events"
-	"github.com/outboxrelay/outbox/internal/fakeclock"
 	"github.com/outboxrelay/outbox/service"
 )
 
@@ -164,10 +163,7 @@ func (t *landsThenFailsTable) Insert(ctx context.Context, terms []Term) ([]bool,
 // term, recognises it, and keeps claiming.
 func TestRenewalLandingAfterATimeoutKeepsThePartitions(t *testing.T) {
 	t.Parallel()
-	table, clock := newMemTable(), fakeclock.New(epoch)
-	flaky := &landsThenFailsTable{memTable: table}
-	a := newManager(t, flaky, clock, "a")
-	tick(t, a)
+	flaky, clock, a := startAloneOn(t, func(table *memTable) *landsThenFailsTable { return &landsThenFailsTable{memTable: table} })
 	before, _, done := a.Hold()
 	done()
 	clock.Advance(term / 2)
@@ -213,10 +209,7 @@ func TestRenewAfterStopRenewsNothing(t *testing.T) {
 // insert would only cost the claim another round trip.
 func TestRenewBehindARenewalRenewsNothingMore(t *testing.T) {
 	t.Parallel()
-	table, clock := newMemTable(), fakeclock.New(epoch)
-	counting := &countingTable{memTable: table}
-	a := newManager(t, counting, clock, "a")
-	tick(t, a)
+	counting, clock, a := startAloneOn(t, func(table *memTable) *countingTable { return &countingTable{memTable: table} })
 	clock.Advance(term / 2)
 
 	before := a.renewed.Load() // the claim's Renew starts here...
