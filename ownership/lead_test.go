@@ -53,3 +53,39 @@ func TestLeadFollowsLeaderPartition(t *testing.T) {
 		t.Errorf("OnLead calls on taking the lead over: %d, want 1", got)
 	}
 }
+
+// OnTake fires after each round that took partitions, so the claimer
+// claims in them at once: a's first round, b's round that takes its
+// share, and a's round that takes b's share back after b left. Rounds
+// that take nothing do not fire it.
+func TestOnTakeFollowsTheTakes(t *testing.T) {
+	t.Parallel()
+	table, clock := newMemTable(), fakeclock.New(epoch)
+	takes := map[string]int{}
+	start := func(id string) *Manager {
+		return newManagerWith(t, table, clock, Config{WorkerID: id, OnTake: func() { takes[id]++ }})
+	}
+	a := start("a")
+	tick(t, a)
+	tick(t, a)
+	if takes["a"] != 1 {
+		t.Fatalf("OnTake fired %d times over a's first two rounds, want once: the second took nothing", takes["a"])
+	}
+	b := start("b")
+	for range 10 {
+		clock.Advance(roundMax)
+		tick(t, a, b)
+	}
+	if takes["b"] == 0 || len(holding(b)) == 0 {
+		t.Fatalf("b holds %d partitions, OnTake fired %d times; want its share taken and OnTake fired", len(holding(b)), takes["b"])
+	}
+	before := takes["a"]
+	if err := b.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(roundMax)
+	tick(t, a)
+	if takes["a"] != before+1 {
+		t.Errorf("OnTake fired %d times in a's round after b gave its share back, want once", takes["a"]-before)
+	}
+}

@@ -56,6 +56,10 @@ type Config struct {
 	// became the leader (Leads), so that the work one replica does for
 	// all of them starts at once instead of at its next tick.
 	OnLead func()
+	// OnTake, when set, is called after a round in which this replica
+	// took partitions, so that it claims in them at once (after a start,
+	// a takeover or a rebalance) instead of at its next claim tick.
+	OnTake func()
 }
 
 func (c *Config) setDefaults() {
@@ -383,6 +387,9 @@ func (m *Manager) round(ctx context.Context) error {
 		m.cfg.OnLead()
 	}
 	m.led = lead
+	if took > 0 && m.cfg.OnTake != nil {
+		m.cfg.OnTake()
+	}
 	return nil
 }
 

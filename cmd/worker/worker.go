@@ -101,6 +101,7 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	w.owner, err = ownership.New(w.store.Owners(), ownership.Config{
 		Archetype: arch, WorkerID: cfg.WorkerID, TermLength: cfg.StaleAfter / 2, Synced: w.clock.Synced, Ready: w.publisher.Ready,
 		OnLead: func() { w.sampler.Trigger() },
+		OnTake: func() { w.claimer.Trigger() },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
