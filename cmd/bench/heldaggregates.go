@@ -81,12 +81,7 @@ type HeldRun struct {
 
 // current returns this build's run with the held aggregates, if it ran.
 func (h HeldAggregates) current() (HeldRun, bool) {
-	for _, r := range h.With {
-		if r.Build == buildCurrent {
-			return r, true
-		}
-	}
-	return HeldRun{}, false
+	return currentOf(h.With, func(r HeldRun) string { return r.Build })
 }
 
 // heldAggregatesRun runs this build's worker on the healthy backlog

@@ -201,12 +201,19 @@ type SlowWorker struct {
 
 // current returns the run's worker of this build, if it ran.
 func (r SlowRun) current() (SlowWorker, bool) {
-	for _, w := range r.Workers {
-		if w.Build == buildCurrent {
-			return w, true
+	return currentOf(r.Workers, func(w SlowWorker) string { return w.Build })
+}
+
+// currentOf returns the run of this build among runs, whose build names
+// the binary each ran, if it ran.
+func currentOf[T any](runs []T, build func(T) string) (T, bool) {
+	for _, r := range runs {
+		if build(r) == buildCurrent {
+			return r, true
 		}
 	}
-	return SlowWorker{}, false
+	var none T
+	return none, false
 }
 
 // LargeDocs is one worker relaying Events documents whose payload is one
