@@ -20,6 +20,7 @@ import (
 	"github.com/outboxrelay/outbox/metrics/metricstest"
 	"github.com/outboxrelay/outbox/mongo/mongotest"
 	"github.com/outboxrelay/outbox/service"
+	"github.com/outboxrelay/outbox/service/servicetest"
 )
 
 var discard = slog.New(slog.DiscardHandler)
@@ -31,9 +32,7 @@ var clock = time.Date(2025, 3, 4, 12, 0, 0, 0, time.UTC)
 func setup(t *testing.T, cfg Config) (*Recoverer, *driver.Collection, *metrics.Metrics) {
 	t.Helper()
 	store := mongotest.Store(t)
-	cfg.Logger = discard
-	cfg.Metrics = metrics.New(nil)
-	cfg.Now = func() time.Time { return clock }
+	cfg.Archetype = servicetest.Archetype(func() time.Time { return clock })
 	r, err := New(store, cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)

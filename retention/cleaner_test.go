@@ -19,6 +19,7 @@ import (
 	"github.com/outboxrelay/outbox/metrics/metricstest"
 	"github.com/outboxrelay/outbox/mongo/mongotest"
 	"github.com/outboxrelay/outbox/service"
+	"github.com/outboxrelay/outbox/service/servicetest"
 )
 
 var discard = slog.New(slog.DiscardHandler)
@@ -29,11 +30,11 @@ var clock = time.Date(2025, 3, 4, 12, 0, 0, 0, time.UTC)
 func setup(t *testing.T, cfg Config) (*Cleaner, *driver.Collection, *metrics.Metrics) {
 	t.Helper()
 	store := mongotest.Store(t)
-	cfg.Logger = discard
-	cfg.Metrics = metrics.New(nil)
-	if cfg.Now == nil {
-		cfg.Now = func() time.Time { return clock }
+	now := cfg.Now
+	if now == nil {
+		now = func() time.Time { return clock }
 	}
+	cfg.Archetype = servicetest.Archetype(now)
 	c, err := New(store, cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
