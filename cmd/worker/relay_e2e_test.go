@@ -250,12 +250,21 @@ func shutdownScenario(t *testing.T, s stack, n int) {
 	if counts[events.StatusNew] == 0 {
 		t.Errorf("no event left NEW: the worker finished the backlog before SIGTERM, so the stop was not tested mid-backlog")
 	}
-	// Nothing the shutdown put back to NEW lost an attempt for it.
+	// Nothing the shutdown put back to NEW lost an attempt for it. On a
+	// slow database recovery may have reset events before the stop (a
+	// claim write that landed after it timed out, whose release timed out
+	// too): recovery counts an attempt, by design, and says so in
+	// lastError. Those are not the shutdown's.
+	recovered := bson.D{{Key: events.FieldLastError, Value: bson.D{{Key: "$regex", Value: "^claim went stale"}}}}
+	if c, err := coll.CountDocuments(ctx, recovered); err == nil && c > 0 {
+		t.Logf("%d events were reset by recovery before the stop, each an attempt poorer", c)
+	}
 	if c, err := coll.CountDocuments(ctx, bson.D{
 		{Key: events.FieldStatus, Value: events.StatusNew},
 		{Key: events.FieldAttempts, Value: bson.D{{Key: "$gt", Value: 0}}},
+		{Key: "$nor", Value: bson.A{recovered}},
 	}); err != nil || c != 0 {
-		t.Errorf("%d NEW documents with an attempt counted (error %v), want 0: a shutdown is not the event's fault", c, err)
+		t.Errorf("%d NEW documents with an attempt counted, not by recovery (error %v), want 0: a shutdown is not the event's fault", c, err)
 	}
 	// Every event marked PUBLISHED reached the consumer.
 	published := findIDs(ctx, t, coll, bson.D{{Key: events.FieldStatus, Value: events.StatusPublished}})
