@@ -165,13 +165,15 @@ type Manager struct {
 	// whether the last round ended with this replica the leader. quiet
 	// counts the rounds in a row that changed nothing, live how many
 	// replicas the last round counted, and rested the scheduled rounds
-	// left out since the last one run. Rounds run one at a time, so none
-	// of them needs a lock.
-	beatAt time.Time
-	led    bool
-	quiet  int
-	live   int
-	rested int
+	// left out since the last one run; prunable is what the last round
+	// found to delete (see prune). Rounds run one at a time, so none of
+	// them needs a lock.
+	beatAt   time.Time
+	led      bool
+	prunable prunable
+	quiet    int
+	live     int
+	rested   int
 
 	// every is the schedule's tick.
 	every time.Duration
@@ -309,11 +311,40 @@ func (m *Manager) Tick(ctx context.Context) error {
 	// A round is worth nothing once the terms it would renew have run
 	// out: it gives up after a term rather than wait on a database that
 	// stopped answering.
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.TermLength)
 	defer cancel()
 	err := m.round(ctx)
+	cancel()
+	if err == nil {
+		m.prune(parent)
+	}
 	m.noteRound(err)
 	return err
+}
+
+// prunable are the old terms and silent members a round found to delete.
+type prunable struct {
+	old  []Term
+	gone []string
+}
+
+// prune deletes what the last round found prunable, with a deadline of
+// its own, a third of a term: at the end of a round slowed by the
+// database it got what was left of the round's (often nothing, "server-
+// side timeout 0 ms"), old terms piled up, and every read of the owners,
+// renewals' check reads included, grew slower for it.
+func (m *Manager) prune(ctx context.Context) {
+	p := m.prunable
+	m.prunable = prunable{}
+	if len(p.old)+len(p.gone) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.TermLength/3)
+	defer cancel()
+	if err := m.table.Prune(ctx, p.old, p.gone); err != nil {
+		m.cfg.Logger.Warn("old ownership terms not deleted; the next round tries again", "error", err)
+	}
 }
 
 // round is one round of Tick.
@@ -379,9 +410,7 @@ func (m *Manager) round(ctx context.Context) error {
 	// but every one of them sending the same delete after each renewal
 	// only multiplied the commands.
 	if old, gone := Prunable(terms, members, serverNow, memberForget*m.cfg.TermLength); lead && len(old)+len(gone) > 0 {
-		if err := m.table.Prune(ctx, old, gone); err != nil {
-			m.cfg.Logger.Warn("old ownership terms not deleted; the next round tries again", "error", err)
-		}
+		m.prunable = prunable{old: old, gone: gone}
 	}
 	if lead && !m.led && m.cfg.OnLead != nil {
 		m.cfg.OnLead()

@@ -3,6 +3,7 @@ package ownership
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/fakeclock"
@@ -224,5 +225,38 @@ func TestRenewalsLeaveClaimsTheirValidity(t *testing.T) {
 	}
 	if least < floor {
 		t.Errorf("least validity a claim got over 3 terms: %s, want at least %s", least, floor)
+	}
+}
+
+// pruneDeadlines records how far off the deadline of each Prune was.
+type pruneDeadlines struct {
+	*memTable
+	left []time.Duration
+}
+
+func (t *pruneDeadlines) Prune(ctx context.Context, terms []Term, members []string) error {
+	d, _ := ctx.Deadline()
+	t.left = append(t.left, time.Until(d))
+	return t.memTable.Prune(ctx, terms, members)
+}
+
+// The prune of old terms gets a third of a term of its own, not what is
+// left of its round's: through a slow database the round's was spent by
+// then, every prune failed at once, and old terms piled up in every read
+// of the owners.
+func TestPruneHasADeadlineOfItsOwn(t *testing.T) {
+	t.Parallel()
+	table, clock, a := startAloneOn(t, func(table *memTable) *pruneDeadlines { return &pruneDeadlines{memTable: table} })
+	for range int(3 * term / roundMax) {
+		clock.Advance(roundMax)
+		tick(t, a)
+	}
+	if len(table.left) == 0 {
+		t.Fatal("no prune over 3 terms of renewals; the test does not test the case")
+	}
+	for _, left := range table.left {
+		if left > term/3 || left < term/3-5*time.Second {
+			t.Errorf("a prune had %s left of its deadline, want about a third of a term (%s) of its own", left, term/3)
+		}
 	}
 }
