@@ -199,6 +199,18 @@ func (s stack) workerEnv(db, exchange, workerID string) map[string]string {
 	}
 }
 
+// relayEnv is workerEnv for the scenarios that test relaying, not
+// recovery: the stale threshold at the worker's default (a minute). The
+// threshold of a deployment must exceed its database's slowest claim
+// write; the 15 s the recovery scenarios need to stay quick left terms of
+// 7.5 s, which on a busy host FerretDB's claim writes (a scan of the whole
+// collection per update) outlasted over and over.
+func (s stack) relayEnv(db, exchange, workerID string) map[string]string {
+	env := s.workerEnv(db, exchange, workerID)
+	env["OUTBOX_STALE_AFTER"] = "1m"
+	return env
+}
+
 func e2eEvents(t *testing.T) int {
 	def := e2eEventsDefault
 	if raceEnabled() {

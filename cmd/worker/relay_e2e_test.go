@@ -31,7 +31,7 @@ func relayScenario(t *testing.T, s stack, workers, n int) {
 	procs := make([]*workerproc.Proc, workers)
 	for i := range procs {
 		id := fmt.Sprintf("%s-w%d", db.Name(), i)
-		procs[i] = startWorker(t, id, s.workerEnv(db.Name(), exchange, id))
+		procs[i] = startWorker(t, id, s.relayEnv(db.Name(), exchange, id))
 	}
 
 	explained(t, coll, func() { r.waitDistinct(ctx, t, n) })
