@@ -105,6 +105,7 @@ func New(store Store, pub Publisher, cfg Config) (*Claimer, error) {
 		logger:  cfg.Logger,
 		metrics: cfg.Metrics,
 		policy: policy{
+			workerID:    cfg.WorkerID,
 			maxAttempts: cfg.MaxAttempts,
 			retryMin:    cfg.RetryMin,
 			retryMax:    cfg.RetryMax,

@@ -34,6 +34,7 @@ const (
 // policy decides what a failed publish means for its event: the retry
 // policy of the claimer.
 type policy struct {
+	workerID           string // on the attempts it records
 	maxAttempts        int
 	retryMin, retryMax time.Duration
 	// jitter spreads a retry delay; backoff.Jitter outside tests.
@@ -91,6 +92,10 @@ func (p policy) plan(outcomes []outcome, now time.Time) (published []any, releas
 			continue
 		}
 		r := p.decide(o, retryAt)
+		if !r.Refund {
+			// The attempt counted: the event's history says why it failed.
+			r.Attempt = &events.AttemptError{At: now.Truncate(time.Millisecond), WorkerID: p.workerID, Reason: r.reason, Error: r.LastError}
+		}
 		key := fmt.Sprintf("%s|%s|%t|%d|%s", r.Status, r.reason, r.Refund, r.RetryAt.UnixNano(), r.LastError)
 		add(key, r, o.id)
 	}

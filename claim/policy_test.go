@@ -141,7 +141,7 @@ func TestPlan(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			p := policy{maxAttempts: 3, retryMin: time.Second, retryMax: time.Minute, jitter: noJitter}
+			p := policy{workerID: planWorker, maxAttempts: 3, retryMin: time.Second, retryMax: time.Minute, jitter: noJitter}
 			published, releases := p.plan(tt.outcomes, planNow)
 			if diff := cmp.Diff(tt.wantPublished, published, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("published (-want +got):\n%s", diff)
@@ -193,8 +193,17 @@ func TestPlanJitterOncePerAttemptCount(t *testing.T) {
 // failedRelease, refundRelease and retryRelease are the writes plan makes:
 // events to FAILED, back to NEW with their attempt refunded, and back to
 // NEW to be retried at retryAt; each counted under reason.
+// planWorker is the worker id of the policy under test, on the attempts
+// its releases record.
+const planWorker = "w1"
+
+// attempt is the failed attempt a release that counted it records.
+func attempt(reason, lastError string) *events.AttemptError {
+	return &events.AttemptError{At: planNow.Truncate(time.Millisecond), WorkerID: planWorker, Reason: reason, Error: lastError}
+}
+
 func failedRelease(reason, lastError string, ids ...any) release {
-	return release{events.Release{IDs: ids, Status: events.StatusFailed, LastError: lastError}, reason}
+	return release{events.Release{IDs: ids, Status: events.StatusFailed, LastError: lastError, Attempt: attempt(reason, lastError)}, reason}
 }
 
 func refundRelease(reason, lastError string, ids ...any) release {
@@ -202,7 +211,7 @@ func refundRelease(reason, lastError string, ids ...any) release {
 }
 
 func retryRelease(reason, lastError string, retryAt time.Time, ids ...any) release {
-	return release{events.Release{IDs: ids, Status: events.StatusNew, LastError: lastError, RetryAt: retryAt}, reason}
+	return release{events.Release{IDs: ids, Status: events.StatusNew, LastError: lastError, RetryAt: retryAt, Attempt: attempt(reason, lastError)}, reason}
 }
 
 // noJitter keeps every delay at its full length.

@@ -189,13 +189,14 @@ func TestPolicyTimeouts(t *testing.T) {
 	t.Parallel()
 	p := policy{maxAttempts: 5, retryMin: time.Second, retryMax: time.Minute, jitter: func(d time.Duration) time.Duration { return d }}
 	now := time.Date(2025, 3, 4, 12, 0, 0, 0, time.UTC)
+	const timedOut = "publish timed out with the message published alone 3 times (OUTBOX_PUBLISH_TIMEOUT each): no confirm before the deadline: context deadline exceeded"
 	for _, tt := range []struct {
 		err  error
 		want release
 	}{
 		{fmt.Errorf("%w 3 times (OUTBOX_PUBLISH_TIMEOUT each): %w", errTimedOutAlone, errUnconfirmed),
-			release{events.Release{IDs: []any{"x"}, Status: events.StatusFailed,
-				LastError: "publish timed out with the message published alone 3 times (OUTBOX_PUBLISH_TIMEOUT each): no confirm before the deadline: context deadline exceeded"}, metrics.ReasonTimeout}},
+			release{events.Release{IDs: []any{"x"}, Status: events.StatusFailed, LastError: timedOut,
+				Attempt: &events.AttemptError{At: now, Reason: metrics.ReasonTimeout, Error: timedOut}}, metrics.ReasonTimeout}},
 		{errUnconfirmed, release{events.Release{IDs: []any{"x"}, Status: events.StatusNew, LastError: errUnconfirmed.Error(), Refund: true}, metrics.ReasonUnconfirmed}},
 	} {
 		_, got := p.plan([]outcome{{id: "x", attempts: 5, err: tt.err}}, now)

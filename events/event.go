@@ -30,6 +30,8 @@ const (
 	FieldLastError    = "lastError"
 	FieldRetryAt      = "retryAt"
 	FieldFailedAt     = "failedAt"
+	// The event's recent failed attempts, oldest first (AttemptError).
+	FieldAttemptErrors = "attemptErrors"
 	// An operator's skip of a FAILED event, so that later events of its
 	// aggregate flow (worker skip).
 	FieldSkippedBy  = "skippedBy"
@@ -56,9 +58,12 @@ type Event struct {
 	LastError    string    `bson:"lastError,omitempty"`
 	RetryAt      time.Time `bson:"retryAt,omitempty"`
 	FailedAt     time.Time `bson:"failedAt,omitempty"`
-	SkippedBy    string    `bson:"skippedBy,omitempty"`
-	SkippedAt    time.Time `bson:"skippedAt,omitempty"`
-	SkipReason   string    `bson:"skipReason,omitempty"`
+	// AttemptErrors are the last AttemptErrorsKept failed attempts,
+	// oldest first: why each failed, not only the last.
+	AttemptErrors []AttemptError `bson:"attemptErrors,omitempty"`
+	SkippedBy     string         `bson:"skippedBy,omitempty"`
+	SkippedAt     time.Time      `bson:"skippedAt,omitempty"`
+	SkipReason    string         `bson:"skipReason,omitempty"`
 }
 
 // Draft is an event a producer wants to publish.

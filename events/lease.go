@@ -40,6 +40,9 @@ type Release struct {
 	// Refund takes back the attempt the claim counted, because the failure
 	// was not the event's (broker outage, shutdown).
 	Refund bool
+	// Attempt, when not nil, is added to each event's attempt history
+	// (FieldAttemptErrors). A release that refunds the attempt has none.
+	Attempt *AttemptError
 }
 
 // ClaimLimit bounds one claim.

@@ -14,8 +14,10 @@ const MaxDocumentBytes = 16 << 20
 // MaxDocumentBytes for what the worker adds to it over its life, besides
 // the worker id itself: the claim's status, processingAt, claimToken and
 // attempts (about 90 bytes), then publishedAt, or a lastError (which the
-// store cuts to 1 KiB), retryAt and failedAt. Rounded up to 2 KiB.
-const ManagedReserveBytes = 2 << 10
+// store cuts to 1 KiB), retryAt and failedAt, rounded up to 2 KiB; and
+// the attempt history, AttemptErrorsKept entries of at most
+// attemptMaxBytes each.
+const ManagedReserveBytes = 2<<10 + AttemptErrorsKept*attemptMaxBytes
 
 // Managed is what CheckManaged read of the fields the worker manages.
 type Managed struct {

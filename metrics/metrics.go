@@ -24,6 +24,9 @@ const (
 	ReasonBrokerUnavailable = "broker_unavailable"
 	ReasonError             = "error"
 	ReasonHeldBack          = "held_back" // not published: an earlier event of its aggregate in the batch was not
+	// ReasonStale is recovery's reset of a stale claim to NEW, in an
+	// event's attempt history; events_recovered_total counts it.
+	ReasonStale = "stale"
 )
 
 // Metrics holds every collector the worker updates.

@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"slices"
 	"time"
-	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/metrics"
 )
 
 // Claim reads the claimable events (ReadClaimable) and claims them for
@@ -302,16 +302,16 @@ func (s *Store) fail(ctx context.Context, lease events.Lease, refused []refusal)
 	}
 	for _, lastError := range order {
 		ids := groups[lastError]
-		set := bson.D{
+		update := withAttempt(bson.D{{Key: "$set", Value: bson.D{
 			{Key: events.FieldStatus, Value: events.StatusFailed},
 			{Key: events.FieldLastError, Value: truncateError(lastError)},
 			{Key: events.FieldFailedAt, Value: lease.At},
-		}
-		err := s.failIDs(ctx, ids, set)
+		}}}, &events.AttemptError{At: lease.At, WorkerID: lease.WorkerID, Reason: metrics.ReasonInvalid, Error: lastError})
+		err := s.failIDs(ctx, ids, update)
 		if err != nil && isDocumentError(err) && len(ids) > 1 {
 			// One document spoiled the write: write them one by one.
 			for _, id := range ids {
-				out = append(out, events.Rejected{ID: id, LastError: lastError, Err: s.failIDs(ctx, []any{id}, set)})
+				out = append(out, events.Rejected{ID: id, LastError: lastError, Err: s.failIDs(ctx, []any{id}, update)})
 			}
 			continue
 		}
@@ -319,15 +319,25 @@ func (s *Store) fail(ctx context.Context, lease events.Lease, refused []refusal)
 			out = append(out, events.Rejected{ID: id, LastError: lastError, Err: err})
 		}
 	}
+	var written []any
+	for _, r := range out {
+		if r.Err == nil && r.ID != nil {
+			written = append(written, r.ID)
+		}
+	}
+	if len(written) > 0 {
+		s.trimAttempts(ctx, byIDs(written))
+	}
 	return out
 }
 
-func (s *Store) failIDs(ctx context.Context, ids []any, set bson.D) error {
+// failIDs applies update, a FAILED write, to the events of ids still NEW.
+func (s *Store) failIDs(ctx context.Context, ids []any, update bson.D) error {
 	filter := bson.D{
 		{Key: events.FieldStatus, Value: events.StatusNew},
 		{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: ids}}},
 	}
-	if _, err := s.coll.UpdateMany(ctx, filter, bson.D{{Key: "$set", Value: set}}); err != nil {
+	if _, err := s.coll.UpdateMany(ctx, filter, update); err != nil {
 		return fmt.Errorf("mark %d events failed: %w", len(ids), err)
 	}
 	return nil
@@ -341,12 +351,12 @@ func (s *Store) failIDs(ctx context.Context, ids []any, set bson.D) error {
 func (s *Store) failLarge(ctx context.Context, r refusal) events.Rejected {
 	rej := events.Rejected{ID: r.id, LastError: r.lastError}
 	status := bson.E{Key: events.FieldStatus, Value: events.StatusFailed}
-	err := s.failIDs(ctx, []any{r.id}, bson.D{status, {Key: events.FieldLastError, Value: r.lastError}})
+	err := s.failIDs(ctx, []any{r.id}, setOnly(status, bson.E{Key: events.FieldLastError, Value: r.lastError}))
 	if err == nil || !isDocumentError(err) {
 		rej.Err = err
 		return rej
 	}
-	if err = s.failIDs(ctx, []any{r.id}, bson.D{status}); err == nil || !isDocumentError(err) {
+	if err = s.failIDs(ctx, []any{r.id}, setOnly(status)); err == nil || !isDocumentError(err) {
 		rej.Err = err
 		return rej
 	}
@@ -418,17 +428,10 @@ func serverReason(err error) string {
 // events.ManagedReserveBytes keeps for it holds.
 const lastErrorMaxBytes = 1 << 10
 
-func truncateError(s string) string {
-	if len(s) <= lastErrorMaxBytes {
-		return s
-	}
-	const more = "..."
-	cut := lastErrorMaxBytes - len(more)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + more
-}
+func truncateError(s string) string { return events.Truncate(s, lastErrorMaxBytes) }
+
+// setOnly is an update that sets fields and nothing else.
+func setOnly(fields ...bson.E) bson.D { return bson.D{{Key: "$set", Value: bson.D(fields)}} }
 
 func (s *Store) findLeased(ctx context.Context, lease events.Lease, limit int) ([]events.Claimed, error) {
 	filter := bson.D{
@@ -614,9 +617,12 @@ func (s *Store) Release(ctx context.Context, lease events.Lease, r events.Releas
 	if r.Refund {
 		update = append(update, bson.E{Key: "$inc", Value: bson.D{{Key: events.FieldAttempts, Value: -1}}})
 	}
-	res, err := s.coll.UpdateMany(ctx, leaseFilter(lease, r.IDs), update)
+	res, err := s.coll.UpdateMany(ctx, leaseFilter(lease, r.IDs), withAttempt(update, r.Attempt))
 	if err != nil {
 		return 0, asTimeout(fmt.Errorf("release %d events to %s: %w", len(r.IDs), r.Status, err))
+	}
+	if r.Attempt != nil {
+		s.trimAttempts(ctx, byIDs(r.IDs))
 	}
 	return int(res.ModifiedCount), nil
 }

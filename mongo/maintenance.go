@@ -3,11 +3,13 @@ package mongo
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/metrics"
 )
 
 // The writes of the background jobs: recovery's stale reset and retention's
@@ -42,36 +44,27 @@ func (s *Store) RecoverStale(ctx context.Context, staleBefore, now time.Time, ma
 	}
 	if maxAttempts > 0 {
 		filter := append(stale(), bson.E{Key: events.FieldAttempts, Value: bson.D{{Key: "$gte", Value: maxAttempts}}})
+		msg := fmt.Sprintf("claim went stale on its last attempt (%d of %d): its worker stopped or hung", maxAttempts, maxAttempts)
 		update := bson.D{
 			{Key: "$set", Value: bson.D{
 				{Key: events.FieldStatus, Value: events.StatusFailed},
 				{Key: events.FieldFailedAt, Value: now},
-				{Key: events.FieldLastError, Value: fmt.Sprintf("claim went stale on its last attempt (%d of %d): its worker stopped or hung", maxAttempts, maxAttempts)},
+				{Key: events.FieldLastError, Value: msg},
 			}},
 			{Key: "$unset", Value: bson.D{{Key: events.FieldClaimToken, Value: ""}}},
 		}
-		res, err := s.coll.UpdateMany(ctx, filter, update)
+		failed, err = s.perWorker(ctx, filter, update, wroteBy(events.StatusFailed, msg),
+			events.AttemptError{At: now, Reason: metrics.ReasonStaleMaxAttempts, Error: msg})
 		if err != nil {
-			return 0, 0, fmt.Errorf("fail stale events out of attempts: %w", err)
+			return 0, failed, fmt.Errorf("fail stale events out of attempts: %w", err)
 		}
-		failed = int(res.ModifiedCount)
 	}
-	update := bson.D{
-		{Key: "$set", Value: bson.D{
-			{Key: events.FieldStatus, Value: events.StatusNew},
-			{Key: events.FieldLastError, Value: "claim went stale: its worker stopped or hung before publishing"},
-		}},
-		{Key: "$unset", Value: bson.D{
-			{Key: events.FieldWorkerID, Value: ""},
-			{Key: events.FieldProcessingAt, Value: ""},
-			{Key: events.FieldClaimToken, Value: ""},
-		}},
-	}
-	res, err := s.coll.UpdateMany(ctx, stale(), update)
+	const staleMsg = "claim went stale: its worker stopped or hung before publishing"
+	reset, err = s.perWorker(ctx, stale(), toNew(staleMsg), wroteBy(events.StatusNew, staleMsg),
+		events.AttemptError{At: now, Reason: metrics.ReasonStale, Error: staleMsg})
 	if err != nil {
-		return 0, failed, fmt.Errorf("reset stale events: %w", err)
+		return reset, failed, fmt.Errorf("reset stale events: %w", err)
 	}
-	reset = int(res.ModifiedCount)
 	unusable := bson.D{
 		{Key: events.FieldStatus, Value: events.StatusProcessing},
 		{Key: "$or", Value: bson.A{
@@ -79,15 +72,75 @@ func (s *Store) RecoverStale(ctx context.Context, staleBefore, now time.Time, ma
 			bson.D{{Key: events.FieldProcessingAt, Value: bson.D{{Key: "$gt", Value: now.Add(now.Sub(staleBefore))}}}},
 		}},
 	}
-	update[0].Value = bson.D{
-		{Key: events.FieldStatus, Value: events.StatusNew},
-		{Key: events.FieldLastError, Value: "claim reset: its processingAt was missing, not a date, or far in the future, so it could never go stale"},
-	}
-	res, err = s.coll.UpdateMany(ctx, unusable, update)
+	const unusableMsg = "claim reset: its processingAt was missing, not a date, or far in the future, so it could never go stale"
+	n, err := s.perWorker(ctx, unusable, toNew(unusableMsg), wroteBy(events.StatusNew, unusableMsg),
+		events.AttemptError{At: now, Reason: metrics.ReasonStale, Error: unusableMsg})
 	if err != nil {
-		return reset, failed, fmt.Errorf("reset claims without a usable processingAt: %w", err)
+		return reset + n, failed, fmt.Errorf("reset claims without a usable processingAt: %w", err)
 	}
-	return reset + int(res.ModifiedCount), failed, nil
+	return reset + n, failed, nil
+}
+
+// toNew is the update of recovery's reset to NEW, saying why in lastError.
+func toNew(lastError string) bson.D {
+	return bson.D{
+		{Key: "$set", Value: bson.D{
+			{Key: events.FieldStatus, Value: events.StatusNew},
+			{Key: events.FieldLastError, Value: lastError},
+		}},
+		{Key: "$unset", Value: bson.D{
+			{Key: events.FieldWorkerID, Value: ""},
+			{Key: events.FieldProcessingAt, Value: ""},
+			{Key: events.FieldClaimToken, Value: ""},
+		}},
+	}
+}
+
+// wroteBy matches the events a reset wrote: their status and lastError,
+// equalities that FerretDB pushes down to its backend.
+func wroteBy(status events.Status, lastError string) bson.D {
+	return bson.D{{Key: events.FieldStatus, Value: status}, {Key: events.FieldLastError, Value: lastError}}
+}
+
+// perWorker applies update, with attempt added to each event's history,
+// to the events filter matches, and returns how many it changed; wrote
+// matches them afterwards, for trimAttempts. It
+// writes once for each worker whose claims they are, so that the attempt
+// names the worker whose claim failed (an update cannot copy a field into
+// another), then once more for any left: events without a worker id, or
+// claims that went stale since the workers were listed. Recovery resets
+// the claims of the few workers that stopped or hung, so this is a few
+// writes, each bounded by the stale filter's index.
+func (s *Store) perWorker(ctx context.Context, filter, update, wrote bson.D, attempt events.AttemptError) (int, error) {
+	workers, err := s.timedDistinct(ctx, events.FieldWorkerID, filter)
+	if err != nil {
+		return 0, fmt.Errorf("list the workers of the claims: %w", err)
+	}
+	total := 0
+	write := func(filter bson.D, workerID string) error {
+		a := attempt
+		a.WorkerID = workerID
+		res, err := s.coll.UpdateMany(ctx, filter, withAttempt(update, &a))
+		if err != nil {
+			return err
+		}
+		total += int(res.ModifiedCount)
+		return nil
+	}
+	for _, w := range workers {
+		if id, ok := w.(string); ok {
+			if err := write(append(slices.Clone(filter), bson.E{Key: events.FieldWorkerID, Value: id}), id); err != nil {
+				return total, err
+			}
+		}
+	}
+	if err := write(filter, ""); err != nil {
+		return total, err
+	}
+	if total > 0 {
+		s.trimAttempts(ctx, wrote)
+	}
+	return total, nil
 }
 
 // DeletePublished deletes up to limit events PUBLISHED before the given

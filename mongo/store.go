@@ -72,7 +72,10 @@ type Store struct {
 	// findClaimable); false on FerretDB, which plans neither with an
 	// index, so that one find costs it one pass over the NEW events.
 	splitClaim bool
-	skipped    skipSet
+	// trimHistory trims attempt histories with a write of their own:
+	// FerretDB accepts $push's $slice and ignores it (trimAttempts).
+	trimHistory bool
+	skipped     skipSet
 	// largestDoc is the largest document the last claim read, in bytes,
 	// or a guess after a claim's find failed: it bounds the claim's
 	// reply batches (see findBatch).
@@ -123,6 +126,7 @@ func (s *Store) Prepare(ctx context.Context) error {
 		return err
 	}
 	s.splitClaim = !ferret
+	s.trimHistory = ferret
 	if err := s.ensureIndexes(ctx); err != nil {
 		return err
 	}

@@ -60,3 +60,36 @@ func (s *Store) timedFind(ctx context.Context, f findCommand) (*mongo.Cursor, er
 	}
 	return cur, nil
 }
+
+// timedDistinct returns the distinct values of key among the outbox
+// events filter matches, with a server-side time limit from ctx's
+// deadline (see above). It is an aggregate, not a distinct: FerretDB
+// refuses a distinct that carries maxTimeMS.
+func (s *Store) timedDistinct(ctx context.Context, key string, filter bson.D) ([]any, error) {
+	cmd := bson.D{
+		{Key: "aggregate", Value: s.coll.Name()},
+		{Key: "pipeline", Value: bson.A{
+			bson.D{{Key: "$match", Value: filter}},
+			bson.D{{Key: "$group", Value: bson.D{{Key: "_id", Value: "$" + key}}}},
+		}},
+		{Key: "cursor", Value: bson.D{}},
+	}
+	if s.readConcern != "" {
+		cmd = append(cmd, bson.E{Key: "readConcern", Value: bson.D{{Key: "level", Value: s.readConcern}}})
+	}
+	cur, err := s.coll.Database().RunCommandCursor(ctx, cmd)
+	if err != nil {
+		return nil, fmt.Errorf("distinct %s on %s: %w", key, s.coll.Name(), err)
+	}
+	var groups []struct {
+		Value any `bson:"_id"`
+	}
+	if err := cur.All(ctx, &groups); err != nil {
+		return nil, fmt.Errorf("distinct %s on %s: %w", key, s.coll.Name(), err)
+	}
+	values := make([]any, 0, len(groups))
+	for _, g := range groups {
+		values = append(values, g.Value)
+	}
+	return values, nil
+}

@@ -44,7 +44,7 @@ func TestPeriodicCommandsCarryMaxTimeMS(t *testing.T) {
 		{"RecoverStale", func(ctx context.Context) error {
 			_, _, err := s.RecoverStale(ctx, ago(time.Minute), base, 5)
 			return err
-		}, []string{"update"}},
+		}, []string{"aggregate", "update"}},
 		{"DeletePublished", func(ctx context.Context) error { _, err := s.DeletePublished(ctx, ago(24*time.Hour), 10); return err }, []string{"find", "delete"}},
 	}
 	for _, c := range calls {
