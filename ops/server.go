@@ -74,10 +74,11 @@ type ServerConfig struct {
 	// Samples gives /status the sampler's last sample: /status sends no
 	// query of its own. Required.
 	Samples SampleSource
-	// Claimer runs a claim at once on POST /trigger. Required.
+	// Claimer runs a claim at once on POST /trigger, unless claims are
+	// backing off after failed runs (claim.Claimer.Wake). Required.
 	Claimer interface {
 		Job
-		Trigger()
+		Wake() (backoffLeft time.Duration)
 		// BatchLimit is how many events the next claim may take: less
 		// than the batch size while the database times out.
 		BatchLimit() int
@@ -329,8 +330,15 @@ func (s *Server) status(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, body)
 }
 
+// trigger asks for a claim now. While claims back off after failed runs it
+// asks for nothing: a request must not add a run against a database that
+// the backoff spares. The answer is 202 either way, since the events are
+// claimed at the first tick after the backoff; it says which.
 func (s *Server) trigger(w http.ResponseWriter, _ *http.Request) {
-	s.cfg.Claimer.Trigger()
+	if left := s.cfg.Claimer.Wake(); left > 0 {
+		writeJSON(w, http.StatusAccepted, map[string]any{"triggered": false, "backoffSeconds": left.Seconds()})
+		return
+	}
 	writeJSON(w, http.StatusAccepted, map[string]any{"triggered": true})
 }
 

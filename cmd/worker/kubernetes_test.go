@@ -451,9 +451,9 @@ type probeSamples struct{}
 
 func (probeSamples) Latest() (ops.Sample, bool) { return ops.Sample{}, false }
 
-func (probeJob) LastRun() time.Time { return time.Time{} }
-func (probeJob) Trigger()           {}
-func (probeJob) BatchLimit() int    { return 500 }
+func (probeJob) LastRun() time.Time  { return time.Time{} }
+func (probeJob) Wake() time.Duration { return 0 }
+func (probeJob) BatchLimit() int     { return 500 }
 
 // TestKubernetesProbePaths serves the worker's real endpoints and asks
 // them what the probes and the PodMonitor ask: the liveness path answers
