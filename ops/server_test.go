@@ -152,6 +152,16 @@ type server struct {
 // cfg to replace some of them. It is stopped in t.Cleanup.
 func startServer(t *testing.T, edit func(*ops.ServerConfig)) *server {
 	t.Helper()
+	s, srv := newServer(t, edit)
+	testenv.Start(t, srv)
+	s.base = "http://" + srv.Addr()
+	return s
+}
+
+// newServer returns an ops server with fake parts, not started, and the
+// parts; edit cfg to replace some of them.
+func newServer(t *testing.T, edit func(*ops.ServerConfig)) (*server, *ops.Server) {
+	t.Helper()
 	s := &server{
 		store:    &fakeStore{stats: events.Stats{Counts: map[events.Status]int64{}}},
 		samples:  &fakeSamples{},
@@ -178,9 +188,7 @@ func startServer(t *testing.T, edit func(*ops.ServerConfig)) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.Start(t, srv)
-	s.base = "http://" + srv.Addr()
-	return s
+	return s, srv
 }
 
 // do sends a request and returns the status code and body.

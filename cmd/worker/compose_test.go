@@ -249,8 +249,11 @@ func checkSettingsTable(t *testing.T, path string, withFlag bool) {
 			t.Errorf("%s row of %s does not name its flag `--%s`", name, s.env, s.flag)
 		}
 		def := "`" + s.def + "`"
-		if s.env == "OUTBOX_WORKER_ID" {
+		switch {
+		case s.env == "OUTBOX_WORKER_ID":
 			def = "<hostname>-<pid>" // the real default differs per process
+		case s.def == "":
+			def = "unset"
 		}
 		if !strings.Contains(row, def) {
 			t.Errorf("%s row of %s does not give its default %s", name, s.env, def)

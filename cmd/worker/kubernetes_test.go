@@ -272,7 +272,7 @@ func TestKubernetesWorkerSettings(t *testing.T) {
 
 	// Credentials only in the Secret, and only placeholders in git.
 	secret := one(t, objs, "Secret")
-	for _, k := range []string{"OUTBOX_MONGO_URI", "OUTBOX_AMQP_URL"} {
+	for _, k := range []string{"OUTBOX_MONGO_URI", "OUTBOX_AMQP_URL", "OUTBOX_HTTP_TOKEN"} {
 		v, ok := secret.StringData[k]
 		if !ok {
 			t.Errorf("Secret %s has no %s", secret.Metadata.Name, k)
