@@ -23,7 +23,7 @@ func TestCommandHelp(t *testing.T) {
 	own := map[string][]string{
 		"run":     nil,
 		"stats":   {"--json"},
-		"requeue": {"--id ID", "--ids-from FILE", "--type TYPE", "--all", "--dry-run"},
+		"requeue": {"--id ID", "--ids-from FILE", "--type TYPE", "--all", "--yes", "--dry-run"},
 		"skip":    {"--id ID", "--by NAME", "--reason TEXT", "--dry-run"},
 		"show":    {"--id ID"},
 	}
