@@ -43,7 +43,7 @@ func TestTriggerAccess(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			s, srv := newServer(t, func(c *ops.ServerConfig) { c.Token = tt.token })
-			req := httptest.NewRequest(http.MethodPost, "/trigger", nil)
+			req := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/trigger", nil)
 			req.RemoteAddr = tt.remote
 			req.Header.Set("X-Forwarded-For", "127.0.0.1")
 			if tt.auth != "" {
@@ -73,7 +73,7 @@ func TestReadEndpointsAnswerAnyone(t *testing.T) {
 	t.Parallel()
 	_, srv := newServer(t, func(c *ops.ServerConfig) { c.Token = token })
 	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
-		req := httptest.NewRequest(http.MethodGet, path, nil)
+		req := httptest.NewRequestWithContext(t.Context(), http.MethodGet, path, nil)
 		req.RemoteAddr = "10.1.2.3:50000"
 		rec := httptest.NewRecorder()
 		srv.Handler().ServeHTTP(rec, req)
