@@ -25,7 +25,10 @@ FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/ /usr/local/bin/
 # uid 65532: the worker needs no privileges, no shell and no writable files.
 USER nonroot:nonroot
-# OUTBOX_HTTP_ADDR: /healthz, /readyz, /metrics, /status, /trigger.
+# OUTBOX_HTTP_ADDR: /healthz, /readyz, /metrics, /status, /trigger. It
+# listens on every interface so that probes and Prometheus reach it; POST
+# /trigger needs OUTBOX_HTTP_TOKEN from other hosts. The profiler
+# (OUTBOX_PPROF_ADDR) is loopback only and not exposed.
 EXPOSE 8080
 ENTRYPOINT ["/usr/local/bin/worker"]
 CMD ["run"]

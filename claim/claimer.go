@@ -132,6 +132,11 @@ func (c *Claimer) Start(ctx context.Context) error { return c.job.Start(ctx) }
 // Trigger runs a claim as soon as the one in flight, if any, is over.
 func (c *Claimer) Trigger() { c.job.Trigger() }
 
+// Wake is Trigger unless claims are backing off after failed runs: then
+// it runs nothing early and returns how long the backoff has left (see
+// schedule.Job.Wake). For requests from outside the worker.
+func (c *Claimer) Wake() (backoffLeft time.Duration) { return c.job.Wake() }
+
 // LastRun is when the last successful claim run finished; zero before the
 // first.
 func (c *Claimer) LastRun() time.Time { return c.job.LastRun() }

@@ -26,9 +26,9 @@ func (readyBroker) Ready() error { return nil }
 
 type idleJob struct{}
 
-func (idleJob) LastRun() time.Time { return time.Time{} }
-func (idleJob) Trigger()           {}
-func (idleJob) BatchLimit() int    { return 500 }
+func (idleJob) LastRun() time.Time  { return time.Time{} }
+func (idleJob) Wake() time.Duration { return 0 }
+func (idleJob) BatchLimit() int     { return 500 }
 
 // A worker whose clock is an hour off reports the same ages, and takes back
 // the same stale claims, as one whose clock is right: every age is

@@ -6,9 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"sync"
 	"time"
 
@@ -56,6 +56,26 @@ const (
 	readyTimeout = 2 * time.Second
 )
 
+// The server's timeouts. Its clients are probes, scrapers and triggers,
+// whose requests have no body and whose answers are small and made in
+// memory (/readyz waits readyTimeout at most); a client that sends or
+// reads slower than these is stuck or hostile, and without them each one
+// holds a connection and a goroutine for as long as it likes.
+const (
+	// readHeaderTimeout: a request line and headers arrive in one packet.
+	readHeaderTimeout = 5 * time.Second
+	// readTimeout: no endpoint reads a body, so the whole request is the
+	// headers and whatever a client sends after them.
+	readTimeout = 10 * time.Second
+	// writeTimeout: above a Prometheus scrape's default timeout (10s), so
+	// that /metrics still gets through on a loaded machine.
+	writeTimeout = 15 * time.Second
+	// idleTimeout: above the scrape interval (15s) and the probes' period
+	// (10s), so that their kept-alive connections are reused, and short
+	// enough that idle connections from anyone else are closed.
+	idleTimeout = 60 * time.Second
+)
+
 // SampleSource gives /status the last sample of the outbox (Sampler).
 type SampleSource interface {
 	Latest() (Sample, bool)
@@ -74,10 +94,11 @@ type ServerConfig struct {
 	// Samples gives /status the sampler's last sample: /status sends no
 	// query of its own. Required.
 	Samples SampleSource
-	// Claimer runs a claim at once on POST /trigger. Required.
+	// Claimer runs a claim at once on POST /trigger, unless claims are
+	// backing off after failed runs (claim.Claimer.Wake). Required.
 	Claimer interface {
 		Job
-		Trigger()
+		Wake() (backoffLeft time.Duration)
 		// BatchLimit is how many events the next claim may take: less
 		// than the batch size while the database times out.
 		BatchLimit() int
@@ -96,8 +117,15 @@ type ServerConfig struct {
 	// age with, the sampler's; the server updates no metric of its own
 	// (Gatherer serves them).
 	service.Archetype
-	// Pprof serves net/http/pprof under /debug/pprof/ when set.
-	Pprof bool
+	// Token, when set, is the bearer token POST /trigger requires of every
+	// client (Authorization: Bearer <token>), at least TokenMinLength
+	// visible ASCII characters. Defaults to "": only loopback clients may
+	// trigger.
+	Token string
+	// PprofAddr, when set, is a loopback address (127.0.0.1:6060,
+	// [::1]:6060, localhost:6060) on which a listener of its own serves
+	// net/http/pprof under /debug/pprof/. Defaults to "": no profiler.
+	PprofAddr string
 	// BrokerNode, if set, names the broker node in use, its password
 	// redacted (broker.Publisher.Node), for /status.
 	BrokerNode func() string
@@ -111,7 +139,8 @@ func (c *ServerConfig) setDefaults() {
 	c.Archetype = c.Archetype.WithDefaults()
 }
 
-// Validate reports the first bad field, naming it and its value.
+// Validate reports the first bad field, naming it and its value (not a
+// token's).
 func (c ServerConfig) Validate() error {
 	return rule.First("ops server",
 		rule.Required("Store", c.Store != nil),
@@ -120,16 +149,17 @@ func (c ServerConfig) Validate() error {
 		rule.Required("Claimer", c.Claimer != nil),
 		rule.Required("Recovery", c.Recovery != nil),
 		rule.Required("Gatherer", c.Gatherer != nil),
+		rule.Check("Token", c.Token == "" || CheckToken(c.Token) == nil, "<redacted>", tokenWant),
+		rule.Check("PprofAddr", c.PprofAddr == "" || CheckLoopbackAddr(c.PprofAddr) == nil, c.PprofAddr, loopbackWant),
 	)
 }
 
 // Server serves the operations endpoints.
 type Server struct {
-	cfg      ServerConfig
-	srv      *http.Server
-	ln       net.Listener
-	stopOnce sync.Once
-	done     chan struct{}
+	cfg   ServerConfig
+	main  listener
+	pprof listener // not started without ServerConfig.PprofAddr
+	token tokenDigest
 }
 
 // NewServer returns a Server; Start serves it.
@@ -138,55 +168,100 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, done: make(chan struct{})}
+	s := &Server{cfg: cfg}
+	if cfg.Token != "" {
+		s.token = digest(cfg.Token)
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.HandleFunc("GET /status", s.status)
 	mux.HandleFunc("POST /trigger", s.trigger)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
-	if cfg.Pprof {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	}
-	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	s.main = listener{name: "OUTBOX_HTTP_ADDR", addr: cfg.Addr, done: make(chan struct{}), srv: &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+	}}
+	s.pprof = listener{name: "OUTBOX_PPROF_ADDR", addr: cfg.PprofAddr, done: make(chan struct{}), srv: newPprofServer()}
 	return s, nil
 }
 
-// Start listens, so that a taken port fails the start, and serves in the
-// background.
+// Start listens on the main address and on the profiler's, if any, so
+// that a taken port fails the start, and serves in the background.
 func (s *Server) Start(ctx context.Context) error {
-	ln, err := new(net.ListenConfig).Listen(ctx, "tcp", s.cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("listen on OUTBOX_HTTP_ADDR %s: %w", s.cfg.Addr, err)
+	if err := s.main.start(ctx, s.cfg.Logger); err != nil {
+		return err
 	}
-	s.ln = ln
+	if s.pprof.addr == "" {
+		return nil
+	}
+	if err := s.pprof.start(ctx, s.cfg.Logger); err != nil {
+		_ = s.main.stop(ctx)
+		return err
+	}
+	if err := checkLoopbackListener(s.pprof.ln); err != nil {
+		_ = s.main.stop(ctx)
+		_ = s.pprof.stop(ctx)
+		return fmt.Errorf("OUTBOX_PPROF_ADDR %s: %w", s.pprof.addr, err)
+	}
+	return nil
+}
+
+// Addr is the address the server listens on, once started.
+func (s *Server) Addr() string { return s.main.boundAddr() }
+
+// PprofAddr is the address the profiler listens on, once started; "" when
+// it is off.
+func (s *Server) PprofAddr() string { return s.pprof.boundAddr() }
+
+// Stop shuts the server down gracefully. Idempotent; safe before Start.
+func (s *Server) Stop(ctx context.Context) error {
+	return errors.Join(s.pprof.stop(ctx), s.main.stop(ctx))
+}
+
+// listener is one address the server listens on and its http.Server.
+type listener struct {
+	name     string // the setting of the address, for errors
+	addr     string
+	srv      *http.Server
+	ln       net.Listener
+	stopOnce sync.Once
+	done     chan struct{}
+}
+
+func (l *listener) start(ctx context.Context, logger *slog.Logger) error {
+	ln, err := new(net.ListenConfig).Listen(ctx, "tcp", l.addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s %s: %w", l.name, l.addr, err)
+	}
+	l.ln = ln
 	go func() {
-		defer close(s.done)
-		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.cfg.Logger.Error("http server stopped", "error", err)
+		defer close(l.done)
+		if err := l.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("http server stopped", "error", err, "address", l.name)
 		}
 	}()
 	return nil
 }
 
-// Addr is the address the server listens on, once started.
-func (s *Server) Addr() string {
-	if s.ln == nil {
+func (l *listener) boundAddr() string {
+	if l.ln == nil {
 		return ""
 	}
-	return s.ln.Addr().String()
+	return l.ln.Addr().String()
 }
 
-// Stop shuts the server down gracefully. Idempotent; safe before Start.
-func (s *Server) Stop(ctx context.Context) error {
-	if s.ln == nil {
+// stop shuts the listener's server down gracefully. Idempotent; safe
+// before start.
+func (l *listener) stop(ctx context.Context) error {
+	if l.ln == nil {
 		return nil
 	}
 	var err error
-	s.stopOnce.Do(func() { err = s.srv.Shutdown(ctx) })
+	l.stopOnce.Do(func() { err = l.srv.Shutdown(ctx) })
 	return err
 }
 
@@ -329,8 +404,18 @@ func (s *Server) status(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, body)
 }
 
-func (s *Server) trigger(w http.ResponseWriter, _ *http.Request) {
-	s.cfg.Claimer.Trigger()
+// trigger asks for a claim now, if the client may (authorizeTrigger). While claims back off after failed runs it
+// asks for nothing: a request must not add a run against a database that
+// the backoff spares. The answer is 202 either way, since the events are
+// claimed at the first tick after the backoff; it says which.
+func (s *Server) trigger(w http.ResponseWriter, r *http.Request) {
+	if !s.authorizeTrigger(w, r) {
+		return
+	}
+	if left := s.cfg.Claimer.Wake(); left > 0 {
+		writeJSON(w, http.StatusAccepted, map[string]any{"triggered": false, "backoffSeconds": left.Seconds()})
+		return
+	}
 	writeJSON(w, http.StatusAccepted, map[string]any{"triggered": true})
 }
 

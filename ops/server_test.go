@@ -111,10 +111,12 @@ func (b *switchBroker) set(err error) {
 	b.err = err
 }
 
-// fakeJob reports the last run the test sets and counts triggers.
+// fakeJob reports the last run the test sets and counts triggers; while
+// backoff is set, a Wake runs nothing and returns it.
 type fakeJob struct {
 	last     atomic.Int64 // unix nanoseconds; 0 before the first run
 	triggers atomic.Int32
+	backoff  atomic.Int64 // a time.Duration
 }
 
 func (j *fakeJob) LastRun() time.Time {
@@ -124,7 +126,13 @@ func (j *fakeJob) LastRun() time.Time {
 	return time.Time{}
 }
 
-func (j *fakeJob) Trigger() { j.triggers.Add(1) }
+func (j *fakeJob) Wake() time.Duration {
+	if left := time.Duration(j.backoff.Load()); left > 0 {
+		return left
+	}
+	j.triggers.Add(1)
+	return 0
+}
 
 // BatchLimit is a claimer's limit halved once after a timeout.
 func (j *fakeJob) BatchLimit() int { return 250 }
@@ -143,6 +151,16 @@ type server struct {
 // startServer starts an ops server on a free port with fake parts; edit
 // cfg to replace some of them. It is stopped in t.Cleanup.
 func startServer(t *testing.T, edit func(*ops.ServerConfig)) *server {
+	t.Helper()
+	s, srv := newServer(t, edit)
+	testenv.Start(t, srv)
+	s.base = "http://" + srv.Addr()
+	return s
+}
+
+// newServer returns an ops server with fake parts, not started, and the
+// parts; edit cfg to replace some of them.
+func newServer(t *testing.T, edit func(*ops.ServerConfig)) (*server, *ops.Server) {
 	t.Helper()
 	s := &server{
 		store:    &fakeStore{stats: events.Stats{Counts: map[events.Status]int64{}}},
@@ -170,9 +188,7 @@ func startServer(t *testing.T, edit func(*ops.ServerConfig)) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.Start(t, srv)
-	s.base = "http://" + srv.Addr()
-	return s
+	return s, srv
 }
 
 // do sends a request and returns the status code and body.

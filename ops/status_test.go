@@ -1,6 +1,7 @@
 package ops_test
 
 import (
+	"encoding/json"
 	"maps"
 	"net/http"
 	"slices"
@@ -94,6 +95,28 @@ func TestTrigger(t *testing.T) {
 	}
 	if got := s.claimer.triggers.Load(); got != 1 {
 		t.Errorf("claimer triggered %d times after a GET, want still 1", got)
+	}
+}
+
+// TestTriggerDuringBackoff: while claims back off after failed runs, a
+// trigger runs nothing early and says how long the backoff has left.
+func TestTriggerDuringBackoff(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, nil)
+	s.claimer.backoff.Store(int64(4 * time.Second))
+	code, body := do(t, http.MethodPost, s.base+"/trigger")
+	if code != http.StatusAccepted {
+		t.Errorf("POST /trigger during a backoff = %d, want 202", code)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(body, &got); err != nil {
+		t.Fatalf("POST /trigger: %v\n%s", err, body)
+	}
+	if got["triggered"] != false || got["backoffSeconds"] != 4.0 {
+		t.Errorf("POST /trigger during a backoff = %s, want triggered false and backoffSeconds 4", body)
+	}
+	if n := s.claimer.triggers.Load(); n != 0 {
+		t.Errorf("claimer triggered %d times during its backoff, want 0", n)
 	}
 }
 

@@ -1,7 +1,8 @@
 // Package schedule runs a job on a cron schedule from one goroutine: ticks
 // never overlap, a run that reports more work runs again at once (drain),
-// Trigger runs it early, ticks back off while runs keep failing or while
-// the relay asks periodic work to yield (Config.Yield), and Stop finishes
+// Trigger runs it early (Wake too, unless runs are failing), ticks back
+// off while runs keep failing or while the relay asks periodic work to
+// yield (Config.Yield), and Stop finishes
 // the run in flight before it cancels it. The same goroutine times the
 // ticks, so that a tick costs nothing while a run is in flight.
 package schedule
@@ -32,7 +33,8 @@ const errorLogEvery = 30 * time.Second
 // After a failed run, ticks are skipped for backoffMin, doubling with each
 // failure in a row up to backoffMax: a job whose database is down retries
 // with backoff instead of on every tick. A success, or a Trigger, runs as
-// usual. Schedules slower than backoffMax never notice.
+// usual; a Wake waits for the backoff like a tick. Schedules slower than
+// backoffMax never notice.
 const (
 	backoffMin = time.Second
 	backoffMax = 30 * time.Second
@@ -216,6 +218,19 @@ func (j *Job) Trigger() {
 	case j.wake <- struct{}{}:
 	default:
 	}
+}
+
+// Wake asks for a run as Trigger does, unless the job is backing off after
+// failed runs: then it asks for nothing and returns how long the backoff
+// has left, and the first tick after it runs. It is for requests from
+// outside the worker (POST /trigger): each would otherwise be one more run
+// against a database that the backoff spares while it fails.
+func (j *Job) Wake() (backoffLeft time.Duration) {
+	if left := time.Duration(j.retryAt.Load() - j.now().UnixNano()); left > 0 {
+		return left
+	}
+	j.Trigger()
+	return 0
 }
 
 // tick is the schedule's wake-up: a Trigger, unless the job is backing off

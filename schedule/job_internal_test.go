@@ -46,6 +46,18 @@ func TestTicksBackOffAfterFailures(t *testing.T) {
 		t.Errorf("LastRun after failed runs only = %s, want zero", j.LastRun())
 	}
 
+	// A Wake waits for the backoff as a tick does, and says how long is
+	// left of it.
+	j.runOnce(t.Context())
+	if left := j.Wake(); left != backoffMax || woke(j) {
+		t.Errorf("Wake at the start of a %s backoff = %s (woke the job: %t), want %s left and no run", backoffMax, left, woke(j), backoffMax)
+	}
+	now = now.Add(backoffMax - time.Second)
+	if left := j.Wake(); left != time.Second || woke(j) {
+		t.Errorf("Wake a second before the backoff ends = %s, want 1s left and no run", left)
+	}
+	now = now.Add(-backoffMax + time.Second)
+
 	// A Trigger is not a tick: it runs at once, and a success ends the backoff.
 	j.Trigger()
 	if !woke(j) {
@@ -58,6 +70,9 @@ func TestTicksBackOffAfterFailures(t *testing.T) {
 	}
 	if !woken() {
 		t.Error("tick right after a successful run did not run the job")
+	}
+	if left := j.Wake(); left != 0 || !woke(j) {
+		t.Errorf("Wake after a successful run = %s left, want 0 and a run", left)
 	}
 }
 

@@ -24,6 +24,8 @@ type workerProc struct {
 	*workerproc.Proc
 	id   string
 	addr string // its OUTBOX_HTTP_ADDR
+	// pprofAddr is its OUTBOX_PPROF_ADDR.
+	pprofAddr string
 }
 
 // workerOpts is what differs between the worker runs.
@@ -51,6 +53,10 @@ func (b *bench) startWorker(opts workerOpts) (*workerProc, error) {
 	if err != nil {
 		return nil, err
 	}
+	pprofAddr, err := workerproc.FreeAddr()
+	if err != nil {
+		return nil, err
+	}
 	env := append(os.Environ(),
 		"OUTBOX_MONGO_URI="+cmp.Or(opts.mongoURI, b.mongoURI),
 		"OUTBOX_MONGO_DATABASE="+databaseName,
@@ -59,7 +65,7 @@ func (b *bench) startWorker(opts workerOpts) (*workerProc, error) {
 		"OUTBOX_AMQP_EXCHANGE="+opts.exchange,
 		"OUTBOX_HTTP_ADDR="+addr,
 		"OUTBOX_WORKER_ID="+opts.id,
-		"OUTBOX_PPROF=true",
+		"OUTBOX_PPROF_ADDR="+pprofAddr,
 		"OUTBOX_LOG_LEVEL=warn",
 		"OUTBOX_LOG_FORMAT=text",
 	)
@@ -77,7 +83,7 @@ func (b *bench) startWorker(opts workerOpts) (*workerProc, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &workerProc{Proc: p, id: opts.id, addr: addr}, nil
+	return &workerProc{Proc: p, id: opts.id, addr: addr, pprofAddr: pprofAddr}, nil
 }
 
 // waitReady polls /readyz until the worker is connected to both servers.
@@ -136,7 +142,7 @@ func (w *workerProc) profile(ctx context.Context, d time.Duration, path string) 
 		return err
 	}
 	defer f.Close()
-	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", w.addr, int(d.Seconds()))
+	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", w.pprofAddr, int(d.Seconds()))
 	code, err := httpGet(ctx, url, f)
 	if err == nil && code != http.StatusOK {
 		err = fmt.Errorf("HTTP %d", code)

@@ -23,7 +23,7 @@ func TestCommandHelp(t *testing.T) {
 	own := map[string][]string{
 		"run":     nil,
 		"stats":   {"--json"},
-		"requeue": {"--id ID", "--ids-from FILE", "--type TYPE", "--all", "--dry-run"},
+		"requeue": {"--id ID", "--ids-from FILE", "--type TYPE", "--all", "--yes", "--dry-run"},
 		"skip":    {"--id ID", "--by NAME", "--reason TEXT", "--dry-run"},
 		"show":    {"--id ID"},
 	}
@@ -145,6 +145,7 @@ func TestUnknownVariables(t *testing.T) {
 		"OUTBOX_E2E_EVENTS=100",      // the end-to-end tests'
 		"OUTBOX_BENCH_AMQP_URL=x",    // the benchmark's
 		"OUTBOX_SOMETHING_ELSE=1",    // nothing near
+		"OUTBOX_PPROF=true",          // replaced by a setting
 		"OUTBOX_BATCHSIZE=6",         // listed once
 		"outbox_batch_size=1",        // not OUTBOX_
 		"CONSUMER_QUEUE=outbox-demo", // the demo consumer's
@@ -152,6 +153,7 @@ func TestUnknownVariables(t *testing.T) {
 	want := []unknownVariable{
 		{Name: "OUTBOX_BATCHSIZE", Suggestion: "OUTBOX_BATCH_SIZE"},
 		{Name: "OUTBOX_ORDERNG", Suggestion: "OUTBOX_ORDERING"},
+		{Name: "OUTBOX_PPROF", Suggestion: "OUTBOX_PPROF_ADDR"},
 		{Name: "OUTBOX_SOMETHING_ELSE"},
 	}
 	if diff := cmp.Diff(want, unknownVariables(environ)); diff != "" {
@@ -245,7 +247,8 @@ func TestReservedVariablesOfTheRepository(t *testing.T) {
 		t.Fatalf("found %d OUTBOX_ variables in the repository, fewer than the %d settings: is the walk broken?", len(found), len(known))
 	}
 	for v, path := range found {
-		if known[v] || slices.ContainsFunc(reservedEnvPrefixes, func(p string) bool { return strings.HasPrefix(v, p) }) {
+		// A replaced setting is named to be warned about, with its successor.
+		if known[v] || replacedVariables[v] != "" || slices.ContainsFunc(reservedEnvPrefixes, func(p string) bool { return strings.HasPrefix(v, p) }) {
 			continue
 		}
 		t.Errorf("%s names %s, which is no worker setting and has no reserved prefix %q: the worker would warn about it", path, v, reservedEnvPrefixes)

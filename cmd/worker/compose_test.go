@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"net/url"
 	"os"
@@ -32,6 +33,7 @@ type composeService struct {
 	Command     stringOrList            `yaml:"command"`
 	Environment composeEnv              `yaml:"environment"`
 	Deploy      struct{ Replicas *int } `yaml:"deploy"`
+	Ports       []composePort           `yaml:"ports"`
 	Healthcheck struct {
 		Test stringOrList `yaml:"test"`
 	} `yaml:"healthcheck"`
@@ -51,6 +53,54 @@ func (s *stringOrList) UnmarshalYAML(n *yaml.Node) error {
 	}
 	*s = l
 	return nil
+}
+
+// composePort is one published port: the short syntax
+// "[HOST_IP:]HOST_PORT:CONTAINER_PORT", or the long one, a map whose
+// host_ip is the address it is published on. hostIP is "" when the port
+// is published on every interface.
+type composePort struct {
+	spec   string // as written, for messages
+	hostIP string
+}
+
+func (p *composePort) UnmarshalYAML(n *yaml.Node) error {
+	switch n.Kind {
+	case yaml.ScalarNode:
+		p.spec = n.Value
+		p.hostIP = shortPortHostIP(n.Value)
+	case yaml.MappingNode:
+		var long struct {
+			HostIP    string `yaml:"host_ip"`
+			Published any    `yaml:"published"`
+			Target    any    `yaml:"target"`
+		}
+		if err := n.Decode(&long); err != nil {
+			return err
+		}
+		p.spec = fmt.Sprintf("host_ip %q, published %v, target %v", long.HostIP, long.Published, long.Target)
+		p.hostIP = long.HostIP
+	default:
+		return fmt.Errorf("line %d: a port must be a string or a map", n.Line)
+	}
+	return nil
+}
+
+// shortPortHostIP is the host address of a short port spec: what comes
+// before the last two colon-separated parts (an IPv6 address in brackets
+// holds colons of its own), or "" for "8080" and "8081:8080".
+func shortPortHostIP(spec string) string {
+	spec, _, _ = strings.Cut(spec, "/") // a protocol: "5672:5672/tcp"
+	if strings.HasPrefix(spec, "[") {
+		if end := strings.Index(spec, "]"); end > 0 {
+			return spec[1:end]
+		}
+	}
+	parts := strings.Split(spec, ":")
+	if len(parts) < 3 {
+		return ""
+	}
+	return strings.Join(parts[:len(parts)-2], ":")
 }
 
 // composeEnv is a compose environment: a map, or a list of KEY=VALUE.
@@ -156,6 +206,45 @@ func TestComposeServices(t *testing.T) {
 	}
 }
 
+// TestComposePortsOnLoopback checks that every service publishes its
+// ports on 127.0.0.1 (or ::1) only: MongoDB without authentication and
+// RabbitMQ's guest account must not be reachable from other machines.
+func TestComposePortsOnLoopback(t *testing.T) {
+	t.Parallel()
+	c := loadCompose(t)
+	published := 0
+	for name, svc := range c.Services {
+		for _, p := range svc.Ports {
+			published++
+			if p.hostIP != "127.0.0.1" && p.hostIP != "::1" {
+				t.Errorf("service %s publishes %q on %q, want 127.0.0.1:HOST_PORT:CONTAINER_PORT", name, p.spec, cmp.Or(p.hostIP, "every interface"))
+			}
+		}
+	}
+	if published == 0 {
+		t.Error("no service publishes a port: is the parse of ports broken?")
+	}
+}
+
+func TestShortPortHostIP(t *testing.T) {
+	t.Parallel()
+	for spec, want := range map[string]string{
+		"8080":                     "",
+		"27017:27017":              "",
+		"8081-8083:8080":           "",
+		"5672:5672/tcp":            "",
+		"127.0.0.1:27017:27017":    "127.0.0.1",
+		"127.0.0.1:8081-8083:8080": "127.0.0.1",
+		"0.0.0.0:5672:5672":        "0.0.0.0",
+		"[::1]:5672:5672":          "::1",
+		"[::]:5672:5672/udp":       "::",
+	} {
+		if got := shortPortHostIP(spec); got != want {
+			t.Errorf("shortPortHostIP(%q) = %q, want %q", spec, got, want)
+		}
+	}
+}
+
 // TestComposeWorkerEnvironment checks that every OUTBOX_* variable set on a
 // worker service is a setting of config.go, and that the worker accepts the
 // values: it loads them exactly as `worker run` would at start.
@@ -249,8 +338,11 @@ func checkSettingsTable(t *testing.T, path string, withFlag bool) {
 			t.Errorf("%s row of %s does not name its flag `--%s`", name, s.env, s.flag)
 		}
 		def := "`" + s.def + "`"
-		if s.env == "OUTBOX_WORKER_ID" {
+		switch {
+		case s.env == "OUTBOX_WORKER_ID":
 			def = "<hostname>-<pid>" // the real default differs per process
+		case s.def == "":
+			def = "unset"
 		}
 		if !strings.Contains(row, def) {
 			t.Errorf("%s row of %s does not give its default %s", name, s.env, def)

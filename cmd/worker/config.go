@@ -22,6 +22,7 @@ import (
 	"github.com/outboxrelay/outbox/internal/memlimit"
 	"github.com/outboxrelay/outbox/internal/redact"
 	"github.com/outboxrelay/outbox/mongo"
+	"github.com/outboxrelay/outbox/ops"
 	"github.com/outboxrelay/outbox/recovery"
 	"github.com/outboxrelay/outbox/retention"
 	"github.com/outboxrelay/outbox/schedule"
@@ -55,11 +56,15 @@ type Config struct {
 	MaxMessageBytes  int
 	Retention        time.Duration
 	HTTPAddr         string
-	ShutdownTimeout  time.Duration
-	WorkerID         string
-	LogLevel         slog.Level
-	LogFormat        string
-	Pprof            bool
+	// HTTPToken is the bearer token POST /trigger requires; "" lets only
+	// loopback clients trigger.
+	HTTPToken       string
+	ShutdownTimeout time.Duration
+	WorkerID        string
+	LogLevel        slog.Level
+	LogFormat       string
+	// PprofAddr is the loopback address of the profiler; "" is off.
+	PprofAddr string
 	// Ordering and OrderingAfterFailed are claim.Config's Ordering and
 	// AfterFailed.
 	Ordering            string
@@ -84,6 +89,8 @@ type setting struct {
 	// forOperatorCommands: the operator commands (stats, requeue, skip,
 	// show) read this setting too; the others only the relay does.
 	forOperatorCommands bool
+	// secret: errors never show the value, not even redacted.
+	secret bool
 }
 
 // commandKind says which settings a command reads: the relay reads every
@@ -147,6 +154,8 @@ func settings() []setting {
 			usage: "how long PUBLISHED events are kept; 0 keeps them", parse: parseRetention},
 		{env: "OUTBOX_HTTP_ADDR", flag: "http-addr", def: ":8080",
 			usage: "address of /healthz, /readyz, /metrics, /status and /trigger", parse: func(c *Config, v string) error { return parseAddr(&c.HTTPAddr, v) }},
+		{env: "OUTBOX_HTTP_TOKEN", flag: "http-token", def: "", secret: true,
+			usage: "bearer token POST /trigger requires (Authorization: Bearer <token>); unset: only clients on this host may trigger. Prefer the variable: a flag shows in ps", parse: parseHTTPToken},
 		{env: "OUTBOX_SHUTDOWN_TIMEOUT", flag: "shutdown-timeout", def: "30s",
 			usage: "how long a stop may take", parse: func(c *Config, v string) error { return parseDurationAtLeast(&c.ShutdownTimeout, v, time.Second) }},
 		{env: "OUTBOX_WORKER_ID", flag: "worker-id", def: defaultWorkerID(),
@@ -163,8 +172,8 @@ func settings() []setting {
 			usage: "wait: later events of an aggregate wait behind a FAILED one until it is requeued or skipped; continue: they flow", parse: func(c *Config, v string) error {
 				return oneOf(&c.OrderingAfterFailed, v, claim.AfterFailedWait, claim.AfterFailedContinue)
 			}},
-		{env: "OUTBOX_PPROF", flag: "pprof", def: "false",
-			usage: "serve /debug/pprof/ on the HTTP address (for profiling; keep the address private)", parse: func(c *Config, v string) error { return parseBool(&c.Pprof, v) }},
+		{env: "OUTBOX_PPROF_ADDR", flag: "pprof-addr", def: "",
+			usage: "loopback address such as 127.0.0.1:6060 on which Go's profiler serves /debug/pprof/; unset: off", parse: parsePprofAddr},
 	}
 }
 
@@ -253,7 +262,11 @@ func invalidSetting(s setting, src source, why string) error {
 	if src.from != s.env {
 		name += " (" + src.from + ")"
 	}
-	return fmt.Errorf("%w: invalid %s %q: %s", ErrUsage, name, redactSetting(src.value), why)
+	value := redactSetting(src.value)
+	if s.secret {
+		value = "<redacted>"
+	}
+	return fmt.Errorf("%w: invalid %s %q: %s", ErrUsage, name, value, why)
 }
 
 // settingsError is a rule between settings that the value of the setting
@@ -446,6 +459,30 @@ func parseAddr(dst *string, v string) error {
 		return errors.New("want host:port or :port")
 	}
 	*dst = v
+	return nil
+}
+
+// parseHTTPToken accepts no token (only loopback clients may trigger) or
+// one that ops.Server takes.
+func parseHTTPToken(c *Config, v string) error {
+	if v != "" {
+		if err := ops.CheckToken(v); err != nil {
+			return err
+		}
+	}
+	c.HTTPToken = v
+	return nil
+}
+
+// parsePprofAddr accepts no address (no profiler) or a loopback one: the
+// profiler shows the process's memory, and a profile costs CPU.
+func parsePprofAddr(c *Config, v string) error {
+	if v != "" {
+		if err := ops.CheckLoopbackAddr(v); err != nil {
+			return err
+		}
+	}
+	c.PprofAddr = v
 	return nil
 }
 

@@ -99,6 +99,8 @@ func TestLoadConfig(t *testing.T) {
 				"OUTBOX_MAX_MESSAGE_BYTES": "1048576",
 				"OUTBOX_RETENTION":         "0",
 				"OUTBOX_HTTP_ADDR":         "127.0.0.1:9090",
+				"OUTBOX_HTTP_TOKEN":        "0123456789abcdef",
+				"OUTBOX_PPROF_ADDR":        "[::1]:6060",
 				"OUTBOX_SHUTDOWN_TIMEOUT":  "45s",
 				"OUTBOX_WORKER_ID":         "relay-7",
 				"OUTBOX_LOG_LEVEL":         "debug",
@@ -130,6 +132,7 @@ func TestLoadConfig(t *testing.T) {
 				c.MaxMessageBytes = 1 << 20
 				c.Retention = 0
 				c.HTTPAddr = "127.0.0.1:9090"
+				c.HTTPToken, c.PprofAddr = "0123456789abcdef", "[::1]:6060"
 				c.ShutdownTimeout = 45 * time.Second
 				c.WorkerID = "relay-7"
 				c.LogLevel = slog.LevelDebug
@@ -259,6 +262,14 @@ func TestLoadConfigRejects(t *testing.T) {
 			want: []string{"OUTBOX_AMQP_URL", "https://user:"}},
 		{name: "http addr without host", env: map[string]string{"OUTBOX_HTTP_ADDR": "8080"},
 			want: []string{"OUTBOX_HTTP_ADDR", `"8080"`}},
+		{name: "pprof on every interface", env: map[string]string{"OUTBOX_PPROF_ADDR": ":6060"},
+			want: []string{"OUTBOX_PPROF_ADDR", `":6060"`, "loopback"}},
+		{name: "pprof on another host's address", args: []string{"--pprof-addr", "10.0.0.5:6060"},
+			want: []string{"OUTBOX_PPROF_ADDR", "--pprof-addr", `"10.0.0.5:6060"`, "loopback"}},
+		{name: "http token too short, not shown", env: map[string]string{"OUTBOX_HTTP_TOKEN": "secret"},
+			want: []string{"OUTBOX_HTTP_TOKEN", `"<redacted>"`, "at least 16"}},
+		{name: "http token with a space, not shown", env: map[string]string{"OUTBOX_HTTP_TOKEN": "secret secret secret"},
+			want: []string{"OUTBOX_HTTP_TOKEN", `"<redacted>"`, "no spaces"}},
 		{name: "log level unknown", env: map[string]string{"OUTBOX_LOG_LEVEL": "loud"},
 			want: []string{"OUTBOX_LOG_LEVEL", `"loud"`}},
 		{name: "log format unknown", env: map[string]string{"OUTBOX_LOG_FORMAT": "xml"},

@@ -272,7 +272,7 @@ func TestKubernetesWorkerSettings(t *testing.T) {
 
 	// Credentials only in the Secret, and only placeholders in git.
 	secret := one(t, objs, "Secret")
-	for _, k := range []string{"OUTBOX_MONGO_URI", "OUTBOX_AMQP_URL"} {
+	for _, k := range []string{"OUTBOX_MONGO_URI", "OUTBOX_AMQP_URL", "OUTBOX_HTTP_TOKEN"} {
 		v, ok := secret.StringData[k]
 		if !ok {
 			t.Errorf("Secret %s has no %s", secret.Metadata.Name, k)
@@ -451,9 +451,9 @@ type probeSamples struct{}
 
 func (probeSamples) Latest() (ops.Sample, bool) { return ops.Sample{}, false }
 
-func (probeJob) LastRun() time.Time { return time.Time{} }
-func (probeJob) Trigger()           {}
-func (probeJob) BatchLimit() int    { return 500 }
+func (probeJob) LastRun() time.Time  { return time.Time{} }
+func (probeJob) Wake() time.Duration { return 0 }
+func (probeJob) BatchLimit() int     { return 500 }
 
 // TestKubernetesProbePaths serves the worker's real endpoints and asks
 // them what the probes and the PodMonitor ask: the liveness path answers

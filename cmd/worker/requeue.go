@@ -3,12 +3,15 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"slices"
 	"strings"
+
+	"golang.org/x/term"
 
 	"github.com/outboxrelay/outbox/mongo"
 )
@@ -54,12 +57,14 @@ func requeueCommand(ctx context.Context, args []string, getenv func(string) stri
 		f       mongo.RequeueFilter
 		named   namedEvents
 		idsFrom string
+		yes     bool
 	)
 	cfg, _, err := loadConfig("requeue", args, getenv, operatorCommand, func(fs *flag.FlagSet) {
 		named.define(fs, "`ID` of an event to requeue (repeatable; commas separate ids); a NEW event named so that is backing off before a retry is made due now", "requeued")
 		fs.StringVar(&idsFrom, "ids-from", "", "`FILE` of event _ids to requeue, one per line, exactly (commas and spaces are part of an id); - reads standard input")
 		fs.StringVar(&f.Type, "type", "", "requeue FAILED events of this `TYPE`")
-		fs.BoolVar(&f.All, "all", false, "requeue every FAILED event")
+		fs.BoolVar(&f.All, "all", false, "requeue every FAILED event (asks first on a terminal; needs --yes otherwise)")
+		fs.BoolVar(&yes, "yes", false, "requeue every FAILED event with --all without asking")
 	})
 	if err != nil {
 		return err
@@ -80,11 +85,27 @@ func requeueCommand(ctx context.Context, args []string, getenv func(string) stri
 		return fmt.Errorf("%w: requeue needs --id, --ids-from, --type or --all", ErrUsage)
 	}
 	f.IDs = distinct(f.IDs) // an id named twice must not count twice in a dry run
+	ask := everyFailed(f) && !dryRun && !yes
+	console := stdinConsole(stderr)
+	if ask && !console.terminal {
+		return fmt.Errorf("%w: requeue --all moves every FAILED event back to NEW, and standard input is not a terminal to confirm on: add --yes (or count them first with --dry-run)", ErrUsage)
+	}
 	ctx, store, closeFn, err := openStore(ctx, cfg, stderr)
 	if err != nil {
 		return err
 	}
 	defer closeFn()
+	if ask {
+		failed, err := store.Requeue(ctx, f, true)
+		if err != nil {
+			return err
+		}
+		if failed > 0 {
+			if err := console.confirm(fmt.Sprintf("Requeue all %d FAILED events to NEW?", failed)); err != nil {
+				return err
+			}
+		}
+	}
 	n, err := inChunks(ctx, f, func(ctx context.Context, f mongo.RequeueFilter) (int, error) { return store.Requeue(ctx, f, dryRun) })
 	if err != nil {
 		return err
@@ -108,6 +129,45 @@ func requeueCommand(ctx context.Context, args []string, getenv func(string) stri
 		fmt.Fprintf(stdout, "%d NEW events backing off are due now (retryAt cleared)\n", due)
 	}
 	return nil
+}
+
+// everyFailed reports whether f chooses every FAILED event: --all with
+// neither --id nor --type to narrow it.
+func everyFailed(f mongo.RequeueFilter) bool {
+	return f.All && len(f.IDs) == 0 && f.Type == ""
+}
+
+// errNotConfirmed is the answer of an operator who did not say yes.
+var errNotConfirmed = errors.New("not confirmed: nothing requeued")
+
+// console is where a command asks a person to confirm: standard input,
+// and the prompt on standard error, which stays on the terminal when
+// standard output is piped.
+type console struct {
+	in       io.Reader
+	prompt   io.Writer
+	terminal bool // whether in is a terminal, so a person can answer
+}
+
+func stdinConsole(prompt io.Writer) console {
+	f, ok := stdin.(*os.File)
+	return console{in: stdin, prompt: prompt, terminal: ok && term.IsTerminal(int(f.Fd()))}
+}
+
+// confirm asks question and returns nil when the answer is y or yes, any
+// case, and errNotConfirmed for anything else, an empty line and the end
+// of the input included: only a deliberate yes acts.
+func (c console) confirm(question string) error {
+	fmt.Fprintf(c.prompt, "%s [y/N] ", question)
+	line, err := bufio.NewReader(c.in).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("read the answer: %w", err)
+	}
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		return nil
+	}
+	return errNotConfirmed
 }
 
 // inChunks runs op on f, its ids requeueChunk at a time, and adds up what

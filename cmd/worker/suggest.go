@@ -60,6 +60,13 @@ func didYouMean(name string, candidates []string, format string) string {
 // cmd/bench), not to the worker: it does not warn about them.
 var reservedEnvPrefixes = []string{"OUTBOX_TEST_", "OUTBOX_E2E_", "OUTBOX_BENCH_"}
 
+// replacedVariables are settings of earlier versions, by the settings that
+// replaced them: their suggestion, however far the names are apart.
+var replacedVariables = map[string]string{
+	// It served the profiler on the HTTP port, to every client.
+	"OUTBOX_PPROF": "OUTBOX_PPROF_ADDR",
+}
+
 // unknownVariable is an OUTBOX_ environment variable the worker does not
 // read, and the setting it may have meant ("" when none is close).
 type unknownVariable struct {
@@ -82,10 +89,10 @@ func unknownVariables(environ []string) []unknownVariable {
 			slices.ContainsFunc(reservedEnvPrefixes, func(p string) bool { return strings.HasPrefix(name, p) }) {
 			continue
 		}
-		u := unknownVariable{Name: name}
+		u := unknownVariable{Name: name, Suggestion: replacedVariables[name]}
 		// Compared without the prefix they all share, so that the
 		// prefix does not make distant names look near.
-		if c, ok := closest(strings.TrimPrefix(name, "OUTBOX_"), short); ok {
+		if c, ok := closest(strings.TrimPrefix(name, "OUTBOX_"), short); ok && u.Suggestion == "" {
 			u.Suggestion = "OUTBOX_" + c
 		}
 		out = append(out, u)

@@ -162,7 +162,8 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	w.http, err = ops.NewServer(ops.ServerConfig{
 		Archetype: arch,
 		Addr:      cfg.HTTPAddr, WorkerID: cfg.WorkerID, Store: w.store, Broker: w.publisher, Samples: w.sampler,
-		Claimer: w.claimer, Recovery: recoverer, Owner: w.owner, Gatherer: reg, Pprof: cfg.Pprof,
+		Claimer: w.claimer, Recovery: recoverer, Owner: w.owner, Gatherer: reg,
+		Token: cfg.HTTPToken, PprofAddr: cfg.PprofAddr,
 		BrokerNode: w.publisher.Node, WakeUp: wakeUp,
 	})
 	if err != nil {
@@ -271,10 +272,19 @@ func (w *worker) run(ctx context.Context) error {
 	if err := w.start(ctx, w.inner); err != nil {
 		return w.stop(err)
 	}
-	w.logger.Info("worker running", "http_addr", w.http.Addr())
+	w.logger.Info("worker running", "http_addr", w.http.Addr(), "pprof_addr", w.http.PprofAddr(),
+		"trigger", triggerAccess(w.cfg.HTTPToken))
 	<-ctx.Done()
 	w.logger.Info("worker stopping", "timeout", w.cfg.ShutdownTimeout.String())
 	return w.stop(nil)
+}
+
+// triggerAccess says who may POST /trigger, for the start's log line.
+func triggerAccess(token string) string {
+	if token == "" {
+		return "loopback clients only (OUTBOX_HTTP_TOKEN unset)"
+	}
+	return "clients with OUTBOX_HTTP_TOKEN"
 }
 
 // start starts services in order, and returns the error of the first
