@@ -11,6 +11,7 @@ import (
 	driver "go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/benchorder"
 )
 
 // The held-aggregates stage: aggregates held by FAILED events,
@@ -241,7 +242,7 @@ func heldDoc(i int, base time.Time) (bson.D, error) {
 	id := fmt.Sprintf("%s%04d-%d", heldIDPrefix, agg, pos)
 	doc, err := events.Draft{
 		ID: id, Type: "order.updated", AggregateType: heldAggregateType, AggregateID: fmt.Sprintf("%s%04d", heldIDPrefix, agg),
-		Payload: bson.D{{Key: "orderId", Value: id}, {Key: "note", Value: note}},
+		Payload: bson.D{{Key: "orderId", Value: id}, {Key: "note", Value: benchorder.Note}},
 	}.Document(base.Add(time.Duration(pos) * time.Millisecond))
 	if err != nil || pos > 0 {
 		return doc, err
@@ -264,7 +265,7 @@ func healthyDoc(i int, base time.Time) (bson.D, error) {
 	id := fmt.Sprintf("%s%05d", healthyIDPrefix, i)
 	return events.Draft{
 		ID: id, Type: "order.created", AggregateType: "order", AggregateID: fmt.Sprintf("order-ok-%04d", i/heldHealthyPerAgg),
-		Payload: bson.D{{Key: "orderId", Value: id}, {Key: "note", Value: note}},
+		Payload: bson.D{{Key: "orderId", Value: id}, {Key: "note", Value: benchorder.Note}},
 	}.Document(base.Add(time.Second + time.Duration(i)*time.Millisecond))
 }
 
