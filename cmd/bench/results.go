@@ -1,6 +1,10 @@
 package main
 
-import "math"
+import (
+	"fmt"
+	"math"
+	"time"
+)
 
 // The types of bench.json's figures. The figures themselves are declared
 // by the stages that measure them.
@@ -39,6 +43,16 @@ type Rate struct {
 	Count     int     `json:"count"`
 	Seconds   float64 `json:"seconds"`
 	PerSecond float64 `json:"perSecond"`
+}
+
+// rateOf is n done in elapsed: seconds to the hundredth, the rate whole.
+func rateOf(n int, elapsed time.Duration) Rate {
+	return Rate{Count: n, Seconds: round(elapsed.Seconds(), 2), PerSecond: round(float64(n)/elapsed.Seconds(), 0)}
+}
+
+// describe reads "12,345 events/s (100,000 in 8.1 s)" for unit "events".
+func (r Rate) describe(unit string) string {
+	return fmt.Sprintf("%s %s/s (%s in %.1f s)", thousands(int(r.PerSecond)), unit, thousands(r.Count), r.Seconds)
 }
 
 // Drain is one run of the worker draining the backlog.

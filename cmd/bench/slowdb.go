@@ -289,7 +289,7 @@ func slowRows(r *Results, key string, add addRow) {
 		}
 		env := prefixed(", ", strings.Join(run.WorkerEnv, " "))
 		add(fmt.Sprintf("Slow database, %s events, %s: raw loop (find %d, claim, mark) through the same path", thousands(run.Backlog), path, claim.BatchSizeDefault),
-			fmt.Sprintf("%s events/s (%s in %.1f s)", thousands(int(run.Raw.PerSecond)), thousands(run.Raw.Count), run.Raw.Seconds), "")
+			run.Raw.describe("events"), "")
 		for _, w := range run.Workers {
 			result := w.describe(run.Backlog)
 			target := ""
