@@ -196,8 +196,7 @@ type SlowRun struct {
 
 // SlowWorker is one worker process relaying a slow stage's backlog.
 type SlowWorker struct {
-	Build  string `json:"build"` // "this build" or "baseline"
-	Binary string `json:"binary"`
+	WorkerBuild
 	// Events are the distinct events received; Deliveries counts
 	// duplicates too.
 	Events       int  `json:"events"`
@@ -213,16 +212,19 @@ type SlowWorker struct {
 	WorkerCost
 }
 
-// current returns the run's worker of this build, if it ran.
-func (r SlowRun) current() (SlowWorker, bool) {
-	return currentOf(r.Workers, func(w SlowWorker) string { return w.Build })
+// WorkerBuild is a worker binary a stage runs, and which build it is.
+type WorkerBuild struct {
+	Build  string `json:"build"` // "this build" or "baseline"
+	Binary string `json:"binary"`
 }
 
-// currentOf returns the run of this build among runs, whose build names
-// the binary each ran, if it ran.
-func currentOf[T any](runs []T, build func(T) string) (T, bool) {
+// isCurrent reports whether the binary is this build's.
+func (w WorkerBuild) isCurrent() bool { return w.Build == buildCurrent }
+
+// currentOf returns the run of this build among runs, if it ran.
+func currentOf[T interface{ isCurrent() bool }](runs []T) (T, bool) {
 	for _, r := range runs {
-		if build(r) == buildCurrent {
+		if r.isCurrent() {
 			return r, true
 		}
 	}
