@@ -1,7 +1,8 @@
 // Package testenv gives integration tests the servers they talk to: a
 // MongoDB wire-protocol server, RabbitMQ, a TCP proxy for fault injection
 // and stand-in servers (Serve); and what tests of several packages share:
-// unique names, marshalled documents, waits, services started and stopped
+// unique names, marshalled documents, waits, Configs New must refuse,
+// services started and stopped
 // at cleanup, log buffers. It is imported only from
 // _test.go files, and imports none of the packages it serves (a prepared
 // store of package mongo is mongo/mongotest's).
