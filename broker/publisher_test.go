@@ -418,21 +418,12 @@ func TestConfigRejectsBadURL(t *testing.T) {
 func TestNewRejectsBadSettings(t *testing.T) {
 	t.Parallel()
 	const url = "amqp://guest:guest@127.0.0.1:5672/"
-	tests := []struct {
-		cfg  broker.Config
-		want string
-	}{
-		{broker.Config{URL: url, Window: -1}, "broker: Window -1"},
-		{broker.Config{URL: url, ReconnectMin: -time.Second}, "broker: ReconnectMin -1s"},
-		{broker.Config{URL: url, ReconnectMin: time.Minute}, "broker: ReconnectMax 30s: want at least ReconnectMin (1m0s)"},
-		{broker.Config{URL: url, WriteTimeout: -time.Second}, "broker: WriteTimeout -1s"},
-	}
-	for _, tt := range tests {
-		_, err := broker.New(tt.cfg)
-		if err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("New(%+v) = %v, want an error containing %q", tt.cfg, err, tt.want)
-		}
-	}
+	testenv.WantRefused(t, func(c broker.Config) error { _, err := broker.New(c); return err }, map[string]broker.Config{
+		"broker: Window -1":        {URL: url, Window: -1},
+		"broker: ReconnectMin -1s": {URL: url, ReconnectMin: -time.Second},
+		"broker: ReconnectMax 30s: want at least ReconnectMin (1m0s)": {URL: url, ReconnectMin: time.Minute},
+		"broker: WriteTimeout -1s":                                    {URL: url, WriteTimeout: -time.Second},
+	})
 	if _, err := broker.New(broker.Config{URL: url}); err != nil {
 		t.Errorf("New with every default: %v", err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/testenv"
+	"github.com/outboxrelay/outbox/metrics"
 	"github.com/outboxrelay/outbox/mongo/mongotest"
 )
 
@@ -44,6 +45,26 @@ func (o *scriptedOwner) Renew(context.Context) error {
 }
 
 func allTerms(term int64) func(int) int64 { return func(int) int64 { return term } }
+
+// ownerValidFor is an owner of every partition at term 1 whose Holds find the
+// validities in turn, the last one over again.
+func ownerValidFor(validities ...time.Duration) *scriptedOwner {
+	o := &scriptedOwner{}
+	for _, v := range validities {
+		o.answers = append(o.answers, ownerAnswer{terms: allTerms(1), validFor: v})
+	}
+	return o
+}
+
+// fencedClaimer is a claimer of batches of n under owner's fence, over a
+// fresh store of n events interleaved over aggregates aggregates.
+func fencedClaimer(t *testing.T, owner Owner, n, aggregates int) (*Claimer, *metrics.Metrics, *driver.Collection) {
+	t.Helper()
+	store := mongotest.Store(t)
+	insertInterleaved(t, store.Collection(), n, aggregates)
+	c, m := newClaimer(t, store, idlePublisher{t}, Config{Owner: owner, Ordering: OrderingAggregate, BatchSize: n})
+	return c, m, store.Collection()
+}
 
 // A claim reads in the partitions owned when it starts and writes under
 // the fence: only the events of partitions owned since then under the
@@ -146,14 +167,9 @@ func TestFenceGivesTheWriteTheTimeItNeeds(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			store := mongotest.Store(t)
-			insertInterleaved(t, store.Collection(), n, 8)
-			owner := &scriptedOwner{answers: []ownerAnswer{
-				{terms: allTerms(1), validFor: time.Minute},            // before the read
-				{terms: allTerms(1), validFor: 500 * time.Millisecond}, // a renewal is near
-				{terms: allTerms(1), validFor: tc.afterRenew},
-			}}
-			c, m := newClaimer(t, store, idlePublisher{t}, Config{Owner: owner, Ordering: OrderingAggregate, BatchSize: n})
+			// A minute before the read; then a renewal is near.
+			owner := ownerValidFor(time.Minute, 500*time.Millisecond, tc.afterRenew)
+			c, m, coll := fencedClaimer(t, owner, n, 8)
 			for _, w := range tc.seen {
 				c.writes.observe(w.events, w.took)
 			}
@@ -167,7 +183,7 @@ func TestFenceGivesTheWriteTheTimeItNeeds(t *testing.T) {
 			if got := testutil.ToFloat64(m.ClaimTrimmed); got != float64(n-tc.want) {
 				t.Errorf("claim_trimmed_events_total = %v, want %d", got, n-tc.want)
 			}
-			if processing := inStatus(t, store.Collection(), events.StatusProcessing); processing != tc.want {
+			if processing := inStatus(t, coll, events.StatusProcessing); processing != tc.want {
 				t.Errorf("%d events PROCESSING, want %d: the rest stay NEW", processing, tc.want)
 			}
 		})
@@ -194,13 +210,9 @@ func TestRenewalBesideTheReadEndsWithIt(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			store := mongotest.Store(t)
-			insertInterleaved(t, store.Collection(), n, 4)
-			owner := &scriptedOwner{answers: []ownerAnswer{
-				{terms: allTerms(1), validFor: time.Nanosecond}, // short of the read and the write
-				{terms: allTerms(1), validFor: time.Minute},
-			}}
-			c, _ := newClaimer(t, store, idlePublisher{t}, Config{Owner: owner, Ordering: OrderingAggregate, BatchSize: n})
+			// Short of the read and the write, then a minute.
+			owner := ownerValidFor(time.Nanosecond, time.Minute)
+			c, _, _ := fencedClaimer(t, owner, n, 4)
 			c.reads.observe(tc.read)
 			c.renews.observe(tc.renew)
 			res, _ := claimAsA(t, c)

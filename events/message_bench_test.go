@@ -1,13 +1,12 @@
 package events
 
 import (
-	"fmt"
-	"strings"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/outboxrelay/outbox/internal/benchorder"
 	"github.com/outboxrelay/outbox/internal/testenv"
 )
 
@@ -16,16 +15,10 @@ import (
 func benchEvent(b *testing.B, i int) bson.Raw {
 	b.Helper()
 	d, err := Draft{
-		Type:          "order.created",
-		AggregateType: "order",
-		AggregateID:   fmt.Sprintf("order-%08d", i),
-		Payload: bson.D{
-			{Key: "orderId", Value: fmt.Sprintf("order-%08d", i)},
-			{Key: "customerId", Value: fmt.Sprintf("customer-%06d", i%100000)},
-			{Key: "amount", Value: 1999 + i%1000},
-			{Key: "currency", Value: "EUR"},
-			{Key: "note", Value: strings.Repeat("n", 190)},
-		},
+		Type:          benchorder.Type,
+		AggregateType: benchorder.AggregateType,
+		AggregateID:   benchorder.AggregateID(i),
+		Payload:       benchorder.Payload(i),
 	}.Document(time.Now())
 	if err != nil {
 		b.Fatal(err)

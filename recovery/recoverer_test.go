@@ -155,19 +155,11 @@ func TestRunOnceCountsErrors(t *testing.T) {
 
 func TestNewValidatesConfig(t *testing.T) {
 	t.Parallel()
-	for _, tt := range []struct {
-		cfg  Config
-		want string
-	}{
-		{Config{StaleAfter: -time.Second}, "StaleAfter -1s"},
-		{Config{MaxAttempts: -1}, "MaxAttempts -1"},
-		{Config{Schedule: "bogus"}, `Schedule "bogus"`},
-	} {
-		_, err := New(failingStore{}, tt.cfg)
-		if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "recovery: ") {
-			t.Errorf("New(%+v) = %v, want a recovery config error naming %s", tt.cfg, err, tt.want)
-		}
-	}
+	testenv.WantRefused(t, func(c Config) error { _, err := New(failingStore{}, c); return err }, map[string]Config{
+		"recovery: StaleAfter -1s":   {StaleAfter: -time.Second},
+		"recovery: MaxAttempts -1":   {MaxAttempts: -1},
+		`recovery: Schedule "bogus"`: {Schedule: "bogus"},
+	})
 	r, err := New(failingStore{}, Config{})
 	if err != nil {
 		t.Fatalf("New with defaults: %v", err)

@@ -15,6 +15,7 @@ import (
 	driver "go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/metrics"
 	"github.com/outboxrelay/outbox/metrics/metricstest"
 	"github.com/outboxrelay/outbox/mongo/mongotest"
@@ -268,20 +269,12 @@ func TestRunOnceCountsWhatItDeletedBeforeAnError(t *testing.T) {
 
 func TestNewValidatesConfig(t *testing.T) {
 	t.Parallel()
-	for _, tt := range []struct {
-		cfg  Config
-		want string
-	}{
-		{Config{Retention: -time.Hour}, "Retention -1h0m0s"},
-		{Config{Retention: time.Hour, BatchSize: -1}, "BatchSize -1"},
-		{Config{Retention: time.Hour, Schedule: "bogus"}, `"bogus"`},
-		{Config{Retention: time.Hour, MaxRunTime: -time.Second}, "MaxRunTime -1s"},
-	} {
-		_, err := New(&failingStore{}, tt.cfg)
-		if err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("New(%+v) = %v, want an error naming %s", tt.cfg, err, tt.want)
-		}
-	}
+	testenv.WantRefused(t, func(c Config) error { _, err := New(&failingStore{}, c); return err }, map[string]Config{
+		"Retention -1h0m0s": {Retention: -time.Hour},
+		"BatchSize -1":      {Retention: time.Hour, BatchSize: -1},
+		`"bogus"`:           {Retention: time.Hour, Schedule: "bogus"},
+		"MaxRunTime -1s":    {Retention: time.Hour, MaxRunTime: -time.Second},
+	})
 	c, err := New(&failingStore{}, Config{})
 	if err != nil {
 		t.Fatalf("New with defaults: %v", err)

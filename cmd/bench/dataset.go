@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -11,29 +10,20 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/benchorder"
 )
 
 // insertChunk is how many documents one InsertMany writes.
 const insertChunk = 1000
 
-// note pads every payload so that its JSON body is about 300 bytes, the
-// size of the raw broker's messages.
-var note = strings.Repeat("n", 190)
-
 // eventDoc is a NEW event as a producer writes it (events.Draft), with an
 // order payload whose JSON body is about 300 bytes.
 func eventDoc(i int, createdAt time.Time) (bson.D, error) {
 	d := events.Draft{
-		Type:          "order.created",
-		AggregateType: "order",
-		AggregateID:   fmt.Sprintf("order-%08d", i),
-		Payload: bson.D{
-			{Key: "orderId", Value: fmt.Sprintf("order-%08d", i)},
-			{Key: "customerId", Value: fmt.Sprintf("customer-%06d", i%100000)},
-			{Key: "amount", Value: 1999 + i%1000},
-			{Key: "currency", Value: "EUR"},
-			{Key: "note", Value: note},
-		},
+		Type:          benchorder.Type,
+		AggregateType: benchorder.AggregateType,
+		AggregateID:   benchorder.AggregateID(i),
+		Payload:       benchorder.Payload(i),
 	}
 	return d.Document(createdAt)
 }

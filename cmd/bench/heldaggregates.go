@@ -11,6 +11,7 @@ import (
 	driver "go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/benchorder"
 )
 
 // The held-aggregates stage: aggregates held by FAILED events,
@@ -54,8 +55,7 @@ type HeldAggregates struct {
 
 // HeldRun is one worker process relaying the stage's healthy events.
 type HeldRun struct {
-	Build  string `json:"build"` // "this build" or "baseline"
-	Binary string `json:"binary"`
+	WorkerBuild
 	// Held says whether the backlog had the held aggregates ahead of the
 	// healthy events.
 	Held bool `json:"held"`
@@ -79,11 +79,6 @@ type HeldRun struct {
 	WorkerCost
 }
 
-// current returns this build's run with the held aggregates, if it ran.
-func (h HeldAggregates) current() (HeldRun, bool) {
-	return currentOf(h.With, func(r HeldRun) string { return r.Build })
-}
-
 // heldAggregatesRun runs this build's worker on the healthy backlog
 // alone, then each build's (-worker, -baseline) on the held aggregates
 // and the same healthy backlog behind them.
@@ -91,7 +86,7 @@ func (b *bench) heldAggregatesRun(ctx context.Context) error {
 	fmt.Fprintf(b.out, "   %s aggregates held by FAILED events (%d NEW waiting each) ahead of %s healthy NEW events, %d to an aggregate; 1 worker at its defaults\n",
 		thousands(heldAggregates), heldWaiting, thousands(heldHealthy), heldHealthyPerAgg)
 	h := HeldAggregates{Aggregates: heldAggregates, WaitingPerAggregate: heldWaiting, Healthy: heldHealthy, HealthyPerAggregate: heldHealthyPerAgg}
-	without, err := b.heldRun(ctx, workerBin{buildCurrent, b.cfg.WorkerBin}, false, heldReferenceLimit)
+	without, err := b.heldRun(ctx, WorkerBuild{buildCurrent, b.cfg.WorkerBin}, false, heldReferenceLimit)
 	if err != nil {
 		return err
 	}
@@ -120,8 +115,8 @@ func (b *bench) heldAggregatesRun(ctx context.Context) error {
 // backlog: the healthy events, behind the held aggregates when held. A
 // worker that does not deliver every healthy event within timeout is a
 // result, in HeldRun.Error.
-func (b *bench) heldRun(ctx context.Context, bin workerBin, held bool, timeout time.Duration) (HeldRun, error) {
-	label := strings.ReplaceAll(bin.build, " ", "-")
+func (b *bench) heldRun(ctx context.Context, bin WorkerBuild, held bool, timeout time.Duration) (HeldRun, error) {
+	label := strings.ReplaceAll(bin.Build, " ", "-")
 	if !held {
 		label = "no-held"
 	}
@@ -144,14 +139,14 @@ func (b *bench) heldRun(ctx context.Context, bin workerBin, held bool, timeout t
 	start := time.Now()
 	w, err := b.startWorker(workerOpts{
 		id: "bench-held-" + label, collection: coll.Name(), exchange: exchange,
-		bin: bin.path, defaults: true,
+		bin: bin.Binary, defaults: true,
 	})
 	if err != nil {
 		return HeldRun{}, err
 	}
 	defer w.Kill()
 
-	out := HeldRun{Build: bin.build, Binary: bin.path, Held: held}
+	out := HeldRun{WorkerBuild: bin, Held: held}
 	if err := cons.waitForPrefix(ctx, healthyIDPrefix, heldHealthy, timeout); err != nil {
 		if ctx.Err() != nil {
 			return HeldRun{}, ctx.Err()
@@ -241,7 +236,7 @@ func heldDoc(i int, base time.Time) (bson.D, error) {
 	id := fmt.Sprintf("%s%04d-%d", heldIDPrefix, agg, pos)
 	doc, err := events.Draft{
 		ID: id, Type: "order.updated", AggregateType: heldAggregateType, AggregateID: fmt.Sprintf("%s%04d", heldIDPrefix, agg),
-		Payload: bson.D{{Key: "orderId", Value: id}, {Key: "note", Value: note}},
+		Payload: bson.D{{Key: "orderId", Value: id}, {Key: "note", Value: benchorder.Note}},
 	}.Document(base.Add(time.Duration(pos) * time.Millisecond))
 	if err != nil || pos > 0 {
 		return doc, err
@@ -264,7 +259,7 @@ func healthyDoc(i int, base time.Time) (bson.D, error) {
 	id := fmt.Sprintf("%s%05d", healthyIDPrefix, i)
 	return events.Draft{
 		ID: id, Type: "order.created", AggregateType: "order", AggregateID: fmt.Sprintf("order-ok-%04d", i/heldHealthyPerAgg),
-		Payload: bson.D{{Key: "orderId", Value: id}, {Key: "note", Value: note}},
+		Payload: bson.D{{Key: "orderId", Value: id}, {Key: "note", Value: benchorder.Note}},
 	}.Document(base.Add(time.Second + time.Duration(i)*time.Millisecond))
 }
 
@@ -342,7 +337,7 @@ func heldRows(r *Results, add addRow) {
 				ratio(w.PerSecond, h.Without.PerSecond), ratio(w.DBCommandsPer1000, h.Without.DBCommandsPer1000))
 		}
 		target := ""
-		if w.Build == buildCurrent {
+		if w.isCurrent() {
 			target = targetHeldNone
 		}
 		add(fmt.Sprintf("Held aggregates: %s behind %s aggregates held by FAILED events (%d NEW waiting each), 1 worker at its defaults (%s)",
@@ -351,7 +346,7 @@ func heldRows(r *Results, add addRow) {
 	if w := h.Without; w != nil {
 		add(fmt.Sprintf("Held aggregates: the same %s with no held aggregate, 1 worker at its defaults (%s)", backlog, w.Build), w.describe(), "")
 	}
-	if w, ok := h.current(); ok {
+	if w, ok := currentOf(h.With); ok {
 		add("Held aggregates: every healthy event delivered (this build)",
 			fmt.Sprintf("%s of %s", thousands(w.Healthy), thousands(h.Healthy)), targetHeldAll)
 	}
@@ -364,7 +359,7 @@ func heldTargets(r *Results, add addTarget) {
 	if !ok {
 		return
 	}
-	if w, ok := h.current(); ok {
+	if w, ok := currentOf(h.With); ok {
 		add(targetHeldNone, "0 delivered, 0 changed",
 			fmt.Sprintf("%d delivered, %d changed", w.HeldDelivered, w.HeldChanged), w.HeldDelivered == 0 && w.HeldChanged == 0)
 		add(targetHeldAll, fmt.Sprintf("all %s", thousands(h.Healthy)),

@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/benchorder"
 )
 
 const hotIDPrefix = "hot-"
@@ -140,7 +141,7 @@ func hotDoc(i int, base time.Time) (bson.D, error) {
 		Payload: bson.D{
 			{Key: "orderId", Value: "order-hot"},
 			{Key: "version", Value: i},
-			{Key: "note", Value: note},
+			{Key: "note", Value: benchorder.Note},
 		},
 	}.Document(base.Add(time.Duration(i) * time.Millisecond))
 }

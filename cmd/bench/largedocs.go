@@ -63,8 +63,8 @@ func (b *bench) largeDocuments(ctx context.Context) error {
 }
 
 // largeDocsRun is one worker process of bin relaying the stage's events.
-func (b *bench) largeDocsRun(ctx context.Context, bin workerBin) (LargeDocs, error) {
-	label := strings.ReplaceAll(bin.build, " ", "-")
+func (b *bench) largeDocsRun(ctx context.Context, bin WorkerBuild) (LargeDocs, error) {
+	label := strings.ReplaceAll(bin.Build, " ", "-")
 	coll, _, err := b.preparedCollection(ctx, "large_docs_"+strings.ReplaceAll(label, "-", "_"))
 	if err != nil {
 		return LargeDocs{}, err
@@ -94,12 +94,12 @@ func (b *bench) largeDocsRun(ctx context.Context, bin workerBin) (LargeDocs, err
 
 	// The first process keeps the log name of earlier runs.
 	id := "bench-large"
-	if bin.build != buildCurrent {
+	if !bin.isCurrent() {
 		id += "-" + label
 	}
 	start := time.Now()
 	w, err := b.startWorker(workerOpts{
-		id: id, collection: coll.Name(), exchange: exchange, schedule: b.cfg.DrainSched, bin: bin.path,
+		id: id, collection: coll.Name(), exchange: exchange, schedule: b.cfg.DrainSched, bin: bin.Binary,
 		// Info level for the worker's "memory" line, which says what
 		// it derived from the limit.
 		env: []string{largeMemLimitEnv, "OUTBOX_LOG_LEVEL=info"},
@@ -121,7 +121,7 @@ func (b *bench) largeDocsRun(ctx context.Context, bin workerBin) (LargeDocs, err
 	}
 	first, deliveries := cons.snapshot()
 	r := LargeDocs{
-		Build: bin.build, Binary: bin.path,
+		Build: bin.Build, Binary: bin.Binary,
 		Events: largeDocs, PayloadMiB: largeDocBytes >> 20, Received: len(first), Deliveries: deliveries,
 		MemoryLimitEnv: largeMemLimitEnv, MemoryLimitMiB: largeMemLimitMiB, InsertSeconds: round(insert.Seconds(), 1),
 		Seconds: round(elapsed.Seconds(), 1), PeakRSSMB: round(st.peakRSSMB, 1), CPUSeconds: round(st.cpu.Seconds(), 2),

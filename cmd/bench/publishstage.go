@@ -84,7 +84,7 @@ func (b *bench) publishStage(ctx context.Context) error {
 		}
 	}
 	elapsed := time.Since(start)
-	r := Rate{Count: n, Seconds: round(elapsed.Seconds(), 2), PerSecond: round(float64(n)/elapsed.Seconds(), 0)}
+	r := rateOf(n, elapsed)
 	publishFig.set(b.res, r)
 	fmt.Fprintf(b.out, "   %d events in batches of %d through broker.Publisher in %.2fs: %.0f/s (body %d bytes)\n",
 		n, size, elapsed.Seconds(), r.PerSecond, len(batches[0][0].Body))

@@ -26,14 +26,10 @@ var (
 
 var rawBrokerStage = stage{
 	key: "raw-broker", figures: []anyFigure{rawBrokerFig, rawBrokerCPUFig},
-	steps: one("raw broker", (*bench).rawBroker), rows: rawBrokerRows,
-}
-
-func rawBrokerRows(r *Results, add addRow) {
-	if rb := rawBrokerFig.value(r); rb.Count > 0 {
-		add(fmt.Sprintf("Raw broker limit (own amqp091 publisher, %d B, %s confirms in flight)", rawBodySize, thousands(rawInFlight)),
-			fmt.Sprintf("%s msg/s (%s in %.1f s)", thousands(int(rb.PerSecond)), thousands(rb.Count), rb.Seconds), "")
-	}
+	steps: one("raw broker", (*bench).rawBroker),
+	rows: rateRow(rawBrokerFig, "msg", func(*Results) string {
+		return fmt.Sprintf("Raw broker limit (own amqp091 publisher, %d B, %s confirms in flight)", rawBodySize, thousands(rawInFlight))
+	}),
 }
 
 // rawBroker measures the broker's limit with the harness's own publisher
@@ -106,7 +102,7 @@ func (b *bench) rawBroker(ctx context.Context) error {
 		return fmt.Errorf("confirm: %w", err)
 	}
 	elapsed, cpu := time.Since(start), processCPU()-cpuStart
-	rate := Rate{Count: n, Seconds: round(elapsed.Seconds(), 2), PerSecond: round(float64(n)/elapsed.Seconds(), 0)}
+	rate := rateOf(n, elapsed)
 	cpuPer1000 := round(1000*cpu.Seconds()/(float64(n)/1000), 1)
 	rawBrokerFig.set(b.res, rate)
 	if cpuPer1000 > 0 {

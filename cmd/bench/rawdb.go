@@ -22,14 +22,10 @@ var (
 
 var rawDBStage = stage{
 	key: "raw-db", figures: []anyFigure{insertFig, rawDBFig},
-	steps: one("raw database loop", (*bench).rawDB), rows: rawDBRows,
-}
-
-func rawDBRows(r *Results, add addRow) {
-	if raw := rawDBFig.value(r); raw.Count > 0 {
-		add(fmt.Sprintf("Raw database limit (own loop: find %d NEW ids, claim UpdateMany, mark UpdateMany)", r.Config.BatchSize),
-			fmt.Sprintf("%s events/s (%s in %.1f s)", thousands(int(raw.PerSecond)), thousands(raw.Count), raw.Seconds), "")
-	}
+	steps: one("raw database loop", (*bench).rawDB),
+	rows: rateRow(rawDBFig, "events", func(r *Results) string {
+		return fmt.Sprintf("Raw database limit (own loop: find %d NEW ids, claim UpdateMany, mark UpdateMany)", r.Config.BatchSize)
+	}),
 }
 
 // rawDB measures the database's limit for the relay's access pattern with
@@ -49,7 +45,7 @@ func (b *bench) rawDB(ctx context.Context) error {
 	}
 	insert := time.Since(t0)
 	fmt.Fprintf(b.out, "   inserted %d NEW events in %.1fs (%.0f/s)\n", b.cfg.Backlog, insert.Seconds(), float64(b.cfg.Backlog)/insert.Seconds())
-	insertFig.set(b.res, Rate{Count: b.cfg.Backlog, Seconds: round(insert.Seconds(), 2), PerSecond: round(float64(b.cfg.Backlog)/insert.Seconds(), 0)})
+	insertFig.set(b.res, rateOf(b.cfg.Backlog, insert))
 
 	relayed, batches, elapsed, err := rawLoop(ctx, coll, b.cfg.BatchSize)
 	if err != nil {
@@ -58,7 +54,7 @@ func (b *bench) rawDB(ctx context.Context) error {
 	if relayed != b.cfg.Backlog {
 		return fmt.Errorf("raw loop relayed %d events of %d", relayed, b.cfg.Backlog)
 	}
-	rate := Rate{Count: relayed, Seconds: round(elapsed.Seconds(), 2), PerSecond: round(float64(relayed)/elapsed.Seconds(), 0)}
+	rate := rateOf(relayed, elapsed)
 	rawDBFig.set(b.res, rate)
 	fmt.Fprintf(b.out, "   find %d + claim + mark, %d batches: %d events in %.1fs: %.0f/s\n",
 		b.cfg.BatchSize, batches, relayed, elapsed.Seconds(), rate.PerSecond)

@@ -173,7 +173,7 @@ func fiftyK(ratio float64, all bool) SlowRun {
 		Key: "backlog-50k", Name: "backlog of 50,000 events", Backlog: 50000,
 		Raw: Rate{Count: 50000, Seconds: 500, PerSecond: 100},
 		Workers: []SlowWorker{{
-			Build: buildCurrent, Events: events, Deliveries: events, AllDelivered: all,
+			WorkerBuild: WorkerBuild{Build: buildCurrent}, Events: events, Deliveries: events, AllDelivered: all,
 			Seconds: 50000 / (100 * ratio), FirstSeconds: 12, PerSecond: 100 * ratio, Ratio: ratio,
 		}},
 	}

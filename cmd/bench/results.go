@@ -1,6 +1,10 @@
 package main
 
-import "math"
+import (
+	"fmt"
+	"math"
+	"time"
+)
 
 // The types of bench.json's figures. The figures themselves are declared
 // by the stages that measure them.
@@ -39,6 +43,16 @@ type Rate struct {
 	Count     int     `json:"count"`
 	Seconds   float64 `json:"seconds"`
 	PerSecond float64 `json:"perSecond"`
+}
+
+// rateOf is n done in elapsed: seconds to the hundredth, the rate whole.
+func rateOf(n int, elapsed time.Duration) Rate {
+	return Rate{Count: n, Seconds: round(elapsed.Seconds(), 2), PerSecond: round(float64(n)/elapsed.Seconds(), 0)}
+}
+
+// describe reads "12,345 events/s (100,000 in 8.1 s)" for unit "events".
+func (r Rate) describe(unit string) string {
+	return fmt.Sprintf("%s %s/s (%s in %.1f s)", thousands(int(r.PerSecond)), unit, thousands(r.Count), r.Seconds)
 }
 
 // Drain is one run of the worker draining the backlog.
@@ -182,8 +196,7 @@ type SlowRun struct {
 
 // SlowWorker is one worker process relaying a slow stage's backlog.
 type SlowWorker struct {
-	Build  string `json:"build"` // "this build" or "baseline"
-	Binary string `json:"binary"`
+	WorkerBuild
 	// Events are the distinct events received; Deliveries counts
 	// duplicates too.
 	Events       int  `json:"events"`
@@ -199,16 +212,19 @@ type SlowWorker struct {
 	WorkerCost
 }
 
-// current returns the run's worker of this build, if it ran.
-func (r SlowRun) current() (SlowWorker, bool) {
-	return currentOf(r.Workers, func(w SlowWorker) string { return w.Build })
+// WorkerBuild is a worker binary a stage runs, and which build it is.
+type WorkerBuild struct {
+	Build  string `json:"build"` // "this build" or "baseline"
+	Binary string `json:"binary"`
 }
 
-// currentOf returns the run of this build among runs, whose build names
-// the binary each ran, if it ran.
-func currentOf[T any](runs []T, build func(T) string) (T, bool) {
+// isCurrent reports whether the binary is this build's.
+func (w WorkerBuild) isCurrent() bool { return w.Build == buildCurrent }
+
+// currentOf returns the run of this build among runs, if it ran.
+func currentOf[T interface{ isCurrent() bool }](runs []T) (T, bool) {
 	for _, r := range runs {
-		if build(r) == buildCurrent {
+		if r.isCurrent() {
 			return r, true
 		}
 	}

@@ -144,17 +144,11 @@ func (b *bench) slowDB(ctx context.Context, s slowStage) error {
 	return nil
 }
 
-// workerBin is a worker binary a slow stage runs.
-type workerBin struct {
-	build string // "this build" or "baseline"
-	path  string
-}
-
 // workerBinaries are -worker and, with -baseline, the baseline binary.
-func (b *bench) workerBinaries() []workerBin {
-	bins := []workerBin{{buildCurrent, b.cfg.WorkerBin}}
+func (b *bench) workerBinaries() []WorkerBuild {
+	bins := []WorkerBuild{{buildCurrent, b.cfg.WorkerBin}}
 	if b.cfg.Baseline != "" {
-		bins = append(bins, workerBin{buildBaseline, b.cfg.Baseline})
+		bins = append(bins, WorkerBuild{buildBaseline, b.cfg.Baseline})
 	}
 	return bins
 }
@@ -216,8 +210,8 @@ func (b *bench) slowRaw(ctx context.Context, client *driver.Client, s slowStage)
 // event or timeout passes. A worker that does not deliver everything in
 // time is a result, reported in SlowWorker.Error, not a failure of the
 // harness.
-func (b *bench) slowWorker(ctx context.Context, s slowStage, uri string, bin workerBin, timeout time.Duration) (SlowWorker, error) {
-	label := strings.ReplaceAll(bin.build, " ", "-")
+func (b *bench) slowWorker(ctx context.Context, s slowStage, uri string, bin WorkerBuild, timeout time.Duration) (SlowWorker, error) {
+	label := strings.ReplaceAll(bin.Build, " ", "-")
 	name := "slow_" + strings.ReplaceAll(s.key, "-", "_") + "_" + strings.ReplaceAll(label, "-", "_")
 	coll, _, err := b.preparedCollection(ctx, name)
 	if err != nil {
@@ -237,14 +231,14 @@ func (b *bench) slowWorker(ctx context.Context, s slowStage, uri string, bin wor
 	start := time.Now()
 	w, err := b.startWorker(workerOpts{
 		id: "bench-" + s.key + "-" + label, collection: coll.Name(), exchange: exchange,
-		env: s.env, bin: bin.path, mongoURI: uri, defaults: true,
+		env: s.env, bin: bin.Binary, mongoURI: uri, defaults: true,
 	})
 	if err != nil {
 		return SlowWorker{}, err
 	}
 	defer w.Kill()
 
-	out := SlowWorker{Build: bin.build, Binary: bin.path}
+	out := SlowWorker{WorkerBuild: bin}
 	if err := cons.waitFor(ctx, s.backlog, timeout); err != nil {
 		if ctx.Err() != nil {
 			return SlowWorker{}, ctx.Err()
@@ -289,16 +283,16 @@ func slowRows(r *Results, key string, add addRow) {
 		}
 		env := prefixed(", ", strings.Join(run.WorkerEnv, " "))
 		add(fmt.Sprintf("Slow database, %s events, %s: raw loop (find %d, claim, mark) through the same path", thousands(run.Backlog), path, claim.BatchSizeDefault),
-			fmt.Sprintf("%s events/s (%s in %.1f s)", thousands(int(run.Raw.PerSecond)), thousands(run.Raw.Count), run.Raw.Seconds), "")
+			run.Raw.describe("events"), "")
 		for _, w := range run.Workers {
 			result := w.describe(run.Backlog)
 			target := ""
-			if w.Build == buildCurrent {
+			if w.isCurrent() {
 				target = targetSlowRatio(run)
 			}
 			add(fmt.Sprintf("Slow database, %s events, %s: 1 worker at its defaults%s (%s)", thousands(run.Backlog), path, env, w.Build), result, target)
 		}
-		if w, ok := run.current(); ok {
+		if w, ok := currentOf(run.Workers); ok {
 			add(fmt.Sprintf("Slow database, %s events, %s: every event delivered (this build)", thousands(run.Backlog), path),
 				fmt.Sprintf("%s of %s", thousands(w.Events), thousands(run.Backlog)), targetSlowDelivered(run))
 		}
@@ -309,7 +303,7 @@ func slowRows(r *Results, key string, add addRow) {
 // called key, at slowRatioMin of the raw loop's rate at least.
 func slowTargets(r *Results, key string, add addTarget) {
 	for _, run := range slowFig.value(r) {
-		w, ok := run.current()
+		w, ok := currentOf(run.Workers)
 		if run.Key != key || !ok || run.Raw.PerSecond <= 0 {
 			continue
 		}

@@ -53,6 +53,16 @@ func one(name string, run func(*bench, context.Context) error) func(*bench) []st
 	}
 }
 
+// rateRow is the rows of a stage whose one row is fig's rate in unit per
+// second, under the measure that measure names; none before fig is set.
+func rateRow(fig figure[Rate], unit string, measure func(*Results) string) func(*Results, addRow) {
+	return func(r *Results, add addRow) {
+		if rate := fig.value(r); rate.Count > 0 {
+			add(measure(r), rate.describe(unit), "")
+		}
+	}
+}
+
 // stageKeys are the -only names of stages, in the order they run.
 func stageKeys(stages []stage) []string {
 	var keys []string

@@ -1,10 +1,10 @@
 // Package testenv gives integration tests the servers they talk to: a
 // MongoDB wire-protocol server, RabbitMQ, a TCP proxy for fault injection
 // and stand-in servers (Serve); and what tests of several packages share:
-// unique names, marshalled documents, waits, services started and stopped
-// at cleanup, log buffers. It is imported only from
-// _test.go files, and imports none of the packages it serves (a prepared
-// store of package mongo is mongo/mongotest's).
+// unique names, marshalled documents, waits, Configs New must refuse,
+// services started and stopped at cleanup, log buffers. It is imported
+// only from _test.go files, and imports none of the packages it serves (a
+// prepared store of package mongo is mongo/mongotest's).
 //
 // MongoDB: OUTBOX_TEST_MONGO_URI selects a real server. Without it, the test
 // binary starts one embedded FerretDB v1.24.0 backed by PostgreSQL
