@@ -26,13 +26,13 @@ func withAttempt(update bson.D, a *events.AttemptError) bson.D {
 // trimAttempts drops the oldest entry of each history that holds more
 // than events.AttemptErrorsKept, of the events filter matches, after a
 // write to them that added one, where $slice does nothing
-// (Store.trimHistory). filter narrows the trim to those events: on
+// (Store.ferret). filter narrows the trim to those events: on
 // FerretDB it is a pass over what it matches. Each write adds one entry, so
 // one pop a write keeps the bound. A trim that fails is logged: the
 // history is one entry long until the next trims it, and the write it
 // follows has landed.
 func (s *Store) trimAttempts(ctx context.Context, filter bson.D) {
-	if !s.trimHistory {
+	if !s.ferret {
 		return
 	}
 	filter = append(slices.Clone(filter),

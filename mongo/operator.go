@@ -2,6 +2,7 @@ package mongo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -122,13 +123,17 @@ func (s *Store) RetryNow(ctx context.Context, f RequeueFilter, dryRun bool) (int
 	return int(res.ModifiedCount), nil
 }
 
-// Find returns the event whose _id is id (as a string or an ObjectID's hex).
+// ErrNoEvent is Find's error when no event has the _id asked for.
+var ErrNoEvent = errors.New("no such event")
+
+// Find returns the event whose _id is id (as a string or an ObjectID's
+// hex), or an error that wraps ErrNoEvent.
 func (s *Store) Find(ctx context.Context, id string) (bson.Raw, error) {
 	raw, err := s.coll.FindOne(ctx, bson.D{
 		{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: idCandidates([]string{id})}}},
 	}).Raw()
 	if isNoDocuments(err) {
-		return nil, fmt.Errorf("no event with _id %q", id)
+		return nil, fmt.Errorf("%w: no event with _id %q", ErrNoEvent, id)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("find event %q: %w", id, err)

@@ -72,10 +72,10 @@ type Store struct {
 	// findClaimable); false on FerretDB, which plans neither with an
 	// index, so that one find costs it one pass over the NEW events.
 	splitClaim bool
-	// trimHistory trims attempt histories with a write of their own:
-	// FerretDB accepts $push's $slice and ignores it (trimAttempts).
-	trimHistory bool
-	skipped     skipSet
+	// ferret is a FerretDB server: it accepts $push's $slice and ignores
+	// it (trimAttempts), and knows no $dateTrunc (PublishedPerMinute).
+	ferret  bool
+	skipped skipSet
 	// largestDoc is the largest document the last claim read, in bytes,
 	// or a guess after a claim's find failed: it bounds the claim's
 	// reply batches (see findBatch).
@@ -116,6 +116,22 @@ func New(client *mongo.Client, cfg Config) *Store {
 // whether it is FerretDB, and creates the indexes the worker's queries
 // rely on and, with transactions, the partitions' fence documents. It is idempotent and safe to run from every replica at once.
 func (s *Store) Prepare(ctx context.Context) error {
+	if err := s.Detect(ctx); err != nil {
+		return err
+	}
+	if err := s.ensureIndexes(ctx); err != nil {
+		return err
+	}
+	if s.txn {
+		return s.ensureFences(ctx)
+	}
+	return nil
+}
+
+// Detect learns what the deployment supports (transactions; FerretDB and
+// what it lacks) without writing anything: Prepare does it first, and a
+// reader such as the console, which may hold read-only credentials, alone.
+func (s *Store) Detect(ctx context.Context) error {
 	txn, err := deployment.SupportsTransactions(ctx, s.client)
 	if err != nil {
 		return err
@@ -126,13 +142,7 @@ func (s *Store) Prepare(ctx context.Context) error {
 		return err
 	}
 	s.splitClaim = !ferret
-	s.trimHistory = ferret
-	if err := s.ensureIndexes(ctx); err != nil {
-		return err
-	}
-	if s.txn {
-		return s.ensureFences(ctx)
-	}
+	s.ferret = ferret
 	return nil
 }
 

@@ -58,7 +58,9 @@ type Config struct {
 	HTTPAddr         string
 	// HTTPToken is the bearer token POST /trigger requires; "" lets only
 	// loopback clients trigger.
-	HTTPToken       string
+	HTTPToken string
+	// ConsoleAddr is where `worker console` listens.
+	ConsoleAddr     string
 	ShutdownTimeout time.Duration
 	WorkerID        string
 	LogLevel        slog.Level
@@ -89,6 +91,9 @@ type setting struct {
 	// forOperatorCommands: the operator commands (stats, requeue, skip,
 	// show) read this setting too; the others only the relay does.
 	forOperatorCommands bool
+	// forConsole: `worker console` reads this setting besides the
+	// operator commands' ones.
+	forConsole bool
 	// secret: errors never show the value, not even redacted.
 	secret bool
 }
@@ -101,6 +106,9 @@ type commandKind int
 const (
 	relayCommand commandKind = iota
 	operatorCommand
+	// consoleKind reads the operator commands' settings and those
+	// forConsole.
+	consoleKind
 )
 
 // ErrUsage marks a configuration error: the worker exits with code 2.
@@ -164,7 +172,7 @@ func settings() []setting {
 			usage: "debug, info, warn or error", parse: func(c *Config, v string) error { return c.LogLevel.UnmarshalText([]byte(v)) }},
 		{env: "OUTBOX_LOG_FORMAT", flag: "log-format", def: "auto", forOperatorCommands: true,
 			usage: "auto (text on a terminal, else json), json or text", parse: func(c *Config, v string) error { return oneOf(&c.LogFormat, v, "auto", "json", "text") }},
-		{env: "OUTBOX_ORDERING", flag: "ordering", def: claim.OrderingAggregate,
+		{env: "OUTBOX_ORDERING", flag: "ordering", def: claim.OrderingAggregate, forConsole: true,
 			usage: "aggregate: events of one aggregate are published in createdAt order; none: no order", parse: func(c *Config, v string) error {
 				return oneOf(&c.Ordering, v, claim.OrderingAggregate, claim.OrderingNone)
 			}},
@@ -172,6 +180,9 @@ func settings() []setting {
 			usage: "wait: later events of an aggregate wait behind a FAILED one until it is requeued or skipped; continue: they flow", parse: func(c *Config, v string) error {
 				return oneOf(&c.OrderingAfterFailed, v, claim.AfterFailedWait, claim.AfterFailedContinue)
 			}},
+		{env: "OUTBOX_CONSOLE_ADDR", flag: "console-addr", def: "127.0.0.1:8090", forConsole: true,
+			usage: "address the console command serves the operator console on; it is read-only and has no authentication of its own, so keep it on loopback or behind a proxy that authenticates",
+			parse: func(c *Config, v string) error { return parseAddr(&c.ConsoleAddr, v) }},
 		{env: "OUTBOX_PPROF_ADDR", flag: "pprof-addr", def: "",
 			usage: "loopback address such as 127.0.0.1:6060 on which Go's profiler serves /debug/pprof/; unset: off", parse: parsePprofAddr},
 	}
@@ -196,7 +207,7 @@ func loadConfig(name string, args []string, getenv func(string) string, kind com
 	var chosen []setting
 	values := map[string]*string{}
 	for _, s := range settings() {
-		if kind == operatorCommand && !s.forOperatorCommands {
+		if (kind == operatorCommand && !s.forOperatorCommands) || (kind == consoleKind && !s.forOperatorCommands && !s.forConsole) {
 			continue
 		}
 		chosen = append(chosen, s)

@@ -53,6 +53,7 @@ func defaultConfig() Config {
 		MaxMessageBytes:  claim.MaxBodyBytesDefault,
 		Retention:        7 * 24 * time.Hour,
 		HTTPAddr:         ":8080",
+		ConsoleAddr:      "127.0.0.1:8090",
 		ShutdownTimeout:  30 * time.Second,
 		WorkerID:         defaultWorkerID(),
 		LogLevel:         slog.LevelInfo,
@@ -101,6 +102,7 @@ func TestLoadConfig(t *testing.T) {
 				"OUTBOX_HTTP_ADDR":         "127.0.0.1:9090",
 				"OUTBOX_HTTP_TOKEN":        "0123456789abcdef",
 				"OUTBOX_PPROF_ADDR":        "[::1]:6060",
+				"OUTBOX_CONSOLE_ADDR":      "127.0.0.1:9091",
 				"OUTBOX_SHUTDOWN_TIMEOUT":  "45s",
 				"OUTBOX_WORKER_ID":         "relay-7",
 				"OUTBOX_LOG_LEVEL":         "debug",
@@ -133,6 +135,7 @@ func TestLoadConfig(t *testing.T) {
 				c.Retention = 0
 				c.HTTPAddr = "127.0.0.1:9090"
 				c.HTTPToken, c.PprofAddr = "0123456789abcdef", "[::1]:6060"
+				c.ConsoleAddr = "127.0.0.1:9091"
 				c.ShutdownTimeout = 45 * time.Second
 				c.WorkerID = "relay-7"
 				c.LogLevel = slog.LevelDebug

@@ -5,6 +5,7 @@
 //	worker requeue ...       move FAILED events back to NEW; retry named backing-off NEW events now
 //	worker skip ...          let an aggregate's later events pass a FAILED one
 //	worker show --id ID      print one event document
+//	worker console           serve the operator console (read-only)
 //	worker help [command]    list the commands, or a command's flags
 //
 // Every setting is a flag and an environment variable; see
@@ -51,6 +52,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, environ
 		err = skipCommand(ctx, args, getenv, stdout, stderr)
 	case "show":
 		err = showCommand(ctx, args, getenv, stdout, stderr)
+	case "console":
+		err = consoleCommand(ctx, args, getenv, stderr)
 	case "help", "-h", "--help":
 		if len(args) > 0 && args[0] != "help" && !strings.HasPrefix(args[0], "-") {
 			// `worker help stats` is `worker stats --help`.

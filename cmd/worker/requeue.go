@@ -86,8 +86,8 @@ func requeueCommand(ctx context.Context, args []string, getenv func(string) stri
 	}
 	f.IDs = distinct(f.IDs) // an id named twice must not count twice in a dry run
 	ask := everyFailed(f) && !dryRun && !yes
-	console := stdinConsole(stderr)
-	if ask && !console.terminal {
+	tty := stdinTerminal(stderr)
+	if ask && !tty.terminal {
 		return fmt.Errorf("%w: requeue --all moves every FAILED event back to NEW, and standard input is not a terminal to confirm on: add --yes (or count them first with --dry-run)", ErrUsage)
 	}
 	ctx, store, closeFn, err := openStore(ctx, cfg, stderr)
@@ -101,7 +101,7 @@ func requeueCommand(ctx context.Context, args []string, getenv func(string) stri
 			return err
 		}
 		if failed > 0 {
-			if err := console.confirm(fmt.Sprintf("Requeue all %d FAILED events to NEW?", failed)); err != nil {
+			if err := tty.confirm(fmt.Sprintf("Requeue all %d FAILED events to NEW?", failed)); err != nil {
 				return err
 			}
 		}
@@ -140,24 +140,24 @@ func everyFailed(f mongo.RequeueFilter) bool {
 // errNotConfirmed is the answer of an operator who did not say yes.
 var errNotConfirmed = errors.New("not confirmed: nothing requeued")
 
-// console is where a command asks a person to confirm: standard input,
+// terminal is where a command asks a person to confirm: standard input,
 // and the prompt on standard error, which stays on the terminal when
 // standard output is piped.
-type console struct {
+type terminal struct {
 	in       io.Reader
 	prompt   io.Writer
 	terminal bool // whether in is a terminal, so a person can answer
 }
 
-func stdinConsole(prompt io.Writer) console {
+func stdinTerminal(prompt io.Writer) terminal {
 	f, ok := stdin.(*os.File)
-	return console{in: stdin, prompt: prompt, terminal: ok && term.IsTerminal(int(f.Fd()))}
+	return terminal{in: stdin, prompt: prompt, terminal: ok && term.IsTerminal(int(f.Fd()))}
 }
 
 // confirm asks question and returns nil when the answer is y or yes, any
 // case, and errNotConfirmed for anything else, an empty line and the end
 // of the input included: only a deliberate yes acts.
-func (c console) confirm(question string) error {
+func (c terminal) confirm(question string) error {
 	fmt.Fprintf(c.prompt, "%s [y/N] ", question)
 	line, err := bufio.NewReader(c.in).ReadString('\n')
 	if err != nil && !errors.Is(err, io.EOF) {

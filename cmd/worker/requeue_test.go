@@ -11,9 +11,9 @@ import (
 	"github.com/outboxrelay/outbox/mongo"
 )
 
-// TestConsoleConfirm: only a deliberate yes confirms; an empty line, the
+// TestTerminalConfirm: only a deliberate yes confirms; an empty line, the
 // end of the input and anything else do not.
-func TestConsoleConfirm(t *testing.T) {
+func TestTerminalConfirm(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
 		answer string
@@ -32,7 +32,7 @@ func TestConsoleConfirm(t *testing.T) {
 		{"sure\n", errNotConfirmed},
 	} {
 		var prompt strings.Builder
-		c := console{in: strings.NewReader(tt.answer), prompt: &prompt, terminal: true}
+		c := terminal{in: strings.NewReader(tt.answer), prompt: &prompt, terminal: true}
 		if err := c.confirm("Requeue all 3 FAILED events to NEW?"); !errors.Is(err, tt.want) {
 			t.Errorf("answer %q: confirm = %v, want %v", tt.answer, err, tt.want)
 		}

@@ -18,6 +18,7 @@ var commands = []commandInfo{
 	{"requeue", "move FAILED events back to NEW, and make NEW events named by id that back off before a retry due now"},
 	{"skip", "mark FAILED events skipped so that later events of their aggregates flow"},
 	{"show", "print one event document with its history fields"},
+	{"console", "serve the read-only operator console on OUTBOX_CONSOLE_ADDR (needs MongoDB only)"},
 	{"help", "list the commands, or with a command's name, its flags"},
 }
 

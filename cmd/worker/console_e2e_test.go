@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/outboxrelay/outbox/console"
+	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/testenv"
+	"github.com/outboxrelay/outbox/internal/workerproc"
+)
+
+// TestConsoleCommand runs `worker console` on FerretDB, with no broker
+// configured: the overview counts the FAILED event once the sampler has
+// run, its page shows the attempt history with the hostile payload
+// escaped, a POST is refused, and SIGTERM stops it with exit code 0.
+func TestConsoleCommand(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	now := time.Now().UTC()
+	failed := draftDoc(t, events.Draft{ID: "bad-1", Type: "order.created", Payload: bson.D{{Key: "note", Value: "<script>alert(1)</script>"}}}, now,
+		bson.E{Key: events.FieldStatus, Value: events.StatusFailed},
+		bson.E{Key: events.FieldLastError, Value: "gave up after 3 attempts: nacked"},
+		bson.E{Key: events.FieldAttemptErrors, Value: bson.A{
+			bson.D{{Key: "at", Value: now}, {Key: "workerId", Value: "relay-1"}, {Key: "reason", Value: "max_attempts"}, {Key: "error", Value: "gave up after 3 attempts: nacked"}},
+		}})
+	_, env := toolsOutbox(ctx, t, testenv.MongoURI(t), testenv.Database(t), []any{failed})
+	addr, err := workerproc.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env["OUTBOX_CONSOLE_ADDR"] = addr
+	env["OUTBOX_AMQP_URL"] = "amqp://nobody@127.0.0.1:1/" // never dialled
+	p, err := workerproc.Start(workerproc.Config{
+		Bin: workerBinary(t), Name: "console", Args: []string{"console"}, Env: workerproc.Environ(env),
+		LogPath: filepath.Join(t.TempDir(), "console.log"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.Kill()
+		if t.Failed() {
+			t.Logf("console's log:\n%s", p.Tail(30))
+		}
+	})
+	base := "http://" + addr
+
+	var ov console.Overview
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		code, body := consoleGet(ctx, base+"/api/overview")
+		ok := code == http.StatusOK && json.Unmarshal([]byte(body), &ov) == nil && ov.Counts["FAILED"] == 1
+		return ok, "the overview counting the FAILED event: " + body
+	})
+	code, body := consoleGet(ctx, base+"/events/bad-1")
+	if code != http.StatusOK || !strings.Contains(body, "relay-1") || !strings.Contains(body, "max_attempts") ||
+		strings.Contains(body, "<script>alert") {
+		t.Errorf("GET /events/bad-1 = %d; want the history shown and the payload escaped:\n%s", code, body)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/events/bad-1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("POST = %d, want 403", resp.StatusCode)
+	}
+	stopWorkers(t, p)
+}
+
+func consoleGet(ctx context.Context, url string) (int, string) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err.Error()
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}

@@ -1,0 +1,235 @@
+// Package console serves the operator console of an outbox: HTML pages,
+// and the JSON API they are built from, of the events by status, one
+// event with the history of its attempts, the failures grouped by cause,
+// the held aggregates and the replicas that own the partitions.
+//
+// A Console is an http.Handler. `worker console` serves it on its own
+// address; an application mounts it under a path prefix of its own admin
+// server, behind its own authentication:
+//
+//	c, err := console.New(console.Config{BasePath: "/outbox", ...})
+//	mux.Handle("/outbox/", http.StripPrefix("/outbox", c))
+//
+// Everything it serves is in the binary. It is read-only: any request
+// other than GET or HEAD is refused with 403 whatever a page shows.
+// Every value of an event (payload, headers, errors) is untrusted input
+// and is escaped; pages allow no script, style or image from elsewhere.
+package console
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"strings"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/outboxrelay/outbox/internal/rule"
+	"github.com/outboxrelay/outbox/mongo"
+	"github.com/outboxrelay/outbox/ops"
+	"github.com/outboxrelay/outbox/ownership"
+	"github.com/outboxrelay/outbox/service"
+)
+
+// Store is the outbox as the console reads it (mongo.Store).
+type Store interface {
+	ListEvents(ctx context.Context, q mongo.EventQuery) ([]bson.Raw, *mongo.PageMark, error)
+	Find(ctx context.Context, id string) (bson.Raw, error)
+	FailedSample(ctx context.Context, limit int) ([]bson.Raw, bool, error)
+	Holders(ctx context.Context, now time.Time, failedHolds bool, limit int) ([]mongo.Holder, bool, error)
+	PublishedPerMinute(ctx context.Context, since, now time.Time) ([]int64, error)
+}
+
+// OwnersReader reads the partition terms and the replicas' heartbeats
+// (mongo.Owners).
+type OwnersReader interface {
+	Read(ctx context.Context) ([]ownership.Term, []ownership.Member, error)
+}
+
+// Defaults of Config.
+const (
+	PageSizeDefault = 50
+	RefreshDefault  = 5 * time.Second
+	// requestTimeout bounds the queries of one request: a page that
+	// cannot be read in it says so rather than hold the connection.
+	requestTimeout = 15 * time.Second
+	// failedSampleMax bounds the FAILED events the failures page groups.
+	failedSampleMax = 5000
+	// holdersMax bounds the held aggregates the held page lists.
+	holdersMax = 500
+)
+
+// Config configures a Console.
+type Config struct {
+	// Store is read by every page. Required.
+	Store Store
+	// Samples gives the counts, ages and held totals: the console sends
+	// no count query of its own (ops.Sampler). Required.
+	Samples ops.SampleSource
+	// Owners, when set, gives the overview the replicas and the
+	// partitions each owns.
+	Owners OwnersReader
+	// TermLength is the replicas' ownership term (OUTBOX_STALE_AFTER / 2):
+	// a replica not heard from within a term is shown as gone. Required
+	// with Owners.
+	TermLength time.Duration
+	// FailedHolds is OUTBOX_ORDERING_AFTER_FAILED=wait: FAILED events
+	// hold their aggregates.
+	FailedHolds bool
+	// BasePath is the path the console is mounted under, e.g. "/outbox",
+	// with http.StripPrefix; its links start with it. Defaults to "".
+	BasePath string
+	// PageSize is the events of one page. Defaults to PageSizeDefault.
+	PageSize int
+	// Refresh is the live refresh period of the pages. Defaults to
+	// RefreshDefault.
+	Refresh time.Duration
+	// Archetype is the logger and the clock: the database server's time,
+	// which ages and the held test compare with.
+	service.Archetype
+}
+
+func (c *Config) setDefaults() {
+	c.Archetype = c.Archetype.WithDefaults()
+	if c.PageSize == 0 {
+		c.PageSize = PageSizeDefault
+	}
+	if c.Refresh == 0 {
+		c.Refresh = RefreshDefault
+	}
+	c.BasePath = strings.TrimRight(c.BasePath, "/")
+}
+
+// Validate reports the first bad field, naming it and its value.
+func (c Config) Validate() error {
+	return rule.First("console",
+		rule.Required("Store", c.Store != nil),
+		rule.Required("Samples", c.Samples != nil),
+		rule.Check("TermLength", c.Owners == nil || c.TermLength > 0, c.TermLength, "more than 0 with Owners"),
+		rule.Check("PageSize", c.PageSize >= 1 && c.PageSize <= 500, c.PageSize, "1 to 500"),
+		rule.Check("Refresh", c.Refresh >= time.Second, c.Refresh, "at least 1s"),
+		rule.Check("BasePath", c.BasePath == "" || strings.HasPrefix(c.BasePath, "/"), c.BasePath, `"" or a path starting with "/"`),
+	)
+}
+
+//go:embed templates/*.html static/*
+var assets embed.FS
+
+// Console serves the console's pages and API.
+type Console struct {
+	cfg   Config
+	mux   *http.ServeMux
+	pages map[string]*template.Template
+}
+
+// New returns a console, or the first bad field of cfg.
+func New(cfg Config) (*Console, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := &Console{cfg: cfg, mux: http.NewServeMux()}
+	var err error
+	if c.pages, err = parsePages(); err != nil {
+		return nil, err
+	}
+	static, err := fs.Sub(assets, "static")
+	if err != nil {
+		return nil, err
+	}
+	c.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	c.route("/{$}", "/api/overview", "overview", c.overview)
+	c.route("/events", "/api/events", "events", c.events)
+	c.route("/events/{id}", "/api/events/{id}", "event", c.event)
+	c.route("/failures", "/api/failures", "failures", c.failures)
+	c.route("/held", "/api/held", "held", c.held)
+	return c, nil
+}
+
+// route serves a page at path and the same data as JSON at api.
+func (c *Console) route(path, api, page string, data func(r *http.Request) (any, error)) {
+	c.mux.HandleFunc("GET "+path, func(w http.ResponseWriter, r *http.Request) { c.servePage(w, r, page, data) })
+	c.mux.HandleFunc("GET "+api, func(w http.ResponseWriter, r *http.Request) { c.serveJSON(w, r, data) })
+}
+
+// ServeHTTP serves the console. Anything but GET and HEAD is refused:
+// the console changes nothing.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	// No script, style or image from elsewhere, no framing: an event's
+	// data that slipped through escaping still could not run or load.
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "same-origin")
+	h.Set("Cache-Control", "no-store")
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		writeJSON(w, http.StatusForbidden, map[string]string{"error": "the console is read-only: " + r.Method + " is refused"})
+		return
+	}
+	c.mux.ServeHTTP(w, r)
+}
+
+// errNotFound makes a page answer 404.
+type errNotFound struct{ msg string }
+
+func (e errNotFound) Error() string { return e.msg }
+
+// errBadRequest makes a page answer 400.
+type errBadRequest struct{ msg string }
+
+func (e errBadRequest) Error() string { return e.msg }
+
+// status is the HTTP status of a page's error: the database's errors
+// are 503, for the page may work again in a moment.
+func status(err error) int {
+	var notFound errNotFound
+	var bad errBadRequest
+	switch {
+	case errors.As(err, &notFound):
+		return http.StatusNotFound
+	case errors.As(err, &bad):
+		return http.StatusBadRequest
+	default:
+		return http.StatusServiceUnavailable
+	}
+}
+
+func (c *Console) serveJSON(w http.ResponseWriter, r *http.Request, data func(r *http.Request) (any, error)) {
+	v, err := c.read(r, data)
+	if err != nil {
+		writeJSON(w, status(err), map[string]string{"error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (c *Console) servePage(w http.ResponseWriter, r *http.Request, page string, data func(r *http.Request) (any, error)) {
+	v, err := c.read(r, data)
+	code := http.StatusOK
+	if err != nil {
+		code = status(err)
+		c.cfg.Logger.Warn("console page failed", "path", r.URL.Path, "error", err)
+	}
+	c.render(w, code, page, layout{
+		Title: titles[page], Page: page, Base: c.cfg.BasePath, RefreshSeconds: int(c.cfg.Refresh / time.Second),
+		Data: v, Error: errText(err), Query: r.URL.Query(),
+	})
+}
+
+// read runs a page's queries within requestTimeout.
+func (c *Console) read(r *http.Request, data func(r *http.Request) (any, error)) (any, error) {
+	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+	defer cancel()
+	return data(r.WithContext(ctx))
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

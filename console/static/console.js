@@ -1,0 +1,53 @@
+// Live refresh of the console's pages: every data-refresh seconds the page
+// is fetched again and its content replaced, unless the operator paused
+// it (button or key p), is typing in a form, or the tab is hidden.
+(function () {
+  "use strict";
+  var period = parseInt(document.body.dataset.refresh, 10) * 1000;
+  var pause = document.getElementById("pause");
+  var shown = document.getElementById("refreshed");
+  var paused = sessionStorage.getItem("outbox-console-paused") === "1";
+
+  function show() {
+    pause.setAttribute("aria-pressed", paused ? "true" : "false");
+    pause.textContent = paused ? "Resume" : "Pause";
+  }
+  function toggle() {
+    paused = !paused;
+    sessionStorage.setItem("outbox-console-paused", paused ? "1" : "0");
+    show();
+  }
+  function typing() {
+    var el = document.activeElement;
+    return el && (el.tagName === "INPUT" || el.tagName === "SELECT" || el.tagName === "TEXTAREA");
+  }
+  function refresh() {
+    fetch(location.href, { headers: { Accept: "text/html" }, credentials: "same-origin" })
+      .then(function (r) { return r.text(); })
+      .then(function (html) {
+        var next = new DOMParser().parseFromString(html, "text/html").getElementById("content");
+        if (next) {
+          document.getElementById("content").replaceWith(next);
+          shown.textContent = "refreshed " + new Date().toLocaleTimeString();
+        }
+      })
+      .catch(function () { shown.textContent = "refresh failed; retrying"; });
+  }
+  pause.addEventListener("click", toggle);
+  document.addEventListener("keydown", function (e) {
+    if (typing() || e.ctrlKey || e.metaKey || e.altKey) { return; }
+    var pages = { "1": "", "2": "events?status=FAILED", "3": "failures", "4": "held" };
+    if (e.key === "p") { toggle(); }
+    else if (e.key === "r") { refresh(); }
+    else if (e.key in pages) {
+      var nav = document.querySelectorAll("nav a")[parseInt(e.key, 10) - 1];
+      if (nav) { location.href = nav.href; }
+    }
+  });
+  show();
+  if (period > 0) {
+    setInterval(function () {
+      if (!paused && !document.hidden && !typing()) { refresh(); }
+    }, period);
+  }
+})();

@@ -1,0 +1,328 @@
+package console
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/mongo"
+	"github.com/outboxrelay/outbox/ownership"
+)
+
+// Overview is the overview page's data.
+type Overview struct {
+	// SampledAt is when the counts were taken, by the database's clock;
+	// zero before the first sample.
+	SampledAt time.Time        `json:"sampledAt,omitzero"`
+	Counts    map[string]int64 `json:"counts"`
+	// OldestNewAgeSeconds is how long the oldest NEW event has waited.
+	OldestNewAgeSeconds float64 `json:"oldestNewAgeSeconds"`
+	StaleProcessing     int64   `json:"staleProcessing"`
+	// HeldAggregates is nil where the sampler does not read them
+	// (ordering off).
+	HeldAggregates *int64 `json:"heldAggregates,omitempty"`
+	// PublishedPerMinute is the last hour, oldest minute first.
+	PublishedPerMinute []int64   `json:"publishedPerMinute"`
+	Replicas           []Replica `json:"replicas"`
+	// Leader is the replica that samples the gauges for all; "" while
+	// none leads.
+	Leader string `json:"leader"`
+	// Unowned counts the partitions no live replica owns.
+	Unowned int `json:"unownedPartitions"`
+}
+
+// Replica is one worker seen in the owners collection.
+type Replica struct {
+	WorkerID   string    `json:"workerId"`
+	LastSeen   time.Time `json:"lastSeen,omitzero"`
+	Partitions []int     `json:"partitions"`
+	Live       bool      `json:"live"`
+}
+
+// EventRow is one event of a list.
+type EventRow struct {
+	ID            string    `json:"id"`
+	Type          string    `json:"type"`
+	AggregateType string    `json:"aggregateType,omitempty"`
+	AggregateID   string    `json:"aggregateId,omitempty"`
+	Status        string    `json:"status"`
+	CreatedAt     time.Time `json:"createdAt,omitzero"`
+	Attempts      int64     `json:"attempts"`
+	LastError     string    `json:"lastError,omitempty"`
+	RetryAt       time.Time `json:"retryAt,omitzero"`
+	FailedAt      time.Time `json:"failedAt,omitzero"`
+	Skipped       bool      `json:"skipped,omitempty"`
+}
+
+// EventList is the events page's data.
+type EventList struct {
+	Status string     `json:"status"`
+	Events []EventRow `json:"events"`
+	// Next is the cursor of the next page; "" on the last.
+	Next string `json:"next,omitempty"`
+}
+
+// EventDetail is one event's page data.
+type EventDetail struct {
+	EventRow
+	// Document is the stored document as relaxed Extended JSON.
+	Document string                `json:"document"`
+	History  []events.AttemptError `json:"attemptHistory"`
+}
+
+// FailureGroup is the FAILED events of one cause.
+type FailureGroup struct {
+	Reason string `json:"reason"`
+	// Cause is lastError with its ids, numbers and quoted values
+	// replaced (normalize), so that events that failed the same way
+	// group together.
+	Cause string `json:"cause"`
+	Count int    `json:"count"`
+	// Example is the newest event of the group.
+	Example string    `json:"exampleId"`
+	Latest  time.Time `json:"latest,omitzero"`
+}
+
+// Failures is the failures page's data.
+type Failures struct {
+	Groups []FailureGroup `json:"groups"`
+	// Read counts the FAILED events grouped; Capped says there were more.
+	Read   int  `json:"read"`
+	Capped bool `json:"capped,omitempty"`
+}
+
+// HeldAggregate is an aggregate whose later events wait behind Holder.
+type HeldAggregate struct {
+	Key    string   `json:"aggregate"` // "<aggregateType>/<aggregateId>"
+	Holder EventRow `json:"holder"`
+	// Why says why the holder holds: FAILED, or backing off until its
+	// retryAt.
+	Why string `json:"why"`
+}
+
+// Held is the held page's data.
+type Held struct {
+	Aggregates []HeldAggregate `json:"aggregates"`
+	Capped     bool            `json:"capped,omitempty"`
+}
+
+func (c *Console) overview(r *http.Request) (any, error) {
+	ov := Overview{Counts: map[string]int64{}}
+	if s, ok := c.cfg.Samples.Latest(); ok {
+		ov.SampledAt = s.At
+		for st, n := range s.Stats.Counts {
+			ov.Counts[string(st)] = n
+		}
+		ov.OldestNewAgeSeconds = s.Stats.OldestNewAge(s.At).Seconds()
+		ov.StaleProcessing = s.Stats.Stale
+		if s.Held != nil {
+			ov.HeldAggregates = &s.Held.Aggregates
+		}
+	}
+	now := c.cfg.Now()
+	var err error
+	if ov.PublishedPerMinute, err = c.cfg.Store.PublishedPerMinute(r.Context(), now.Add(-59*time.Minute), now); err != nil {
+		return nil, err
+	}
+	if c.cfg.Owners != nil {
+		terms, members, err := c.cfg.Owners.Read(r.Context())
+		if err != nil {
+			return nil, fmt.Errorf("read the partitions' owners: %w", err)
+		}
+		ov.Replicas, ov.Leader, ov.Unowned = replicas(terms, members, now, c.cfg.TermLength)
+	}
+	return ov, nil
+}
+
+// replicas groups the live terms by owner, with each member's last
+// heartbeat; the leader is the owner of ownership.LeaderPartition.
+func replicas(terms []ownership.Term, members []ownership.Member, now time.Time, termLength time.Duration) ([]Replica, string, int) {
+	byID := map[string]*Replica{}
+	get := func(id string) *Replica {
+		if byID[id] == nil {
+			byID[id] = &Replica{WorkerID: id, Partitions: []int{}}
+		}
+		return byID[id]
+	}
+	for _, m := range members {
+		r := get(m.WorkerID)
+		r.LastSeen = m.SeenAt
+		r.Live = now.Sub(m.SeenAt) <= termLength
+	}
+	leader, owned := "", 0
+	for p, t := range ownership.Latest(terms) {
+		if t.Released || now.After(t.ExpiresAt) {
+			continue
+		}
+		r := get(t.Owner)
+		r.Partitions = append(r.Partitions, p)
+		r.Live = true
+		owned++
+		if p == ownership.LeaderPartition {
+			leader = t.Owner
+		}
+	}
+	out := make([]Replica, 0, len(byID))
+	for _, r := range byID {
+		slices.Sort(r.Partitions)
+		out = append(out, *r)
+	}
+	slices.SortFunc(out, func(a, b Replica) int { return cmp.Compare(a.WorkerID, b.WorkerID) })
+	return out, leader, events.Partitions - owned
+}
+
+// listStatuses are the statuses the events page lists.
+var listStatuses = []events.Status{events.StatusFailed, events.StatusNew, events.StatusProcessing, events.StatusPublished}
+
+func (c *Console) events(r *http.Request) (any, error) {
+	q := r.URL.Query()
+	status := events.Status(cmp.Or(q.Get("status"), string(events.StatusFailed)))
+	if !slices.Contains(listStatuses, status) {
+		return nil, errBadRequest{fmt.Sprintf("status %q: want FAILED, NEW, PROCESSING or PUBLISHED", status)}
+	}
+	eq := mongo.EventQuery{
+		Status: status, Type: q.Get("type"), AggregateID: q.Get("aggregate"), ErrorText: q.Get("error"),
+		Limit: c.cfg.PageSize,
+	}
+	if cause := q.Get("cause"); cause != "" {
+		// The failures page's link to a group: the events whose
+		// lastError normalizes to cause.
+		eq.ErrorPattern = causePattern(cause)
+	}
+	if age := q.Get("olderThan"); age != "" {
+		d, err := time.ParseDuration(age)
+		if err != nil || d < 0 {
+			return nil, errBadRequest{fmt.Sprintf("olderThan %q: want a duration such as 10m or 2h", age)}
+		}
+		eq.CreatedBefore = c.cfg.Now().Add(-d)
+	}
+	if after := q.Get("after"); after != "" {
+		mark, err := decodeMark(after)
+		if err != nil {
+			return nil, errBadRequest{fmt.Sprintf("after: %v", err)}
+		}
+		eq.After = mark
+	}
+	docs, next, err := c.cfg.Store.ListEvents(r.Context(), eq)
+	if err != nil {
+		return nil, err
+	}
+	list := EventList{Status: string(status), Events: make([]EventRow, 0, len(docs))}
+	for _, d := range docs {
+		list.Events = append(list.Events, rowOf(d))
+	}
+	if next != nil {
+		if list.Next, err = encodeMark(*next); err != nil {
+			return nil, err
+		}
+	}
+	return list, nil
+}
+
+func (c *Console) event(r *http.Request) (any, error) {
+	id := r.PathValue("id")
+	doc, err := c.cfg.Store.Find(r.Context(), id)
+	if errors.Is(err, mongo.ErrNoEvent) {
+		return nil, errNotFound{err.Error()}
+	}
+	if err != nil {
+		return nil, err
+	}
+	text, err := bson.MarshalExtJSONIndent(doc, false, false, "", "  ")
+	if err != nil {
+		text = []byte(fmt.Sprintf("(the document does not print as Extended JSON: %v)", err))
+	}
+	return EventDetail{EventRow: rowOf(doc), Document: string(text), History: attemptsOf(doc)}, nil
+}
+
+func (c *Console) failures(r *http.Request) (any, error) {
+	docs, capped, err := c.cfg.Store.FailedSample(r.Context(), failedSampleMax)
+	if err != nil {
+		return nil, err
+	}
+	return Failures{Groups: groupFailures(docs), Read: len(docs), Capped: capped}, nil
+}
+
+func (c *Console) held(r *http.Request) (any, error) {
+	now := c.cfg.Now()
+	holders, capped, err := c.cfg.Store.Holders(r.Context(), now, c.cfg.FailedHolds, holdersMax)
+	if err != nil {
+		return nil, err
+	}
+	out := Held{Aggregates: make([]HeldAggregate, 0, len(holders)), Capped: capped}
+	for _, h := range holders {
+		row := rowOf(h.Doc)
+		why := "FAILED: later events wait until it is requeued or skipped"
+		if row.Status == string(events.StatusNew) {
+			why = "backing off before a retry, until " + row.RetryAt.UTC().Format(time.RFC3339)
+		}
+		out.Aggregates = append(out.Aggregates, HeldAggregate{Key: row.AggregateType + "/" + row.AggregateID, Holder: row, Why: why})
+	}
+	return out, nil
+}
+
+// rowOf reads a stored event leniently: a field of the wrong type is
+// shown empty rather than failing the page, for the console is where an
+// operator looks at documents that are wrong.
+func rowOf(doc bson.Raw) EventRow {
+	str := func(key string) string { s, _ := doc.Lookup(key).StringValueOK(); return s }
+	at := func(key string) time.Time { t, _ := doc.Lookup(key).TimeOK(); return t }
+	attempts, _ := doc.Lookup(events.FieldAttempts).AsInt64OK()
+	_, skipped := doc.Lookup(events.FieldSkippedAt).TimeOK()
+	return EventRow{
+		ID: idText(doc.Lookup(events.FieldID)), Type: str(events.FieldType),
+		AggregateType: str(events.FieldAggregateType), AggregateID: str(events.FieldAggregateID),
+		Status: str(events.FieldStatus), CreatedAt: at(events.FieldCreatedAt), Attempts: attempts,
+		LastError: str(events.FieldLastError), RetryAt: at(events.FieldRetryAt), FailedAt: at(events.FieldFailedAt),
+		Skipped: skipped,
+	}
+}
+
+// idText is an _id as `worker show --id` and the message id take it:
+// an ObjectID's hex, a string as it is, anything else as Extended JSON.
+func idText(v bson.RawValue) string {
+	if oid, ok := v.ObjectIDOK(); ok {
+		return oid.Hex()
+	}
+	if s, ok := v.StringValueOK(); ok {
+		return s
+	}
+	return v.String()
+}
+
+// attemptsOf reads the attempt history leniently: entries that are not
+// documents are left out.
+func attemptsOf(doc bson.Raw) []events.AttemptError {
+	arr, ok := doc.Lookup(events.FieldAttemptErrors).ArrayOK()
+	if !ok {
+		return nil
+	}
+	values, err := arr.Values()
+	if err != nil {
+		return nil
+	}
+	out := make([]events.AttemptError, 0, len(values))
+	for _, v := range values {
+		var a events.AttemptError
+		if d, ok := v.DocumentOK(); ok && bson.Unmarshal(d, &a) == nil {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// titles are the pages' titles.
+var titles = map[string]string{
+	"overview": "Overview", "events": "Events", "event": "Event",
+	"failures": "Failures by cause", "held": "Held aggregates",
+}
+
+// statusClass is the CSS class of a status.
+func statusClass(s string) string { return "st-" + strings.ToLower(s) }

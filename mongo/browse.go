@@ -1,0 +1,273 @@
+package mongo
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/outboxrelay/outbox/events"
+)
+
+// The reads of the operator console: pages of events, newest first, the
+// FAILED events to group by cause, the held aggregates with their holders
+// and the publish rate of the last hour. Each is a find or an aggregate
+// with an equality on status, bounded by a limit, and carries a
+// server-side time limit from ctx's deadline (see timedFind).
+
+// browseIndex orders the events of a status newest first with the _id
+// tiebreak of events created in the same millisecond, so that a page is
+// a range of index keys and the next one starts where it ended. Only the
+// console needs it: EnsureBrowseIndex creates it, not Prepare.
+const browseIndex = "outbox_browse"
+
+// EnsureBrowseIndex creates the console's index when it is missing. It
+// costs every write of an event's status one more index key, which is
+// why the worker does not create it.
+func (s *Store) EnsureBrowseIndex(ctx context.Context) error {
+	existing, err := s.indexNames(ctx)
+	if err != nil {
+		return err
+	}
+	if existing[browseIndex] {
+		return nil
+	}
+	keys := bson.D{{Key: events.FieldStatus, Value: 1}, {Key: events.FieldCreatedAt, Value: 1}, {Key: events.FieldID, Value: 1}}
+	if _, err := s.coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: keys, Options: options.Index().SetName(browseIndex)}); err != nil {
+		return fmt.Errorf("create index %s on %s: %w", browseIndex, s.coll.Name(), err)
+	}
+	return nil
+}
+
+// EventQuery selects a page of events of one status, newest first.
+type EventQuery struct {
+	Status events.Status // required
+	// Type, AggregateID and ErrorText narrow the page: an equality on
+	// type and on aggregateId, and a case-insensitive substring of
+	// lastError. Empty: no condition.
+	Type, AggregateID, ErrorText string
+	// ErrorPattern, when set, is a regular expression lastError matches.
+	ErrorPattern string
+	// CreatedBefore keeps events created before it; zero: no bound.
+	CreatedBefore time.Time
+	// After is the last event of the previous page; nil for the first.
+	After *PageMark
+	// Limit is the most events of the page.
+	Limit int
+}
+
+// PageMark is where a page of events ended: its last event's createdAt
+// and _id.
+type PageMark struct {
+	CreatedAt time.Time
+	ID        any
+}
+
+// ListEvents returns a page of events as stored (a document that does not
+// decode as an events.Event is still listed), and the mark of the next
+// page, nil on the last.
+func (s *Store) ListEvents(ctx context.Context, q EventQuery) ([]bson.Raw, *PageMark, error) {
+	if q.Status == "" || q.Limit <= 0 {
+		return nil, nil, fmt.Errorf("list events: a status and a limit are required")
+	}
+	filter := bson.D{{Key: events.FieldStatus, Value: q.Status}}
+	if q.Type != "" {
+		filter = append(filter, bson.E{Key: events.FieldType, Value: q.Type})
+	}
+	if q.AggregateID != "" {
+		filter = append(filter, bson.E{Key: events.FieldAggregateID, Value: q.AggregateID})
+	}
+	var and bson.A
+	if q.ErrorText != "" {
+		and = append(and, bson.D{{Key: events.FieldLastError, Value: bson.Regex{Pattern: regexp.QuoteMeta(q.ErrorText), Options: "i"}}})
+	}
+	if q.ErrorPattern != "" {
+		and = append(and, bson.D{{Key: events.FieldLastError, Value: bson.Regex{Pattern: q.ErrorPattern}}})
+	}
+	if !q.CreatedBefore.IsZero() {
+		and = append(and, bson.D{{Key: events.FieldCreatedAt, Value: bson.D{{Key: "$lt", Value: q.CreatedBefore}}}})
+	}
+	if q.After != nil {
+		and = append(and, bson.D{{Key: "$or", Value: bson.A{
+			bson.D{{Key: events.FieldCreatedAt, Value: bson.D{{Key: "$lt", Value: q.After.CreatedAt}}}},
+			bson.D{{Key: events.FieldCreatedAt, Value: q.After.CreatedAt}, {Key: events.FieldID, Value: bson.D{{Key: "$lt", Value: q.After.ID}}}},
+		}}})
+	}
+	if len(and) > 0 {
+		filter = append(filter, bson.E{Key: "$and", Value: and})
+	}
+	cur, err := s.timedFind(ctx, findCommand{
+		filter: filter,
+		sort:   bson.D{{Key: events.FieldCreatedAt, Value: -1}, {Key: events.FieldID, Value: -1}},
+		limit:  q.Limit + 1,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("list %s events: %w", q.Status, err)
+	}
+	docs, err := rawAll(ctx, cur)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list %s events: %w", q.Status, err)
+	}
+	if len(docs) <= q.Limit {
+		return docs, nil, nil
+	}
+	docs = docs[:q.Limit]
+	last := docs[len(docs)-1]
+	at, _ := last.Lookup(events.FieldCreatedAt).TimeOK()
+	var id any
+	if err := last.Lookup(events.FieldID).Unmarshal(&id); err != nil {
+		return nil, nil, fmt.Errorf("list %s events: read the last _id: %w", q.Status, err)
+	}
+	return docs, &PageMark{CreatedAt: at, ID: id}, nil
+}
+
+// FailedSample returns up to limit FAILED events, newest first,
+// projected to what grouping them by cause needs (type, aggregate,
+// lastError, skippedAt and the last attempt, or on FerretDB the whole
+// history), and whether there were more.
+func (s *Store) FailedSample(ctx context.Context, limit int) ([]bson.Raw, bool, error) {
+	// The last attempt only; FerretDB has no $slice projection, and gets
+	// the whole history, at most events.AttemptErrorsKept entries.
+	var history any = bson.D{{Key: "$slice", Value: -1}}
+	if s.ferret {
+		history = 1
+	}
+	cur, err := s.timedFind(ctx, findCommand{
+		filter: bson.D{{Key: events.FieldStatus, Value: events.StatusFailed}},
+		sort:   bson.D{{Key: events.FieldCreatedAt, Value: -1}, {Key: events.FieldID, Value: -1}},
+		projection: bson.D{
+			{Key: events.FieldType, Value: 1}, {Key: events.FieldAggregateType, Value: 1}, {Key: events.FieldAggregateID, Value: 1},
+			{Key: events.FieldLastError, Value: 1}, {Key: events.FieldSkippedAt, Value: 1}, {Key: events.FieldCreatedAt, Value: 1},
+			{Key: events.FieldAttemptErrors, Value: history},
+		},
+		limit: limit + 1,
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("read FAILED events: %w", err)
+	}
+	docs, err := rawAll(ctx, cur)
+	if err != nil {
+		return nil, false, fmt.Errorf("read FAILED events: %w", err)
+	}
+	if len(docs) > limit {
+		return docs[:limit], true, nil
+	}
+	return docs, false, nil
+}
+
+// Holder is an event that holds its aggregate: FAILED and not skipped
+// (where FAILED holds), or NEW and backing off before a retry.
+type Holder struct {
+	Key string   // the ordering key (events.OrderingKey)
+	Doc bson.Raw // the holder, projected
+}
+
+// Holders returns up to limit events that hold their aggregates at now,
+// FAILED ones first, and whether there were more. Each aggregate is
+// listed once, under its oldest holder.
+func (s *Store) Holders(ctx context.Context, now time.Time, failedHolds bool, limit int) ([]Holder, bool, error) {
+	proj := bson.D{
+		{Key: events.FieldType, Value: 1}, {Key: events.FieldAggregateType, Value: 1}, {Key: events.FieldAggregateID, Value: 1},
+		{Key: events.FieldStatus, Value: 1}, {Key: events.FieldLastError, Value: 1}, {Key: events.FieldRetryAt, Value: 1},
+		{Key: events.FieldFailedAt, Value: 1}, {Key: events.FieldCreatedAt, Value: 1}, {Key: events.FieldAttempts, Value: 1},
+	}
+	var queries []findCommand
+	if failedHolds {
+		queries = append(queries, findCommand{filter: bson.D{{Key: events.FieldStatus, Value: events.StatusFailed}, {Key: events.FieldSkippedAt, Value: nil}}})
+	}
+	queries = append(queries, findCommand{filter: bson.D{
+		{Key: events.FieldStatus, Value: events.StatusNew},
+		{Key: events.FieldRetryAt, Value: bson.D{{Key: "$gt", Value: now}}},
+	}, hint: claimOrderIndex})
+	var out []Holder
+	seen := map[string]bool{}
+	more := false
+	for _, q := range queries {
+		q.projection, q.limit = proj, limit+1
+		q.sort = bson.D{{Key: events.FieldCreatedAt, Value: 1}}
+		if q.hint != "" {
+			q.sort = nil // the index's order; FerretDB sorts nothing it need not
+		}
+		_, err := s.eachKey(ctx, q, func(key string, doc bson.Raw) {
+			if seen[key] {
+				return
+			}
+			if len(out) == limit {
+				more = true
+				return
+			}
+			seen[key] = true
+			out = append(out, Holder{Key: key, Doc: doc})
+		})
+		if err != nil {
+			return nil, false, err
+		}
+	}
+	return out, more, nil
+}
+
+// PublishedPerMinute counts the events published in each minute from
+// since to now, oldest first: one entry per minute, zero where none was.
+// On MongoDB the server groups the range of {status, publishedAt} by
+// minute ($dateTrunc, MongoDB 5.0 and later), which reads index keys
+// only; FerretDB has no $dateTrunc, so there the publish times of the
+// range are read and counted here.
+func (s *Store) PublishedPerMinute(ctx context.Context, since, now time.Time) ([]int64, error) {
+	since = since.Truncate(time.Minute)
+	counts := make([]int64, int(now.Sub(since)/time.Minute)+1)
+	match := bson.D{{Key: "$match", Value: bson.D{
+		{Key: events.FieldStatus, Value: events.StatusPublished},
+		{Key: events.FieldPublishedAt, Value: bson.D{{Key: "$gte", Value: since}}},
+	}}}
+	pipeline := bson.A{match, bson.D{{Key: "$group", Value: bson.D{
+		{Key: "_id", Value: bson.D{{Key: "$dateTrunc", Value: bson.D{{Key: "date", Value: "$" + events.FieldPublishedAt}, {Key: "unit", Value: "minute"}}}}},
+		{Key: "n", Value: bson.D{{Key: "$sum", Value: 1}}},
+	}}}}
+	if s.ferret {
+		pipeline = bson.A{match, bson.D{{Key: "$project", Value: bson.D{{Key: "_id", Value: 0}, {Key: events.FieldPublishedAt, Value: 1}}}}}
+	}
+	cmd := bson.D{{Key: "aggregate", Value: s.coll.Name()}, {Key: "pipeline", Value: pipeline}, {Key: "cursor", Value: bson.D{}}}
+	if s.readConcern != "" {
+		cmd = append(cmd, bson.E{Key: "readConcern", Value: bson.D{{Key: "level", Value: s.readConcern}}})
+	}
+	cur, err := s.coll.Database().RunCommandCursor(ctx, cmd)
+	if err != nil {
+		return nil, fmt.Errorf("count the events published per minute: %w", err)
+	}
+	defer cur.Close(ctx)
+	for cur.Next(ctx) {
+		// A minute and its count, or on FerretDB one publish time.
+		at, ok := cur.Current.Lookup("_id").TimeOK()
+		if !ok {
+			if at, ok = cur.Current.Lookup(events.FieldPublishedAt).TimeOK(); !ok {
+				continue
+			}
+		}
+		n := int64(1)
+		if v, err := cur.Current.LookupErr("n"); err == nil {
+			n, _ = v.AsInt64OK()
+		}
+		if i := int(at.Sub(since) / time.Minute); i >= 0 && i < len(counts) {
+			counts[i] += n
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return nil, fmt.Errorf("count the events published per minute: %w", err)
+	}
+	return counts, nil
+}
+
+// rawAll reads every document of cur, each copied out of the cursor's
+// buffer, and closes it.
+func rawAll(ctx context.Context, cur *mongo.Cursor) ([]bson.Raw, error) {
+	defer cur.Close(ctx)
+	var docs []bson.Raw
+	for cur.Next(ctx) {
+		docs = append(docs, append(bson.Raw(nil), cur.Current...))
+	}
+	return docs, cur.Err()
+}
