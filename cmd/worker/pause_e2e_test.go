@@ -63,8 +63,7 @@ func TestE2EPausedWorkerPublishesNothingStale(t *testing.T) {
 		ids[i] = e.id
 	}
 
-	procs := make([]*workerproc.Proc, 2)
-	for i := range procs {
+	startNth := func(i int) *workerproc.Proc {
 		id := fmt.Sprintf("%s-w%d", db.Name(), i)
 		env := s.workerEnv(db.Name(), exchange, id)
 		for k, v := range map[string]string{
@@ -76,15 +75,17 @@ func TestE2EPausedWorkerPublishesNothingStale(t *testing.T) {
 		} {
 			env[k] = v
 		}
-		procs[i] = startWorker(t, id, env)
+		return startWorker(t, id, env)
 	}
-	frozen, other := procs[0], procs[1]
-	defer func() { _ = frozen.Signal(syscall.SIGCONT) }() // never left frozen
-
 	// 1. Freeze the worker as soon as its claim shows, before it has
-	// published any of it.
+	// published any of it. It runs alone until then: started beside it,
+	// the other worker could take every partition first and, on a quiet
+	// host, relay the whole outbox before this one claimed anything.
+	frozen := startNth(0)
+	defer func() { _ = frozen.Signal(syscall.SIGCONT) }() // never left frozen
 	stale := freezeAfterClaim(ctx, t, coll, r, frozen, n)
 	t.Logf("froze %s holding %d events; %d of %d events received", frozen.Name(), len(stale), r.distinct(), n)
+	other := startNth(1)
 
 	// 2. The other worker takes the partitions over, recovery resets the
 	// frozen claim after the stale threshold, and the other worker relays
