@@ -10,16 +10,21 @@
 //	c, err := console.New(console.Config{BasePath: "/outbox", ...})
 //	mux.Handle("/outbox/", http.StripPrefix("/outbox", c))
 //
-// Everything it serves is in the binary. It is read-only: any request
-// other than GET or HEAD is refused with 403 whatever a page shows.
-// Every value of an event (payload, headers, errors) is untrusted input
-// and is escaped; pages allow no script, style or image from elsewhere.
+// Everything it serves is in the binary. It is read-only unless
+// Config.Writer is set, and then every request must give Config.Token;
+// read-only, any request other than GET or HEAD is refused with 403
+// whatever a page shows. A request that changes something must come from
+// the console's own pages. Every value of an event (payload, headers,
+// errors) is untrusted input and is escaped; pages allow no script, style
+// or image from elsewhere.
 package console
 
 import (
 	"context"
+	"crypto/sha256"
 	"embed"
 	"errors"
+	"fmt"
 	"html/template"
 	"io/fs"
 	"net/http"
@@ -42,6 +47,7 @@ type Store interface {
 	FailedSample(ctx context.Context, limit int) ([]bson.Raw, bool, error)
 	Holders(ctx context.Context, now time.Time, failedHolds bool, limit int) ([]mongo.Holder, bool, error)
 	PublishedPerMinute(ctx context.Context, since, now time.Time) ([]int64, error)
+	Actions(ctx context.Context, limit int) ([]mongo.Action, error)
 }
 
 // OwnersReader reads the partition terms and the replicas' heartbeats
@@ -88,6 +94,19 @@ type Config struct {
 	// Refresh is the live refresh period of the pages. Defaults to
 	// RefreshDefault.
 	Refresh time.Duration
+	// Writer, when set, enables the actions: requeue and skip of an
+	// event, requeue of a failure group. Every action takes a reason and
+	// is recorded in the audit collection. Defaults to nil: read-only.
+	Writer Writer
+	// Token is the password every request must give, by HTTP Basic
+	// authentication (the user name is recorded as who acted), while
+	// Writer is set: at least TokenMinLength characters. Required with
+	// Writer.
+	Token string
+	// RequeuePerSecond spreads a group's requeue over time, so many
+	// events a second (mongo.RequeueFilter.PerSecond). Defaults to
+	// RequeuePerSecondDefault.
+	RequeuePerSecond int
 	// Archetype is the logger and the clock: the database server's time,
 	// which ages and the held test compare with.
 	service.Archetype
@@ -101,6 +120,9 @@ func (c *Config) setDefaults() {
 	if c.Refresh == 0 {
 		c.Refresh = RefreshDefault
 	}
+	if c.RequeuePerSecond == 0 {
+		c.RequeuePerSecond = RequeuePerSecondDefault
+	}
 	c.BasePath = strings.TrimRight(c.BasePath, "/")
 }
 
@@ -113,6 +135,9 @@ func (c Config) Validate() error {
 		rule.Check("PageSize", c.PageSize >= 1 && c.PageSize <= 500, c.PageSize, "1 to 500"),
 		rule.Check("Refresh", c.Refresh >= time.Second, c.Refresh, "at least 1s"),
 		rule.Check("BasePath", c.BasePath == "" || strings.HasPrefix(c.BasePath, "/"), c.BasePath, `"" or a path starting with "/"`),
+		rule.Check("Token", c.Writer == nil || len(c.Token) >= TokenMinLength, "<redacted>",
+			fmt.Sprintf("at least %d characters with Writer: the actions need authentication", TokenMinLength)),
+		rule.Check("RequeuePerSecond", c.RequeuePerSecond >= 1, c.RequeuePerSecond, "at least 1"),
 	)
 }
 
@@ -124,6 +149,7 @@ type Console struct {
 	cfg   Config
 	mux   *http.ServeMux
 	pages map[string]*template.Template
+	token [sha256.Size]byte // the digest of Config.Token
 }
 
 // New returns a console, or the first bad field of cfg.
@@ -132,7 +158,7 @@ func New(cfg Config) (*Console, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Console{cfg: cfg, mux: http.NewServeMux()}
+	c := &Console{cfg: cfg, mux: http.NewServeMux(), token: sha256.Sum256([]byte(cfg.Token))}
 	var err error
 	if c.pages, err = parsePages(); err != nil {
 		return nil, err
@@ -147,6 +173,13 @@ func New(cfg Config) (*Console, error) {
 	c.route("/events/{id}", "/api/events/{id}", "event", c.event)
 	c.route("/failures", "/api/failures", "failures", c.failures)
 	c.route("/held", "/api/held", "held", c.held)
+	c.route("/audit", "/api/audit", "audit", c.audit)
+	if c.writes() {
+		c.route("/requeue", "/api/requeue", "confirm", c.confirmRequeue)
+		c.mux.HandleFunc("POST /requeue", c.requeueCause)
+		c.mux.HandleFunc("POST /events/{id}/requeue", c.requeueEvent)
+		c.mux.HandleFunc("POST /events/{id}/skip", c.skipEvent)
+	}
 	return c, nil
 }
 
@@ -166,12 +199,28 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Cache-Control", "no-store")
+	if c.writes() {
+		if _, ok := c.authorized(r); !ok {
+			w.Header().Set("WWW-Authenticate", `Basic realm="outbox console", charset="UTF-8"`)
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "the console's actions are on: sign in with your name and the console's token"})
+			return
+		}
+	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		writeJSON(w, http.StatusForbidden, map[string]string{"error": "the console is read-only: " + r.Method + " is refused"})
-		return
+		switch {
+		case !c.writes():
+			writeJSON(w, http.StatusForbidden, map[string]string{"error": "the console is read-only: " + r.Method + " is refused"})
+			return
+		case !sameOrigin(r):
+			writeJSON(w, http.StatusForbidden, map[string]string{"error": "refused: the request does not come from the console's own pages"})
+			return
+		}
 	}
 	c.mux.ServeHTTP(w, r)
 }
+
+// writes reports whether the console's actions are on.
+func (c *Console) writes() bool { return c.cfg.Writer != nil }
 
 // errNotFound makes a page answer 404.
 type errNotFound struct{ msg string }
@@ -216,7 +265,7 @@ func (c *Console) servePage(w http.ResponseWriter, r *http.Request, page string,
 	}
 	c.render(w, code, page, layout{
 		Title: titles[page], Page: page, Base: c.cfg.BasePath, RefreshSeconds: int(c.cfg.Refresh / time.Second),
-		Data: v, Error: errText(err), Query: r.URL.Query(),
+		Data: v, Error: errText(err), Query: r.URL.Query(), Writes: c.writes(),
 	})
 }
 

@@ -9,7 +9,9 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,6 +35,43 @@ type fakeStore struct {
 	docs  []bson.Raw
 	query mongo.EventQuery // the last ListEvents query
 	err   error
+
+	mu       sync.Mutex
+	matching int                   // the events a requeue filter matches
+	requeues []mongo.RequeueFilter // the requeues done (not dry runs)
+	skips    []string
+	actions  []mongo.Action
+}
+
+func (f *fakeStore) Actions(context.Context, int) ([]mongo.Action, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.actions), f.err
+}
+
+func (f *fakeStore) Requeue(_ context.Context, rf mongo.RequeueFilter, dryRun bool) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !dryRun {
+		f.requeues = append(f.requeues, rf)
+	}
+	return f.matching, f.err
+}
+
+func (f *fakeStore) Skip(_ context.Context, ids []string, _, _ string, _ time.Time, dryRun bool) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !dryRun {
+		f.skips = append(f.skips, ids...)
+	}
+	return len(ids), f.err
+}
+
+func (f *fakeStore) RecordAction(_ context.Context, a mongo.Action) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.actions = append([]mongo.Action{a}, f.actions...)
+	return f.err
 }
 
 func newFakeStore(t *testing.T) *fakeStore {
@@ -359,6 +398,7 @@ func TestConfigIsChecked(t *testing.T) {
 		{console.Config{Store: &fakeStore{}, Samples: samples{}, Owners: owners{}}, "TermLength"},
 		{console.Config{Store: &fakeStore{}, Samples: samples{}, BasePath: "outbox"}, "BasePath"},
 		{console.Config{Store: &fakeStore{}, Samples: samples{}, Refresh: time.Millisecond}, "Refresh"},
+		{console.Config{Store: &fakeStore{}, Samples: samples{}, Writer: &fakeStore{}, Token: "short"}, "Token"},
 	} {
 		if _, err := console.New(tt.cfg); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("New(%+v) = %v, want an error naming %s", tt.cfg, err, tt.want)

@@ -20,6 +20,8 @@ type layout struct {
 	// in place of its content.
 	Error string
 	Query url.Values
+	// Writes says the console's actions are on: pages show their forms.
+	Writes bool
 }
 
 var funcs = template.FuncMap{
@@ -48,10 +50,11 @@ var funcs = template.FuncMap{
 		}
 		return template.URL(q.Encode()) //nolint:gosec // url.Values.Encode escaped every value
 	},
-	"bars":  bars,
-	"list":  func(s ...string) []string { return s },
-	"short": cut,
-	"ints":  ranges,
+	"bars":       bars,
+	"list":       func(s ...string) []string { return s },
+	"short":      cut,
+	"ints":       ranges,
+	"canRequeue": canRequeue,
 }
 
 // parsePages parses each page with the layout.

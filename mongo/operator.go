@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -15,16 +16,28 @@ import (
 // cut short the backoff of a NEW one (RetryNow).
 
 // RequeueFilter chooses FAILED events to move back to NEW. At least one of
-// its fields must be set; All chooses every FAILED event.
+// IDs, Type, ErrorPattern and All must be set; All chooses every FAILED
+// event.
 type RequeueFilter struct {
 	IDs  []string
 	Type string
-	All  bool
+	// ErrorPattern is a regular expression lastError matches (a group of
+	// the console's failures page).
+	ErrorPattern string
+	All          bool
+	// PerSecond, when more than 0, spreads the requeued events over
+	// time, oldest first, PerSecond of them due each second (a retryAt a
+	// second apart per chunk from Now), so that requeueing thousands does
+	// not flood the relay and its consumers at once. Each chunk is one
+	// write.
+	PerSecond int
+	// Now is the database's time, from which PerSecond's spread counts.
+	Now time.Time
 }
 
 func (f RequeueFilter) query() (bson.D, error) {
 	q := bson.D{{Key: events.FieldStatus, Value: events.StatusFailed}}
-	if len(f.IDs) == 0 && f.Type == "" && !f.All {
+	if len(f.IDs) == 0 && f.Type == "" && f.ErrorPattern == "" && !f.All {
 		return nil, fmt.Errorf("requeue needs --id, --type or --all")
 	}
 	if len(f.IDs) > 0 {
@@ -32,6 +45,9 @@ func (f RequeueFilter) query() (bson.D, error) {
 	}
 	if f.Type != "" {
 		q = append(q, bson.E{Key: events.FieldType, Value: f.Type})
+	}
+	if f.ErrorPattern != "" {
+		q = append(q, bson.E{Key: events.FieldLastError, Value: bson.Regex{Pattern: f.ErrorPattern}})
 	}
 	return q, nil
 }
@@ -64,29 +80,79 @@ func (s *Store) Requeue(ctx context.Context, f RequeueFilter, dryRun bool) (int,
 		}
 		return int(n), nil
 	}
-	update := bson.D{
-		{Key: "$set", Value: bson.D{
-			{Key: events.FieldStatus, Value: events.StatusNew},
-			{Key: events.FieldAttempts, Value: 0},
-		}},
-		{Key: "$unset", Value: bson.D{
-			{Key: events.FieldWorkerID, Value: ""},
-			{Key: events.FieldProcessingAt, Value: ""},
-			{Key: events.FieldClaimToken, Value: ""},
-			{Key: events.FieldRetryAt, Value: ""},
-			{Key: events.FieldFailedAt, Value: ""},
-			// A requeued event is no longer skipped: it holds its
-			// aggregate again until it is published.
-			{Key: events.FieldSkippedBy, Value: ""},
-			{Key: events.FieldSkippedAt, Value: ""},
-			{Key: events.FieldSkipReason, Value: ""},
-		}},
+	update := requeueUpdate(time.Time{})
+	if f.PerSecond > 0 {
+		return s.requeueSpread(ctx, q, f)
 	}
 	res, err := s.coll.UpdateMany(ctx, q, update)
 	if err != nil {
 		return 0, fmt.Errorf("requeue events: %w", err)
 	}
 	return int(res.ModifiedCount), nil
+}
+
+// requeueSpread requeues the events q matches f.PerSecond at a time,
+// oldest first, the k-th chunk due k seconds after f.Now. Events of one
+// aggregate come due in their order, and an event not yet due holds its
+// aggregate as any event backing off does.
+func (s *Store) requeueSpread(ctx context.Context, q bson.D, f RequeueFilter) (int, error) {
+	cur, err := s.timedFind(ctx, findCommand{
+		filter: q, sort: bson.D{{Key: events.FieldCreatedAt, Value: 1}, {Key: events.FieldID, Value: 1}},
+		projection: bson.D{{Key: events.FieldID, Value: 1}},
+	})
+	if err != nil {
+		return 0, fmt.Errorf("list events to requeue: %w", err)
+	}
+	docs, err := rawAll(ctx, cur)
+	if err != nil {
+		return 0, fmt.Errorf("list events to requeue: %w", err)
+	}
+	total := 0
+	for k := 0; k*f.PerSecond < len(docs); k++ {
+		chunk := docs[k*f.PerSecond : min((k+1)*f.PerSecond, len(docs))]
+		ids := make(bson.A, len(chunk))
+		for i, d := range chunk {
+			ids[i] = d.Lookup(events.FieldID)
+		}
+		var due time.Time
+		if k > 0 {
+			due = f.Now.Add(time.Duration(k) * time.Second).UTC().Truncate(time.Millisecond)
+		}
+		filter := append(slices.Clone(q), bson.E{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: ids}}})
+		res, err := s.coll.UpdateMany(ctx, filter, requeueUpdate(due))
+		if err != nil {
+			return total, fmt.Errorf("requeue events (%d done): %w", total, err)
+		}
+		total += int(res.ModifiedCount)
+	}
+	return total, nil
+}
+
+// requeueUpdate moves a FAILED event back to NEW with a fresh set of
+// attempts, due at once, or at due when it is not zero. lastError stays,
+// for the record.
+func requeueUpdate(due time.Time) bson.D {
+	set := bson.D{
+		{Key: events.FieldStatus, Value: events.StatusNew},
+		{Key: events.FieldAttempts, Value: 0},
+	}
+	unset := bson.D{
+		{Key: events.FieldWorkerID, Value: ""},
+		{Key: events.FieldProcessingAt, Value: ""},
+		{Key: events.FieldClaimToken, Value: ""},
+		{Key: events.FieldFailedAt, Value: ""},
+		// A requeued event is no longer skipped: it holds its aggregate
+		// again until it is published.
+		{Key: events.FieldSkippedBy, Value: ""},
+		{Key: events.FieldSkippedAt, Value: ""},
+		{Key: events.FieldSkipReason, Value: ""},
+	}
+	if due.IsZero() {
+		unset = append(unset, bson.E{Key: events.FieldRetryAt, Value: ""})
+	} else {
+		set = append(set, bson.E{Key: events.FieldRetryAt, Value: due})
+	}
+	return bson.D{{Key: "$set", Value: set}, {Key: "$unset", Value: unset}}
 }
 
 // RetryNow makes the NEW events f names by id (and, when f.Type is set, of

@@ -29,6 +29,9 @@ func consoleCommand(ctx context.Context, args []string, getenv func(string) stri
 	if err != nil {
 		return err
 	}
+	if cfg.ConsoleWrites && cfg.ConsoleToken == "" {
+		return fmt.Errorf("%w: OUTBOX_CONSOLE_WRITES=true needs OUTBOX_CONSOLE_TOKEN: the console's actions are never open without authentication", ErrUsage)
+	}
 	logger := newLogger(cfg, stderr)
 	client, err := driver.Connect(mongoClientOptions(cfg, "outbox-console"))
 	if err != nil {
@@ -54,10 +57,15 @@ func consoleCommand(ctx context.Context, args []string, getenv func(string) stri
 	if err != nil {
 		return err
 	}
-	con, err := console.New(console.Config{
+	ccfg := console.Config{
 		Archetype: arch, Store: store, Samples: sampler, Owners: store.Owners(),
 		TermLength: cfg.StaleAfter / 2, FailedHolds: cfg.Ordering == claim.OrderingAggregate && cfg.OrderingAfterFailed == claim.AfterFailedWait,
-	})
+		RequeuePerSecond: cfg.ConsoleRequeueRate,
+	}
+	if cfg.ConsoleWrites {
+		ccfg.Writer, ccfg.Token = store, cfg.ConsoleToken
+	}
+	con, err := console.New(ccfg)
 	if err != nil {
 		return err
 	}
@@ -67,7 +75,7 @@ func consoleCommand(ctx context.Context, args []string, getenv func(string) stri
 		}
 	}
 	defer stopQuietly(clock, sampler)
-	return serveConsole(ctx, logger, cfg.ConsoleAddr, con)
+	return serveConsole(ctx, logger, cfg.ConsoleAddr, con, cfg.ConsoleWrites)
 }
 
 // heldSource is the store where ordering holds aggregates, nil where it
@@ -108,14 +116,17 @@ func stopQuietly(services ...interface{ Stop(context.Context) error }) {
 	}
 }
 
-// serveConsole serves h on addr until ctx ends. The console has no
-// authentication of its own: on an address other hosts reach, it says so.
-func serveConsole(ctx context.Context, logger *slog.Logger, addr string, h http.Handler) error {
+// serveConsole serves h on addr until ctx ends. Read-only, the console
+// has no authentication: on an address other hosts reach, it says so.
+// With writes it asks every request for the token; the token travels in
+// clear over plain HTTP, which is why a non-loopback address wants a
+// proxy that terminates TLS in front.
+func serveConsole(ctx context.Context, logger *slog.Logger, addr string, h http.Handler, writes bool) error {
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("console: listen on OUTBOX_CONSOLE_ADDR %s: %w", addr, err)
 	}
-	if ap, err := netip.ParseAddrPort(ln.Addr().String()); err != nil || !ap.Addr().Unmap().IsLoopback() {
+	if ap, err := netip.ParseAddrPort(ln.Addr().String()); (err != nil || !ap.Addr().Unmap().IsLoopback()) && !writes {
 		logger.Warn("the console listens on an address other hosts may reach; it is read-only but shows every event's payload and has no authentication: put it behind a proxy that authenticates",
 			"addr", ln.Addr().String())
 	}
@@ -127,7 +138,7 @@ func serveConsole(ctx context.Context, logger *slog.Logger, addr string, h http.
 		WriteTimeout: 30 * time.Second,
 		IdleTimeout:  60 * time.Second,
 	}
-	logger.Info("console serving", "url", "http://"+ln.Addr().String()+"/")
+	logger.Info("console serving", "url", "http://"+ln.Addr().String()+"/", "actions", writes)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	select {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/internal/workerproc"
+	"github.com/outboxrelay/outbox/mongo"
 )
 
 // TestConsoleCommand runs `worker console` on FerretDB, with no broker
@@ -93,4 +95,74 @@ func consoleGet(ctx context.Context, url string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// TestConsoleActions runs `worker console` with its actions on: without
+// a token it refuses to start; with one, a requeue from the event's page
+// moves the event back to NEW and is recorded with who did it and why.
+func TestConsoleActions(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	failed := draftDoc(t, events.Draft{ID: "bad-2", Type: "order.created", Payload: bson.D{{Key: "n", Value: 1}}}, time.Now().UTC(),
+		bson.E{Key: events.FieldStatus, Value: events.StatusFailed}, bson.E{Key: events.FieldLastError, Value: "nacked"})
+	db := testenv.Database(t)
+	coll, env := toolsOutbox(ctx, t, testenv.MongoURI(t), db, []any{failed})
+	addr, err := workerproc.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env["OUTBOX_CONSOLE_ADDR"] = addr
+	env["OUTBOX_CONSOLE_WRITES"] = "true"
+	var stderr strings.Builder
+	if code := run(ctx, []string{"console"}, func(k string) string { return env[k] }, nil, io.Discard, &stderr); code != 2 ||
+		!strings.Contains(stderr.String(), "OUTBOX_CONSOLE_TOKEN") {
+		t.Errorf("console with writes and no token exited %d saying %q, want 2 naming OUTBOX_CONSOLE_TOKEN", code, stderr.String())
+	}
+	const token = "console-token-for-the-test"
+	env["OUTBOX_CONSOLE_TOKEN"] = token
+	p, err := workerproc.Start(workerproc.Config{
+		Bin: workerBinary(t), Name: "console", Args: []string{"console"}, Env: workerproc.Environ(env),
+		LogPath: filepath.Join(t.TempDir(), "console.log"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.Kill()
+		if t.Failed() {
+			t.Logf("console's log:\n%s", p.Tail(30))
+		}
+	})
+	base := "http://" + addr
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		code, body := consoleGet(ctx, base+"/api/overview")
+		return code == http.StatusUnauthorized, "the console asking for credentials: " + body
+	})
+	form := url.Values{"reason": {"the route exists now"}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/events/bad-2/requeue", strings.NewReader(form.Encode()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.SetBasicAuth("ana", token)
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("POST requeue = %d, want 303", resp.StatusCode)
+	}
+	var e events.Event
+	if err := coll.FindOne(ctx, bson.D{{Key: events.FieldID, Value: "bad-2"}}).Decode(&e); err != nil || e.Status != events.StatusNew {
+		t.Errorf("bad-2 after the requeue: %s, %v; want NEW", e.Status, err)
+	}
+	store := mongo.New(db.Client(), mongo.Config{Database: db.Name(), Collection: coll.Name()})
+	actions, err := store.Actions(ctx, 10)
+	if err != nil || len(actions) != 1 || actions[0].By != "ana" || actions[0].Reason != "the route exists now" || actions[0].Source != "console" {
+		t.Errorf("audit = %+v, %v; want ana's requeue from the console", actions, err)
+	}
+	stopWorkers(t, p)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -58,6 +59,8 @@ func requeueCommand(ctx context.Context, args []string, getenv func(string) stri
 		named   namedEvents
 		idsFrom string
 		yes     bool
+		by      string
+		reason  string
 	)
 	cfg, _, err := loadConfig("requeue", args, getenv, operatorCommand, func(fs *flag.FlagSet) {
 		named.define(fs, "`ID` of an event to requeue (repeatable; commas separate ids); a NEW event named so that is backing off before a retry is made due now", "requeued")
@@ -65,6 +68,8 @@ func requeueCommand(ctx context.Context, args []string, getenv func(string) stri
 		fs.StringVar(&f.Type, "type", "", "requeue FAILED events of this `TYPE`")
 		fs.BoolVar(&f.All, "all", false, "requeue every FAILED event (asks first on a terminal; needs --yes otherwise)")
 		fs.BoolVar(&yes, "yes", false, "requeue every FAILED event with --all without asking")
+		fs.StringVar(&by, "by", "", "`NAME` of who requeues them, for the audit record (default: the user running the command)")
+		fs.StringVar(&reason, "reason", "", "`TEXT` saying why, for the audit record")
 	})
 	if err != nil {
 		return err
@@ -127,6 +132,49 @@ func requeueCommand(ctx context.Context, args []string, getenv func(string) stri
 	fmt.Fprintf(stdout, "requeued %d FAILED events to NEW\n", n)
 	if due > 0 {
 		fmt.Fprintf(stdout, "%d NEW events backing off are due now (retryAt cleared)\n", due)
+	}
+	return recordCLIAction(ctx, store, stderr, mongo.Action{Name: "requeue", By: by, Reason: reason, Target: targetOf(f), Count: n + due})
+}
+
+// targetOf says which events f chose, for the audit record.
+func targetOf(f mongo.RequeueFilter) string {
+	var parts []string
+	if len(f.IDs) > 0 {
+		parts = append(parts, "ids: "+strings.Join(f.IDs[:min(len(f.IDs), 20)], ", ")+more(len(f.IDs)-20))
+	}
+	if f.Type != "" {
+		parts = append(parts, "type: "+f.Type)
+	}
+	if f.All {
+		parts = append(parts, "all FAILED")
+	}
+	return strings.Join(parts, "; ")
+}
+
+// more says how many were left out of a list, if any.
+func more(n int) string {
+	if n <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(" and %d more", n)
+}
+
+// recordCLIAction records an operator command's action in the audit
+// collection, by the user running it unless a.By names someone. An action
+// that changed nothing is not recorded. The action itself is done: a
+// record that cannot be written is said on stderr, and is the command's
+// error, for an action nobody can account for is one to notice.
+func recordCLIAction(ctx context.Context, store *mongo.Store, stderr io.Writer, a mongo.Action) error {
+	if a.Count == 0 {
+		return nil
+	}
+	a.At, a.Source = serverNow(ctx, store), "cli"
+	if strings.TrimSpace(a.By) == "" {
+		a.By = cmp.Or(os.Getenv("USER"), os.Getenv("LOGNAME"), "unknown")
+	}
+	if err := store.RecordAction(ctx, a); err != nil {
+		fmt.Fprintf(stderr, "the %s is done, but its audit record was not written: %v\n", a.Name, err)
+		return err
 	}
 	return nil
 }

@@ -7,6 +7,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/outboxrelay/outbox/mongo"
 )
 
 // skipCommand is `worker skip`: it marks FAILED events as skipped by an
@@ -51,5 +53,7 @@ func skipCommand(ctx context.Context, args []string, getenv func(string) string,
 	newLogger(cfg, stderr).Info("FAILED events skipped; later events of their aggregates flow",
 		"event_ids", []string(ids), "skipped", n, "skipped_by", by, "skip_reason", reason)
 	fmt.Fprintf(stdout, "skipped %d FAILED events (of %d named; events not FAILED or already skipped are left alone)\n", n, len(ids))
-	return nil
+	return recordCLIAction(ctx, store, stderr, mongo.Action{
+		Name: "skip", By: by, Reason: reason, Target: targetOf(mongo.RequeueFilter{IDs: ids}), Count: n,
+	})
 }

@@ -292,3 +292,44 @@ func toolsOutbox(ctx context.Context, t *testing.T, mongoURI string, db *driver.
 	}
 	return coll, map[string]string{"OUTBOX_MONGO_URI": mongoURI, "OUTBOX_MONGO_DATABASE": db.Name()}
 }
+
+// TestOperatorCommandsAreAudited: requeue and skip record who did what,
+// why and to how many events; a dry run and an action that changed
+// nothing record nothing.
+func TestOperatorCommandsAreAudited(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	now := time.Now().UTC()
+	var docs []any
+	for _, id := range []string{"a", "b", "c"} {
+		docs = append(docs, draftDoc(t, events.Draft{ID: id, Type: "t", Payload: bson.D{{Key: "n", Value: 1}}}, now,
+			bson.E{Key: events.FieldStatus, Value: events.StatusFailed}))
+	}
+	db := testenv.Database(t)
+	coll, env := toolsOutbox(ctx, t, testenv.MongoURI(t), db, docs)
+	runTool(ctx, t, env, 0, "requeue", "--id", "a,b", "--dry-run")
+	runTool(ctx, t, env, 0, "requeue", "--id", "a,b", "--by", "ana", "--reason", "broker fixed")
+	runTool(ctx, t, env, 0, "requeue", "--id", "a") // now NEW: nothing changes
+	runTool(ctx, t, env, 0, "skip", "--id", "c", "--by", "bo", "--reason", "obsolete")
+	store := mongo.New(db.Client(), mongo.Config{Database: db.Name(), Collection: coll.Name()})
+	got, err := store.Actions(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type rec struct {
+		name, by, reason, target, source string
+		count                            int
+	}
+	var seen []rec
+	for _, a := range got {
+		seen = append(seen, rec{a.Name, a.By, a.Reason, a.Target, a.Source, a.Count})
+	}
+	want := []rec{
+		{"skip", "bo", "obsolete", "ids: c", "cli", 1},
+		{"requeue", "ana", "broker fixed", "ids: a, b", "cli", 2},
+	}
+	if diff := cmp.Diff(want, seen, cmp.AllowUnexported(rec{})); diff != "" {
+		t.Errorf("audit records (-want +got):\n%s", diff)
+	}
+}

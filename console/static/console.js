@@ -36,7 +36,7 @@
   pause.addEventListener("click", toggle);
   document.addEventListener("keydown", function (e) {
     if (typing() || e.ctrlKey || e.metaKey || e.altKey) { return; }
-    var pages = { "1": "", "2": "events?status=FAILED", "3": "failures", "4": "held" };
+    var pages = { "1": 1, "2": 2, "3": 3, "4": 4, "5": 5 };
     if (e.key === "p") { toggle(); }
     else if (e.key === "r") { refresh(); }
     else if (e.key in pages) {

@@ -1,0 +1,186 @@
+package console_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outboxrelay/outbox/console"
+	"github.com/outboxrelay/outbox/service"
+)
+
+const token = "0123456789abcdef-token"
+
+// setupWrites returns a console with its actions on, over a fakeStore.
+func setupWrites(t *testing.T) (*httptest.Server, *fakeStore) {
+	t.Helper()
+	store := newFakeStore(t)
+	c, err := console.New(console.Config{
+		Store: store, Samples: samples{}, Writer: store, Token: token, RequeuePerSecond: 7,
+		Archetype: service.Archetype{Now: func() time.Time { return now }},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(c)
+	t.Cleanup(srv.Close)
+	return srv, store
+}
+
+// request sends method to path as user with password pass (no
+// authentication when user is ""), with form as its body and headers.
+func request(t *testing.T, srv *httptest.Server, method, path, user, pass string, form url.Values, headers map[string]string) (int, string, http.Header) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, srv.URL+path, strings.NewReader(form.Encode()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	if user != "" {
+		req.SetBasicAuth(user, pass)
+	}
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	client := *srv.Client()
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(body), resp.Header
+}
+
+// TestActionsNeedTheToken: with the actions on, every request gives the
+// token, page views included.
+func TestActionsNeedTheToken(t *testing.T) {
+	t.Parallel()
+	srv, _ := setupWrites(t)
+	code, _, h := request(t, srv, http.MethodGet, "/", "", "", nil, nil)
+	if code != http.StatusUnauthorized || !strings.HasPrefix(h.Get("WWW-Authenticate"), "Basic") {
+		t.Errorf("GET / without credentials = %d (WWW-Authenticate %q), want 401 asking for Basic", code, h.Get("WWW-Authenticate"))
+	}
+	if code, _, _ := request(t, srv, http.MethodGet, "/", "ana", "wrong-token-wrong-token", nil, nil); code != http.StatusUnauthorized {
+		t.Errorf("GET / with a wrong token = %d, want 401", code)
+	}
+	code, body, _ := request(t, srv, http.MethodGet, "/events/evil-1", "ana", token, nil, nil)
+	if code != http.StatusOK || !strings.Contains(body, "actions on") || !strings.Contains(body, `action="/events/evil-1/requeue"`) {
+		t.Errorf("GET the event with the token = %d; want its page with the requeue form", code)
+	}
+}
+
+// TestRequeueAndSkipFromTheEventPage: each takes a reason and is
+// recorded with who did it; without a reason nothing is done.
+func TestRequeueAndSkipFromTheEventPage(t *testing.T) {
+	t.Parallel()
+	srv, store := setupWrites(t)
+	store.matching = 1
+	if code, body, _ := request(t, srv, http.MethodPost, "/events/evil-1/requeue", "ana", token, url.Values{"reason": {"  "}}, nil); code != http.StatusBadRequest || !strings.Contains(body, "reason is required") {
+		t.Errorf("requeue without a reason = %d, want 400 asking for one", code)
+	}
+	code, _, h := request(t, srv, http.MethodPost, "/events/evil-1/requeue", "ana", token, url.Values{"reason": {"route added"}}, nil)
+	if code != http.StatusSeeOther || h.Get("Location") != "/events/evil-1" {
+		t.Errorf("requeue = %d to %q, want 303 to the event", code, h.Get("Location"))
+	}
+	if code, _, _ := request(t, srv, http.MethodPost, "/events/evil-1/skip", "bo", token, url.Values{"reason": {"obsolete"}}, nil); code != http.StatusSeeOther {
+		t.Errorf("skip = %d, want 303", code)
+	}
+	if len(store.requeues) != 1 || len(store.requeues[0].IDs) != 1 || store.requeues[0].IDs[0] != "evil-1" || len(store.skips) != 1 {
+		t.Fatalf("requeues %+v, skips %v; want evil-1 requeued once and skipped once", store.requeues, store.skips)
+	}
+	got := store.actions
+	if len(got) != 2 || got[1].By != "ana" || got[1].Name != "requeue" || got[1].Reason != "route added" || got[1].Source != "console" ||
+		got[1].Count != 1 || !got[1].At.Equal(now) || got[0].By != "bo" || got[0].Name != "skip" {
+		t.Errorf("audit = %+v", got)
+	}
+	_, body, _ := request(t, srv, http.MethodGet, "/audit", "ana", token, nil, nil)
+	if !strings.Contains(body, "route added") || !strings.Contains(body, "obsolete") {
+		t.Errorf("the audit page does not list both actions")
+	}
+}
+
+// TestCrossSiteRequestsAreRefused: a page of another site cannot make the
+// operator's browser act, credentials and all.
+func TestCrossSiteRequestsAreRefused(t *testing.T) {
+	t.Parallel()
+	srv, store := setupWrites(t)
+	store.matching = 1
+	for _, h := range []map[string]string{
+		{"Origin": "https://evil.example"},
+		{"Sec-Fetch-Site": "cross-site"},
+		{"Sec-Fetch-Site": "same-site"},
+	} {
+		if code, _, _ := request(t, srv, http.MethodPost, "/events/evil-1/requeue", "ana", token, url.Values{"reason": {"x"}}, h); code != http.StatusForbidden {
+			t.Errorf("POST with %v = %d, want 403", h, code)
+		}
+	}
+	u, _ := url.Parse(srv.URL)
+	if code, _, _ := request(t, srv, http.MethodPost, "/events/evil-1/requeue", "ana", token, url.Values{"reason": {"x"}},
+		map[string]string{"Origin": "http://" + u.Host, "Sec-Fetch-Site": "same-origin"}); code != http.StatusSeeOther {
+		t.Errorf("POST from the console's own page = %d, want 303", code)
+	}
+	if len(store.requeues) != 1 {
+		t.Errorf("%d requeues done, want only the same-origin one", len(store.requeues))
+	}
+}
+
+// TestGroupRequeueAsksToConfirmTheCount: the confirmation page shows how
+// many events a group's requeue touches; a count that changed since is
+// refused; the confirmed requeue is spread at the configured rate.
+func TestGroupRequeueAsksToConfirmTheCount(t *testing.T) {
+	t.Parallel()
+	srv, store := setupWrites(t)
+	store.matching = 12
+	const cause = `broker returned <n> NO_ROUTE for "…"`
+	code, body, _ := request(t, srv, http.MethodGet, "/requeue?cause="+url.QueryEscape(cause), "ana", token, nil, nil)
+	if code != http.StatusOK || !strings.Contains(body, "12 FAILED events") || !strings.Contains(body, "7 a second") {
+		t.Fatalf("confirmation page = %d; want the count and the rate:\n%s", code, body)
+	}
+	if len(store.requeues) != 0 {
+		t.Fatal("the confirmation page requeued")
+	}
+	form := url.Values{"cause": {cause}, "count": {"10"}, "reason": {"route added"}}
+	if code, body, _ := request(t, srv, http.MethodPost, "/requeue", "ana", token, form, nil); code != http.StatusBadRequest || !strings.Contains(body, "12 events now, not the 10 confirmed") {
+		t.Errorf("a stale count = %d, want 400 saying so: %s", code, body)
+	}
+	form.Set("count", "12")
+	if code, _, h := request(t, srv, http.MethodPost, "/requeue", "ana", token, form, nil); code != http.StatusSeeOther || h.Get("Location") != "/audit" {
+		t.Errorf("confirmed requeue = %d to %q, want 303 to the audit", code, h.Get("Location"))
+	}
+	if len(store.requeues) != 1 || store.requeues[0].PerSecond != 7 || store.requeues[0].ErrorPattern == "" || !store.requeues[0].Now.Equal(now) {
+		t.Errorf("requeues = %+v, want one by the cause's pattern, 7 a second from now", store.requeues)
+	}
+	if a := store.actions; len(a) != 1 || a[0].Count != 12 || a[0].Target != "cause: "+cause {
+		t.Errorf("audit = %+v", a)
+	}
+}
+
+// TestReadOnlyShowsNoAction: read-only, the pages offer no form and the
+// audit page still lists what the CLI did.
+func TestReadOnlyShowsNoAction(t *testing.T) {
+	t.Parallel()
+	srv, _ := setup(t)
+	for _, path := range []string{"/outbox/events/evil-1", "/outbox/failures"} {
+		_, body, _ := get(t, srv, path)
+		if strings.Contains(body, "<form class=\"action\"") || strings.Contains(body, "Requeue group") {
+			t.Errorf("GET %s: an action is offered on a read-only console", path)
+		}
+	}
+	if code, _, _ := get(t, srv, "/outbox/requeue?cause=x"); code != http.StatusNotFound {
+		t.Errorf("the group requeue page on a read-only console = %d, want 404", code)
+	}
+	if code, _, _ := get(t, srv, "/outbox/audit"); code != http.StatusOK {
+		t.Errorf("the audit page on a read-only console = %d, want 200", code)
+	}
+}
