@@ -101,6 +101,10 @@ bench: $(if $(BASELINE),baseline-worker) ## Benchmark the worker on FerretDB + R
 bench-go: ## Run the testing.B benchmarks of the hot code (message conversion, ordering keys, round planning, frame sizing, owners' and claim's reads; the reads need PostgreSQL)
 	$(GO) test -run '^$$' -bench . -benchmem ./events/ ./claim/ ./broker/ ./mongo/
 
+.PHONY: console-screenshots
+console-screenshots: ## Take the screenshots of docs/console.md with the console's browser test (needs chromium)
+	OUTBOX_TEST_SCREENSHOTS=$(CURDIR)/docs/images $(GO) test -count=1 -run 'TestBrowser' ./console/
+
 .PHONY: bench-doc
 bench-doc: ## Rewrite the table in docs/performance.md (and results/bench.txt, bench.png) from results/bench.json
 	$(GO) run ./cmd/bench -replot results/bench.json -doc docs/performance.md

@@ -17,7 +17,9 @@ func withAttempt(update bson.D, a *events.AttemptError) bson.D {
 	if a == nil {
 		return update
 	}
-	return append(update, bson.E{Key: "$push", Value: bson.D{{Key: events.FieldAttemptErrors, Value: bson.D{
+	// Clipped, so that the $push never lands in spare room of update's
+	// array that another caller's update shares (perWorker reuses one).
+	return append(slices.Clip(update), bson.E{Key: "$push", Value: bson.D{{Key: events.FieldAttemptErrors, Value: bson.D{
 		{Key: "$each", Value: bson.A{a.Bounded()}},
 		{Key: "$slice", Value: -events.AttemptErrorsKept},
 	}}}})

@@ -177,6 +177,18 @@ ensure_promtool() {
 	command -v promtool >/dev/null 2>&1 || die "promtool still missing after installing the prometheus package"
 }
 
+# Chromium: the console's browser test drives it headless (chromedp). The
+# Debian package has it; nothing to start.
+ensure_chromium() {
+	if command -v chromium >/dev/null 2>&1; then
+		log "chromium: $(chromium --version 2>/dev/null | head -n 1)"
+		return
+	fi
+	log "chromium is not installed"
+	apt_install chromium
+	command -v chromium >/dev/null 2>&1 || die "chromium still missing after installing the chromium package"
+}
+
 # Run alone (not sourced): the servers, nothing else.
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
 	set -euo pipefail

@@ -1,0 +1,251 @@
+package console_test
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/outboxrelay/outbox/console"
+	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/mongo"
+	"github.com/outboxrelay/outbox/mongo/mongotest"
+	"github.com/outboxrelay/outbox/ops"
+	"github.com/outboxrelay/outbox/ownership"
+	"github.com/outboxrelay/outbox/service"
+)
+
+// quiet discards the log of the services the browser tests start.
+var quiet = slog.New(slog.DiscardHandler)
+
+// screenshotsEnv names the folder the browser test writes its screenshots
+// to (make console-screenshots); unset, it writes none.
+const screenshotsEnv = "OUTBOX_TEST_SCREENSHOTS"
+
+// browser starts headless Chromium for the test. In CI a missing Chromium
+// fails the test (.ci/run installs it); elsewhere it skips, saying so.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("chromium is not installed (apt-get install chromium); CI must run the console's browser test")
+		}
+		t.Skip("chromium is not installed (apt-get install chromium): the console's browser test did not run")
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path),
+		chromedp.NoSandbox, // the tests may run as root
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.WindowSize(1280, 900),
+	)
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelCtx := chromedp.NewContext(alloc)
+	t.Cleanup(func() { cancelCtx(); cancelAlloc() })
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// outboxWithAFailure is a prepared store holding one FAILED event with a
+// hostile payload and a history of two attempts, and a sampler that has
+// sampled it.
+func outboxWithAFailure(t *testing.T) (*mongo.Store, *ops.Sampler) {
+	t.Helper()
+	store := mongotest.Store(t)
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	bad := mongotest.Event("bad-1", events.StatusFailed, now.Add(-time.Hour),
+		bson.E{Key: events.FieldAggregateType, Value: "order"}, bson.E{Key: events.FieldAggregateID, Value: "o-1"},
+		bson.E{Key: events.FieldAttempts, Value: 3},
+		bson.E{Key: events.FieldLastError, Value: "gave up after 3 attempts: broker returned the message as unroutable: 312 NO_ROUTE"},
+		bson.E{Key: events.FieldAttemptErrors, Value: bson.A{
+			bson.D{{Key: "at", Value: now.Add(-30 * time.Minute)}, {Key: "workerId", Value: "relay-a-41"}, {Key: "reason", Value: "returned"}, {Key: "error", Value: "312 NO_ROUTE"}},
+			bson.D{{Key: "at", Value: now.Add(-10 * time.Minute)}, {Key: "workerId", Value: "relay-b-7"}, {Key: "reason", Value: "max_attempts"}, {Key: "error", Value: "gave up after 3 attempts: 312 NO_ROUTE"}},
+		}},
+	)
+	for i := range bad {
+		if bad[i].Key == events.FieldPayload {
+			bad[i].Value = bson.D{{Key: "note", Value: `<script>document.title="pwned"</script>`}}
+		}
+	}
+	// A later event of its aggregate waits behind it, and an hour of
+	// history fills the publish chart.
+	docs := []bson.D{bad, mongotest.Event("new-1", events.StatusNew, now,
+		bson.E{Key: events.FieldAggregateType, Value: "order"}, bson.E{Key: events.FieldAggregateID, Value: "o-1"})}
+	for i := range 600 {
+		at := now.Add(-time.Duration(i*6) * time.Second)
+		docs = append(docs, mongotest.Event(fmt.Sprintf("done-%03d", i), events.StatusPublished, at,
+			bson.E{Key: events.FieldPublishedAt, Value: at.Add(time.Duration(i%7) * time.Second)}))
+	}
+	mongotest.Insert(t, store.Collection(), docs...)
+	owners := store.Owners()
+	var terms []ownership.Term
+	for p := range events.Partitions {
+		terms = append(terms, ownership.Term{Partition: p, Term: 1, Owner: []string{"relay-a-41", "relay-b-7"}[p%2], ExpiresAt: now.Add(time.Hour)})
+	}
+	if _, err := owners.Insert(t.Context(), terms); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"relay-a-41", "relay-b-7"} {
+		if err := owners.Heartbeat(t.Context(), ownership.Member{WorkerID: w, SeenAt: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sampler, err := ops.NewSampler(ops.SamplerConfig{
+		Store: store, StaleAfter: time.Minute, Held: store, FailedHolds: true, Archetype: service.Archetype{Logger: quiet},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sampler.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sampler.Stop(context.Background()) })
+	for end := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, ok := sampler.Latest(); ok {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("the sampler took no sample in 30s")
+		}
+	}
+	return store, sampler
+}
+
+// TestBrowserRequeueWithAReason drives a real browser through the console
+// with its actions on: the overview, the FAILED count, the event with its
+// attempts, a requeue with a reason, the event NEW and the audit entry.
+func TestBrowserRequeueWithAReason(t *testing.T) {
+	t.Parallel()
+	ctx := browser(t)
+	store, sampler := outboxWithAFailure(t)
+	const token = "browser-test-token-0123"
+	c, err := console.New(console.Config{
+		Store: store, Samples: sampler, Owners: store.Owners(), TermLength: 30 * time.Second, FailedHolds: true,
+		Writer: store, Token: token, Archetype: service.Archetype{Logger: quiet},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(c)
+	t.Cleanup(srv.Close)
+	auth := "Basic " + base64.StdEncoding.EncodeToString([]byte("ana:"+token))
+
+	var failedCount, status, audit, title string
+	var attempts int
+	shots := screenshots(t)
+	err = chromedp.Run(ctx,
+		network.Enable(),
+		network.SetExtraHTTPHeaders(network.Headers{"Authorization": auth}),
+		chromedp.Navigate(srv.URL+"/"),
+		chromedp.WaitVisible(`a.count.st-failed`),
+		chromedp.Text(`a.count.st-failed .n`, &failedCount),
+		shots.take("console-overview.png"),
+		chromedp.Click(`a.count.st-failed`),
+		chromedp.WaitVisible(`a[href="/events/bad-1"]`),
+		shots.take("console-events.png"),
+		chromedp.Click(`a[href="/events/bad-1"]`),
+		chromedp.WaitVisible(`form.action input[name="reason"]`),
+		chromedp.Evaluate(`document.querySelectorAll("h2 + table tbody tr").length`, &attempts),
+		chromedp.Title(&title),
+		shots.take("console-event.png"),
+		chromedp.SendKeys(`form[action="/events/bad-1/requeue"] input[name="reason"]`, "route bound again"),
+		chromedp.Click(`form[action="/events/bad-1/requeue"] button`),
+		chromedp.WaitVisible(`dd.st-new`),
+		chromedp.Text(`dd.st-new`, &status),
+		chromedp.Navigate(srv.URL+"/audit"),
+		chromedp.WaitVisible(`main table`),
+		chromedp.Text(`main table`, &audit),
+		shots.take("console-audit.png"),
+	)
+	if err != nil {
+		t.Fatalf("browser: %v", err)
+	}
+	if strings.TrimSpace(failedCount) != "1" {
+		t.Errorf("the overview counts %q FAILED events, want 1", failedCount)
+	}
+	if attempts != 2 || strings.Contains(title, "pwned") {
+		t.Errorf("the event's page lists %d failed attempts (want 2), title %q (the payload's script must not run)", attempts, title)
+	}
+	if !strings.HasPrefix(strings.TrimSpace(status), "NEW") {
+		t.Errorf("after the requeue the event's status reads %q, want NEW", status)
+	}
+	if !strings.Contains(audit, "ana") || !strings.Contains(audit, "route bound again") || !strings.Contains(audit, "requeue") {
+		t.Errorf("the audit page does not list ana's requeue:\n%s", audit)
+	}
+}
+
+// TestBrowserReadOnly: read-only, the pages offer no action, and a POST
+// forged from the page itself is refused.
+func TestBrowserReadOnly(t *testing.T) {
+	t.Parallel()
+	ctx := browser(t)
+	store, sampler := outboxWithAFailure(t)
+	c, err := console.New(console.Config{Store: store, Samples: sampler, FailedHolds: true, Archetype: service.Archetype{Logger: quiet}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(c)
+	t.Cleanup(srv.Close)
+	var forms, forged int
+	shots := screenshots(t)
+	err = chromedp.Run(ctx,
+		chromedp.Navigate(srv.URL+"/failures"),
+		chromedp.WaitVisible(`main table`),
+		shots.take("console-failures.png"),
+		chromedp.Navigate(srv.URL+"/held"),
+		chromedp.WaitVisible(`main table`),
+		shots.take("console-held.png"),
+		chromedp.Navigate(srv.URL+"/events/bad-1"),
+		chromedp.WaitVisible(`pre.doc`),
+		chromedp.Evaluate(`document.querySelectorAll("form.action, button[type=submit]").length`, &forms),
+		chromedp.Evaluate(`fetch("/events/bad-1/requeue", {method: "POST", body: new URLSearchParams({reason: "forged"})}).then(r => r.status)`, &forged,
+			func(p *runtime.EvaluateParams) *runtime.EvaluateParams { return p.WithAwaitPromise(true) }),
+	)
+	if err != nil {
+		t.Fatalf("browser: %v", err)
+	}
+	if forms != 0 {
+		t.Errorf("a read-only event page shows %d action controls, want none", forms)
+	}
+	if forged != 403 {
+		t.Errorf("a forged POST got %d, want 403", forged)
+	}
+	if e, err := store.Find(t.Context(), "bad-1"); err != nil || e.Lookup(events.FieldStatus).StringValue() != string(events.StatusFailed) {
+		t.Errorf("bad-1 after the forged POST: %v, %v; want it FAILED still", e, err)
+	}
+}
+
+// shooter takes the pages' screenshots into the folder screenshotsEnv
+// names, for docs/console.md; without it, nothing.
+type shooter struct {
+	t   *testing.T
+	dir string
+}
+
+func screenshots(t *testing.T) shooter { return shooter{t: t, dir: os.Getenv(screenshotsEnv)} }
+
+func (s shooter) take(name string) chromedp.Action {
+	return chromedp.ActionFunc(func(ctx context.Context) error {
+		if s.dir == "" {
+			return nil
+		}
+		var png []byte
+		if err := chromedp.FullScreenshot(&png, 100).Do(ctx); err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(s.dir, name), png, 0o644)
+	})
+}
