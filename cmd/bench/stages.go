@@ -24,6 +24,7 @@ func stages() []stage {
 		heldAggregatesStage,
 		largeDocsStage,
 		inboxStage,
+		consolePagesStage,
 		slowDBStage("db-latency-100ms", false),
 		slowDBStage("db-latency-600ms", false),
 		// On FerretDB each of these takes from several minutes to over

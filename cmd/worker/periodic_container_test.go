@@ -18,7 +18,8 @@ import (
 
 // periodicExplainScenario: each command of the periodic jobs (the
 // sampler's counts and oldest NEW event, the held count, recovery's resets,
-// retention's find and delete) is planned on an index and costs what it
+// retention's find and delete) and of the console's pages is planned on an
+// index and costs what it
 // concerns, not the collection: it examines no more keys or documents than
 // the events of the status it names, and a find no more than it returns
 // (plus the FAILED events it skips). It explains the very commands the
@@ -111,6 +112,26 @@ func periodicExplainScenario(t *testing.T, s stack) {
 			_, err := store.DeletePublished(ctx, now.Add(-7*24*time.Hour), 1000)
 			return err
 		}},
+		// The console's reads: pages of events (the second one from the
+		// first's mark), the FAILED events to group, the held aggregates'
+		// holders and the last hour's publish rate.
+		{"ListEvents", func(ctx context.Context) error {
+			_, mark, err := store.ListEvents(ctx, mongo.EventQuery{Status: events.StatusPublished, Limit: 50})
+			if err != nil || mark == nil {
+				return fmt.Errorf("first page: mark %v, %w", mark, err)
+			}
+			_, _, err = store.ListEvents(ctx, mongo.EventQuery{Status: events.StatusPublished, Limit: 50, After: mark})
+			return err
+		}},
+		{"FailedSample", func(ctx context.Context) error { _, _, err := store.FailedSample(ctx, 10); return err }},
+		{"Holders", func(ctx context.Context) error { _, _, err := store.Holders(ctx, now, true, 100); return err }},
+		{"PublishedPerMinute", func(ctx context.Context) error {
+			_, err := store.PublishedPerMinute(ctx, now.Add(-59*time.Minute), now)
+			return err
+		}},
+	}
+	if err := store.EnsureBrowseIndex(ctx); err != nil {
+		t.Fatalf("EnsureBrowseIndex: %v", err)
 	}
 	// Each call runs, then the commands it sent are explained. The writes
 	// have happened by then (recovery reset its stale events, retention

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/outboxrelay/outbox/console"
+	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/metrics"
+	"github.com/outboxrelay/outbox/ops"
+	"github.com/outboxrelay/outbox/service"
+)
+
+// ConsolePages is how long the operator console takes to answer each of
+// its pages on the bench's collection.
+type ConsolePages struct {
+	Published int         `json:"published"`
+	Failed    int         `json:"failed"`
+	New       int         `json:"new"`
+	Pages     []PageTimes `json:"pages"`
+}
+
+// PageTimes is one page's answers, in milliseconds, and their median.
+type PageTimes struct {
+	Path     string    `json:"path"`
+	MedianMs float64   `json:"medianMs"`
+	RunsMs   []float64 `json:"runsMs"`
+}
+
+var consoleFig = figure[ConsolePages]{"consolePages"}
+
+var consolePagesStage = stage{
+	key: "console", figures: []anyFigure{consoleFig},
+	steps: one("console pages", (*bench).consolePages), rows: consoleRows,
+	targets: func(*Results, addTarget) {},
+}
+
+// consolePageRuns is how many times each page is fetched.
+const consolePageRuns = 5
+
+// consoleFailed and consoleNew are the FAILED and NEW events beside the
+// backlog's published history: enough failures to group, and a page of
+// held aggregates.
+const (
+	consoleFailed = 1000
+	consoleNew    = 1000
+)
+
+func consoleRows(r *Results, add addRow) {
+	c := consoleFig.value(r)
+	for _, p := range c.Pages {
+		add(fmt.Sprintf("Console page %s (%s PUBLISHED, %s FAILED, %s NEW)", p.Path, thousands(c.Published), thousands(c.Failed), thousands(c.New)),
+			fmt.Sprintf("median %.0f ms of %d", p.MedianMs, len(p.RunsMs)), "")
+	}
+}
+
+// consolePages times the console's pages, read-only, over a collection of
+// the backlog's size in PUBLISHED history (the last hour of it), FAILED
+// events of five causes and NEW events waiting behind them.
+func (b *bench) consolePages(ctx context.Context) error {
+	coll, store, err := b.preparedCollection(ctx, "console")
+	if err != nil {
+		return err
+	}
+	defer dropQuietly(coll)
+	if err := store.EnsureBrowseIndex(ctx); err != nil {
+		return err
+	}
+	now := time.Now().UTC()
+	c := ConsolePages{Published: b.cfg.Backlog, Failed: consoleFailed, New: consoleNew}
+	for _, part := range []struct {
+		n  int
+		mk func(i int, at time.Time) (bson.D, error)
+	}{
+		{c.Published, func(i int, _ time.Time) (bson.D, error) {
+			return publishedDoc(i, now.Add(-time.Duration(i)*time.Hour/time.Duration(c.Published)))
+		}},
+		{c.Failed, func(i int, at time.Time) (bson.D, error) { return failedDoc(i, at) }},
+		{c.New, func(i int, at time.Time) (bson.D, error) { return eventDoc(i, at) }},
+	} {
+		if _, err := insertEvents(ctx, coll, part.n, 0, part.mk); err != nil {
+			return err
+		}
+	}
+	arch := service.Archetype{Logger: b.logger, Metrics: metrics.New(nil)}
+	sampler, err := ops.NewSampler(ops.SamplerConfig{Archetype: arch, Store: store, StaleAfter: time.Minute, Held: store, FailedHolds: true})
+	if err != nil {
+		return err
+	}
+	if err := sampler.Start(ctx); err != nil {
+		return err
+	}
+	defer func() { _ = sampler.Stop(context.WithoutCancel(ctx)) }()
+	con, err := console.New(console.Config{Archetype: arch, Store: store, Samples: sampler, Owners: store.Owners(), TermLength: 30 * time.Second, FailedHolds: true})
+	if err != nil {
+		return err
+	}
+	srv := httptest.NewServer(con)
+	defer srv.Close()
+	for _, path := range []string{"/", "/events?status=FAILED", "/events?status=PUBLISHED", "/events?status=FAILED&error=NO_ROUTE", "/failures", "/held", "/api/overview"} {
+		p, err := timePage(ctx, srv.URL+path)
+		if err != nil {
+			return err
+		}
+		p.Path = path
+		c.Pages = append(c.Pages, p)
+		fmt.Fprintf(b.out, "   %s: median %.0f ms %v\n", path, p.MedianMs, p.RunsMs)
+	}
+	consoleFig.set(b.res, c)
+	return nil
+}
+
+// timePage fetches url consolePageRuns times and times each answer.
+func timePage(ctx context.Context, url string) (PageTimes, error) {
+	var p PageTimes
+	for range consolePageRuns {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return p, err
+		}
+		t0 := time.Now()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return p, fmt.Errorf("console page %s: %w", url, err)
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		d := time.Since(t0)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			return p, fmt.Errorf("console page %s: %d, %v", url, resp.StatusCode, err)
+		}
+		p.RunsMs = append(p.RunsMs, round(float64(d)/float64(time.Millisecond), 1))
+	}
+	p.MedianMs = median(p.RunsMs)
+	return p, nil
+}
+
+// failedDoc is a FAILED event of one of five causes, with its last attempt.
+func failedDoc(i int, at time.Time) (bson.D, error) {
+	doc, err := eventDoc(i, at)
+	if err != nil {
+		return nil, err
+	}
+	for j := range doc {
+		if doc[j].Key == events.FieldStatus {
+			doc[j].Value = events.StatusFailed
+		}
+	}
+	causes := []string{
+		"gave up after 5 attempts: broker returned the message as unroutable: 312 NO_ROUTE (routing key \"order.%d\")",
+		"gave up after 5 attempts: broker nacked the message %d",
+		"invalid event: field \"payload\" must be a document, got string (%d)",
+		"publish timed out with the message published alone 3 times (%d)",
+		"claim went stale on its last attempt (%d of 5): its worker stopped or hung",
+	}
+	msg := fmt.Sprintf(causes[i%len(causes)], i)
+	return append(doc,
+		bson.E{Key: events.FieldAttempts, Value: 5},
+		bson.E{Key: events.FieldLastError, Value: msg},
+		bson.E{Key: events.FieldFailedAt, Value: at},
+		bson.E{Key: events.FieldAttemptErrors, Value: bson.A{bson.D{
+			{Key: "at", Value: at}, {Key: "workerId", Value: "bench"}, {Key: "reason", Value: metrics.ReasonMaxAttempts}, {Key: "error", Value: msg},
+		}}},
+	), nil
+}
