@@ -81,8 +81,8 @@ func (b *bench) consolePages(ctx context.Context) error {
 		{c.Published, func(i int, _ time.Time) (bson.D, error) {
 			return publishedDoc(i, now.Add(-time.Duration(i)*time.Hour/time.Duration(c.Published)))
 		}},
-		{c.Failed, func(i int, at time.Time) (bson.D, error) { return failedDoc(i, at) }},
-		{c.New, func(i int, at time.Time) (bson.D, error) { return eventDoc(i, at) }},
+		{c.Failed, failedDoc},
+		{c.New, eventDoc},
 	} {
 		if _, err := insertEvents(ctx, coll, part.n, 0, part.mk); err != nil {
 			return err
