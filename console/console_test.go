@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -183,20 +182,7 @@ func get(t *testing.T, srv *httptest.Server, path string) (int, string, http.Hea
 
 func do(t *testing.T, srv *httptest.Server, method, path string) (int, string, http.Header) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), method, srv.URL+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := srv.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(body), resp.Header
+	return request(t, srv, method, path, "", "", nil, nil)
 }
 
 // TestPages: every page and its API answer under the mount path, with

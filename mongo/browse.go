@@ -175,18 +175,10 @@ func (s *Store) Holders(ctx context.Context, now time.Time, failedHolds bool, li
 		{Key: events.FieldStatus, Value: 1}, {Key: events.FieldLastError, Value: 1}, {Key: events.FieldRetryAt, Value: 1},
 		{Key: events.FieldFailedAt, Value: 1}, {Key: events.FieldCreatedAt, Value: 1}, {Key: events.FieldAttempts, Value: 1},
 	}
-	var queries []findCommand
-	if failedHolds {
-		queries = append(queries, findCommand{filter: bson.D{{Key: events.FieldStatus, Value: events.StatusFailed}, {Key: events.FieldSkippedAt, Value: nil}}})
-	}
-	queries = append(queries, findCommand{filter: bson.D{
-		{Key: events.FieldStatus, Value: events.StatusNew},
-		{Key: events.FieldRetryAt, Value: bson.D{{Key: "$gt", Value: now}}},
-	}, hint: claimOrderIndex})
 	var out []Holder
 	seen := map[string]bool{}
 	more := false
-	for _, q := range queries {
+	for _, q := range holderFinds(now, failedHolds) {
 		q.projection, q.limit = proj, limit+1
 		q.sort = bson.D{{Key: events.FieldCreatedAt, Value: 1}}
 		if q.hint != "" {

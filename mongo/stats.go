@@ -109,15 +109,7 @@ func (s *Store) Held(ctx context.Context, now time.Time, failedHolds bool) (even
 	}
 	var st events.HeldStats
 	holders := map[string]bool{}
-	var queries []findCommand
-	if failedHolds {
-		queries = append(queries, findCommand{filter: bson.D{{Key: events.FieldStatus, Value: events.StatusFailed}, {Key: events.FieldSkippedAt, Value: nil}}})
-	}
-	queries = append(queries, findCommand{filter: bson.D{
-		{Key: events.FieldStatus, Value: events.StatusNew},
-		{Key: events.FieldRetryAt, Value: bson.D{{Key: "$gt", Value: now}}},
-	}, hint: claimOrderIndex})
-	for _, q := range queries {
+	for _, q := range holderFinds(now, failedHolds) {
 		q.projection, q.limit = proj, s.heldWindow+1
 		read, err := s.eachKey(ctx, q, func(key string, doc bson.Raw) {
 			if _, err := doc.LookupErr(events.FieldSkippedAt); err != nil {
@@ -155,6 +147,20 @@ func (s *Store) Held(ctx context.Context, now time.Time, failedHolds bool) (even
 	st.Capped = st.Capped || read > s.heldWindow
 	st.Aggregates = int64(len(waiting))
 	return st, nil
+}
+
+// holderFinds are the finds of the events that hold their aggregates at
+// now: FAILED and not skipped (where FAILED holds), and NEW backing off
+// before a retry. Each is an equality on status and a range of an index.
+func holderFinds(now time.Time, failedHolds bool) []findCommand {
+	var finds []findCommand
+	if failedHolds {
+		finds = append(finds, findCommand{filter: bson.D{{Key: events.FieldStatus, Value: events.StatusFailed}, {Key: events.FieldSkippedAt, Value: nil}}})
+	}
+	return append(finds, findCommand{filter: bson.D{
+		{Key: events.FieldStatus, Value: events.StatusNew},
+		{Key: events.FieldRetryAt, Value: bson.D{{Key: "$gt", Value: now}}},
+	}, hint: claimOrderIndex})
 }
 
 // eachKey calls fn with each ordered event the find returns and its key,

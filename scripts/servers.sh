@@ -163,31 +163,28 @@ ensure_rabbitmq() {
 	die "RabbitMQ did not accept connections on $HOST:$AMQP_PORT within ${WAIT_SECONDS}s (try: rabbitmqctl status)"
 }
 
+# ensure_tool COMMAND PACKAGE installs the Debian PACKAGE that carries
+# COMMAND when COMMAND is missing, and says which version is there.
+ensure_tool() {
+	local cmd=$1 pkg=$2
+	if command -v "$cmd" >/dev/null 2>&1; then
+		log "$cmd: $("$cmd" --version 2>&1 | grep -m 1 -E "[0-9]+\.[0-9]+")"
+		return
+	fi
+	log "$cmd is not installed"
+	apt_install "$pkg"
+	command -v "$cmd" >/dev/null 2>&1 || die "$cmd still missing after installing the $pkg package"
+}
+
 # promtool unit-tests deploy/prometheus/outbox-rules.yml; with CI=true the
 # test fails rather than skips without it. Debian's prometheus package
 # carries it (its service is not started: no systemd here, and CI needs
 # none).
-ensure_promtool() {
-	if command -v promtool >/dev/null 2>&1; then
-		log "promtool: $(promtool --version 2>&1 | head -n 1)"
-		return
-	fi
-	log "promtool is not installed"
-	apt_install prometheus
-	command -v promtool >/dev/null 2>&1 || die "promtool still missing after installing the prometheus package"
-}
+ensure_promtool() { ensure_tool promtool prometheus; }
 
-# Chromium: the console's browser test drives it headless (chromedp). The
-# Debian package has it; nothing to start.
-ensure_chromium() {
-	if command -v chromium >/dev/null 2>&1; then
-		log "chromium: $(chromium --version 2>/dev/null | head -n 1)"
-		return
-	fi
-	log "chromium is not installed"
-	apt_install chromium
-	command -v chromium >/dev/null 2>&1 || die "chromium still missing after installing the chromium package"
-}
+# Chromium: the console's browser test drives it headless (chromedp); with
+# CI=true it fails rather than skips without it. Nothing to start.
+ensure_chromium() { ensure_tool chromium chromium; }
 
 # Run alone (not sourced): the servers, nothing else.
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then

@@ -42,19 +42,7 @@ func TestConsoleCommand(t *testing.T) {
 	}
 	env["OUTBOX_CONSOLE_ADDR"] = addr
 	env["OUTBOX_AMQP_URL"] = "amqp://nobody@127.0.0.1:1/" // never dialled
-	p, err := workerproc.Start(workerproc.Config{
-		Bin: workerBinary(t), Name: "console", Args: []string{"console"}, Env: workerproc.Environ(env),
-		LogPath: filepath.Join(t.TempDir(), "console.log"),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		p.Kill()
-		if t.Failed() {
-			t.Logf("console's log:\n%s", p.Tail(30))
-		}
-	})
+	p := startConsole(t, env)
 	base := "http://" + addr
 
 	var ov console.Overview
@@ -81,6 +69,26 @@ func TestConsoleCommand(t *testing.T) {
 		t.Errorf("POST = %d, want 403", resp.StatusCode)
 	}
 	stopWorkers(t, p)
+}
+
+// startConsole starts `worker console` with env; in t.Cleanup it is
+// killed if it still runs, and its log printed if the test failed.
+func startConsole(t *testing.T, env map[string]string) *workerproc.Proc {
+	t.Helper()
+	p, err := workerproc.Start(workerproc.Config{
+		Bin: workerBinary(t), Name: "console", Args: []string{"console"}, Env: workerproc.Environ(env),
+		LogPath: filepath.Join(t.TempDir(), "console.log"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.Kill()
+		if t.Failed() {
+			t.Logf("console's log:\n%s", p.Tail(30))
+		}
+	})
+	return p
 }
 
 func consoleGet(ctx context.Context, url string) (int, string) {
@@ -121,19 +129,7 @@ func TestConsoleActions(t *testing.T) {
 	}
 	const token = "console-token-for-the-test"
 	env["OUTBOX_CONSOLE_TOKEN"] = token
-	p, err := workerproc.Start(workerproc.Config{
-		Bin: workerBinary(t), Name: "console", Args: []string{"console"}, Env: workerproc.Environ(env),
-		LogPath: filepath.Join(t.TempDir(), "console.log"),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		p.Kill()
-		if t.Failed() {
-			t.Logf("console's log:\n%s", p.Tail(30))
-		}
-	})
+	p := startConsole(t, env)
 	base := "http://" + addr
 	testenv.Eventually(t, time.Minute, func() (bool, string) {
 		code, body := consoleGet(ctx, base+"/api/overview")
