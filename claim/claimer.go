@@ -538,6 +538,9 @@ func (c *Claimer) relay(ctx context.Context, lease events.Lease, claimed []event
 			outcomes[i].err = err
 			continue
 		}
+		if m.TraceDropped {
+			c.metrics.TraceDropped.Inc()
+		}
 		msgs[i] = &m
 	}
 

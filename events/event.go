@@ -83,6 +83,10 @@ type Draft struct {
 	Payload any
 	// Headers are extra message headers. Optional.
 	Headers map[string]any
+	// Trace is the W3C trace context the message carries on, so that its
+	// consumers continue the producer's trace. Insert takes it from its
+	// context when it is unset; one that is not Valid is left out.
+	Trace TraceContext
 }
 
 // ErrInvalidDraft is wrapped by every error Draft.Document returns.
@@ -133,6 +137,12 @@ func (d Draft) Document(now time.Time) (bson.D, error) {
 	if d.AggregateID != "" {
 		doc = append(doc, bson.E{Key: FieldAggregateID, Value: d.AggregateID})
 	}
+	if d.Trace.Valid() {
+		doc = append(doc, bson.E{Key: FieldTraceParent, Value: d.Trace.Parent})
+		if d.Trace.State != "" {
+			doc = append(doc, bson.E{Key: FieldTraceState, Value: d.Trace.State})
+		}
+	}
 	if len(d.Headers) > 0 {
 		headers, err := bson.Marshal(d.Headers)
 		if err != nil {
@@ -154,7 +164,12 @@ func (d Draft) Document(now time.Time) (bson.D, error) {
 // _id. Call it with the context of your own transaction (the one
 // session.WithTransaction hands its callback) so the event commits or rolls
 // back with your business data: that is the whole point of an outbox.
+// Unless d.Trace is set, the event carries the trace context of ctx's span
+// (OpenTelemetry), if any.
 func Insert(ctx context.Context, coll *mongo.Collection, d Draft) (any, error) {
+	if d.Trace == (TraceContext{}) {
+		d.Trace = TraceContextFrom(ctx)
+	}
 	doc, err := d.Document(time.Now())
 	if err != nil {
 		return nil, err

@@ -38,6 +38,9 @@ type Message struct {
 	Headers map[string]any
 	// Body is the payload as relaxed Extended JSON.
 	Body []byte
+	// TraceDropped says that the event's trace context was not valid and
+	// was left out: the message is sent without one.
+	TraceDropped bool
 }
 
 // InvalidError says why a stored document cannot become a message. Such an
@@ -88,10 +91,38 @@ func NewMessage(doc bson.Raw, maxBodyBytes int) (Message, error) {
 	if m.Headers, err = messageHeaders(doc); err != nil {
 		return Message{}, err
 	}
+	m.Headers, m.TraceDropped = withTraceContext(m.Headers, doc)
 	if m.Body, err = body(doc, maxBodyBytes); err != nil {
 		return Message{}, err
 	}
 	return m, nil
+}
+
+// withTraceContext adds the event's trace context to headers, as the
+// traceparent and tracestate headers, over any the event's own headers
+// set. A context that is not valid (or not strings) is left out, never
+// fatal: dropped reports it.
+func withTraceContext(headers map[string]any, doc bson.Raw) (_ map[string]any, dropped bool) {
+	parent, errParent := doc.LookupErr(FieldTraceParent)
+	state, errState := doc.LookupErr(FieldTraceState)
+	if errParent != nil && errState != nil {
+		return headers, false
+	}
+	var tc TraceContext
+	var okParent, okState bool
+	tc.Parent, okParent = parent.StringValueOK()
+	tc.State, okState = state.StringValueOK()
+	if !okParent || (errState == nil && !okState) || !tc.Valid() {
+		return headers, true
+	}
+	if headers == nil {
+		headers = map[string]any{}
+	}
+	headers[FieldTraceParent] = tc.Parent
+	if tc.State != "" {
+		headers[FieldTraceState] = tc.State
+	}
+	return headers, false
 }
 
 func messageID(doc bson.Raw) (string, error) {

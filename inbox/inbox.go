@@ -25,6 +25,10 @@ import (
 // ctx. It must not acknowledge the delivery itself.
 //
 // A returned error (or a panic) rolls back and counts as a failed attempt.
+//
+// ctx carries the producer's trace context when the message has a
+// traceparent header (OpenTelemetry's remote span context): a span the
+// handler starts from ctx continues the producer's trace.
 type Handler func(ctx context.Context, d amqp.Delivery) error
 
 // ErrNotStarted is returned by Handle and Run before Start has succeeded.
@@ -220,7 +224,7 @@ var errDuplicate = errors.New("message id already recorded")
 // is requeued without counting an attempt) or when settling failed; a
 // handler error is logged and counted, not returned.
 func (i *Inbox) Handle(ctx context.Context, d amqp.Delivery) error {
-	out, err := i.process(ctx, d)
+	out, err := i.process(withProducerTrace(ctx, d.Headers), d)
 	if serr := settle(d, out); serr != nil {
 		return errors.Join(err, fmt.Errorf("inbox: settle message: %w", serr))
 	}

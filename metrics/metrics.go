@@ -40,6 +40,7 @@ type Metrics struct {
 	LostClaims      prometheus.Counter
 	Skipped         prometheus.Counter
 	Unwritable      prometheus.Counter
+	TraceDropped    prometheus.Counter
 	PublishLatency  prometheus.Histogram
 	ClaimBatchSize  prometheus.Histogram
 	ClaimBatchLimit prometheus.Gauge
@@ -108,6 +109,8 @@ func New(reg prometheus.Registerer) *Metrics {
 			"NEW events this worker can neither claim nor mark FAILED (too close to the document size limit for any write) and leaves out of its claims until it restarts."),
 		Unwritable: s.Counter("claim_refusals_unwritten_total",
 			"Events a claim refused (invalid, or refused by the server) whose FAILED write failed too: each stays NEW, holds its aggregate, and the next claim tries again."),
+		TraceDropped: s.Counter("trace_context_dropped_total",
+			"Events whose stored trace context (traceparent, tracestate) was not valid: each was published without one."),
 		PublishLatency: s.Histogram("publish_latency_seconds", "Time from an event's createdAt to its broker confirm.",
 			[]float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900}),
 		ClaimBatchSize: s.Histogram("claim_batch_size", "Events claimed per claim.",
