@@ -1,17 +1,21 @@
 // Package service holds what every service of the worker is given alike:
-// its logger, its metrics and its clocks. The worker builds one Archetype
-// and each service's Config embeds it, so that the three are wired once
-// and given their defaults in one place.
+// its logger, its metrics, its tracer provider and its clocks. The worker
+// builds one Archetype and each service's Config embeds it, so that they
+// are wired once and given their defaults in one place.
 package service
 
 import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/outboxrelay/outbox/metrics"
 )
 
-// Archetype is the logger, the metrics and the clocks a service runs with.
+// Archetype is the logger, the metrics, the tracer provider and the clocks
+// a service runs with.
 // The zero value is usable: WithDefaults fills what is unset.
 type Archetype struct {
 	// Logger receives the service's log lines. Defaults to slog.Default().
@@ -19,6 +23,9 @@ type Archetype struct {
 	// Metrics receives the service's counters and gauges. Defaults to an
 	// unregistered set, built only when it is needed.
 	Metrics *metrics.Metrics
+	// Tracer starts the service's spans. Defaults to a no-op provider, so
+	// that a worker without tracing pays nothing for it on the hot path.
+	Tracer trace.TracerProvider
 	// Now is the clock of the times a service compares with those stored
 	// in the outbox (processingAt, publishedAt, createdAt, the terms of
 	// ownership): the worker passes the database server's time
@@ -40,6 +47,9 @@ func (a Archetype) WithDefaults() Archetype {
 		a.Logger = slog.Default()
 	}
 	a.Metrics = metrics.OrNew(a.Metrics)
+	if a.Tracer == nil {
+		a.Tracer = noop.NewTracerProvider()
+	}
 	if a.Now == nil {
 		a.Now = time.Now
 	}
