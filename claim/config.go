@@ -112,6 +112,11 @@ type Config struct {
 	// (ownership.Manager). Without it the worker claims in all, which is
 	// right only for a single worker. Defaults to nil.
 	Owner Owner
+	// RoundTrip returns the database's round trip as last measured (the
+	// worker passes mongo.Clock.RoundTrip), or 0 when none is known.
+	// Before the claimer has timed a read and a renewal of its own, it
+	// estimates them from it (Claimer.readTimes). Optional.
+	RoundTrip func() time.Duration
 	// Archetype is the logger, the metrics and the clocks: leases and
 	// retry times read Now; a batch's publish deadline is measured on
 	// Local (see Claimer.publishDeadline).

@@ -107,7 +107,7 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
 	w.claimer, err = claim.New(w.store, w.publisher, claim.Config{
-		Archetype: arch, Owner: w.owner,
+		Archetype: arch, Owner: w.owner, RoundTrip: w.clock.RoundTrip,
 		WorkerID: cfg.WorkerID, Schedule: cfg.ClaimSchedule, BatchSize: cfg.BatchSize, BatchBytes: cfg.BatchBytes,
 		MaxAttempts: cfg.MaxAttempts, MaxBodyBytes: cfg.MaxMessageBytes, PublishTimeout: cfg.PublishTimeout,
 		RetryMin: cfg.RetryMin, RetryMax: cfg.RetryMax, StaleAfter: cfg.StaleAfter,
