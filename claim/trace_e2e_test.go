@@ -65,7 +65,7 @@ func wantAttributes(t *testing.T, what string, span sdktrace.ReadOnlySpan, want 
 	t.Helper()
 	for _, kv := range want {
 		if !slices.Contains(span.Attributes(), kv) {
-			t.Errorf("%s: attributes %v lack %s=%s", what, span.Attributes(), kv.Key, kv.Value.Emit())
+			t.Errorf("%s: attributes %v lack %s=%s", what, span.Attributes(), kv.Key, kv.Value.String())
 		}
 	}
 }
