@@ -253,3 +253,44 @@ func TestTraceLinkStartsANewTrace(t *testing.T) {
 		t.Errorf("the message's traceparent %v, want the publish span's %s", got, traceParent(p.SpanContext()))
 	}
 }
+
+// TestTraceKeptAfterRecovery: an event whose claim went stale (its worker
+// died before publishing) and that recovery put back to NEW is published
+// in the producer's trace all the same.
+func TestTraceKeptAfterRecovery(t *testing.T) {
+	t.Parallel()
+	tp, rec := recordingProvider(t)
+	b := setup(t)
+	id, producer := produce(t, tp, b.store)
+
+	// A worker claims the event an hour ago and dies.
+	limit := events.ClaimLimit{Events: 10, Bytes: BatchBytesDefault}
+	docs, _, err := b.store.ReadClaimable(t.Context(), time.Now(), limit)
+	if err != nil || len(docs) != 1 {
+		t.Fatalf("ReadClaimable = %d documents, %v; want 1", len(docs), err)
+	}
+	lease := events.Lease{WorkerID: "crashed", Token: "t-crashed", At: time.Now().Add(-time.Hour).UTC().Truncate(time.Millisecond)}
+	if res, err := b.store.ClaimRead(t.Context(), lease, docs, limit); err != nil || len(res.Claimed) != 1 {
+		t.Fatalf("ClaimRead = %+v, %v; want the event claimed", res, err)
+	}
+	if reset, _, err := b.store.RecoverStale(t.Context(), time.Now().Add(-time.Minute), time.Now(), MaxAttemptsDefault); err != nil || reset != 1 {
+		t.Fatalf("RecoverStale reset %d, %v; want 1", reset, err)
+	}
+
+	c, _ := newClaimer(t, b.store, newPublisher(t, b.exchange), Config{Archetype: service.Archetype{Tracer: tp}})
+	runOnce(t, c)
+	select {
+	case <-b.deliveries:
+	case <-time.After(waitFor):
+		t.Fatal("the recovered event was not delivered")
+	}
+	publishes := named(rec, "publish "+b.exchange)
+	if len(publishes) != 1 {
+		t.Fatalf("%d publish spans, want 1", len(publishes))
+	}
+	if p := publishes[0]; p.SpanContext().TraceID() != producer.TraceID() || p.Parent().SpanID() != producer.SpanID() {
+		t.Errorf("publish span in trace %v, parent %v; want the producer's %v in %v",
+			p.SpanContext().TraceID(), p.Parent().SpanID(), producer.SpanID(), producer.TraceID())
+	}
+	wantAttributes(t, "publish", publishes[0], semconv.MessagingMessageID(id))
+}
