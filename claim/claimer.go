@@ -82,6 +82,8 @@ type Claimer struct {
 	// timeouts publishes alone the events whose publish timed out, and
 	// fails those that time out alone (see TimeoutsAloneMax).
 	timeouts timeouts
+	// trace starts the relay's spans when tracing is on.
+	trace tracing
 	// halted is closed when a stop's deadline has passed: the outcome
 	// writes of the batch in flight give up then.
 	halted   chan struct{}
@@ -117,6 +119,7 @@ func New(store Store, pub Publisher, cfg Config) (*Claimer, error) {
 		abandoned: abandonedLeases{staleAfter: cfg.StaleAfter},
 		batch:     newBatchLimit(cfg.BatchSize),
 	}
+	c.trace = newTracing(cfg, pub)
 	c.metrics.ClaimBatchLimit.Set(float64(cfg.BatchSize))
 	var err error
 	c.job, err = schedule.New(schedule.Config{Name: "claim", Schedule: cfg.Schedule, Run: c.runOnce, Logger: cfg.Logger})
@@ -187,6 +190,9 @@ func (c *Claimer) runOnce(ctx context.Context) (more bool, err error) {
 	start := time.Now()
 	res, wrote, err := c.claim(ctx, &lease)
 	claimTook := time.Since(start)
+	if !errors.Is(err, errUnowned) {
+		c.trace.recordClaim(ctx, start, start.Add(claimTook), res, err)
+	}
 	c.draining.Store(err == nil && res.More)
 	if errors.Is(err, errUnowned) {
 		c.metrics.ClaimRuns.WithLabelValues(metrics.ClaimUnowned).Inc()
@@ -613,7 +619,10 @@ func (c *Claimer) relay(ctx context.Context, lease events.Lease, claimed []event
 	confirmedAt := c.now()
 	settleCtx, cancel := c.settleContext(ctx, lease)
 	defer cancel()
-	return c.settle(settleCtx, lease, outcomes, confirmedAt.UTC())
+	settleCtx, end := c.trace.startSettle(settleCtx, claimed, outcomes)
+	err := c.settle(settleCtx, lease, outcomes, confirmedAt.UTC())
+	end(err)
+	return err
 }
 
 // publishAll publishes the valid messages of a batch in one pipelined
@@ -631,7 +640,7 @@ func (c *Claimer) publishAll(ctx context.Context, msgs []*events.Message, outcom
 	if c.pastDeadline(deadline, sent, outcomes) {
 		return
 	}
-	errs := c.pub.Publish(ctx, batch)
+	errs := c.publishMessages(ctx, batch)
 	confirmedAt := c.now()
 	for j, err := range errs {
 		outcomes[sent[j]].err = err
