@@ -108,6 +108,11 @@ type Config struct {
 	// requeued or skipped) or AfterFailedContinue. Defaults to
 	// AfterFailedWait.
 	AfterFailed string
+	// TraceLink makes each message's publish span a new root linked to
+	// the producer's stored trace context, rather than its child
+	// (OUTBOX_TRACE_PARENT=link): for producers whose traces should not
+	// grow by the relay's spans. Defaults to false (child).
+	TraceLink bool
 	// Owner, when set, says which partitions this worker may claim in
 	// (ownership.Manager). Without it the worker claims in all, which is
 	// right only for a single worker. Defaults to nil.

@@ -36,7 +36,7 @@ func TestNewWorkerTakesEveryValidConfig(t *testing.T) {
 			if err != nil {
 				t.Fatalf("loadConfig: %v", err)
 			}
-			w, err := newWorker(cfg, slog.New(slog.DiscardHandler))
+			w, err := newWorker(cfg, slog.New(slog.DiscardHandler), nil)
 			if err != nil {
 				t.Fatalf("newWorker refused a Config loadConfig accepted: %v", err)
 			}
