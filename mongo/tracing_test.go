@@ -80,8 +80,8 @@ func TestCommandTracer(t *testing.T) {
 			t.Errorf("%s: no server.port", s.Name())
 		}
 		for _, kv := range s.Attributes() {
-			if strings.Contains(kv.Value.Emit(), "secret") {
-				t.Errorf("%s: attribute %s holds the document: %s", s.Name(), kv.Key, kv.Value.Emit())
+			if strings.Contains(kv.Value.String(), "secret") {
+				t.Errorf("%s: attribute %s holds the document: %s", s.Name(), kv.Key, kv.Value.String())
 			}
 		}
 	}

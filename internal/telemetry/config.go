@@ -190,7 +190,7 @@ func checkSampler(sampler, arg string) error {
 
 // parseHeaders checks OTLP headers as the exporters read them
 // (key=value pairs separated by commas, values percent-encoded) and
-// returns their values, which are Secrets: an error names the variable
+// returns their values, which are secrets: an error names the variable
 // and the pair's place, never the value.
 func parseHeaders(name, v string) ([]string, error) {
 	if strings.TrimSpace(v) == "" {

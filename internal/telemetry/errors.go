@@ -22,7 +22,7 @@ const errorEvery = time.Minute
 // the number left out since the last.
 type errorHandler struct {
 	logger  *slog.Logger
-	Secrets []string
+	secrets []string
 	now     func() time.Time
 
 	mu      sync.Mutex
@@ -30,11 +30,11 @@ type errorHandler struct {
 	skipped int
 }
 
-func newErrorHandler(logger *slog.Logger, Secrets []string, now func() time.Time) *errorHandler {
+func newErrorHandler(logger *slog.Logger, secrets []string, now func() time.Time) *errorHandler {
 	if now == nil {
 		now = time.Now
 	}
-	return &errorHandler{logger: logger, Secrets: Secrets, now: now}
+	return &errorHandler{logger: logger, secrets: secrets, now: now}
 }
 
 // Handle is otel.ErrorHandler's method: the SDK calls it with each error.
@@ -72,7 +72,7 @@ var userinfo = regexp.MustCompile(`([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s"]*@`)
 
 // redact replaces the headers' values and any URL's user and password.
 func (h *errorHandler) redact(s string) string {
-	for _, secret := range h.Secrets {
+	for _, secret := range h.secrets {
 		s = strings.ReplaceAll(s, secret, "xxxxx")
 	}
 	return userinfo.ReplaceAllString(s, "${1}xxxxx@")
