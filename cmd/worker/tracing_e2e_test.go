@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -226,4 +227,62 @@ func drawTrace(t *testing.T, path string, spans []otlpsink.Span, traceID string)
 		t.Fatal(err)
 	}
 	t.Logf("wrote %s", path)
+}
+
+// TestTracingCollectorDown: a collector that cannot be reached costs the
+// spans, never the relay: every event is delivered, the worker warns
+// (without the OTLP header's value) and still stops cleanly, exit 0.
+func TestTracingCollectorDown(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	s := localStack(t)
+	db, coll, exchange, r := s.relayed(t)
+	down := closedAddr(t)
+
+	workerID := db.Name() + "-w"
+	env := s.relayEnv(db.Name(), exchange, workerID)
+	for k, v := range map[string]string{
+		"OTEL_TRACES_EXPORTER":        "otlp",
+		"OTEL_EXPORTER_OTLP_ENDPOINT": "http://" + down,
+		"OTEL_EXPORTER_OTLP_HEADERS":  "x-api-key=otlp-secret-key",
+		"OTEL_BSP_SCHEDULE_DELAY":     "100",
+		"OTEL_BSP_EXPORT_TIMEOUT":     "500", // give up on an export within half a second
+		"OUTBOX_TRACE_MONGO":          "true",
+	} {
+		env[k] = v
+	}
+	proc := startWorker(t, workerID, env)
+	ids := insertBacklog(ctx, t, coll, 50, "e2e.traced")
+	r.waitDistinct(ctx, t, len(ids))
+	testenv.Eventually(t, timeLeft(ctx), func() (bool, string) {
+		log, err := os.ReadFile(proc.LogPath())
+		return err == nil && strings.Contains(string(log), "tracing: spans not exported"), "no warning about the spans not exported"
+	})
+	stopWorkers(t, proc)
+	r.checkExactly(t, ids)
+	log, err := os.ReadFile(proc.LogPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(log), "otlp-secret-key") {
+		t.Errorf("the worker's log shows the OTLP header's value:\n%s", log)
+	}
+	if n := strings.Count(string(log), "tracing: spans not exported\""); n > 2 {
+		t.Errorf("%d warnings about unexported spans in one short run, want them rate-limited:\n%s", n, log)
+	}
+}
+
+// closedAddr is a loopback address nothing listens on any more.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
 }

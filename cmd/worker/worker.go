@@ -199,8 +199,8 @@ func newWorker(cfg Config, logger *slog.Logger, tracer *telemetry.Provider) (*wo
 	// the sampler and the clock. The database client is disconnected
 	// after them, and last the tracer provider exports the spans still
 	// queued (those of the stop itself among them) and shuts down, within
-	// what is left of the shutdown timeout; a failed export is logged and
-	// does not fail the stop.
+	// what is left of the shutdown timeout and at most tracerFlushMax; a
+	// failed export is logged and does not fail the stop.
 	w.outer = []startStopper{w.http, w.publisher}
 	w.inner = []startStopper{w.claimer, ownerService{w.owner}}
 	if cfg.WakeOnInsert {
@@ -209,6 +209,12 @@ func newWorker(cfg Config, logger *slog.Logger, tracer *telemetry.Provider) (*wo
 	w.inner = append(w.inner, recoverer, cleaner, w.sampler, w.clock)
 	return w, nil
 }
+
+// tracerFlushMax bounds the export of the spans still queued at stop,
+// within the shutdown timeout: a collector answers a batch in
+// milliseconds, and one that is down must not hold a stop for the SDK's
+// export timeout (OTEL_BSP_EXPORT_TIMEOUT, 30 s by default).
+const tracerFlushMax = 5 * time.Second
 
 // ownerService stops the partition ownership after the claimer and gives
 // the partitions back, so that the other replicas take this one's share
@@ -409,9 +415,11 @@ func (w *worker) stop(cause error) error {
 	if err := w.client.Disconnect(ctx); err != nil {
 		errs = append(errs, err)
 	}
-	if err := w.tracer.Shutdown(ctx); err != nil {
+	flushCtx, cancelFlush := context.WithTimeout(ctx, tracerFlushMax)
+	if err := w.tracer.Shutdown(flushCtx); err != nil {
 		w.logger.Warn("tracing: spans not exported at stop", "error", err)
 	}
+	cancelFlush()
 	err := errors.Join(errs...)
 	if err != nil {
 		w.logger.Error("worker stopped with errors", "error", err)
