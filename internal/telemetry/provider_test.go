@@ -1,13 +1,18 @@
 package telemetry
 
 import (
+	"context"
 	"log/slog"
+	"net"
 	"net/http/httptest"
 	"os"
 	"slices"
+	"sync"
 	"testing"
 
 	"go.opentelemetry.io/otel"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/grpc"
 
 	"github.com/outboxrelay/outbox/internal/otlpsink"
 )
@@ -86,5 +91,68 @@ func TestProviderOff(t *testing.T) {
 		if got := otel.GetTextMapPropagator().Fields(); !slices.Equal(got, []string{"traceparent", "tracestate"}) {
 			t.Errorf("%v: global propagator's fields %v, want traceparent and tracestate", env, got)
 		}
+	}
+}
+
+// grpcReceiver is an OTLP/gRPC trace receiver that keeps the spans' names
+// and their resources' service names.
+type grpcReceiver struct {
+	coltracepb.UnimplementedTraceServiceServer
+	mu    sync.Mutex
+	names []string
+}
+
+func (g *grpcReceiver) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, rs := range req.GetResourceSpans() {
+		service := ""
+		for _, kv := range rs.GetResource().GetAttributes() {
+			if kv.GetKey() == "service.name" {
+				service = kv.GetValue().GetStringValue()
+			}
+		}
+		for _, ss := range rs.GetScopeSpans() {
+			for _, s := range ss.GetSpans() {
+				g.names = append(g.names, service+"/"+s.GetName())
+			}
+		}
+	}
+	return &coltracepb.ExportTraceServiceResponse{}, nil
+}
+
+// TestProviderExportsOverGRPC: OTEL_EXPORTER_OTLP_PROTOCOL=grpc selects
+// the gRPC exporter, which reaches an OTLP/gRPC receiver.
+func TestProviderExportsOverGRPC(t *testing.T) {
+	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	recv := &grpcReceiver{}
+	coltracepb.RegisterTraceServiceServer(srv, recv)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	defer func() { srv.Stop(); <-served }()
+	t.Setenv(EnvTracesExporter, "otlp")
+	t.Setenv(EnvProtocol, "grpc")
+	t.Setenv(EnvEndpoint, "http://"+ln.Addr().String()) // http: plain text
+	cfg, err := ConfigFromEnv(os.Getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(t.Context(), cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, span := p.Tracer("test").Start(t.Context(), "over grpc")
+	span.End()
+	if err := p.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	recv.mu.Lock()
+	defer recv.mu.Unlock()
+	if !slices.Equal(recv.names, []string{ServiceNameDefault + "/over grpc"}) {
+		t.Errorf("received %q, want the one span of %s", recv.names, ServiceNameDefault)
 	}
 }
