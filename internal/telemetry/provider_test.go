@@ -133,7 +133,12 @@ func TestProviderExportsOverGRPC(t *testing.T) {
 	coltracepb.RegisterTraceServiceServer(srv, recv)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	defer func() { srv.Stop(); <-served }()
+	defer func() {
+		srv.Stop()
+		if err := <-served; err != nil {
+			t.Error(err)
+		}
+	}()
 	t.Setenv(EnvTracesExporter, "otlp")
 	t.Setenv(EnvProtocol, "grpc")
 	t.Setenv(EnvEndpoint, "http://"+ln.Addr().String()) // http: plain text
