@@ -17,8 +17,9 @@ const errorEvery = time.Minute
 // errorHandler logs the OpenTelemetry SDK's errors (a failed export, a
 // full queue) and its own log lines as warnings of the worker's logger:
 // tracing is an aid, never a reason to stop relaying. A line is written
-// with the values of the OTLP headers (API keys) and URL passwords
-// replaced by xxxxx, and repeated ones at most once per errorEvery, with
+// with the values of the OTLP headers (API keys) and the users and
+// passwords of URLs replaced by xxxxx, and repeated ones at most once per
+// errorEvery, with
 // the number left out since the last.
 type errorHandler struct {
 	logger  *slog.Logger
