@@ -19,8 +19,7 @@ const errorEvery = time.Minute
 // tracing is an aid, never a reason to stop relaying. A line is written
 // with the values of the OTLP headers (API keys) and the users and
 // passwords of URLs replaced by xxxxx, and repeated ones at most once per
-// errorEvery, with
-// the number left out since the last.
+// errorEvery, with the number left out since the last.
 type errorHandler struct {
 	logger  *slog.Logger
 	secrets []string
