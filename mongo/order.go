@@ -33,6 +33,10 @@ import (
 // every NEW event of each find, one find with the same result costs half
 // as much, and an ordered claim reads the events backing off in that same
 // find rather than in one of their own.
+//
+// Events of paused types (pausedSet) are never kept: with limit.Ordered
+// each holds its ordering key as the head meets it, and the paused types
+// are read after the probe, so that an idle outbox still costs one find.
 func (s *Store) findClaimable(ctx context.Context, now time.Time, limit events.ClaimLimit) (docs []bson.Raw, more bool, err error) {
 	if !limit.Ordered {
 		return s.findUnordered(ctx, now, limit)
