@@ -102,7 +102,7 @@ bench-go: ## Run the testing.B benchmarks of the hot code (message conversion, o
 	$(GO) test -run '^$$' -bench . -benchmem ./events/ ./claim/ ./broker/ ./mongo/
 
 .PHONY: console-screenshots
-console-screenshots: ## Take the screenshots of docs/console.md with the console's browser test (needs chromium)
+console-screenshots: ## Take the screenshots of docs/console.md, light and dark, with the console's browser test (needs chromium)
 	OUTBOX_TEST_SCREENSHOTS=$(CURDIR)/docs/images $(GO) test -count=1 -run 'TestBrowser' ./console/
 
 .PHONY: trace-picture

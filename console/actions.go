@@ -20,6 +20,8 @@ type Writer interface {
 	Requeue(ctx context.Context, f mongo.RequeueFilter, dryRun bool) (int, error)
 	Skip(ctx context.Context, ids []string, by, reason string, at time.Time, dryRun bool) (int, error)
 	RecordAction(ctx context.Context, a mongo.Action) error
+	Pause(ctx context.Context, p events.Pause) (bool, error)
+	Resume(ctx context.Context, typ string) (bool, error)
 }
 
 // Defaults of the actions' settings.
@@ -97,6 +99,49 @@ func (c *Console) skipEvent(w http.ResponseWriter, r *http.Request) {
 		n, err := c.cfg.Writer.Skip(r.Context(), []string{id}, actor(r), reason, c.cfg.Now(), false)
 		return mongo.Action{Name: "skip", Target: "ids: " + id, Count: n, Reason: reason}, err
 	}, "/events/"+url.PathEscape(r.PathValue("id")))
+}
+
+// typeOf is the form's event type, required.
+func typeOf(r *http.Request, action string) (string, error) {
+	typ := strings.TrimSpace(r.PostFormValue("type"))
+	if typ == "" {
+		return "", errBadRequest{"type is required: the event type to " + action}
+	}
+	return typ, nil
+}
+
+// pauseType pauses the form's event type: the relay claims none of its
+// events until it is resumed. A type already paused keeps its first
+// record, and nothing is recorded.
+func (c *Console) pauseType(w http.ResponseWriter, r *http.Request) {
+	c.act(w, r, func(reason string) (mongo.Action, error) {
+		typ, err := typeOf(r, "pause")
+		if err != nil {
+			return mongo.Action{}, err
+		}
+		changed, err := c.cfg.Writer.Pause(r.Context(), events.Pause{Type: typ, By: actor(r), Reason: reason, At: c.cfg.Now()})
+		return mongo.Action{Name: "pause", Target: "type: " + typ, Count: one(changed), Reason: reason}, err
+	}, "/")
+}
+
+// resumeType resumes the form's event type.
+func (c *Console) resumeType(w http.ResponseWriter, r *http.Request) {
+	c.act(w, r, func(reason string) (mongo.Action, error) {
+		typ, err := typeOf(r, "resume")
+		if err != nil {
+			return mongo.Action{}, err
+		}
+		changed, err := c.cfg.Writer.Resume(r.Context(), typ)
+		return mongo.Action{Name: "resume", Target: "type: " + typ, Count: one(changed), Reason: reason}, err
+	}, "/")
+}
+
+// one is the count of an action on one type: 1 when it changed it.
+func one(changed bool) int {
+	if changed {
+		return 1
+	}
+	return 0
 }
 
 // Confirm is the data of the page that asks to confirm a group's requeue.

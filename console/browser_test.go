@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
@@ -84,12 +85,27 @@ func outboxWithAFailure(t *testing.T) (*mongo.Store, *ops.Sampler) {
 	// history fills the publish chart.
 	docs := []bson.D{bad, mongotest.Event("new-1", events.StatusNew, now,
 		bson.E{Key: events.FieldAggregateType, Value: "order"}, bson.E{Key: events.FieldAggregateID, Value: "o-1"})}
+	// A paused type holds its aggregate: invoice i-9's first event is of
+	// it, and a later one waits.
+	for i, typ := range []string{"invoice.sent", "invoice.paid"} {
+		d := mongotest.Event(fmt.Sprintf("inv-%d", i), events.StatusNew, now.Add(-time.Duration(20-i)*time.Minute),
+			bson.E{Key: events.FieldAggregateType, Value: "invoice"}, bson.E{Key: events.FieldAggregateID, Value: "i-9"})
+		for j := range d {
+			if d[j].Key == events.FieldType {
+				d[j].Value = typ
+			}
+		}
+		docs = append(docs, d)
+	}
 	for i := range 600 {
 		at := now.Add(-time.Duration(i*6) * time.Second)
 		docs = append(docs, mongotest.Event(fmt.Sprintf("done-%03d", i), events.StatusPublished, at,
 			bson.E{Key: events.FieldPublishedAt, Value: at.Add(time.Duration(i%7) * time.Second)}))
 	}
 	mongotest.Insert(t, store.Collection(), docs...)
+	if _, err := store.Pause(t.Context(), events.Pause{Type: "invoice.sent", By: "ana", Reason: "the mail relay bounces everything, INC-2207", At: now.Add(-15 * time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
 	owners := store.Owners()
 	var terms []ownership.Term
 	for p := range events.Partitions {
@@ -104,7 +120,7 @@ func outboxWithAFailure(t *testing.T) (*mongo.Store, *ops.Sampler) {
 		}
 	}
 	sampler, err := ops.NewSampler(ops.SamplerConfig{
-		Store: store, StaleAfter: time.Minute, Held: store, FailedHolds: true, Archetype: service.Archetype{Logger: quiet},
+		Store: store, StaleAfter: time.Minute, Held: store, FailedHolds: true, Paused: store, Archetype: service.Archetype{Logger: quiet},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -135,6 +151,7 @@ func TestBrowserRequeueWithAReason(t *testing.T) {
 	c, err := console.New(console.Config{
 		Store: store, Samples: sampler, Owners: store.Owners(), TermLength: 30 * time.Second, FailedHolds: true,
 		Writer: store, Token: token, Archetype: service.Archetype{Logger: quiet},
+		Refresh: time.Hour, // no live refresh replaces a node the test is about to use
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -143,10 +160,11 @@ func TestBrowserRequeueWithAReason(t *testing.T) {
 	t.Cleanup(srv.Close)
 	auth := "Basic " + base64.StdEncoding.EncodeToString([]byte("ana:"+token))
 
-	var failedCount, status, audit, title string
+	var failedCount, status, audit, title, paused string
 	var attempts int
 	shots := screenshots(t)
 	err = chromedp.Run(ctx,
+		scheme("light"),
 		network.Enable(),
 		network.SetExtraHTTPHeaders(network.Headers{"Authorization": auth}),
 		chromedp.Navigate(srv.URL+"/"),
@@ -165,6 +183,15 @@ func TestBrowserRequeueWithAReason(t *testing.T) {
 		chromedp.Click(`form[action="/events/bad-1/requeue"] button`),
 		chromedp.WaitVisible(`dd.st-new`),
 		chromedp.Text(`dd.st-new`, &status),
+		chromedp.Navigate(srv.URL+"/"),
+		chromedp.WaitVisible(`form[action="/pause"]`),
+		chromedp.SendKeys(`form[action="/pause"] input[name="type"]`, "order.shipped"),
+		chromedp.SendKeys(`form[action="/pause"] input[name="reason"]`, "warehouse API down"),
+		chromedp.Click(`form[action="/pause"] button`),
+		// Only the page after the pause has this row: the one before has
+		// the other paused type's.
+		chromedp.WaitVisible(`tr.paused a[href$="type=order.shipped"]`),
+		chromedp.Text(`#paused + table`, &paused),
 		chromedp.Navigate(srv.URL+"/audit"),
 		chromedp.WaitVisible(`main table`),
 		chromedp.Text(`main table`, &audit),
@@ -185,6 +212,12 @@ func TestBrowserRequeueWithAReason(t *testing.T) {
 	if !strings.Contains(audit, "ana") || !strings.Contains(audit, "route bound again") || !strings.Contains(audit, "requeue") {
 		t.Errorf("the audit page does not list ana's requeue:\n%s", audit)
 	}
+	if !strings.Contains(paused, "order.shipped") || !strings.Contains(paused, "warehouse API down") || !strings.Contains(paused, "invoice.sent") {
+		t.Errorf("the overview's paused types after pausing order.shipped:\n%s", paused)
+	}
+	if !strings.Contains(audit, "pause") || !strings.Contains(audit, "type: order.shipped") {
+		t.Errorf("the audit page does not list ana's pause:\n%s", audit)
+	}
 }
 
 // TestBrowserReadOnly: read-only, the pages offer no action, and a POST
@@ -193,7 +226,7 @@ func TestBrowserReadOnly(t *testing.T) {
 	t.Parallel()
 	ctx := browser(t)
 	store, sampler := outboxWithAFailure(t)
-	c, err := console.New(console.Config{Store: store, Samples: sampler, FailedHolds: true, Archetype: service.Archetype{Logger: quiet}})
+	c, err := console.New(console.Config{Store: store, Samples: sampler, FailedHolds: true, Archetype: service.Archetype{Logger: quiet}, Refresh: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,6 +235,7 @@ func TestBrowserReadOnly(t *testing.T) {
 	var forms, forged int
 	shots := screenshots(t)
 	err = chromedp.Run(ctx,
+		scheme("light"),
 		chromedp.Navigate(srv.URL+"/failures"),
 		chromedp.WaitVisible(`main table`),
 		shots.take("console-failures.png"),
@@ -226,6 +260,60 @@ func TestBrowserReadOnly(t *testing.T) {
 	if e, err := store.Find(t.Context(), "bad-1"); err != nil || e.Lookup(events.FieldStatus).StringValue() != string(events.StatusFailed) {
 		t.Errorf("bad-1 after the forged POST: %v, %v; want it FAILED still", e, err)
 	}
+}
+
+// TestBrowserDarkTheme: the console follows the system's dark theme
+// (prefers-color-scheme), and the dark screenshots of docs/console.md are
+// taken here.
+func TestBrowserDarkTheme(t *testing.T) {
+	t.Parallel()
+	ctx := browser(t)
+	store, sampler := outboxWithAFailure(t)
+	c, err := console.New(console.Config{
+		Store: store, Samples: sampler, Owners: store.Owners(), TermLength: 30 * time.Second, FailedHolds: true,
+		Archetype: service.Archetype{Logger: quiet}, Refresh: time.Hour,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(c)
+	t.Cleanup(srv.Close)
+	background := `getComputedStyle(document.body).backgroundColor`
+	var light, dark, held string
+	shots := screenshots(t)
+	err = chromedp.Run(ctx,
+		scheme("light"),
+		chromedp.Navigate(srv.URL+"/"),
+		chromedp.WaitVisible(`a.count.st-failed`),
+		chromedp.Evaluate(background, &light),
+		scheme("dark"),
+		chromedp.Navigate(srv.URL+"/"),
+		chromedp.WaitVisible(`a.count.st-failed`),
+		chromedp.Evaluate(background, &dark),
+		shots.take("console-overview-dark.png"),
+		chromedp.Navigate(srv.URL+"/events/bad-1"),
+		chromedp.WaitVisible(`pre.doc`),
+		shots.take("console-event-dark.png"),
+		chromedp.Navigate(srv.URL+"/held"),
+		chromedp.WaitVisible(`main table`),
+		chromedp.Text(`main`, &held),
+		shots.take("console-held-dark.png"),
+	)
+	if err != nil {
+		t.Fatalf("browser: %v", err)
+	}
+	if light != "rgb(255, 255, 255)" || dark != "rgb(13, 17, 23)" {
+		t.Errorf("the page's background is %s in the light theme and %s in the dark one, want rgb(255, 255, 255) and rgb(13, 17, 23)", light, dark)
+	}
+	if !strings.Contains(held, "invoice.sent") || !strings.Contains(held, "invoice/i-9") || !strings.Contains(held, "is paused") {
+		t.Errorf("the held page does not show invoice i-9 held by the paused type invoice.sent:\n%s", held)
+	}
+}
+
+// scheme makes the browser's pages see prefers-color-scheme as "light"
+// or "dark", as a system theme would set it.
+func scheme(s string) chromedp.Action {
+	return emulation.SetEmulatedMedia().WithFeatures([]*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: s}})
 }
 
 // shooter takes the pages' screenshots into the folder screenshotsEnv

@@ -1,7 +1,8 @@
 // Package console serves the operator console of an outbox: HTML pages,
 // and the JSON API they are built from, of the events by status, one
 // event with the history of its attempts, the failures grouped by cause,
-// the held aggregates and the replicas that own the partitions.
+// the held aggregates, the paused event types and the replicas that own
+// the partitions.
 //
 // A Console is an http.Handler. `worker console` serves it on its own
 // address; an application mounts it under a path prefix of its own admin
@@ -33,6 +34,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/rule"
 	"github.com/outboxrelay/outbox/mongo"
 	"github.com/outboxrelay/outbox/ops"
@@ -48,6 +50,7 @@ type Store interface {
 	Holders(ctx context.Context, now time.Time, failedHolds bool, limit int) ([]mongo.Holder, bool, error)
 	PublishedPerMinute(ctx context.Context, since, now time.Time) ([]int64, error)
 	Actions(ctx context.Context, limit int) ([]mongo.Action, error)
+	PausedTypes(ctx context.Context) ([]events.Pause, error)
 }
 
 // OwnersReader reads the partition terms and the replicas' heartbeats
@@ -95,7 +98,8 @@ type Config struct {
 	// RefreshDefault.
 	Refresh time.Duration
 	// Writer, when set, enables the actions: requeue and skip of an
-	// event, requeue of a failure group. Every action takes a reason and
+	// event, requeue of a failure group, pause and resume of an event
+	// type. Every action takes a reason and
 	// is recorded in the audit collection. Defaults to nil: read-only.
 	Writer Writer
 	// Token is the password every request must give, by HTTP Basic
@@ -179,6 +183,8 @@ func New(cfg Config) (*Console, error) {
 		c.mux.HandleFunc("POST /requeue", c.requeueCause)
 		c.mux.HandleFunc("POST /events/{id}/requeue", c.requeueEvent)
 		c.mux.HandleFunc("POST /events/{id}/skip", c.skipEvent)
+		c.mux.HandleFunc("POST /pause", c.pauseType)
+		c.mux.HandleFunc("POST /resume", c.resumeType)
 	}
 	return c, nil
 }

@@ -40,6 +40,8 @@ type fakeStore struct {
 	requeues []mongo.RequeueFilter // the requeues done (not dry runs)
 	skips    []string
 	actions  []mongo.Action
+	paused   []events.Pause
+	holders  []mongo.Holder // Holders' answer, when set
 }
 
 func (f *fakeStore) Actions(context.Context, int) ([]mongo.Action, error) {
@@ -124,6 +126,9 @@ func (f *fakeStore) FailedSample(context.Context, int) ([]bson.Raw, bool, error)
 }
 
 func (f *fakeStore) Holders(context.Context, time.Time, bool, int) ([]mongo.Holder, bool, error) {
+	if f.holders != nil {
+		return f.holders, false, f.err
+	}
 	return []mongo.Holder{{Key: "order/" + hostile, Doc: f.docs[0]}}, false, f.err
 }
 
@@ -390,4 +395,28 @@ func TestConfigIsChecked(t *testing.T) {
 			t.Errorf("New(%+v) = %v, want an error naming %s", tt.cfg, err, tt.want)
 		}
 	}
+}
+
+func (f *fakeStore) PausedTypes(context.Context) ([]events.Pause, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.paused), f.err
+}
+
+func (f *fakeStore) Pause(_ context.Context, p events.Pause) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if slices.ContainsFunc(f.paused, func(q events.Pause) bool { return q.Type == p.Type }) {
+		return false, f.err
+	}
+	f.paused = append(f.paused, p)
+	return true, f.err
+}
+
+func (f *fakeStore) Resume(_ context.Context, typ string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := len(f.paused)
+	f.paused = slices.DeleteFunc(f.paused, func(p events.Pause) bool { return p.Type == typ })
+	return len(f.paused) < n, f.err
 }

@@ -36,6 +36,8 @@ type Overview struct {
 	Leader string `json:"leader"`
 	// Unowned counts the partitions no live replica owns.
 	Unowned int `json:"unownedPartitions"`
+	// PausedTypes are the event types an operator paused, by type.
+	PausedTypes []events.Pause `json:"pausedTypes"`
 }
 
 // Replica is one worker seen in the owners collection.
@@ -111,6 +113,9 @@ type HeldAggregate struct {
 type Held struct {
 	Aggregates []HeldAggregate `json:"aggregates"`
 	Capped     bool            `json:"capped,omitempty"`
+	// PausedTypes are the event types an operator paused, by type: with
+	// ordering, each NEW event of one holds its aggregate.
+	PausedTypes []events.Pause `json:"pausedTypes"`
 }
 
 func (c *Console) overview(r *http.Request) (any, error) {
@@ -129,6 +134,10 @@ func (c *Console) overview(r *http.Request) (any, error) {
 	now := c.cfg.Now()
 	var err error
 	if ov.PublishedPerMinute, err = c.cfg.Store.PublishedPerMinute(r.Context(), now.Add(-59*time.Minute), now); err != nil {
+		return nil, err
+	}
+	// Read at each view, not sampled: a pause shows at once.
+	if ov.PausedTypes, err = c.cfg.Store.PausedTypes(r.Context()); err != nil {
 		return nil, err
 	}
 	if c.cfg.Owners != nil {
@@ -256,12 +265,27 @@ func (c *Console) held(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := Held{Aggregates: make([]HeldAggregate, 0, len(holders)), Capped: capped}
+	paused, err := c.cfg.Store.PausedTypes(r.Context())
+	if err != nil {
+		return nil, err
+	}
+	byType := make(map[string]events.Pause, len(paused))
+	for _, p := range paused {
+		byType[p.Type] = p
+	}
+	out := Held{Aggregates: make([]HeldAggregate, 0, len(holders)), Capped: capped, PausedTypes: paused}
 	for _, h := range holders {
 		row := rowOf(h.Doc)
 		why := "FAILED: later events wait until it is requeued or skipped"
-		if row.Status == string(events.StatusNew) {
+		p, isPaused := byType[row.Type]
+		switch {
+		case row.Status != string(events.StatusNew):
+		case row.RetryAt.After(now):
 			why = "backing off before a retry, until " + row.RetryAt.UTC().Format(time.RFC3339)
+		case isPaused:
+			why = fmt.Sprintf("its type %s is paused (by %s: %s): later events wait until it is resumed", p.Type, p.By, p.Reason)
+		default:
+			why = "NEW: its type was paused, and is no longer"
 		}
 		out.Aggregates = append(out.Aggregates, HeldAggregate{Key: row.AggregateType + "/" + row.AggregateID, Holder: row, Why: why})
 	}

@@ -51,6 +51,7 @@ type Metrics struct {
 	StaleProcessing Sampled
 	HeldAggregates  Sampled
 	OldestHeldAge   Sampled
+	PausedTypes     Sampled
 	BrokerConnected prometheus.Gauge
 	PartitionsOwned prometheus.Gauge
 	ClaimRuns       *prometheus.CounterVec
@@ -128,6 +129,8 @@ func New(reg prometheus.Registerer) *Metrics {
 			"Aggregates whose later events wait behind an event backing off before a retry or FAILED and not skipped, sampled on a schedule."),
 		OldestHeldAge: sampled(s, "oldest_held_event_age_seconds",
 			"Age of the oldest event waiting behind a held aggregate, sampled on a schedule; 0 when there is none."),
+		PausedTypes: sampled(s, "paused_types",
+			"Event types an operator paused (worker pause, the console): the relay claims none of their events, which hold their aggregates; sampled on a schedule."),
 		BrokerConnected: s.Gauge("broker_connected", "1 while this worker has a connection and channel to the broker."),
 		PartitionsOwned: s.Gauge("partitions_owned",
 			"Partitions this worker owns and may claim in, after its last ownership round: 0 on every replica means nothing relays."),

@@ -20,12 +20,15 @@ type Action struct {
 	// By is who acted: the console's signed-in operator, or the CLI's
 	// --by (default: the user running it).
 	By string `bson:"by" json:"by"`
-	// Name is requeue, skip or retry-now.
+	// Name is requeue, skip, pause or resume.
 	Name   string `bson:"action" json:"action"`
 	Reason string `bson:"reason" json:"reason"`
-	// Target says which events were chosen: ids, a type, a cause, all.
+	// Target says which events were chosen: ids, a type, a cause, all;
+	// for pause and resume, the type.
 	Target string `bson:"target" json:"target"`
-	Count  int    `bson:"count" json:"count"`
+	// Count is how many events the action changed; for pause and
+	// resume, 1 (the type).
+	Count int `bson:"count" json:"count"`
 	// Source is "cli" or "console".
 	Source string `bson:"source" json:"source"`
 }

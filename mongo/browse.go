@@ -160,30 +160,46 @@ func (s *Store) FailedSample(ctx context.Context, limit int) ([]bson.Raw, bool, 
 }
 
 // Holder is an event that holds its aggregate: FAILED and not skipped
-// (where FAILED holds), or NEW and backing off before a retry.
+// (where FAILED holds), NEW and backing off before a retry, or NEW and of
+// a paused type.
 type Holder struct {
 	Key string   // the ordering key (events.OrderingKey)
 	Doc bson.Raw // the holder, projected
 }
 
 // Holders returns up to limit events that hold their aggregates at now,
-// FAILED ones first, and whether there were more. Each aggregate is
-// listed once, under its oldest holder.
+// FAILED ones first, then those backing off, then those of paused types,
+// and whether there were more. Each aggregate is listed once, under its
+// oldest holder. The events of a paused type are read with an equality
+// on status and type, oldest first, per paused type.
 func (s *Store) Holders(ctx context.Context, now time.Time, failedHolds bool, limit int) ([]Holder, bool, error) {
 	proj := bson.D{
 		{Key: events.FieldType, Value: 1}, {Key: events.FieldAggregateType, Value: 1}, {Key: events.FieldAggregateID, Value: 1},
 		{Key: events.FieldStatus, Value: 1}, {Key: events.FieldLastError, Value: 1}, {Key: events.FieldRetryAt, Value: 1},
 		{Key: events.FieldFailedAt, Value: 1}, {Key: events.FieldCreatedAt, Value: 1}, {Key: events.FieldAttempts, Value: 1},
 	}
+	finds := holderFinds(now, failedHolds)
+	for i := range finds {
+		finds[i].sort = bson.D{{Key: events.FieldCreatedAt, Value: 1}}
+		if finds[i].hint != "" {
+			finds[i].sort = nil // the index's order; FerretDB sorts nothing it need not
+		}
+	}
+	pauses, err := s.PausedTypes(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	for _, p := range pauses {
+		finds = append(finds, findCommand{
+			filter: bson.D{{Key: events.FieldStatus, Value: events.StatusNew}, {Key: events.FieldType, Value: p.Type}},
+			sort:   bson.D{{Key: events.FieldCreatedAt, Value: 1}}, hint: newByAgeIndex,
+		})
+	}
 	var out []Holder
 	seen := map[string]bool{}
 	more := false
-	for _, q := range holderFinds(now, failedHolds) {
+	for _, q := range finds {
 		q.projection, q.limit = proj, limit+1
-		q.sort = bson.D{{Key: events.FieldCreatedAt, Value: 1}}
-		if q.hint != "" {
-			q.sort = nil // the index's order; FerretDB sorts nothing it need not
-		}
 		_, err := s.eachKey(ctx, q, func(key string, doc bson.Raw) {
 			if seen[key] {
 				return

@@ -38,6 +38,10 @@ func (s *Store) Claim(ctx context.Context, lease events.Lease, limit events.Clai
 // (heldKeys: up to three projected finds; on FerretDB the events backing
 // off come with the head's own find) and returns no event of those.
 //
+// It returns no event of a paused type (Pause), and with limit.Ordered no
+// later event of an aggregate one of them holds; the paused types cost one
+// more find at most once per PausedTypesMaxAge (see findClaimable).
+//
 // With limit.Tenures where the deployment has transactions, it first
 // raises the fence of each partition it reads in to the tenure held, once
 // per tenure (one update command; see raiseFences), and leaves out the

@@ -36,3 +36,8 @@ func RaiseFences(ctx context.Context, s *Store, limit events.ClaimLimit) ([]bool
 // EnsureFences creates the fence documents, as Prepare does where the
 // deployment has transactions.
 func EnsureFences(ctx context.Context, s *Store) error { return s.ensureFences(ctx) }
+
+// SetPausedMaxAge sets how long the store's claims use the paused types
+// they read (PausedTypesMaxAge), so that a test makes every claim read
+// them (0) or none after the first (a long time).
+func SetPausedMaxAge(s *Store, d time.Duration) { s.pausedCache.maxAge = d }

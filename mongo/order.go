@@ -33,10 +33,13 @@ import (
 // every NEW event of each find, one find with the same result costs half
 // as much, and an ordered claim reads the events backing off in that same
 // find rather than in one of their own.
+//
+// Events of paused types (pausedSet) are never kept: with limit.Ordered
+// each holds its ordering key as the head meets it, and the paused types
+// are read after the probe, so that an idle outbox still costs one find.
 func (s *Store) findClaimable(ctx context.Context, now time.Time, limit events.ClaimLimit) (docs []bson.Raw, more bool, err error) {
 	if !limit.Ordered {
-		h, err := s.readHead(ctx, now, limit, headQuery{})
-		return h.docs, h.more, err
+		return s.findUnordered(ctx, now, limit)
 	}
 	// An idle outbox costs one find: the held aggregates are read only
 	// when the head has something this worker may claim. They must be
@@ -50,6 +53,13 @@ func (s *Store) findClaimable(ctx context.Context, now time.Time, limit events.C
 			return nil, false, err
 		}
 	}
+	// The paused types, read again when the last read is older than
+	// PausedTypesMaxAge: an event of one holds its aggregate, as the head
+	// meets it (see headReader.classify).
+	paused, err := s.pausedSet(ctx)
+	if err != nil {
+		return nil, false, err
+	}
 	if !s.splitClaim {
 		// FerretDB reads every NEW event for any find on them, so the
 		// events backing off come with the head instead of in a find of
@@ -62,15 +72,48 @@ func (s *Store) findClaimable(ctx context.Context, now time.Time, limit events.C
 		if err != nil {
 			return nil, false, err
 		}
-		h, err := s.readHead(ctx, now, limit, headQuery{held: held, withBackoff: true})
+		h, err := s.readHead(ctx, now, limit, headQuery{held: held, withBackoff: true, paused: paused})
 		return h.docs, h.more, err
 	}
 	held, exclude, err := s.heldKeys(ctx, now, limit.FailedHolds, true, limit.Held)
 	if err != nil {
 		return nil, false, err
 	}
-	h, err := s.readHead(ctx, now, limit, headQuery{held: held, exclude: exclude})
+	h, err := s.readHead(ctx, now, limit, headQuery{held: held, exclude: exclude, paused: paused})
 	return h.docs, h.more, err
+}
+
+// findUnordered is findClaimable without ordering: the events of paused
+// types are left out, and nothing else waits for them. The head is read
+// first and the paused types after it, so that an idle tick still costs
+// one find: when the set read last is older than PausedTypesMaxAge and
+// the head had anything (or something was paused), the paused types are
+// read again; the events of a type paused since are dropped from the
+// batch, and where a type was resumed since, the head is read again with
+// the new set, so that either acts on this claim.
+func (s *Store) findUnordered(ctx context.Context, now time.Time, limit events.ClaimLimit) ([]bson.Raw, bool, error) {
+	last, fresh := s.pausedCache.get()
+	h, err := s.readHead(ctx, now, limit, headQuery{paused: last})
+	if err != nil || fresh || (len(h.docs) == 0 && len(last) == 0) {
+		return h.docs, h.more, err
+	}
+	paused, err := s.pausedSet(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	for t := range last {
+		if !paused[t] {
+			h, err = s.readHead(ctx, now, limit, headQuery{paused: paused})
+			return h.docs, h.more, err
+		}
+	}
+	kept := h.docs[:0]
+	for _, doc := range h.docs {
+		if !paused[typeOf(doc)] {
+			kept = append(kept, doc)
+		}
+	}
+	return kept, h.more, nil
 }
 
 // headQuery says which events of the head a claim leaves out.
@@ -83,6 +126,10 @@ type headQuery struct {
 	// as they come: an event sorts before every later event of its key,
 	// so its hold is known before they are read. held is then written to.
 	withBackoff bool
+	// paused are the paused event types: their events are skipped, and
+	// where held is not nil (an ordered claim) each holds its key as it
+	// comes, as an event backing off does. Never written to.
+	paused map[string]bool
 }
 
 // head is what readHead read: the documents to claim, and whether it
@@ -118,7 +165,7 @@ func (s *Store) readHead(ctx context.Context, now time.Time, limit events.ClaimL
 		return head{}, nil
 	}
 	r := headReader{s: s, now: now, limit: limit, q: q, skipped: s.skipped.list()}
-	if limit.Owned != nil || len(q.held) > 0 || q.withBackoff {
+	if limit.Owned != nil || len(q.held) > 0 || q.withBackoff || len(q.paused) > 0 {
 		window := limit.Events
 		if owned > 0 {
 			window = limit.Events * events.Partitions / owned
@@ -263,6 +310,14 @@ func (r *headReader) classify(doc bson.Raw) int {
 		if key, ok := events.OrderingKey(doc); ok && r.q.held[key] {
 			return headHeld
 		}
+	}
+	if len(r.q.paused) > 0 && r.q.paused[typeOf(doc)] {
+		// Paused: it waits, NEW, and with ordering so does the rest of
+		// its aggregate, as behind a FAILED event.
+		if key, ok := events.OrderingKey(doc); ok && r.q.held != nil {
+			r.q.held[key] = true
+		}
+		return headHeld
 	}
 	return headKeep
 }

@@ -97,15 +97,17 @@ const heldWindow = 10000
 
 // Held reads the held aggregates at now: the keys of FAILED events not
 // skipped (when failedHolds) and of NEW events backing off, then, only
-// when there are any, the oldest NEW events, to find those of such keys
-// that wait. Every read is a find with an equality on status, projected to
-// the key fields and bounded by heldWindow, and carries a server-side time
-// limit from ctx's deadline (timedFind).
+// when there are any or a type is paused, the oldest NEW events, to find
+// those of such keys that wait; there the first NEW event of a paused type
+// of each key holds it too. Every read is a find with an equality on
+// status, projected to the key fields and bounded by heldWindow, and
+// carries a server-side time limit from ctx's deadline (timedFind); the
+// paused types are one more find of their own small collection.
 func (s *Store) Held(ctx context.Context, now time.Time, failedHolds bool) (events.HeldStats, error) {
 	proj := bson.D{
 		{Key: events.FieldAggregateType, Value: 1}, {Key: events.FieldAggregateID, Value: 1},
 		{Key: events.FieldSkippedAt, Value: 1}, {Key: events.FieldRetryAt, Value: 1},
-		{Key: events.FieldCreatedAt, Value: 1},
+		{Key: events.FieldCreatedAt, Value: 1}, {Key: events.FieldType, Value: 1},
 	}
 	var st events.HeldStats
 	holders := map[string]bool{}
@@ -121,7 +123,15 @@ func (s *Store) Held(ctx context.Context, now time.Time, failedHolds bool) (even
 		}
 		st.Capped = st.Capped || read > s.heldWindow
 	}
-	if len(holders) == 0 {
+	pauses, err := s.PausedTypes(ctx)
+	if err != nil {
+		return events.HeldStats{}, err
+	}
+	paused := make(map[string]bool, len(pauses))
+	for _, p := range pauses {
+		paused[p.Type] = true
+	}
+	if len(holders) == 0 && len(paused) == 0 {
 		return st, nil
 	}
 	waiting := map[string]bool{}
@@ -131,6 +141,9 @@ func (s *Store) Held(ctx context.Context, now time.Time, failedHolds bool) (even
 		projection: proj, limit: s.heldWindow + 1, hint: newByAgeIndex,
 	}, func(key string, doc bson.Raw) {
 		if !holders[key] {
+			if paused[typeOf(doc)] {
+				holders[key] = true // the first event of a paused type holds the rest
+			}
 			return
 		}
 		if at, ok := doc.Lookup(events.FieldRetryAt).TimeOK(); ok && at.After(now) {

@@ -93,6 +93,8 @@ type Store struct {
 	// fences is what this store knows of the partitions' fence documents
 	// (fences.go), used only where the deployment has transactions.
 	fences fences
+	// pausedCache is the paused types the claims read last (paused.go).
+	pausedCache pausedCache
 }
 
 // New returns a Store on client. It does no I/O: call Prepare before use.
@@ -103,6 +105,7 @@ func New(client *mongo.Client, cfg Config) *Store {
 		coll:         client.Database(cfg.Database).Collection(cfg.Collection),
 		logger:       cfg.Logger,
 		heldWindow:   heldWindow,
+		pausedCache:  pausedCache{maxAge: PausedTypesMaxAge},
 		readConcern:  cfg.ReadConcern.Level,
 		writeConcern: cfg.WriteConcern,
 		txnOpts: options.Transaction().

@@ -28,6 +28,11 @@ type HeldSource interface {
 	Held(ctx context.Context, now time.Time, failedHolds bool) (events.HeldStats, error)
 }
 
+// PausedSource reads the event types an operator paused.
+type PausedSource interface {
+	PausedTypes(ctx context.Context) ([]events.Pause, error)
+}
+
 const (
 	// SampleScheduleDefault is how often the backlog gauges are refreshed.
 	SampleScheduleDefault = "@every 15s"
@@ -54,6 +59,9 @@ type Sample struct {
 	// Held is the held aggregates, when the sampler reads them
 	// (SamplerConfig.Held).
 	Held *events.HeldStats
+	// Paused is the paused event types, by type, when the sampler reads
+	// them (SamplerConfig.Paused); nil otherwise.
+	Paused []events.Pause
 }
 
 // SamplerConfig configures a Sampler.
@@ -71,6 +79,9 @@ type SamplerConfig struct {
 	// (OUTBOX_ORDERING_AFTER_FAILED=wait).
 	Held        HeldSource
 	FailedHolds bool
+	// Paused, when set, keeps the paused types current too: in the
+	// sample (/status) and the paused-types gauge.
+	Paused PausedSource
 	// Active, when set, says whether this replica samples: the gauges
 	// describe the whole outbox, so one replica (the ownership leader)
 	// samples for all of them, and the others export none of them rather
@@ -196,6 +207,13 @@ func (s *Sampler) sample(ctx context.Context) (Sample, error) {
 		}
 		sample.Held = &h
 	}
+	if s.cfg.Paused != nil {
+		p, err := s.cfg.Paused.PausedTypes(ctx)
+		if err != nil {
+			return Sample{}, fmt.Errorf("sample paused types: %w", err)
+		}
+		sample.Paused = p
+	}
 	return sample, nil
 }
 
@@ -211,13 +229,16 @@ func (s *Sampler) setGauges(sample Sample) {
 		m.HeldAggregates.Set(float64(h.Aggregates))
 		m.OldestHeldAge.Set(h.OldestAge(sample.At).Seconds())
 	}
+	if s.cfg.Paused != nil {
+		m.PausedTypes.Set(float64(len(sample.Paused)))
+	}
 }
 
 // clear withdraws the gauges of a replica that does not sample.
 func (s *Sampler) clear() {
 	m := s.cfg.Metrics
 	m.Events.Reset()
-	for _, g := range []metrics.Sampled{m.OldestNewAge, m.StaleProcessing, m.HeldAggregates, m.OldestHeldAge} {
+	for _, g := range []metrics.Sampled{m.OldestNewAge, m.StaleProcessing, m.HeldAggregates, m.OldestHeldAge, m.PausedTypes} {
 		g.Clear()
 	}
 }

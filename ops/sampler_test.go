@@ -89,6 +89,26 @@ func TestSamplerSetsHeldGauges(t *testing.T) {
 	}
 }
 
+// pausedSource is a PausedSource that returns its list.
+type pausedSource []events.Pause
+
+func (p pausedSource) PausedTypes(context.Context) ([]events.Pause, error) { return p, nil }
+
+// TestSamplerPausedTypes: the sample carries the paused types, for
+// /status, and the gauge counts them.
+func TestSamplerPausedTypes(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(nil)
+	store := &fakeStore{stats: events.Stats{Counts: map[events.Status]int64{}}}
+	paused := pausedSource{{Type: "order.paid", By: "ana", Reason: "billing is down"}, {Type: "invoice.sent", By: "bo"}}
+	s := startSampler(t, ops.SamplerConfig{Store: store, Paused: paused, Schedule: "@every 1h", Archetype: service.Archetype{Metrics: m}})
+	eventually(t, "paused types gauge set", func() bool { return sampled(m.PausedTypes) == 2 })
+	sample, ok := s.Latest()
+	if diff := cmp.Diff([]events.Pause(paused), sample.Paused); !ok || diff != "" {
+		t.Errorf("the sample's paused types (-want +got):\n%s", diff)
+	}
+}
+
 func TestSamplerCountsFailure(t *testing.T) {
 	t.Parallel()
 	m := metrics.New(nil)

@@ -322,8 +322,10 @@ type statusBody struct {
 	HeldAggregates       int64            `json:"heldAggregates"`
 	HeldCapped           bool             `json:"heldCapped,omitempty"`
 	OldestHeldAgeSeconds float64          `json:"oldestHeldAgeSeconds"`
-	SampledAt            time.Time        `json:"sampledAt"`
-	SampleAgeSeconds     float64          `json:"sampleAgeSeconds"`
+	// PausedTypes are the event types an operator paused, by type.
+	PausedTypes      []events.Pause `json:"pausedTypes"`
+	SampledAt        time.Time      `json:"sampledAt"`
+	SampleAgeSeconds float64        `json:"sampleAgeSeconds"`
 }
 
 // statusLocal is what /status knows without a sample: this worker's own
@@ -392,6 +394,10 @@ func (s *Server) status(w http.ResponseWriter, _ *http.Request) {
 		StaleProcessing:     stats.Stale,
 		SampledAt:           sample.At.UTC(),
 		SampleAgeSeconds:    max(s.cfg.Now().Sub(sample.At), 0).Seconds(),
+		PausedTypes:         sample.Paused,
+	}
+	if body.PausedTypes == nil {
+		body.PausedTypes = []events.Pause{}
 	}
 	for _, status := range events.CountedStatuses {
 		body.Counts[string(status)] = stats.Counts[status]

@@ -41,7 +41,7 @@ func TestStatus(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("GET /status = %d, want 200 (body %v)", code, body)
 	}
-	wantKeys := []string{"batchLimit", "counts", "heldAggregates", "lastClaimAt", "lastRecoveryAt", "oldestHeldAgeSeconds", "oldestNewAgeSeconds",
+	wantKeys := []string{"batchLimit", "counts", "heldAggregates", "lastClaimAt", "lastRecoveryAt", "oldestHeldAgeSeconds", "oldestNewAgeSeconds", "pausedTypes",
 		"sampleAgeSeconds", "sampledAt", "staleProcessing", "workerId"}
 	if diff := cmp.Diff(wantKeys, slices.Sorted(maps.Keys(body))); diff != "" {
 		t.Errorf("GET /status fields (-want +got):\n%s", diff)
@@ -135,6 +135,26 @@ func TestStatusHeldAggregates(t *testing.T) {
 	}
 	if body["oldestHeldAgeSeconds"] != 600.0 {
 		t.Errorf("oldestHeldAgeSeconds = %v, want 600 (as of the sample)", body["oldestHeldAgeSeconds"])
+	}
+	if paused, ok := body["pausedTypes"].([]any); !ok || len(paused) != 0 {
+		t.Errorf("pausedTypes = %#v, want [] when none is paused", body["pausedTypes"])
+	}
+}
+
+// TestStatusPausedTypes: /status lists the paused types of the sample.
+func TestStatusPausedTypes(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, nil)
+	at := time.Now().UTC().Truncate(time.Millisecond)
+	s.samples.set(&ops.Sample{At: at, Stats: events.Stats{Counts: map[events.Status]int64{}},
+		Paused: []events.Pause{{Type: "order.paid", By: "ana", Reason: "billing is down", At: at}}})
+	code, body := getJSON(t, s.base+"/status")
+	if code != http.StatusOK {
+		t.Fatalf("GET /status = %d", code)
+	}
+	want := []any{map[string]any{"type": "order.paid", "by": "ana", "reason": "billing is down", "at": at.Format(time.RFC3339Nano)}}
+	if diff := cmp.Diff(want, body["pausedTypes"]); diff != "" {
+		t.Errorf("pausedTypes (-want +got):\n%s", diff)
 	}
 }
 

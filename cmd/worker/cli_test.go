@@ -26,6 +26,8 @@ func TestCommandHelp(t *testing.T) {
 		"requeue": {"--id ID", "--ids-from FILE", "--type TYPE", "--all", "--yes", "--dry-run"},
 		"skip":    {"--id ID", "--by NAME", "--reason TEXT", "--dry-run"},
 		"show":    {"--id ID"},
+		"pause":   {"--type TYPE", "--by NAME", "--reason TEXT"},
+		"resume":  {"--type TYPE", "--by NAME", "--reason TEXT"},
 	}
 	for cmd, flags := range own {
 		for _, args := range [][]string{{cmd, "--help"}, {cmd, "-h"}, {"help", cmd}} {

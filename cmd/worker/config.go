@@ -200,7 +200,7 @@ func settings() []setting {
 			usage: "address the console command serves the operator console on; it is read-only and has no authentication of its own, so keep it on loopback or behind a proxy that authenticates",
 			parse: func(c *Config, v string) error { return parseAddr(&c.ConsoleAddr, v) }},
 		{env: "OUTBOX_CONSOLE_WRITES", flag: "console-writes", def: "false", forConsole: true,
-			usage: "true turns the console's actions on (requeue, skip, requeue of a failure group, each with a reason and audited); it then needs OUTBOX_CONSOLE_TOKEN",
+			usage: "true turns the console's actions on (requeue, skip, requeue of a failure group, pause and resume of an event type, each with a reason and audited); it then needs OUTBOX_CONSOLE_TOKEN",
 			parse: func(c *Config, v string) error { return parseBool(&c.ConsoleWrites, v) }},
 		{env: "OUTBOX_CONSOLE_TOKEN", flag: "console-token", def: "", forConsole: true, secret: true,
 			usage: "password every console request gives by HTTP Basic authentication (the user name is recorded as who acted) while the actions are on. Prefer the variable: a flag shows in ps",

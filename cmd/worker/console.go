@@ -52,7 +52,7 @@ func consoleCommand(ctx context.Context, args []string, getenv func(string) stri
 	arch := service.Archetype{Logger: logger, Now: clock.Now}
 	sampler, err := ops.NewSampler(ops.SamplerConfig{
 		Archetype: arch, Store: store, StaleAfter: cfg.StaleAfter,
-		Held: heldSource(cfg, store), FailedHolds: cfg.OrderingAfterFailed == claim.AfterFailedWait,
+		Held: heldSource(cfg, store), FailedHolds: cfg.OrderingAfterFailed == claim.AfterFailedWait, Paused: store,
 	})
 	if err != nil {
 		return err

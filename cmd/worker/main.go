@@ -4,6 +4,7 @@
 //	worker stats [--json]    counts by status, oldest NEW age, stale claims
 //	worker requeue ...       move FAILED events back to NEW; retry named backing-off NEW events now
 //	worker skip ...          let an aggregate's later events pass a FAILED one
+//	worker pause TYPE ...    stop relaying an event type; resume TYPE relays it again
 //	worker show --id ID      print one event document
 //	worker console           serve the operator console (read-only)
 //	worker help [command]    list the commands, or a command's flags
@@ -52,6 +53,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, environ
 		err = skipCommand(ctx, args, getenv, stdout, stderr)
 	case "show":
 		err = showCommand(ctx, args, getenv, stdout, stderr)
+	case "pause", "resume":
+		err = pauseCommand(ctx, cmd, args, getenv, stdout, stderr)
 	case "console":
 		err = consoleCommand(ctx, args, getenv, stderr)
 	case "help", "-h", "--help":

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -170,7 +169,7 @@ func recordCLIAction(ctx context.Context, store *mongo.Store, stderr io.Writer, 
 	}
 	a.At, a.Source = serverNow(ctx, store), "cli"
 	if strings.TrimSpace(a.By) == "" {
-		a.By = cmp.Or(os.Getenv("USER"), os.Getenv("LOGNAME"), "unknown")
+		a.By = whoRuns()
 	}
 	if err := store.RecordAction(ctx, a); err != nil {
 		fmt.Fprintf(stderr, "the %s is done, but its audit record was not written: %v\n", a.Name, err)

@@ -36,8 +36,13 @@ func statsCommand(ctx context.Context, args []string, getenv func(string) string
 	if err != nil {
 		return err
 	}
+	paused, err := store.PausedTypes(ctx)
+	if err != nil {
+		return err
+	}
 	if asJSON {
 		out := map[string]any{
+			"pausedTypes":          paused,
 			"counts":               st.Counts,
 			"oldestNewAgeSeconds":  st.OldestNewAge(now).Seconds(),
 			"staleProcessing":      st.Stale,
@@ -59,6 +64,12 @@ func statsCommand(ctx context.Context, args []string, getenv func(string) string
 	fmt.Fprintf(tw, "stale PROCESSING (older than %s)\t%d\n", cfg.StaleAfter, st.Stale)
 	fmt.Fprintf(tw, "held aggregates\t%d\n", held.Aggregates)
 	fmt.Fprintf(tw, "oldest held event\t%s\n", ageOrNone(held.OldestAge(now), held.OldestWaiting.IsZero()))
+	if len(paused) == 0 {
+		fmt.Fprintf(tw, "paused types\tnone\n")
+	}
+	for _, p := range paused {
+		fmt.Fprintf(tw, "paused type %s\tby %s, %s ago: %s\n", p.Type, p.By, now.Sub(p.At).Round(time.Second), p.Reason)
+	}
 	return tw.Flush()
 }
 

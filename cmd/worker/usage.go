@@ -18,6 +18,8 @@ var commands = []commandInfo{
 	{"requeue", "move FAILED events back to NEW, and make NEW events named by id that back off before a retry due now"},
 	{"skip", "mark FAILED events skipped so that later events of their aggregates flow"},
 	{"show", "print one event document with its history fields"},
+	{"pause", "stop relaying the events of a type: they stay NEW and, with ordering, hold their aggregates (worker pause TYPE --reason TEXT)"},
+	{"resume", "relay the events of a paused type again (worker resume TYPE --reason TEXT)"},
 	{"console", "serve the read-only operator console on OUTBOX_CONSOLE_ADDR (needs MongoDB only)"},
 	{"help", "list the commands, or with a command's name, its flags"},
 }

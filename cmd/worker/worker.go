@@ -167,7 +167,7 @@ func newWorker(cfg Config, logger *slog.Logger, tracer *telemetry.Provider) (*wo
 	// the load of a sample per replica lasts only as long as the fault.
 	w.sampler, err = ops.NewSampler(ops.SamplerConfig{
 		Archetype: arch, Yield: w.claimer.Slow,
-		Store: w.store, StaleAfter: cfg.StaleAfter, Held: held, FailedHolds: failedHolds,
+		Store: w.store, StaleAfter: cfg.StaleAfter, Held: held, FailedHolds: failedHolds, Paused: w.store,
 		Active: func() bool { return w.owner.Leads() || w.owner.Leaderless() },
 	})
 	if err != nil {
