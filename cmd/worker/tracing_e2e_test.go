@@ -150,20 +150,18 @@ func TestTracingOverOTLP(t *testing.T) {
 	} else if strings.Contains(string(log), "otlp-secret-key") {
 		t.Errorf("the worker's log shows the OTLP header's value:\n%s", log)
 	}
-	// TODO(lead, after merging the spans branch): the relay's publish span
-	// continues the producer's trace, and the consumer continues it:
-	//
-	//	publish := findSpan(t, relay, "publish "+exchange)
-	//	if publish.Kind != "producer" || publish.TraceID != checkout.SpanContext().TraceID().String() ||
-	//		publish.ParentSpanID != checkout.SpanContext().SpanID().String() ||
-	//		process.Parent() != publish.SpanID { t.Errorf(...) }
-	//
-	// (process's parent: trace.SpanContextFromContext(cctx).SpanID()).
-	// Until then the message carries the producer's context unchanged, so
-	// the consumer's parent is the producer's span:
-	if parent := trace.SpanContextFromContext(cctx).SpanID(); parent != checkout.SpanContext().SpanID() &&
-		!hasSpan(relay, parent.String()) {
-		t.Errorf("the consumer's parent %s is neither the producer's span nor one of the relay's", parent)
+	// The relay's publish span continues the producer's trace, and the
+	// consumer continues the publish span's.
+	publish, ok := spanNamed(relay, "publish "+exchange)
+	switch {
+	case !ok:
+		t.Errorf("no span publish %s from the worker among %d", exchange, len(relay))
+	case publish.Kind != "producer" || publish.TraceID != checkout.SpanContext().TraceID().String() ||
+		publish.ParentSpanID != checkout.SpanContext().SpanID().String():
+		t.Errorf("publish span: kind %s, trace %s, parent %s; want producer, the producer's trace %s and span %s",
+			publish.Kind, publish.TraceID, publish.ParentSpanID, checkout.SpanContext().TraceID(), checkout.SpanContext().SpanID())
+	case trace.SpanContextFromContext(cctx).SpanID().String() != publish.SpanID:
+		t.Errorf("the consumer's parent is %s, want the publish span %s", trace.SpanContextFromContext(cctx).SpanID(), publish.SpanID)
 	}
 
 	if path := os.Getenv(envTraceSVG); path != "" {
@@ -203,13 +201,14 @@ func (h amqpHeaders) Keys() []string {
 	return keys
 }
 
-func hasSpan(spans []otlpsink.Span, spanID string) bool {
+// spanNamed returns the first of spans named name.
+func spanNamed(spans []otlpsink.Span, name string) (otlpsink.Span, bool) {
 	for _, s := range spans {
-		if s.SpanID == spanID {
-			return true
+		if s.Name == name {
+			return s, true
 		}
 	}
-	return false
+	return otlpsink.Span{}, false
 }
 
 // drawTrace writes the waterfall of traceID to path.
