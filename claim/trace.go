@@ -158,16 +158,8 @@ func (t tracing) startPublish(ctx context.Context, batch []events.Message, now t
 		stored := storedSpanContext(headerCarrier(m.Headers))
 		opts := []trace.SpanStartOption{
 			trace.WithSpanKind(trace.SpanKindProducer),
-			trace.WithAttributes(
-				semconv.MessagingSystemRabbitMQ,
-				semconv.MessagingDestinationName(t.exchange),
-				semconv.MessagingRabbitMQDestinationRoutingKey(m.Type),
-				semconv.MessagingMessageID(m.ID),
-				semconv.MessagingOperationTypeSend,
-				semconv.MessagingOperationName("publish"),
-				semconv.MessagingMessageBodySize(len(m.Body)),
-				AttrWaitMillis.Int64(now.Sub(m.Timestamp).Milliseconds()),
-			),
+			trace.WithAttributes(events.MessagingAttributes("publish", t.exchange, m.Type, m.ID, len(m.Body))...),
+			trace.WithAttributes(AttrWaitMillis.Int64(now.Sub(m.Timestamp).Milliseconds())),
 		}
 		parent := ctx
 		switch {

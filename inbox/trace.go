@@ -10,6 +10,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/outboxrelay/outbox/events"
 )
 
 // TracerName is the instrumentation scope of the inbox's spans.
@@ -35,16 +37,8 @@ func (i *Inbox) process(ctx context.Context, d amqp.Delivery) (outcome, error) {
 	}
 	spanCtx, span := i.tracer.Start(ctx, name,
 		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(
-			semconv.MessagingSystemRabbitMQ,
-			semconv.MessagingDestinationName(d.Exchange),
-			semconv.MessagingRabbitMQDestinationRoutingKey(d.RoutingKey),
-			semconv.MessagingMessageID(d.MessageId),
-			semconv.MessagingOperationTypeProcess,
-			semconv.MessagingOperationName("process"),
-			semconv.MessagingMessageBodySize(len(d.Body)),
-			semconv.MessagingRabbitMQMessageDeliveryTag(int(d.DeliveryTag)),
-		))
+		trace.WithAttributes(events.MessagingAttributes("process", d.Exchange, d.RoutingKey, d.MessageId, len(d.Body))...),
+		trace.WithAttributes(semconv.MessagingRabbitMQMessageDeliveryTag(int(d.DeliveryTag))))
 	if !span.IsRecording() {
 		span.End()
 		out, _, err := i.processMessage(ctx, d)
