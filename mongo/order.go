@@ -2,6 +2,7 @@ package mongo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -36,7 +37,8 @@ import (
 //
 // Events of paused types (pausedSet) are never kept: with limit.Ordered
 // each holds its ordering key as the head meets it, and the paused types
-// are read after the probe, so that an idle outbox still costs one find.
+// are read after the probe (beside the held aggregates), so that an idle
+// outbox still costs one find.
 func (s *Store) findClaimable(ctx context.Context, now time.Time, limit events.ClaimLimit) (docs []bson.Raw, more bool, err error) {
 	if !limit.Ordered {
 		return s.findUnordered(ctx, now, limit)
@@ -54,32 +56,36 @@ func (s *Store) findClaimable(ctx context.Context, now time.Time, limit events.C
 		}
 	}
 	// The paused types, read again when the last read is older than
-	// PausedTypesMaxAge: an event of one holds its aggregate, as the head
-	// meets it (see headReader.classify).
-	paused, err := s.pausedSet(ctx)
-	if err != nil {
+	// PausedTypesMaxAge (an event of one holds its aggregate as the head
+	// meets it, see headReader.classify), are read beside the held
+	// aggregates: the head needs both and neither needs the other, so
+	// through a slow link a claim pays one round trip for the two.
+	var paused map[string]bool
+	var pausedErr error
+	pausedRead := make(chan struct{})
+	go func() {
+		defer close(pausedRead)
+		paused, pausedErr = s.pausedSet(ctx)
+	}()
+	// FerretDB reads every NEW event for any find on them, so the events
+	// backing off come with the head instead of in a find of their own:
+	// one such read per claim, not two. However many there are, the read
+	// pages on past them (see readHead). Nor does it name the held keys
+	// to the server: FerretDB evaluates a $nor in Go, clause by clause,
+	// for every NEW event, which costs far more than skipping their
+	// events here.
+	held, exclude, err := s.heldKeys(ctx, now, limit.FailedHolds, s.splitClaim, limit.Held)
+	<-pausedRead
+	if err := errors.Join(err, pausedErr); err != nil {
 		return nil, false, err
 	}
-	if !s.splitClaim {
-		// FerretDB reads every NEW event for any find on them, so the
-		// events backing off come with the head instead of in a find of
-		// their own: one such read per claim, not two. However many there
-		// are, the read pages on past them (see readHead).
-		// Nor does it name the held keys to the server: FerretDB
-		// evaluates a $nor in Go, clause by clause, for every NEW event,
-		// which costs far more than skipping their events here.
-		held, _, err := s.heldKeys(ctx, now, limit.FailedHolds, false, limit.Held)
-		if err != nil {
-			return nil, false, err
-		}
-		h, err := s.readHead(ctx, now, limit, headQuery{held: held, withBackoff: true, paused: paused})
-		return h.docs, h.more, err
+	q := headQuery{held: held, paused: paused}
+	if s.splitClaim {
+		q.exclude = exclude
+	} else {
+		q.withBackoff = true
 	}
-	held, exclude, err := s.heldKeys(ctx, now, limit.FailedHolds, true, limit.Held)
-	if err != nil {
-		return nil, false, err
-	}
-	h, err := s.readHead(ctx, now, limit, headQuery{held: held, exclude: exclude, paused: paused})
+	h, err := s.readHead(ctx, now, limit, q)
 	return h.docs, h.more, err
 }
 
