@@ -63,6 +63,9 @@ func defaultConfig() Config {
 		Ordering:            claim.OrderingAggregate,
 		OrderingAfterFailed: claim.AfterFailedWait,
 
+		MessageFormat:     "plain",
+		CloudEventsSource: "/outbox/outbox/events",
+
 		MongoReadConcern:  "majority",
 		MongoWriteConcern: "majority",
 		MongoJournal:      true,
@@ -114,6 +117,8 @@ func TestLoadConfig(t *testing.T) {
 				"OUTBOX_ORDERING":             "none",
 
 				"OUTBOX_ORDERING_AFTER_FAILED": "continue",
+				"OUTBOX_MESSAGE_FORMAT":        "cloudevents-structured",
+				"OUTBOX_CLOUDEVENTS_SOURCE":    "https://shop.example/orders",
 
 				"OUTBOX_MONGO_READ_CONCERN":  "local",
 				"OUTBOX_MONGO_WRITE_CONCERN": "2",
@@ -146,6 +151,16 @@ func TestLoadConfig(t *testing.T) {
 				c.LogLevel = slog.LevelDebug
 				c.LogFormat = "text"
 				c.Ordering, c.OrderingAfterFailed = claim.OrderingNone, claim.AfterFailedContinue
+				c.MessageFormat, c.CloudEventsSource = "cloudevents-structured", "https://shop.example/orders"
+			},
+		},
+		{
+			name: "cloudevents source derived from the database and collection, escaped",
+			env: map[string]string{"OUTBOX_MESSAGE_FORMAT": "cloudevents-binary",
+				"OUTBOX_MONGO_DATABASE": "my shop", "OUTBOX_MONGO_COLLECTION": "outbox"},
+			want: func(c *Config) {
+				c.MessageFormat, c.MongoDatabase, c.MongoCollection = "cloudevents-binary", "my shop", "outbox"
+				c.CloudEventsSource = "/outbox/my%20shop/outbox"
 			},
 		},
 		{
@@ -242,6 +257,12 @@ func TestLoadConfigRejects(t *testing.T) {
 		// want are substrings of the error: the variable and the value.
 		want []string
 	}{
+		{name: "message format unknown", env: map[string]string{"OUTBOX_MESSAGE_FORMAT": "cloudevents"},
+			want: []string{"OUTBOX_MESSAGE_FORMAT", `"cloudevents"`, "want one of plain, cloudevents-binary, cloudevents-structured"}},
+		{name: "cloudevents source with a space", env: map[string]string{"OUTBOX_CLOUDEVENTS_SOURCE": "/orders service"},
+			want: []string{"OUTBOX_CLOUDEVENTS_SOURCE", `"/orders service"`, "URI-reference"}},
+		{name: "cloudevents source with a bad escape", args: []string{"--cloudevents-source", "/a%zz"},
+			want: []string{"OUTBOX_CLOUDEVENTS_SOURCE (--cloudevents-source)", `"/a%zz"`, "escape"}},
 		{name: "batch size not a number", env: map[string]string{"OUTBOX_BATCH_SIZE": "abc"},
 			want: []string{"OUTBOX_BATCH_SIZE", `"abc"`}},
 		{name: "batch size zero", env: map[string]string{"OUTBOX_BATCH_SIZE": "0"},

@@ -18,6 +18,7 @@ import (
 
 	"github.com/outboxrelay/outbox/broker"
 	"github.com/outboxrelay/outbox/claim"
+	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/backoff"
 	"github.com/outboxrelay/outbox/internal/redact"
 	"github.com/outboxrelay/outbox/metrics"
@@ -112,6 +113,7 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 		MaxAttempts: cfg.MaxAttempts, MaxBodyBytes: cfg.MaxMessageBytes, PublishTimeout: cfg.PublishTimeout,
 		RetryMin: cfg.RetryMin, RetryMax: cfg.RetryMax, StaleAfter: cfg.StaleAfter,
 		Ordering: cfg.Ordering, AfterFailed: cfg.OrderingAfterFailed,
+		Format: events.Format{Name: cfg.MessageFormat, Source: cfg.CloudEventsSource},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
