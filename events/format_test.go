@@ -1,6 +1,7 @@
 package events
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -403,4 +404,75 @@ func TestDefaultCloudEventsSource(t *testing.T) {
 			t.Errorf("DefaultCloudEventsSource(%q) = %q: %v", db, got, err)
 		}
 	}
+}
+
+// FuzzFormatNewMessage checks the CloudEvents formats against plain on
+// any document: the contract's checks fail the same way first, and a
+// message made has a body plain would have made, or one wrapping it.
+func FuzzFormatNewMessage(f *testing.F) {
+	for _, seed := range fuzzSeeds(f) {
+		f.Add(seed)
+	}
+	for _, doc := range []bson.Raw{
+		eventDoc(f, set(FieldAggregateID, "o-\x01"), set(FieldTraceParent, testTraceParent)),
+		eventDoc(f, set(FieldType, "a\uFFFF"), set(FieldHeaders, bson.D{{Key: "CE-ID", Value: "x"}})),
+		eventDoc(f, set(FieldPayload, bson.D{{Key: "s", Value: strings.Repeat("x", fuzzMaxBody-20)}})),
+	} {
+		f.Add([]byte(doc))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		orig := bytes.Clone(data)
+		plain, plainErr := NewMessage(bson.Raw(data), fuzzMaxBody)
+		for _, format := range []Format{binaryFormat, structuredFormat} {
+			m, err := format.NewMessage(bson.Raw(data), fuzzMaxBody)
+			if !bytes.Equal(orig, data) {
+				t.Fatal("NewMessage modified its input")
+			}
+			var ie, plainIE *InvalidError
+			switch {
+			case err != nil && !errors.As(err, &ie):
+				t.Fatalf("%s: error %v (%T) is not an *InvalidError", format.Name, err, err)
+			case err != nil:
+				if ie.Field == "" {
+					t.Fatalf("%s: error %v names no field", format.Name, err)
+				}
+				// What plain refuses for another field than the payload,
+				// every format refuses for the same reason.
+				if errors.As(plainErr, &plainIE) && plainIE.Field != FieldPayload && err.Error() != plainErr.Error() {
+					t.Fatalf("%s: error %v, plain's %v", format.Name, err, plainErr)
+				}
+				continue
+			case plainErr != nil:
+				t.Fatalf("%s: took a document plain refuses: %v", format.Name, plainErr)
+			}
+			if len(m.Body) > fuzzMaxBody {
+				t.Errorf("%s: body of %d bytes, over the bound of %d", format.Name, len(m.Body), fuzzMaxBody)
+			}
+			for _, attr := range []string{"ce-id", "ce-type", "ce-subject"} {
+				if s, ok := m.Headers[attr].(string); ok {
+					if err := checkCloudEventsString(attr, attr, s); err != nil {
+						t.Errorf("%s: %v", format.Name, err)
+					}
+				}
+			}
+			if format.Name == FormatCloudEventsBinary {
+				if !bytes.Equal(m.Body, plain.Body) || m.Headers["ce-id"] != plain.ID || m.Headers["ce-type"] != plain.Type {
+					t.Errorf("binary: body %q, ce-id %v, ce-type %v; plain: %q, %s, %s",
+						m.Body, m.Headers["ce-id"], m.Headers["ce-type"], plain.Body, plain.ID, plain.Type)
+				}
+				continue
+			}
+			var env struct {
+				ID   string          `json:"id"`
+				Type string          `json:"type"`
+				Data json.RawMessage `json:"data"`
+			}
+			if err := json.Unmarshal(m.Body, &env); err != nil {
+				t.Fatalf("structured: the envelope is not JSON: %v: %q", err, m.Body)
+			}
+			if !bytes.Equal(env.Data, plain.Body) || env.ID != plain.ID || env.Type != plain.Type {
+				t.Errorf("structured: id %q, type %q, data %q; plain: %q, %q, %q", env.ID, env.Type, env.Data, plain.ID, plain.Type, plain.Body)
+			}
+		}
+	})
 }
