@@ -105,6 +105,10 @@ bench-go: ## Run the testing.B benchmarks of the hot code (message conversion, o
 console-screenshots: ## Take the screenshots of docs/console.md with the console's browser test (needs chromium)
 	OUTBOX_TEST_SCREENSHOTS=$(CURDIR)/docs/images $(GO) test -count=1 -run 'TestBrowser' ./console/
 
+.PHONY: trace-picture
+trace-picture: ## Draw docs/images/trace.svg from the spans a real worker exports in the OTLP end-to-end test (needs PostgreSQL and RabbitMQ)
+	OUTBOX_TEST_TRACE_SVG=$(CURDIR)/docs/images/trace.svg $(GO) test -count=1 -run 'TestTracingOverOTLP' ./cmd/worker/
+
 .PHONY: bench-doc
 bench-doc: ## Rewrite the table in docs/performance.md (and results/bench.txt, bench.png) from results/bench.json
 	$(GO) run ./cmd/bench -replot results/bench.json -doc docs/performance.md

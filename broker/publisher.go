@@ -177,6 +177,10 @@ func New(cfg Config) (*Publisher, error) {
 	}, nil
 }
 
+// Exchange is the exchange the publisher publishes to: the destination
+// of the relay's publish spans.
+func (p *Publisher) Exchange() string { return p.cfg.Exchange }
+
 // Node is the URL of the node the publisher is connected to, its password
 // redacted, or "" while it is not connected.
 func (p *Publisher) Node() string {

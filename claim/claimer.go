@@ -82,6 +82,8 @@ type Claimer struct {
 	// timeouts publishes alone the events whose publish timed out, and
 	// fails those that time out alone (see TimeoutsAloneMax).
 	timeouts timeouts
+	// trace starts the relay's spans when tracing is on.
+	trace tracing
 	// halted is closed when a stop's deadline has passed: the outcome
 	// writes of the batch in flight give up then.
 	halted   chan struct{}
@@ -117,6 +119,7 @@ func New(store Store, pub Publisher, cfg Config) (*Claimer, error) {
 		abandoned: abandonedLeases{staleAfter: cfg.StaleAfter},
 		batch:     newBatchLimit(cfg.BatchSize),
 	}
+	c.trace = newTracing(cfg, pub)
 	c.metrics.ClaimBatchLimit.Set(float64(cfg.BatchSize))
 	var err error
 	c.job, err = schedule.New(schedule.Config{Name: "claim", Schedule: cfg.Schedule, Run: c.runOnce, Logger: cfg.Logger})
@@ -187,6 +190,9 @@ func (c *Claimer) runOnce(ctx context.Context) (more bool, err error) {
 	start := time.Now()
 	res, wrote, err := c.claim(ctx, &lease)
 	claimTook := time.Since(start)
+	if !errors.Is(err, errUnowned) {
+		c.trace.recordClaim(ctx, start, start.Add(claimTook), res, err)
+	}
 	c.draining.Store(err == nil && res.More)
 	if errors.Is(err, errUnowned) {
 		c.metrics.ClaimRuns.WithLabelValues(metrics.ClaimUnowned).Inc()
@@ -309,8 +315,9 @@ func (c *Claimer) claim(ctx context.Context, lease *events.Lease) (res events.Cl
 		// to end with it: started at once, it ended long before a slow
 		// read, whose time then came off the renewed validity, and the
 		// fence renewed again in the write's path.
-		if validFor < c.reads.longest()+c.writeNeed(limit.Events) {
-			renewal = c.renewBeside(ctx, c.reads.shortest()-c.renews.longest())
+		shortest, longest := c.readTimes()
+		if validFor < longest+c.writes.need(limit.Events, shortest) {
+			renewal = c.renewBeside(ctx, shortest-c.renewTime())
 		}
 	}
 	readCtx, cancel := context.WithTimeout(ctx, c.cfg.StaleAfter)
@@ -318,15 +325,18 @@ func (c *Claimer) claim(ctx context.Context, lease *events.Lease) (res events.Cl
 	docs, more, err := c.store.ReadClaimable(readCtx, c.now(), limit)
 	c.reads.observe(time.Since(start))
 	cancel()
+	renewedBeside := false
 	if renewal != nil {
-		if err := renewal.wait(); err != nil && !errors.Is(err, errRenewalLeftOut) {
-			c.logger.Warn("could not renew the partitions during a claim's read", "error", err)
+		rerr := renewal.wait()
+		if rerr != nil && !errors.Is(rerr, errRenewalLeftOut) {
+			c.logger.Warn("could not renew the partitions during a claim's read", "error", rerr)
 		}
+		renewedBeside = rerr == nil
 	}
 	if err != nil || len(docs) == 0 {
 		return events.ClaimResult{More: more}, time.Time{}, err
 	}
-	docs, validFor, done := c.fence(ctx, before, docs)
+	docs, validFor, done := c.fence(ctx, before, docs, renewedBeside)
 	defer done()
 	if len(docs) == 0 {
 		return events.ClaimResult{More: more}, time.Time{}, nil
@@ -351,6 +361,49 @@ func (c *Claimer) claim(ctx context.Context, lease *events.Lease) (res events.Cl
 // starts (writeTimes.need), the claim's shortest recent read standing for
 // a write before any was seen.
 func (c *Claimer) writeNeed(n int) time.Duration { return c.writes.need(n, c.reads.shortest()) }
+
+// Round trips of a claim's read (the ordered read takes three in a row,
+// see the mongo package) and of a renewal (an insert and its check read),
+// for estimating them from the database's round trip before any was timed.
+const (
+	readRoundTrips        = 1
+	orderedReadRoundTrips = 3
+	renewRoundTrips       = 2
+)
+
+// readTimes returns the shortest and the longest of the claim's recent
+// reads. Before any read, both are the round trips of a read at
+// Config.RoundTrip: so that the first claim after a start, whose read and
+// renewal nothing has timed yet, renews beside its read like later ones
+// instead of in its write's path.
+func (c *Claimer) readTimes() (shortest, longest time.Duration) {
+	if shortest = c.reads.shortest(); shortest > 0 {
+		return shortest, c.reads.longest()
+	}
+	trips := readRoundTrips
+	if c.ordered() {
+		trips = orderedReadRoundTrips
+	}
+	d := c.roundTrips(trips)
+	return d, d
+}
+
+// renewTime returns the longest of the claim's recent renewals, or before
+// any the round trips of a renewal at Config.RoundTrip.
+func (c *Claimer) renewTime() time.Duration {
+	if d := c.renews.longest(); d > 0 {
+		return d
+	}
+	return c.roundTrips(renewRoundTrips)
+}
+
+// roundTrips returns n round trips at Config.RoundTrip, 0 without it.
+func (c *Claimer) roundTrips(n int) time.Duration {
+	if c.cfg.RoundTrip == nil {
+		return 0
+	}
+	return time.Duration(n) * c.cfg.RoundTrip()
+}
 
 // renew renews the partitions and times the renewal.
 func (c *Claimer) renew(ctx context.Context) error {
@@ -410,14 +463,24 @@ func (r *renewal) wait() error {
 // partitions first, and then keeps no more documents than fit; after a
 // successful renewal at least one, so that a database slower than the
 // estimate allows still gets a write, and with it a new estimate.
-func (c *Claimer) fence(ctx context.Context, before []int64, docs []bson.Raw) ([]bson.Raw, time.Duration, func()) {
+//
+// renewedBeside says a renewal beside the read succeeded. Before any
+// write it stands for the fence's own: the need of a first write (twice
+// the read, see writeTimes.model) is there to make the partitions be
+// renewed first, and the validity is enough once it covers the read
+// itself, which costs more round trips than the write.
+func (c *Claimer) fence(ctx context.Context, before []int64, docs []bson.Raw, renewedBeside bool) ([]bson.Raw, time.Duration, func()) {
 	if c.cfg.Owner == nil {
 		return docs, c.cfg.StaleAfter, func() {}
 	}
 	renewed, tried := false, false
+	firstWrite := !c.writes.any()
 	for {
 		now, validFor, done := c.cfg.Owner.Hold()
 		kept := keepOwned(docs, sameTerms(before, now))
+		if renewedBeside && firstWrite && !tried && validFor >= c.reads.shortest() {
+			renewed, tried = true, true
+		}
 		if tried || len(kept) == 0 || c.writeNeed(len(kept)) <= validFor {
 			n := c.writes.fit(len(kept), validFor)
 			if renewed && len(kept) > 0 {
@@ -556,7 +619,10 @@ func (c *Claimer) relay(ctx context.Context, lease events.Lease, claimed []event
 	confirmedAt := c.now()
 	settleCtx, cancel := c.settleContext(ctx, lease)
 	defer cancel()
-	return c.settle(settleCtx, lease, outcomes, confirmedAt.UTC())
+	settleCtx, end := c.trace.startSettle(settleCtx, claimed, outcomes)
+	err := c.settle(settleCtx, lease, outcomes, confirmedAt.UTC())
+	end(err)
+	return err
 }
 
 // publishAll publishes the valid messages of a batch in one pipelined
@@ -574,7 +640,7 @@ func (c *Claimer) publishAll(ctx context.Context, msgs []*events.Message, outcom
 	if c.pastDeadline(deadline, sent, outcomes) {
 		return
 	}
-	errs := c.pub.Publish(ctx, batch)
+	errs := c.publishMessages(ctx, batch)
 	confirmedAt := c.now()
 	for j, err := range errs {
 		outcomes[sent[j]].err = err

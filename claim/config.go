@@ -116,7 +116,21 @@ type Config struct {
 	// (ownership.Manager). Without it the worker claims in all, which is
 	// right only for a single worker. Defaults to nil.
 	Owner Owner
-	// Archetype is the logger, the metrics and the clocks: leases and
+	// RoundTrip returns the database's round trip as last measured (the
+	// worker passes mongo.Clock.RoundTrip), or 0 when none is known.
+	// Before the claimer has timed a read and a renewal of its own, it
+	// estimates them from it (Claimer.readTimes). Optional.
+	RoundTrip func() time.Duration
+	// TraceLink chooses what a published message's PRODUCER span is to
+	// its event's stored trace context (the producer's span) when tracing
+	// is on (Archetype.Tracer): false makes the span the stored context's
+	// child, in the producer's trace; true makes it the root of a trace of
+	// its own, with a link to the stored context (OUTBOX_TRACE_PARENT=link).
+	// Either way the message carries the publish span's context. Defaults
+	// to false.
+	TraceLink bool
+	// Archetype is the logger, the metrics, the tracer provider (the
+	// relay's spans: see trace.go) and the clocks: leases and
 	// retry times read Now; a batch's publish deadline is measured on
 	// Local (see Claimer.publishDeadline).
 	service.Archetype

@@ -16,4 +16,11 @@
 // them (Database commands per batch). Every write after the claim is
 // fenced by the lease, so a worker that lost its claim to recovery changes
 // nothing.
+//
+// With a tracer provider that records (Config.Tracer), each message is
+// published in a PRODUCER span, the child of its event's stored trace
+// context (or a new root linked to it: Config.TraceLink), and carries that
+// span's context; claims and settles get INTERNAL spans linked to their
+// events. trace.go has the names; docs/message-contract.md (Spans) the
+// reference. With the default no-op provider none is started.
 package claim

@@ -109,6 +109,18 @@ func (w *writeTimes) observe(n int, d time.Duration) {
 	w.next = (w.next + 1) % writeTimesKept
 }
 
+// any reports whether a write has been observed.
+func (w *writeTimes) any() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, s := range w.seen {
+		if s.events > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // model returns the base and the cost per event (see writeTimes); ok is
 // false before any write and without a prior.
 //

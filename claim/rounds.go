@@ -71,7 +71,7 @@ func (c *Claimer) publishInRounds(ctx context.Context, claimed []events.Claimed,
 		if len(batch) == 0 {
 			continue
 		}
-		errs := c.pub.Publish(ctx, batch)
+		errs := c.publishMessages(ctx, batch)
 		confirmedAt := c.now()
 		for j, err := range errs {
 			i := sent[j]
@@ -97,7 +97,7 @@ func (c *Claimer) publish(ctx context.Context, claimed []events.Claimed, msgs []
 	}
 	var aloneErr error
 	if alone >= 0 {
-		aloneErr = c.pub.Publish(ctx, []events.Message{*msgs[alone]})[0]
+		aloneErr = c.publishMessages(ctx, []events.Message{*msgs[alone]})[0]
 		if aloneErr == nil {
 			c.metrics.PublishLatency.Observe(c.now().Sub(msgs[alone].Timestamp).Seconds())
 		}

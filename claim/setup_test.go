@@ -101,7 +101,7 @@ func deleteExchangeAtCleanup(t *testing.T, url, exchange string) {
 }
 
 // newClaimer returns a Claimer for tests with its own metrics.
-func newClaimer(t *testing.T, store Store, pub Publisher, cfg Config) (*Claimer, *metrics.Metrics) {
+func newClaimer(t testing.TB, store Store, pub Publisher, cfg Config) (*Claimer, *metrics.Metrics) {
 	t.Helper()
 	if cfg.WorkerID == "" {
 		cfg.WorkerID = "worker-a"

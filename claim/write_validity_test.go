@@ -2,6 +2,9 @@ package claim
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -236,4 +239,109 @@ func claimAsA(t *testing.T, c *Claimer) (events.ClaimResult, events.Lease) {
 		t.Fatalf("claim: %v", err)
 	}
 	return res, lease
+}
+
+// The first claim after a start has timed no read and no renewal of its
+// own: it estimates both from the database's round trip
+// (Config.RoundTrip), so that it renews beside its read as later claims
+// do. Without the estimate it renewed only in its write's path, and
+// through a slow link that renewal was seconds of every start.
+func TestFirstClaimRenewsBesideItsRead(t *testing.T) {
+	t.Parallel()
+	const n = 20
+	// Short of the read and the write, then a minute.
+	owner := &signallingOwner{scriptedOwner: ownerValidFor(5*time.Millisecond, time.Minute), renewed: make(chan struct{})}
+	c, _, _ := fencedClaimer(t, owner, n, 4)
+	c.cfg.RoundTrip = func() time.Duration { return time.Millisecond }
+	// The read lasts until the partitions are renewed: only a renewal
+	// beside it ends it.
+	c.store = readAfter{Store: c.store, renewed: owner.renewed}
+	res, _ := claimAsA(t, c)
+	if owner.renews != 1 {
+		t.Errorf("renewals = %d, want 1, beside the read", owner.renews)
+	}
+	if len(res.Claimed) != n {
+		t.Errorf("claimed %d events, want %d", len(res.Claimed), n)
+	}
+}
+
+// Before any write, a renewal beside the read serves the write: the need
+// of a first write (twice the read) is there to make the partitions be
+// renewed first, so the fence does not renew again once the validity
+// covers the read itself. Without such a renewal it renews.
+func TestRenewalBesideTheReadServesTheFirstWrite(t *testing.T) {
+	t.Parallel()
+	const n = 20
+	for _, renewedBeside := range []bool{true, false} {
+		t.Run(fmt.Sprintf("renewed beside %t", renewedBeside), func(t *testing.T) {
+			t.Parallel()
+			// Between one read and the two a first write is given.
+			owner := ownerValidFor(1500 * time.Millisecond)
+			c, _, coll := fencedClaimer(t, owner, n, 4)
+			c.reads.observe(time.Second)
+			docs, _, done := c.fence(t.Context(), allOwned(), rawDocuments(t, coll), renewedBeside)
+			done()
+			wantRenews := map[bool]int{true: 0, false: 1}[renewedBeside]
+			if owner.renews != wantRenews {
+				t.Errorf("renewals = %d, want %d", owner.renews, wantRenews)
+			}
+			if len(docs) != n {
+				t.Errorf("kept %d events for the write, want %d", len(docs), n)
+			}
+		})
+	}
+}
+
+// signallingOwner is a scriptedOwner whose first renewal closes renewed.
+type signallingOwner struct {
+	*scriptedOwner
+	renewed chan struct{}
+}
+
+func (o *signallingOwner) Renew(ctx context.Context) error {
+	if o.renews == 0 {
+		defer close(o.renewed)
+	}
+	return o.scriptedOwner.Renew(ctx)
+}
+
+// readAfter is a store whose reads wait for renewed.
+type readAfter struct {
+	Store
+	renewed chan struct{}
+}
+
+func (s readAfter) ReadClaimable(ctx context.Context, now time.Time, limit events.ClaimLimit) ([]bson.Raw, bool, error) {
+	select {
+	case <-s.renewed:
+	case <-time.After(30 * time.Second):
+		return nil, false, errors.New("no renewal beside the read")
+	}
+	return s.Store.ReadClaimable(ctx, now, limit)
+}
+
+// allOwned is the terms of an owner of every partition at term 1.
+func allOwned() []int64 {
+	terms := make([]int64, events.Partitions)
+	for p := range terms {
+		terms[p] = 1
+	}
+	return terms
+}
+
+// rawDocuments returns every document of coll.
+func rawDocuments(t *testing.T, coll *driver.Collection) []bson.Raw {
+	t.Helper()
+	cur, err := coll.Find(t.Context(), bson.D{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var docs []bson.Raw
+	for cur.Next(t.Context()) {
+		docs = append(docs, slices.Clone(cur.Current))
+	}
+	if err := cur.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return docs
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxrelay/outbox/internal/rule"
 )
@@ -121,6 +123,10 @@ type Config struct {
 	// Registerer registers the inbox's metrics (see Metrics). Nil leaves
 	// them unregistered.
 	Registerer prometheus.Registerer
+	// TracerProvider starts the CONSUMER span of each message's handler
+	// (see Handle). Defaults to otel.GetTracerProvider(), the global one,
+	// which starts no recording span until the application sets one.
+	TracerProvider trace.TracerProvider
 }
 
 func (c *Config) setDefaults() {
@@ -133,6 +139,9 @@ func (c *Config) setDefaults() {
 	c.AckBatch = cmp.Or(c.AckBatch, AckBatchDefault)
 	c.RetryPause = cmp.Or(c.RetryPause, RetryPauseDefault)
 	c.Logger = cmp.Or(c.Logger, slog.Default())
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
+	}
 }
 
 // Validate reports the first setting out of range, by name and value.

@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -94,5 +96,22 @@ func TestMetricsRegisteredTwice(t *testing.T) {
 		if !names[n] {
 			t.Errorf("metric %s not exported", n)
 		}
+	}
+}
+
+// TestTracerProviderDefaultsToTheGlobal: as OpenTelemetry's instrumentation
+// libraries do, the inbox takes the global provider unless given one.
+func TestTracerProviderDefaultsToTheGlobal(t *testing.T) {
+	t.Parallel()
+	var c Config
+	c.setDefaults()
+	if c.TracerProvider != otel.GetTracerProvider() {
+		t.Errorf("TracerProvider = %T, want the global %T", c.TracerProvider, otel.GetTracerProvider())
+	}
+	given := noop.NewTracerProvider()
+	c = Config{TracerProvider: given}
+	c.setDefaults()
+	if c.TracerProvider != given {
+		t.Errorf("TracerProvider = %T, want the one given", c.TracerProvider)
 	}
 }

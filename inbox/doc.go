@@ -42,6 +42,14 @@
 // publisher's and is ignored. A database failure requeues without
 // counting an attempt. A message without message_id is rejected at once.
 //
+// # Tracing
+//
+// Each delivery is processed in a CONSUMER span, the child of the trace
+// context of its traceparent header, which the handler's context carries
+// (Config.TracerProvider, the global provider by default). When the span
+// does not record, the handler's context carries the delivery's trace
+// context itself, so the handler's own spans still continue the trace.
+//
 // # Storage
 //
 // Records expire after Retention through a TTL index, or, on servers

@@ -13,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxrelay/outbox/internal/deployment"
 )
@@ -26,9 +27,11 @@ import (
 //
 // A returned error (or a panic) rolls back and counts as a failed attempt.
 //
-// ctx carries the producer's trace context when the message has a
-// traceparent header (OpenTelemetry's remote span context): a span the
-// handler starts from ctx continues the producer's trace.
+// ctx carries the inbox's CONSUMER span for the message, the child of the
+// trace context of its traceparent header (the relay's publish span), when
+// Config.TracerProvider records it; otherwise ctx carries that trace
+// context itself (OpenTelemetry's remote span context). Either way a span
+// the handler starts from ctx continues the message's trace.
 type Handler func(ctx context.Context, d amqp.Delivery) error
 
 // ErrNotStarted is returned by Handle and Run before Start has succeeded.
@@ -62,6 +65,7 @@ type Inbox struct {
 	handler  Handler
 	metrics  *Metrics
 	logger   *slog.Logger
+	tracer   trace.Tracer
 	now      func() time.Time
 	stats    struct{ processed, duplicates, handlerErrors, rejected atomic.Int64 }
 
@@ -97,6 +101,7 @@ func New(client *mongo.Client, handler Handler, cfg Config) (*Inbox, error) {
 		handler:  handler,
 		metrics:  m,
 		logger:   cfg.Logger,
+		tracer:   cfg.TracerProvider.Tracer(TracerName),
 		now:      time.Now,
 	}, nil
 }
@@ -224,7 +229,7 @@ var errDuplicate = errors.New("message id already recorded")
 // is requeued without counting an attempt) or when settling failed; a
 // handler error is logged and counted, not returned.
 func (i *Inbox) Handle(ctx context.Context, d amqp.Delivery) error {
-	out, err := i.process(withProducerTrace(ctx, d.Headers), d)
+	out, err := i.process(ctx, d)
 	if serr := settle(d, out); serr != nil {
 		return errors.Join(err, fmt.Errorf("inbox: settle message: %w", serr))
 	}
@@ -242,15 +247,16 @@ func settle(d amqp.Delivery, out outcome) error {
 	}
 }
 
-// process runs the handler unless the message id is recorded, and says how
-// to settle the delivery. A non-nil error is a database failure or an
-// ended ctx; the outcome is then a requeue.
-func (i *Inbox) process(ctx context.Context, d amqp.Delivery) (outcome, error) {
+// processMessage runs the handler unless the message id is recorded, and
+// says how to settle the delivery, and what error the handler returned if
+// it failed. A non-nil err is a database failure or an ended ctx; the
+// outcome is then a requeue.
+func (i *Inbox) processMessage(ctx context.Context, d amqp.Delivery) (_ outcome, handlerErr, err error) {
 	i.mu.Lock()
 	started, txn := i.started, i.txn
 	i.mu.Unlock()
 	if !started {
-		return outcomeRequeue, ErrNotStarted
+		return outcomeRequeue, nil, ErrNotStarted
 	}
 	id := d.MessageId
 	if id == "" {
@@ -258,13 +264,10 @@ func (i *Inbox) process(ctx context.Context, d amqp.Delivery) (outcome, error) {
 		i.stats.rejected.Add(1)
 		i.logger.Error("inbox: message rejected: no message_id to deduplicate on",
 			"message_id", id, "routing_key", d.RoutingKey, "reason", ReasonNoMessageID)
-		return outcomeReject, nil
+		return outcomeReject, nil, nil
 	}
 	start := i.now()
-	var (
-		dup bool
-		err error
-	)
+	var dup bool
 	if txn {
 		dup, err = i.processInTransaction(ctx, d)
 	} else {
@@ -275,7 +278,7 @@ func (i *Inbox) process(ctx context.Context, d amqp.Delivery) (outcome, error) {
 		i.metrics.Duplicates.Inc()
 		i.stats.duplicates.Add(1)
 		i.logger.Debug("inbox: duplicate skipped", "message_id", id, "redelivered", d.Redelivered)
-		return outcomeAck, nil
+		return outcomeAck, nil, nil
 	case err == nil:
 		i.metrics.HandlerDuration.Observe(i.now().Sub(start).Seconds())
 		i.metrics.Processed.Inc()
@@ -283,15 +286,15 @@ func (i *Inbox) process(ctx context.Context, d amqp.Delivery) (outcome, error) {
 		if d.Redelivered {
 			i.forgetAttempts(ctx, id)
 		}
-		return outcomeAck, nil
+		return outcomeAck, nil, nil
 	case ctx.Err() != nil:
 		// Shutting down is not the message's fault: no attempt counted.
-		return outcomeRequeue, fmt.Errorf("inbox: message %s: %w", id, ctx.Err())
+		return outcomeRequeue, nil, fmt.Errorf("inbox: message %s: %w", id, ctx.Err())
 	}
 	var herr *handlerError
 	if !errors.As(err, &herr) {
 		i.logger.Warn("inbox: database failed; message requeued", "message_id", id, "error", err)
-		return outcomeRequeue, fmt.Errorf("inbox: message %s: %w", id, err)
+		return outcomeRequeue, nil, fmt.Errorf("inbox: message %s: %w", id, err)
 	}
 	i.metrics.HandlerDuration.Observe(i.now().Sub(start).Seconds())
 	i.metrics.HandlerErrors.Inc()
@@ -300,7 +303,7 @@ func (i *Inbox) process(ctx context.Context, d amqp.Delivery) (outcome, error) {
 	if cerr != nil {
 		i.logger.Warn("inbox: handler failed and its attempt could not be counted; message requeued",
 			"message_id", id, "error", herr.err, "count_error", cerr)
-		return outcomeRequeue, fmt.Errorf("inbox: message %s: count attempt: %w", id, cerr)
+		return outcomeRequeue, herr.err, fmt.Errorf("inbox: message %s: count attempt: %w", id, cerr)
 	}
 	if n >= i.cfg.MaxAttempts {
 		i.metrics.Rejected.WithLabelValues(ReasonMaxAttempts).Inc()
@@ -310,11 +313,11 @@ func (i *Inbox) process(ctx context.Context, d amqp.Delivery) (outcome, error) {
 			"reason", ReasonMaxAttempts, "error", herr.err)
 		// A message shovelled back from the dead-letter queue starts afresh.
 		i.forgetAttempts(ctx, id)
-		return outcomeReject, nil
+		return outcomeReject, herr.err, nil
 	}
 	i.logger.Warn("inbox: handler failed; rolled back and requeued",
 		"message_id", id, "attempts", n, "max_attempts", i.cfg.MaxAttempts, "attempts_from", source, "error", herr.err)
-	return outcomeRequeue, nil
+	return outcomeRequeue, herr.err, nil
 }
 
 // record is one processed message id.

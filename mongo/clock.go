@@ -51,6 +51,7 @@ type Clock struct {
 	// reading of mono) of the last Sync, and syncWall the wall clock then.
 	syncServer, syncLocal, syncWall time.Time
 	uncertainty                     time.Duration
+	roundTrip                       time.Duration // the shortest of the last Sync
 	synced                          bool
 	lastSync                        time.Time // mono, of the last success
 	failures                        int       // in a row, while never synced
@@ -96,6 +97,14 @@ func (c *Clock) Offset() (offset, uncertainty time.Duration) {
 	return c.syncServer.Sub(c.syncWall), c.uncertainty
 }
 
+// RoundTrip returns the shortest round trip of the last measurement: a
+// hello, the least a command costs. 0 before the first.
+func (c *Clock) RoundTrip() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.roundTrip
+}
+
 // Synced reports whether the server's time has been measured: before that
 // Now is this machine's wall clock, which no decision that other replicas
 // must agree with may rest on (ownership takes no partition until then).
@@ -107,41 +116,68 @@ func (c *Clock) Synced() bool {
 
 // Sync measures the server's time once. Of several measurements the one
 // with the shortest round trip is kept, as it bounds the error most
-// tightly.
+// tightly. They are taken one after another, on one connection where the
+// pool has it: taken at once, each opened a connection of its own, whose
+// handshake counted in every round trip and tripled the uncertainty.
 func (c *Clock) Sync(ctx context.Context) error {
-	best := time.Duration(-1)
-	var server, local, wall time.Time
-	for range 3 {
-		sent, sentWall := c.mono(), c.wall()
-		var hello struct {
-			LocalTime time.Time `bson:"localTime"`
+	var best clockSample
+	for i := range clockSamples {
+		s := c.sample(ctx)
+		if s.err != nil {
+			return s.err
 		}
-		err := c.client.Database("admin").RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&hello)
-		rtt := c.mono().Sub(sent)
-		if err != nil {
-			return fmt.Errorf("read the server's time (hello): %w", err)
-		}
-		if hello.LocalTime.IsZero() {
-			return fmt.Errorf("read the server's time (hello): the reply has no localTime")
-		}
-		if best < 0 || rtt < best {
-			// localTime has millisecond resolution; the midpoint is the
-			// most likely local instant it was read at.
-			best, server, local, wall = rtt, hello.LocalTime, sent.Add(rtt/2), sentWall.Add(rtt/2)
+		if i == 0 || s.rtt < best.rtt {
+			best = s
 		}
 	}
+	c.keep(best)
+	return nil
+}
+
+// clockSamples is how many measurements one Sync takes.
+const clockSamples = 3
+
+// clockSample is one reading of the server's time: localTime, and the
+// local instants (monotonic and wall) it was most likely read at.
+type clockSample struct {
+	server, local, wall time.Time
+	rtt                 time.Duration
+	err                 error
+}
+
+// sample reads the server's time once.
+func (c *Clock) sample(ctx context.Context) clockSample {
+	sent, sentWall := c.mono(), c.wall()
+	var hello struct {
+		LocalTime time.Time `bson:"localTime"`
+	}
+	err := c.client.Database("admin").RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&hello)
+	rtt := c.mono().Sub(sent)
+	if err != nil {
+		return clockSample{err: fmt.Errorf("read the server's time (hello): %w", err)}
+	}
+	if hello.LocalTime.IsZero() {
+		return clockSample{err: fmt.Errorf("read the server's time (hello): the reply has no localTime")}
+	}
+	// localTime has millisecond resolution; the midpoint is the most
+	// likely local instant it was read at.
+	return clockSample{server: hello.LocalTime, local: sent.Add(rtt / 2), wall: sentWall.Add(rtt / 2), rtt: rtt}
+}
+
+// keep makes s the clock's measurement.
+func (c *Clock) keep(s clockSample) {
+	server, local, wall, best := s.server, s.local, s.wall, s.rtt
 	c.mu.Lock()
 	offset := server.Sub(wall)
 	changed := !c.synced || absDuration(offset-c.syncServer.Sub(c.syncWall)) > time.Second
 	c.syncServer, c.syncLocal, c.syncWall = server, local, wall
-	c.uncertainty, c.synced, c.lastSync, c.failures = best/2+time.Millisecond, true, c.mono(), 0
+	c.uncertainty, c.roundTrip, c.synced, c.lastSync, c.failures = best/2+time.Millisecond, best, true, c.mono(), 0
 	c.mu.Unlock()
 	if changed {
 		c.logger.Info("database clock offset measured",
 			"offset", offset.Round(time.Millisecond).String(),
 			"uncertainty", (best/2 + time.Millisecond).Round(time.Millisecond).String())
 	}
-	return nil
 }
 
 // Start measures the server's time again every ClockSyncDefault until

@@ -114,12 +114,18 @@ func New(client *mongo.Client, cfg Config) *Store {
 
 // Prepare finds out whether the deployment supports transactions and
 // whether it is FerretDB, and creates the indexes the worker's queries
-// rely on and, with transactions, the partitions' fence documents. It is idempotent and safe to run from every replica at once.
+// rely on and, with transactions, the partitions' fence documents. It is
+// idempotent and safe to run from every replica at once.
+//
+// Its commands that need nothing of each other run at once: through a
+// slow link their round trips in a row were seconds of every start.
 func (s *Store) Prepare(ctx context.Context) error {
-	if err := s.Detect(ctx); err != nil {
-		return err
-	}
-	if err := s.ensureIndexes(ctx); err != nil {
+	var detectErr, indexErr error
+	var wg sync.WaitGroup
+	wg.Go(func() { detectErr = s.Detect(ctx) })
+	wg.Go(func() { indexErr = s.ensureIndexes(ctx) })
+	wg.Wait()
+	if err := errors.Join(detectErr, indexErr); err != nil {
 		return err
 	}
 	if s.txn {
@@ -131,18 +137,18 @@ func (s *Store) Prepare(ctx context.Context) error {
 // Detect learns what the deployment supports (transactions; FerretDB and
 // what it lacks) without writing anything: Prepare does it first, and a
 // reader such as the console, which may hold read-only credentials, alone.
+// Its two questions are asked at once.
 func (s *Store) Detect(ctx context.Context) error {
-	txn, err := deployment.SupportsTransactions(ctx, s.client)
-	if err != nil {
+	var txn, ferret bool
+	var txnErr, ferretErr error
+	var wg sync.WaitGroup
+	wg.Go(func() { txn, txnErr = deployment.SupportsTransactions(ctx, s.client) })
+	wg.Go(func() { ferret, ferretErr = deployment.IsFerretDB(ctx, s.client) })
+	wg.Wait()
+	if err := errors.Join(txnErr, ferretErr); err != nil {
 		return err
 	}
-	s.txn = txn
-	ferret, err := deployment.IsFerretDB(ctx, s.client)
-	if err != nil {
-		return err
-	}
-	s.splitClaim = !ferret
-	s.ferret = ferret
+	s.txn, s.splitClaim, s.ferret = txn, !ferret, ferret
 	return nil
 }
 

@@ -370,18 +370,26 @@ func (m *Manager) round(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The heartbeat goes beside the read: it needs nothing the read
+	// brings (Live counts this replica whatever the members say), and
+	// through a slow database every round trip in a row before the takes
+	// comes off the validity of the terms they take.
+	beat := make(chan error, 1)
+	beatRenewed := renewed || m.renewedBeat.Load()
+	go func() { beat <- m.heartbeat(ctx, m.now().server, beatRenewed) }()
 	terms, members, err := m.table.Read(ctx)
+	beatErr := <-beat
 	if err != nil {
 		return fmt.Errorf("read owners: %w", err)
 	}
 	at := m.now()
 	serverNow := at.server
 	latest := Latest(terms)
-	// Before any write: a replica that cannot write the owners still
-	// learns whether some other one leads.
+	// Before any write fails the round: a replica that cannot write the
+	// owners still learns whether some other one leads.
 	m.noteLeader(latest, serverNow)
-	if err := m.heartbeat(ctx, serverNow, renewed || m.renewedBeat.Load()); err != nil {
-		return err
+	if beatErr != nil {
+		return beatErr
 	}
 
 	m.mu.Lock()

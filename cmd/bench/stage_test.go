@@ -134,7 +134,7 @@ func TestStagesSelection(t *testing.T) {
 	all := stages()
 	keys := stageKeys(all)
 	want := []string{"raw-broker", "publish", "raw-db", "drain", "drain-unordered", "hot-aggregate", "latency", "claim",
-		"retention", "claim-backoff", "held-aggregates", "large-docs", "inbox", "console",
+		"retention", "claim-backoff", "held-aggregates", "large-docs", "inbox", "console", "tracing",
 		"db-latency-100ms", "db-latency-600ms", "backlog-20k", "backlog-50k"}
 	if diff := cmp.Diff(want, keys); diff != "" {
 		t.Errorf("stage keys (-want +got):\n%s", diff)

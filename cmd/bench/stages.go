@@ -25,6 +25,7 @@ func stages() []stage {
 		largeDocsStage,
 		inboxStage,
 		consolePagesStage,
+		tracingStage,
 		slowDBStage("db-latency-100ms", false),
 		slowDBStage("db-latency-600ms", false),
 		// On FerretDB each of these takes from several minutes to over

@@ -23,6 +23,7 @@ import (
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/memlimit"
 	"github.com/outboxrelay/outbox/internal/redact"
+	"github.com/outboxrelay/outbox/internal/telemetry"
 	"github.com/outboxrelay/outbox/mongo"
 	"github.com/outboxrelay/outbox/ops"
 	"github.com/outboxrelay/outbox/recovery"
@@ -84,6 +85,14 @@ type Config struct {
 	// when it is unset.
 	MessageFormat     string
 	CloudEventsSource string
+	// TraceParent is OUTBOX_TRACE_PARENT: "child" (a publish span is the
+	// child of the producer's) or "link" (claim.Config.TraceLink).
+	TraceParent string
+	// TraceMongo traces the database commands (OUTBOX_TRACE_MONGO) while
+	// tracing is on.
+	TraceMongo bool
+	// Tracing is what the OTEL_* variables say (relay only).
+	Tracing telemetry.Config
 
 	// MongoReadConcern, MongoWriteConcern and MongoJournal pin how the
 	// worker's client reads and writes, whatever the URI says.
@@ -213,10 +222,22 @@ func settings() []setting {
 		{env: "OUTBOX_CONSOLE_REQUEUE_RATE", flag: "console-requeue-rate", def: strconv.Itoa(console.RequeuePerSecondDefault), forConsole: true,
 			usage: "events a second a failure group's requeue from the console makes due, oldest first, so that the relay and its consumers are not flooded",
 			parse: func(c *Config, v string) error { return parseIntBetween(&c.ConsoleRequeueRate, v, 1, 100000) }},
+		{env: "OUTBOX_TRACE_PARENT", flag: "trace-parent", def: traceParentChild,
+			usage: "with tracing on (OTEL_TRACES_EXPORTER=otlp): child makes each publish span a child of the producer's span stored with the event; link makes it a new trace linked to it",
+			parse: func(c *Config, v string) error { return oneOf(&c.TraceParent, v, traceParentChild, traceParentLink) }},
+		{env: "OUTBOX_TRACE_MONGO", flag: "trace-mongo", def: "false",
+			usage: "with tracing on, also trace every database command (a client span each, without the command's documents)",
+			parse: func(c *Config, v string) error { return parseBool(&c.TraceMongo, v) }},
 		{env: "OUTBOX_PPROF_ADDR", flag: "pprof-addr", def: "",
 			usage: "loopback address such as 127.0.0.1:6060 on which Go's profiler serves /debug/pprof/; unset: off", parse: parsePprofAddr},
 	}
 }
+
+// Values of OUTBOX_TRACE_PARENT.
+const (
+	traceParentChild = "child"
+	traceParentLink  = "link"
+)
 
 // defaultWorkerID is <hostname>-<pid>: unique per process, and it says
 // where to look when an operator sees it on a stuck event.
@@ -286,6 +307,14 @@ func loadConfig(name string, args []string, getenv func(string) string, kind com
 			}
 			return Config{}, nil, fmt.Errorf("%w: %v", ErrUsage, err)
 		}
+		// The OTEL_* variables are OpenTelemetry's, read from the
+		// environment only (no flags), and checked before anything
+		// connects as the worker's own are.
+		tracing, err := telemetry.ConfigFromEnv(getenv)
+		if err != nil {
+			return Config{}, nil, fmt.Errorf("%w: %v", ErrUsage, err)
+		}
+		cfg.Tracing = tracing
 	}
 	return cfg, fs.Args(), nil
 }

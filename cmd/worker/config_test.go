@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/outboxrelay/outbox/claim"
+	"github.com/outboxrelay/outbox/internal/telemetry"
 )
 
 // envOf returns a getenv that reads only m.
@@ -62,6 +63,7 @@ func defaultConfig() Config {
 
 		Ordering:            claim.OrderingAggregate,
 		OrderingAfterFailed: claim.AfterFailedWait,
+		TraceParent:         "child",
 
 		MessageFormat:     "plain",
 		CloudEventsSource: "/outbox/outbox/events",
@@ -119,6 +121,8 @@ func TestLoadConfig(t *testing.T) {
 				"OUTBOX_ORDERING_AFTER_FAILED": "continue",
 				"OUTBOX_MESSAGE_FORMAT":        "cloudevents-structured",
 				"OUTBOX_CLOUDEVENTS_SOURCE":    "https://shop.example/orders",
+				"OUTBOX_TRACE_PARENT":          "link",
+				"OUTBOX_TRACE_MONGO":           "true",
 
 				"OUTBOX_MONGO_READ_CONCERN":  "local",
 				"OUTBOX_MONGO_WRITE_CONCERN": "2",
@@ -151,7 +155,18 @@ func TestLoadConfig(t *testing.T) {
 				c.LogLevel = slog.LevelDebug
 				c.LogFormat = "text"
 				c.Ordering, c.OrderingAfterFailed = claim.OrderingNone, claim.AfterFailedContinue
+				c.TraceParent, c.TraceMongo = "link", true
 				c.MessageFormat, c.CloudEventsSource = "cloudevents-structured", "https://shop.example/orders"
+			},
+		},
+		{
+			name: "tracing over OTLP/gRPC, from OpenTelemetry's variables",
+			env: map[string]string{
+				"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+				"OTEL_EXPORTER_OTLP_HEADERS": "api-key=k1",
+			},
+			want: func(c *Config) {
+				c.Tracing = telemetry.Config{Enabled: true, Protocol: "grpc", Secrets: []string{"k1"}}
 			},
 		},
 		{
@@ -353,6 +368,16 @@ func TestLoadConfigRejects(t *testing.T) {
 			want: []string{"-batch-size"}},
 		{name: "unexpected argument", args: []string{"--batch-size", "100", "stats"},
 			want: []string{`"stats"`}},
+		{name: "trace parent unknown", env: map[string]string{"OUTBOX_TRACE_PARENT": "sibling"},
+			want: []string{"OUTBOX_TRACE_PARENT", `"sibling"`, "child, link"}},
+		{name: "trace mongo not a boolean", env: map[string]string{"OUTBOX_TRACE_MONGO": "on"},
+			want: []string{"OUTBOX_TRACE_MONGO", `"on"`}},
+		{name: "an exporter OpenTelemetry's Go SDK lacks", env: map[string]string{"OTEL_TRACES_EXPORTER": "zipkin"},
+			want: []string{"OTEL_TRACES_EXPORTER", `"zipkin"`, "otlp or none"}},
+		{name: "an unknown OTLP protocol", env: map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http"},
+			want: []string{"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", `"http"`}},
+		{name: "OTLP headers are never shown", env: map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_HEADERS": "secret"},
+			want: []string{"OTEL_EXPORTER_OTLP_HEADERS", "<redacted>"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -530,6 +555,7 @@ func TestRunBadSettingExitsTwo(t *testing.T) {
 		{name: "unknown command", args: []string{"relay"}, want: `"relay"`},
 		{name: "command after flags", args: []string{"--batch-size", "100", "stats"}, want: `"stats"`},
 		{name: "stats extra argument", args: []string{"stats", "now"}, want: `"now"`},
+		{name: "run traces exporter", args: []string{"run"}, env: map[string]string{"OTEL_TRACES_EXPORTER": "console"}, want: `invalid OTEL_TRACES_EXPORTER "console"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

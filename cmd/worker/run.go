@@ -6,6 +6,7 @@ import (
 	"log/slog"
 
 	"github.com/outboxrelay/outbox/internal/gcfloor"
+	"github.com/outboxrelay/outbox/internal/telemetry"
 )
 
 // gcFloor is the heap the relay lets grow before the garbage collector
@@ -26,8 +27,14 @@ func runCommand(ctx context.Context, args []string, getenv func(string) string, 
 	warnUnknownVariables(logger, environ)
 	applyMemoryLimit(cfg, logger)
 	defer startGCFloor(getenv).Stop()
-	w, err := newWorker(cfg, logger)
+	cfg.Tracing.InstanceID = cfg.WorkerID
+	tracer, err := telemetry.New(ctx, cfg.Tracing, logger)
 	if err != nil {
+		return err
+	}
+	w, err := newWorker(cfg, logger, tracer)
+	if err != nil {
+		_ = tracer.Shutdown(context.WithoutCancel(ctx)) // nothing was traced yet
 		return err
 	}
 	return w.run(ctx)

@@ -96,6 +96,11 @@ func commandUsage(name string, fs *flag.FlagSet, settings []setting) string {
 		}
 		fmt.Fprintf(&b, "  --%s (%s, default %s)\n        %s\n", s.flag, s.env, def, s.usage)
 	}
+	if name == "run" {
+		b.WriteString("\nTracing is off unless OTEL_TRACES_EXPORTER=otlp; the OTEL_* variables (endpoint, protocol,\n" +
+			"headers, sampler, service name, resource attributes) are read from the environment only:\n" +
+			"see docs/tracing.md.\n")
+	}
 	b.WriteString("\ndocs/configuration.md describes every setting.\n")
 	return b.String()
 }

@@ -15,12 +15,14 @@ import (
 	driver "go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/outboxrelay/outbox/broker"
 	"github.com/outboxrelay/outbox/claim"
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/backoff"
 	"github.com/outboxrelay/outbox/internal/redact"
+	"github.com/outboxrelay/outbox/internal/telemetry"
 	"github.com/outboxrelay/outbox/metrics"
 	"github.com/outboxrelay/outbox/mongo"
 	"github.com/outboxrelay/outbox/ops"
@@ -50,6 +52,7 @@ type worker struct {
 	sampler   *ops.Sampler // samples the backlog gauges while this replica leads, or while none does
 	waker     *wake.Watcher
 	http      *ops.Server
+	tracer    *telemetry.Provider
 	// outer are started first, before the database is ready, and stopped
 	// last, in reverse; inner are started once it is ready, and stopped
 	// first, in the same order. newWorker says why.
@@ -62,25 +65,39 @@ type worker struct {
 
 // newWorker builds the services, each package's Config once and whole,
 // from cfg (which loadConfig has validated) and from what the worker
-// wires in: one logger, one set of metrics and the database server's
-// clock, shared by every service (service.Archetype).
-func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
+// wires in: one logger, one set of metrics, one tracer provider (nil:
+// tracing off) and the database server's clock, shared by every service
+// (service.Archetype). The worker shuts the tracer provider down last
+// when it stops.
+func newWorker(cfg Config, logger *slog.Logger, tracer *telemetry.Provider) (*worker, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg)
+	if tracer == nil {
+		tracer = &telemetry.Provider{TracerProvider: noop.NewTracerProvider()}
+	}
 
-	client, err := driver.Connect(mongoClientOptions(cfg, "outbox-worker").SetMonitor(m.CommandMonitor()))
+	monitor := m.CommandMonitor()
+	switch {
+	case cfg.TraceMongo && tracer.Enabled():
+		monitor = mongo.Monitors(monitor, mongo.CommandTracer(tracer))
+	case cfg.TraceMongo:
+		logger.Warn("OUTBOX_TRACE_MONGO has no effect while tracing is off (OTEL_TRACES_EXPORTER unset or none)")
+	}
+	client, err := driver.Connect(mongoClientOptions(cfg, "outbox-worker").SetMonitor(monitor))
 	if err != nil {
 		return nil, fmt.Errorf("%w: invalid OUTBOX_MONGO_URI %q: %v", ErrUsage, redact.URL(cfg.MongoURI), err)
 	}
-	w := &worker{cfg: cfg, logger: logger, client: client}
+	w := &worker{cfg: cfg, logger: logger, client: client, tracer: tracer}
 	w.store = mongo.New(client, mongoStoreConfig(cfg, logger))
 	// Every age the worker reports, recovery's stale test, retention's
 	// cutoff, leases and terms read the database server's clock: the
 	// times they compare with were written against it (or by producers),
 	// not against this machine's clock.
 	w.clock = mongo.NewClock(client, logger)
-	arch := service.Archetype{Logger: logger, Metrics: m, Now: w.clock.Now}
+	// The provider itself, not its wrapper: a claimer that is given a
+	// no-op provider starts no span at all (see claim.newTracing).
+	arch := service.Archetype{Logger: logger, Metrics: m, Tracer: tracer.TracerProvider, Now: w.clock.Now}
 	for _, o := range overriddenURIOptions(cfg.MongoURI) {
 		logger.Warn("the MongoDB URI's option is overridden by a setting", "option", o.option, "setting", o.setting)
 	}
@@ -108,12 +125,13 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
 	w.claimer, err = claim.New(w.store, w.publisher, claim.Config{
-		Archetype: arch, Owner: w.owner,
+		Archetype: arch, Owner: w.owner, RoundTrip: w.clock.RoundTrip,
 		WorkerID: cfg.WorkerID, Schedule: cfg.ClaimSchedule, BatchSize: cfg.BatchSize, BatchBytes: cfg.BatchBytes,
 		MaxAttempts: cfg.MaxAttempts, MaxBodyBytes: cfg.MaxMessageBytes, PublishTimeout: cfg.PublishTimeout,
 		RetryMin: cfg.RetryMin, RetryMax: cfg.RetryMax, StaleAfter: cfg.StaleAfter,
 		Ordering: cfg.Ordering, AfterFailed: cfg.OrderingAfterFailed,
-		Format: events.Format{Name: cfg.MessageFormat, Source: cfg.CloudEventsSource},
+		Format:    events.Format{Name: cfg.MessageFormat, Source: cfg.CloudEventsSource},
+		TraceLink: cfg.TraceParent == traceParentLink,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
@@ -182,7 +200,11 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	// confirms awaited, its outcomes written, what is unconfirmed released
 	// to NEW); then the ownership, which gives back the partitions now
 	// that no claim runs; then the wake-up (if on), recovery, retention,
-	// the sampler and the clock. The database client is disconnected last.
+	// the sampler and the clock. The database client is disconnected
+	// after them, and last the tracer provider exports the spans still
+	// queued (those of the stop itself among them) and shuts down, within
+	// what is left of the shutdown timeout and at most tracerFlushMax; a
+	// failed export is logged and does not fail the stop.
 	w.outer = []startStopper{w.http, w.publisher}
 	w.inner = []startStopper{w.claimer, ownerService{w.owner}}
 	if cfg.WakeOnInsert {
@@ -191,6 +213,12 @@ func newWorker(cfg Config, logger *slog.Logger) (*worker, error) {
 	w.inner = append(w.inner, recoverer, cleaner, w.sampler, w.clock)
 	return w, nil
 }
+
+// tracerFlushMax bounds the export of the spans still queued at stop,
+// within the shutdown timeout: a collector answers a batch in
+// milliseconds, and one that is down must not hold a stop for the SDK's
+// export timeout (OTEL_BSP_EXPORT_TIMEOUT, 30 s by default).
+const tracerFlushMax = 5 * time.Second
 
 // ownerService stops the partition ownership after the claimer and gives
 // the partitions back, so that the other replicas take this one's share
@@ -263,7 +291,8 @@ func (w *worker) run(ctx context.Context) error {
 		"mongo_uri", redact.URL(w.cfg.MongoURI), "amqp_url", redactSetting(w.cfg.AMQPURL),
 		"exchange", w.cfg.AMQPExchange, "batch_size", w.cfg.BatchSize, "claim_schedule", w.cfg.ClaimSchedule,
 		// Derived when not set: the log says what they came to.
-		"stale_after", w.cfg.StaleAfter.String(), "publish_timeout", w.cfg.PublishTimeout.String())
+		"stale_after", w.cfg.StaleAfter.String(), "publish_timeout", w.cfg.PublishTimeout.String(),
+		"tracing", tracingMode(w.cfg, w.tracer))
 	w.started = map[startStopper]bool{}
 	if err := w.start(ctx, w.outer); err != nil {
 		return w.stop(err)
@@ -279,6 +308,18 @@ func (w *worker) run(ctx context.Context) error {
 	<-ctx.Done()
 	w.logger.Info("worker stopping", "timeout", w.cfg.ShutdownTimeout.String())
 	return w.stop(nil)
+}
+
+// tracingMode says how the worker traces, for the start's log line.
+func tracingMode(cfg Config, tracer *telemetry.Provider) string {
+	if !tracer.Enabled() {
+		return "off"
+	}
+	mode := "otlp " + cfg.Tracing.Protocol + ", publish spans " + cfg.TraceParent
+	if cfg.TraceMongo {
+		mode += ", database commands"
+	}
+	return mode
 }
 
 // triggerAccess says who may POST /trigger, for the start's log line.
@@ -378,6 +419,11 @@ func (w *worker) stop(cause error) error {
 	if err := w.client.Disconnect(ctx); err != nil {
 		errs = append(errs, err)
 	}
+	flushCtx, cancelFlush := context.WithTimeout(ctx, tracerFlushMax)
+	if err := w.tracer.Shutdown(flushCtx); err != nil {
+		w.logger.Warn("tracing: spans not exported at stop", "error", err)
+	}
+	cancelFlush()
 	err := errors.Join(errs...)
 	if err != nil {
 		w.logger.Error("worker stopped with errors", "error", err)

@@ -4,9 +4,11 @@ import (
 	"context"
 	"log/slog"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/outboxrelay/outbox/claim"
+	"github.com/outboxrelay/outbox/internal/telemetry"
 )
 
 // TestNewWorkerTakesEveryValidConfig checks that settings at the edges of
@@ -40,12 +42,49 @@ func TestNewWorkerTakesEveryValidConfig(t *testing.T) {
 			if err != nil {
 				t.Fatalf("loadConfig: %v", err)
 			}
-			w, err := newWorker(cfg, slog.New(slog.DiscardHandler))
+			w, err := newWorker(cfg, slog.New(slog.DiscardHandler), nil)
 			if err != nil {
 				t.Fatalf("newWorker refused a Config loadConfig accepted: %v", err)
 			}
 			if err := w.client.Disconnect(context.Background()); err != nil {
 				t.Error(err)
+			}
+		})
+	}
+}
+
+// TestTracingOffByDefault: without OTEL_TRACES_EXPORTER, or with none,
+// the worker's tracer provider is the no-op one; OUTBOX_TRACE_MONGO then
+// does nothing, and the worker says so.
+func TestTracingOffByDefault(t *testing.T) {
+	t.Parallel()
+	for name, env := range map[string]map[string]string{
+		"unset": {},
+		"none":  {"OTEL_TRACES_EXPORTER": "none"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			env["OUTBOX_HTTP_ADDR"] = "127.0.0.1:0"
+			env["OUTBOX_TRACE_MONGO"] = "true"
+			cfg, _, err := loadConfig("run", nil, envOf(env), relayCommand, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tracer, err := telemetry.New(t.Context(), cfg.Tracing, slog.New(slog.DiscardHandler))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var logs strings.Builder
+			w, err := newWorker(cfg, slog.New(slog.NewTextHandler(&logs, nil)), tracer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = w.client.Disconnect(context.WithoutCancel(t.Context())) }()
+			if w.tracer.Enabled() || tracingMode(cfg, w.tracer) != "off" {
+				t.Errorf("tracing %q, want off", tracingMode(cfg, w.tracer))
+			}
+			if !strings.Contains(logs.String(), "OUTBOX_TRACE_MONGO has no effect") {
+				t.Errorf("no warning that OUTBOX_TRACE_MONGO does nothing with tracing off; log:\n%s", logs.String())
 			}
 		})
 	}
