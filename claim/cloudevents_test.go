@@ -15,8 +15,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/testenv"
 )
 
 // ceSpecs reads the attributes of a binary-mode message: ce-<name>.
@@ -274,4 +276,49 @@ func receive(t *testing.T, deliveries <-chan amqp.Delivery, n int) map[string]am
 		}
 	}
 	return got
+}
+
+// With tracing on, a CloudEvents message's traceparent header names the
+// relay's publish span, while its tracing extension keeps naming the
+// producer's span, the start of the event's trace.
+func TestPublishSpanKeepsTheCloudEventsExtension(t *testing.T) {
+	t.Parallel()
+	pub := &capturePublisher{}
+	c, rec := tracedClaimer(t, pub, sdktrace.AlwaysSample(), false)
+	d, err := events.Draft{ID: "ce-traced", Type: "order.created", Payload: bson.D{{Key: "n", Value: 1}},
+		Trace: events.TraceContext{Parent: producerTraceParent}}.Document(time.Now().Add(-time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := testenv.Marshal(t, d)
+	var msgs []events.Message
+	for _, name := range []string{events.FormatCloudEventsBinary, events.FormatCloudEventsStructured} {
+		m, err := events.Format{Name: name, Source: "/outbox/shop/events"}.NewMessage(doc, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, m)
+	}
+	for i, m := range msgs {
+		if errs := c.publishMessages(t.Context(), []events.Message{m}); errs[0] != nil {
+			t.Fatal(errs[0])
+		}
+		ended := rec.Ended()
+		if len(ended) != i+1 || len(pub.got) != i+1 {
+			t.Fatalf("after publish %d: %d spans ended, %d messages published", i+1, len(ended), len(pub.got))
+		}
+		span, sent := ended[i], pub.got[i]
+		relayParent := "00-" + span.SpanContext().TraceID().String() + "-" + span.SpanContext().SpanID().String() + "-01"
+		if got := sent.Headers[events.FieldTraceParent]; got != relayParent {
+			t.Errorf("%s: traceparent header %v, want the publish span's %s", sent.ContentType, got, relayParent)
+		}
+		e, err := binding.ToEvent(t.Context(), deliveryMessage{amqp.Delivery{
+			ContentType: sent.ContentType, Headers: amqp.Table(sent.Headers), Body: sent.Body}})
+		if err != nil {
+			t.Fatalf("%s: the SDK cannot read it: %v", sent.ContentType, err)
+		}
+		if got := e.Extensions()["traceparent"]; got != producerTraceParent {
+			t.Errorf("%s: tracing extension %v, want the producer's %s", sent.ContentType, got, producerTraceParent)
+		}
+	}
 }
