@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -351,7 +352,7 @@ func fill(errs []error, err error) {
 func publishing(m events.Message) amqp.Publishing {
 	return amqp.Publishing{
 		DeliveryMode: amqp.Persistent,
-		ContentType:  events.ContentType,
+		ContentType:  cmp.Or(m.ContentType, events.ContentType),
 		MessageId:    m.ID,
 		Type:         m.Type,
 		Timestamp:    m.Timestamp,

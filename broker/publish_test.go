@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/outboxrelay/outbox/events"
 )
 
 // arrived is a confirmation that has already come.
@@ -106,5 +108,20 @@ func TestTable(t *testing.T) {
 				t.Errorf("table (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// A message's content type becomes the property; a message that names
+// none (made by hand) is the contract's application/json.
+func TestPublishingContentType(t *testing.T) {
+	t.Parallel()
+	for give, want := range map[string]string{
+		"":                            events.ContentType,
+		events.ContentType:            "application/json",
+		events.ContentTypeCloudEvents: "application/cloudevents+json",
+	} {
+		if got := publishing(events.Message{ID: "e", Type: "t", ContentType: give}).ContentType; got != want {
+			t.Errorf("Message.ContentType %q: content_type %q, want %q", give, got, want)
+		}
 	}
 }

@@ -596,7 +596,7 @@ func (c *Claimer) relay(ctx context.Context, lease events.Lease, claimed []event
 	msgs := make([]*events.Message, len(claimed))
 	for i, cl := range claimed {
 		outcomes[i] = outcome{id: cl.ID, attempts: cl.Attempts}
-		m, err := events.NewMessage(cl.Doc, c.cfg.MaxBodyBytes)
+		m, err := c.cfg.Format.NewMessage(cl.Doc, c.cfg.MaxBodyBytes)
 		if err != nil {
 			outcomes[i].err = err
 			continue

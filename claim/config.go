@@ -108,6 +108,10 @@ type Config struct {
 	// requeued or skipped) or AfterFailedContinue. Defaults to
 	// AfterFailedWait.
 	AfterFailed string
+	// Format is how messages carry their events (OUTBOX_MESSAGE_FORMAT):
+	// Name events.FormatPlain, or a CloudEvents format with its Source (a
+	// URI-reference). Defaults to events.FormatPlain.
+	Format events.Format
 	// Owner, when set, says which partitions this worker may claim in
 	// (ownership.Manager). Without it the worker claims in all, which is
 	// right only for a single worker. Defaults to nil.
@@ -144,6 +148,7 @@ func (c *Config) setDefaults() {
 	c.StaleAfter = cmp.Or(c.StaleAfter, StaleAfterDefault)
 	c.Ordering = cmp.Or(c.Ordering, OrderingAggregate)
 	c.AfterFailed = cmp.Or(c.AfterFailed, AfterFailedWait)
+	c.Format.Name = cmp.Or(c.Format.Name, events.FormatPlain)
 	c.Archetype = c.Archetype.WithDefaults()
 }
 
@@ -161,6 +166,10 @@ func (c Config) Validate() error {
 		rule.AboveField("StaleAfter", c.StaleAfter, "PublishTimeout", c.PublishTimeout),
 		rule.OneOf("Ordering", c.Ordering, OrderingAggregate, OrderingNone),
 		rule.OneOf("AfterFailed", c.AfterFailed, AfterFailedWait, AfterFailedContinue),
+		rule.OneOf("Format.Name", c.Format.Name,
+			events.FormatPlain, events.FormatCloudEventsBinary, events.FormatCloudEventsStructured),
+		rule.Check("Format.Source", c.Format.Name == events.FormatPlain || events.CheckCloudEventsSource(c.Format.Source) == nil,
+			c.Format.Source, "a non-empty URI-reference (RFC 3986) in a CloudEvents format"),
 		schedule.Rule("Schedule", c.Schedule),
 	)
 }

@@ -14,7 +14,9 @@ const (
 	HeaderAggregateID   = "x-aggregate-id"
 )
 
-// ContentType is the content type of every message body.
+// ContentType is the content type of a message body in FormatPlain and
+// FormatCloudEventsBinary, and the datacontenttype of the envelope's data
+// in FormatCloudEventsStructured.
 const ContentType = "application/json"
 
 // maxShortString is AMQP's limit for a short string: a routing key, a
@@ -36,8 +38,13 @@ type Message struct {
 	// Headers are the AMQP headers: x-aggregate-type and x-aggregate-id
 	// when set, and the event's own headers.
 	Headers map[string]any
-	// Body is the payload as relaxed Extended JSON.
+	// Body is the payload as relaxed Extended JSON, or in
+	// FormatCloudEventsStructured the CloudEvents envelope holding it.
 	Body []byte
+	// ContentType is the AMQP content type: ContentType, or
+	// ContentTypeCloudEvents in FormatCloudEventsStructured. Empty means
+	// ContentType.
+	ContentType string
 	// TraceDropped says that the event's trace context was not valid and
 	// was left out: the message is sent without one.
 	TraceDropped bool
@@ -67,10 +74,18 @@ func invalid(field, format string, args ...any) *InvalidError {
 }
 
 // NewMessage turns a stored event document into the message that carries
-// it. A document that breaks the contract gets an *InvalidError naming the
-// field, or FieldDocument when doc is not valid BSON. maxBodyBytes bounds
-// the body; zero means no bound. NewMessage never panics, whatever doc holds.
+// it, in FormatPlain. A document that breaks the contract gets an
+// *InvalidError naming the field, or FieldDocument when doc is not valid
+// BSON. maxBodyBytes bounds the body; zero means no bound. NewMessage
+// never panics, whatever doc holds. Format.NewMessage makes the messages
+// of the other formats.
 func NewMessage(doc bson.Raw, maxBodyBytes int) (Message, error) {
+	return newMessage(doc, maxBodyBytes, FormatPlain, "")
+}
+
+// newMessage is NewMessage in the format named format; source is the
+// CloudEvents source.
+func newMessage(doc bson.Raw, maxBodyBytes int, format, source string) (Message, error) {
 	// The driver's value accessors panic on malformed bytes, and a corrupt
 	// document would otherwise be reported as a missing _id. Validate is
 	// shallow, so the code below still reads every value with an OK accessor.
@@ -92,9 +107,38 @@ func NewMessage(doc bson.Raw, maxBodyBytes int) (Message, error) {
 		return Message{}, err
 	}
 	m.Headers, m.TraceDropped = withTraceContext(m.Headers, doc)
+	m.ContentType = ContentType
+	if format == FormatCloudEventsBinary || format == FormatCloudEventsStructured {
+		return cloudEventsMessage(doc, m, maxBodyBytes, format, source)
+	}
 	if m.Body, err = body(doc, maxBodyBytes); err != nil {
 		return Message{}, err
 	}
+	return m, nil
+}
+
+// cloudEventsMessage completes m, a message without a body, in a
+// CloudEvents format.
+func cloudEventsMessage(doc bson.Raw, m Message, maxBodyBytes int, format, source string) (Message, error) {
+	ce, err := newCloudEvent(doc, &m, source)
+	if err != nil {
+		return Message{}, err
+	}
+	if format == FormatCloudEventsBinary {
+		m.Headers = withCloudEventsHeaders(m.Headers, ce)
+		if m.Body, err = body(doc, maxBodyBytes); err != nil {
+			return Message{}, err
+		}
+		return m, nil
+	}
+	payload, err := payloadDocument(doc)
+	if err != nil {
+		return Message{}, err
+	}
+	if m.Body, err = envelope(ce, payload, maxBodyBytes); err != nil {
+		return Message{}, err
+	}
+	m.ContentType = ContentTypeCloudEvents
 	return m, nil
 }
 
@@ -103,17 +147,9 @@ func NewMessage(doc bson.Raw, maxBodyBytes int) (Message, error) {
 // set. A context that is not valid (or not strings) is left out, never
 // fatal: dropped reports it.
 func withTraceContext(headers map[string]any, doc bson.Raw) (_ map[string]any, dropped bool) {
-	parent, errParent := doc.LookupErr(FieldTraceParent)
-	state, errState := doc.LookupErr(FieldTraceState)
-	if errParent != nil && errState != nil {
-		return headers, false
-	}
-	var tc TraceContext
-	var okParent, okState bool
-	tc.Parent, okParent = parent.StringValueOK()
-	tc.State, okState = state.StringValueOK()
-	if !okParent || (errState == nil && !okState) || !tc.Valid() {
-		return headers, true
+	tc, dropped := storedTraceContext(doc)
+	if tc.Parent == "" {
+		return headers, dropped
 	}
 	if headers == nil {
 		headers = map[string]any{}
@@ -123,6 +159,25 @@ func withTraceContext(headers map[string]any, doc bson.Raw) (_ map[string]any, d
 		headers[FieldTraceState] = tc.State
 	}
 	return headers, false
+}
+
+// storedTraceContext returns the event's trace context: none when the
+// event has none, or when it is not valid (or not strings), which dropped
+// reports.
+func storedTraceContext(doc bson.Raw) (_ TraceContext, dropped bool) {
+	parent, errParent := doc.LookupErr(FieldTraceParent)
+	state, errState := doc.LookupErr(FieldTraceState)
+	if errParent != nil && errState != nil {
+		return TraceContext{}, false
+	}
+	var tc TraceContext
+	var okParent, okState bool
+	tc.Parent, okParent = parent.StringValueOK()
+	tc.State, okState = state.StringValueOK()
+	if !okParent || (errState == nil && !okState) || !tc.Valid() {
+		return TraceContext{}, true
+	}
+	return tc, false
 }
 
 func messageID(doc bson.Raw) (string, error) {
@@ -188,6 +243,22 @@ func createdAt(doc bson.Raw) (time.Time, error) {
 }
 
 func body(doc bson.Raw, maxBytes int) ([]byte, error) {
+	payload, err := payloadDocument(doc)
+	if err != nil {
+		return nil, err
+	}
+	b, err := appendPayloadJSON(make([]byte, 0, jsonSizeHint(len(payload))), payload)
+	if err != nil {
+		return nil, err
+	}
+	if maxBytes > 0 && len(b) > maxBytes {
+		return nil, invalid(FieldPayload, "is %d bytes as JSON; the broker takes at most %d", len(b), maxBytes)
+	}
+	return b, nil
+}
+
+// payloadDocument returns the event's payload, which must be a document.
+func payloadDocument(doc bson.Raw) (bson.Raw, error) {
 	v, err := doc.LookupErr(FieldPayload)
 	if err != nil {
 		return nil, invalid(FieldPayload, "is missing")
@@ -199,17 +270,23 @@ func body(doc bson.Raw, maxBytes int) ([]byte, error) {
 	if !ok {
 		return nil, invalid(FieldPayload, "must be a document, got %s", v.Type)
 	}
-	b, ok := appendJSON(make([]byte, 0, jsonSizeHint(len(payload))), payload)
-	if !ok {
-		var err error
-		if b, err = bson.MarshalExtJSON(payload, false, false); err != nil {
-			return nil, invalid(FieldPayload, "cannot be written as JSON: %v", err)
-		}
+	return payload, nil
+}
+
+// appendPayloadJSON appends payload, a document, as relaxed Extended JSON.
+func appendPayloadJSON(dst []byte, payload bson.Raw) ([]byte, error) {
+	if b, ok := appendJSON(dst, payload); ok {
+		return b, nil
 	}
-	if maxBytes > 0 && len(b) > maxBytes {
-		return nil, invalid(FieldPayload, "is %d bytes as JSON; the broker takes at most %d", len(b), maxBytes)
+	// appendJSON left dst[:len(dst)] as it was.
+	b, err := bson.MarshalExtJSON(payload, false, false)
+	if err != nil {
+		return nil, invalid(FieldPayload, "cannot be written as JSON: %v", err)
 	}
-	return b, nil
+	if len(dst) == 0 {
+		return b, nil
+	}
+	return append(dst, b...), nil
 }
 
 // jsonSizeHint is room for the JSON of a BSON document of n bytes: JSON

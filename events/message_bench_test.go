@@ -35,3 +35,22 @@ func BenchmarkNewMessage(b *testing.B) {
 		}
 	}
 }
+
+// The CloudEvents formats, for comparison with BenchmarkNewMessage (plain).
+func BenchmarkFormatNewMessage(b *testing.B) {
+	doc := benchEvent(b, 1)
+	for _, f := range []Format{
+		{Name: FormatPlain},
+		{Name: FormatCloudEventsBinary, Source: "/outbox/outbox/events"},
+		{Name: FormatCloudEventsStructured, Source: "/outbox/outbox/events"},
+	} {
+		b.Run(f.Name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := f.NewMessage(doc, 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -118,10 +118,11 @@ func mustElements(t testing.TB, doc bson.Raw) []bson.RawElement {
 // baseMessage is the message eventDoc becomes without edits.
 func baseMessage() Message {
 	return Message{
-		ID:        testObjectID.Hex(),
-		Type:      "order.created",
-		Timestamp: testTimestamp,
-		Body:      []byte(`{"n":1}`),
+		ID:          testObjectID.Hex(),
+		Type:        "order.created",
+		Timestamp:   testTimestamp,
+		Body:        []byte(`{"n":1}`),
+		ContentType: ContentType,
 	}
 }
 

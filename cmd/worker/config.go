@@ -20,6 +20,7 @@ import (
 	"github.com/outboxrelay/outbox/broker"
 	"github.com/outboxrelay/outbox/claim"
 	"github.com/outboxrelay/outbox/console"
+	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/memlimit"
 	"github.com/outboxrelay/outbox/internal/redact"
 	"github.com/outboxrelay/outbox/internal/telemetry"
@@ -79,6 +80,11 @@ type Config struct {
 	Ordering            string
 	OrderingAfterFailed string
 
+	// MessageFormat is events.Format's Name; CloudEventsSource its
+	// Source, which validate derives from the database and collection
+	// when it is unset.
+	MessageFormat     string
+	CloudEventsSource string
 	// TraceParent is OUTBOX_TRACE_PARENT: "child" (a publish span is the
 	// child of the producer's) or "link" (claim.Config.TraceLink).
 	TraceParent string
@@ -174,6 +180,14 @@ func settings() []setting {
 			usage: "largest message body; a larger event becomes FAILED", parse: func(c *Config, v string) error {
 				return parseIntBetween(&c.MaxMessageBytes, v, 1, claim.MaxBodyBytesMax)
 			}},
+		{env: "OUTBOX_MESSAGE_FORMAT", flag: "message-format", def: events.FormatPlain,
+			usage: "plain: the message contract; cloudevents-binary: plus CloudEvents ce- headers; cloudevents-structured: the application/cloudevents+json envelope as the body",
+			parse: func(c *Config, v string) error {
+				return oneOf(&c.MessageFormat, v, events.FormatPlain, events.FormatCloudEventsBinary, events.FormatCloudEventsStructured)
+			}},
+		{env: "OUTBOX_CLOUDEVENTS_SOURCE", flag: "cloudevents-source", def: "",
+			usage: "CloudEvents source attribute of every message in a CloudEvents format, a URI-reference; unset: /outbox/<database>/<collection>",
+			parse: parseCloudEventsSource},
 		{env: "OUTBOX_RETENTION", flag: "retention", def: retention.RetentionDefault.String(),
 			usage: "how long PUBLISHED events are kept; 0 keeps them", parse: parseRetention},
 		{env: "OUTBOX_HTTP_ADDR", flag: "http-addr", def: ":8080",
@@ -340,6 +354,9 @@ func (c *Config) validate() error {
 	if c.BatchBytesAuto {
 		c.BatchBytes = batchBytesFor(c.MemoryLimit.Bytes)
 	}
+	if c.CloudEventsSource == "" {
+		c.CloudEventsSource = events.DefaultCloudEventsSource(c.MongoDatabase, c.MongoCollection)
+	}
 	derived := c.PublishTimeout == 0
 	if derived {
 		c.PublishTimeout = derivedPublishTimeout(c.StaleAfter)
@@ -390,6 +407,18 @@ func derivedPublishTimeout(staleAfter time.Duration) time.Duration {
 // 10s, the margin a 30s timeout has always had.
 func staleMargin(publishTimeout time.Duration) time.Duration {
 	return min(max(publishTimeout/3, 2*time.Second), 10*time.Second)
+}
+
+func parseCloudEventsSource(c *Config, v string) error {
+	if v == "" {
+		c.CloudEventsSource = "" // derived by validate
+		return nil
+	}
+	if err := events.CheckCloudEventsSource(v); err != nil {
+		return err
+	}
+	c.CloudEventsSource = v
+	return nil
 }
 
 func parseBatchBytes(c *Config, v string) error {

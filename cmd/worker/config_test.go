@@ -65,6 +65,9 @@ func defaultConfig() Config {
 		OrderingAfterFailed: claim.AfterFailedWait,
 		TraceParent:         "child",
 
+		MessageFormat:     "plain",
+		CloudEventsSource: "/outbox/outbox/events",
+
 		MongoReadConcern:  "majority",
 		MongoWriteConcern: "majority",
 		MongoJournal:      true,
@@ -116,6 +119,8 @@ func TestLoadConfig(t *testing.T) {
 				"OUTBOX_ORDERING":             "none",
 
 				"OUTBOX_ORDERING_AFTER_FAILED": "continue",
+				"OUTBOX_MESSAGE_FORMAT":        "cloudevents-structured",
+				"OUTBOX_CLOUDEVENTS_SOURCE":    "https://shop.example/orders",
 				"OUTBOX_TRACE_PARENT":          "link",
 				"OUTBOX_TRACE_MONGO":           "true",
 
@@ -151,6 +156,7 @@ func TestLoadConfig(t *testing.T) {
 				c.LogFormat = "text"
 				c.Ordering, c.OrderingAfterFailed = claim.OrderingNone, claim.AfterFailedContinue
 				c.TraceParent, c.TraceMongo = "link", true
+				c.MessageFormat, c.CloudEventsSource = "cloudevents-structured", "https://shop.example/orders"
 			},
 		},
 		{
@@ -161,6 +167,15 @@ func TestLoadConfig(t *testing.T) {
 			},
 			want: func(c *Config) {
 				c.Tracing = telemetry.Config{Enabled: true, Protocol: "grpc", Secrets: []string{"k1"}}
+			},
+		},
+		{
+			name: "cloudevents source derived from the database and collection, escaped",
+			env: map[string]string{"OUTBOX_MESSAGE_FORMAT": "cloudevents-binary",
+				"OUTBOX_MONGO_DATABASE": "my shop", "OUTBOX_MONGO_COLLECTION": "outbox"},
+			want: func(c *Config) {
+				c.MessageFormat, c.MongoDatabase, c.MongoCollection = "cloudevents-binary", "my shop", "outbox"
+				c.CloudEventsSource = "/outbox/my%20shop/outbox"
 			},
 		},
 		{
@@ -257,6 +272,12 @@ func TestLoadConfigRejects(t *testing.T) {
 		// want are substrings of the error: the variable and the value.
 		want []string
 	}{
+		{name: "message format unknown", env: map[string]string{"OUTBOX_MESSAGE_FORMAT": "cloudevents"},
+			want: []string{"OUTBOX_MESSAGE_FORMAT", `"cloudevents"`, "want one of plain, cloudevents-binary, cloudevents-structured"}},
+		{name: "cloudevents source with a space", env: map[string]string{"OUTBOX_CLOUDEVENTS_SOURCE": "/orders service"},
+			want: []string{"OUTBOX_CLOUDEVENTS_SOURCE", `"/orders service"`, "URI-reference"}},
+		{name: "cloudevents source with a bad escape", args: []string{"--cloudevents-source", "/a%zz"},
+			want: []string{"OUTBOX_CLOUDEVENTS_SOURCE (--cloudevents-source)", `"/a%zz"`, "escape"}},
 		{name: "batch size not a number", env: map[string]string{"OUTBOX_BATCH_SIZE": "abc"},
 			want: []string{"OUTBOX_BATCH_SIZE", `"abc"`}},
 		{name: "batch size zero", env: map[string]string{"OUTBOX_BATCH_SIZE": "0"},

@@ -29,6 +29,10 @@ func TestNewWorkerTakesEveryValidConfig(t *testing.T) {
 			"OUTBOX_MAX_ATTEMPTS": strconv.Itoa(claim.MaxAttemptsMax), "OUTBOX_MAX_MESSAGE_BYTES": strconv.Itoa(claim.MaxBodyBytesMax),
 		},
 		"a list of broker nodes": {"OUTBOX_AMQP_URL": "amqp://a:5672/,amqps://b:5671/"},
+		// The source derived from names that need escaping is one claim takes.
+		"cloudevents, derived source": {"OUTBOX_MESSAGE_FORMAT": "cloudevents-structured",
+			"OUTBOX_MONGO_DATABASE": "my shop", "OUTBOX_MONGO_COLLECTION": "out?box#1"},
+		"cloudevents, a source": {"OUTBOX_MESSAGE_FORMAT": "cloudevents-binary", "OUTBOX_CLOUDEVENTS_SOURCE": "urn:shop:orders"},
 	}
 	for name, env := range tests {
 		t.Run(name, func(t *testing.T) {
