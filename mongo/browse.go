@@ -170,8 +170,8 @@ type Holder struct {
 // Holders returns up to limit events that hold their aggregates at now,
 // FAILED ones first, then those backing off, then those of paused types,
 // and whether there were more. Each aggregate is listed once, under its
-// oldest holder. The events of a paused type are read with an equality
-// on status and type, oldest first, per paused type.
+// oldest holder. The events of paused types are found among the oldest
+// NEW events, within the held count's window (heldWindow).
 func (s *Store) Holders(ctx context.Context, now time.Time, failedHolds bool, limit int) ([]Holder, bool, error) {
 	proj := bson.D{
 		{Key: events.FieldType, Value: 1}, {Key: events.FieldAggregateType, Value: 1}, {Key: events.FieldAggregateID, Value: 1},
@@ -189,11 +189,9 @@ func (s *Store) Holders(ctx context.Context, now time.Time, failedHolds bool, li
 	if err != nil {
 		return nil, false, err
 	}
+	paused := make(map[string]bool, len(pauses))
 	for _, p := range pauses {
-		finds = append(finds, findCommand{
-			filter: bson.D{{Key: events.FieldStatus, Value: events.StatusNew}, {Key: events.FieldType, Value: p.Type}},
-			sort:   bson.D{{Key: events.FieldCreatedAt, Value: 1}}, hint: newByAgeIndex,
-		})
+		paused[p.Type] = true
 	}
 	var out []Holder
 	seen := map[string]bool{}
@@ -214,6 +212,30 @@ func (s *Store) Holders(ctx context.Context, now time.Time, failedHolds bool, li
 		if err != nil {
 			return nil, false, err
 		}
+	}
+	if len(paused) == 0 {
+		return out, more, nil
+	}
+	// The events of paused types among the oldest NEW events, within the
+	// window the held count reads too (heldWindow): a find filtered on the
+	// type would walk every NEW event of the index to find a rare type's.
+	_, err = s.eachKey(ctx, findCommand{
+		filter: bson.D{{Key: events.FieldStatus, Value: events.StatusNew}},
+		sort:   bson.D{{Key: events.FieldCreatedAt, Value: 1}}, hint: newByAgeIndex,
+		projection: proj, limit: s.heldWindow,
+	}, func(key string, doc bson.Raw) {
+		if seen[key] || !paused[typeOf(doc)] {
+			return
+		}
+		if len(out) == limit {
+			more = true
+			return
+		}
+		seen[key] = true
+		out = append(out, Holder{Key: key, Doc: doc})
+	})
+	if err != nil {
+		return nil, false, err
 	}
 	return out, more, nil
 }
