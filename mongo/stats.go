@@ -102,7 +102,8 @@ const heldWindow = 10000
 // of each key holds it too. Every read is a find with an equality on
 // status, projected to the key fields and bounded by heldWindow, and
 // carries a server-side time limit from ctx's deadline (timedFind); the
-// paused types are one more find of their own small collection.
+// paused types are the claims' set (pausedSet), a find of their own small
+// collection when it is older than PausedTypesMaxAge.
 func (s *Store) Held(ctx context.Context, now time.Time, failedHolds bool) (events.HeldStats, error) {
 	proj := bson.D{
 		{Key: events.FieldAggregateType, Value: 1}, {Key: events.FieldAggregateID, Value: 1},
@@ -123,13 +124,11 @@ func (s *Store) Held(ctx context.Context, now time.Time, failedHolds bool) (even
 		}
 		st.Capped = st.Capped || read > s.heldWindow
 	}
-	pauses, err := s.PausedTypes(ctx)
+	// The claims' set (pausedSet): the count agrees with what they hold
+	// back, and a busy replica reads it once for both.
+	paused, err := s.pausedSet(ctx)
 	if err != nil {
 		return events.HeldStats{}, err
-	}
-	paused := make(map[string]bool, len(pauses))
-	for _, p := range pauses {
-		paused[p.Type] = true
 	}
 	if len(holders) == 0 && len(paused) == 0 {
 		return st, nil
