@@ -88,9 +88,22 @@ type writeTimes struct {
 const writeTimesKept = 8
 
 // writeHeadroom is how many times an estimated write the validity must
-// cover before the write starts: a database's slowness varies from one
-// write to the next by more than the estimate can know.
+// cover before the write starts, until the writes seen show how much they
+// vary: a database's slowness varies from one write to the next by more
+// than the estimate can know.
 const writeHeadroom = 2
+
+// Once writeSpreadWrites writes are seen, the headroom is sized from how
+// far they strayed from the estimate: writeSpreadMargin times the worst
+// of them (its time over the estimate's for its size), between
+// writeSpreadMargin and writeHeadroom. Writes that keep to the estimate,
+// as through a distant but steady link, need a quarter more, not twice:
+// twice made every claim of a 5 s term at +600 ms a round trip renew again
+// before its write, a renewal (two round trips) in the path of each batch.
+const (
+	writeSpreadWrites = 2
+	writeSpreadMargin = 1.25
+)
 
 type writeTime struct {
 	events int
@@ -159,14 +172,36 @@ func (w *writeTimes) model(prior time.Duration) (base time.Duration, perEvent fl
 }
 
 // need is the validity a write of n events should have left when it
-// starts: writeHeadroom times the estimate (see model for prior). Zero
+// starts: the headroom times the estimate (see model for prior). Zero
 // with neither a write nor a prior.
 func (w *writeTimes) need(n int, prior time.Duration) time.Duration {
 	base, perEvent, ok := w.model(prior)
 	if !ok {
 		return 0
 	}
-	return writeHeadroom * (base + time.Duration(math.Round(perEvent*float64(n))))
+	return time.Duration(w.headroom(base, perEvent) * float64(base+time.Duration(math.Round(perEvent*float64(n)))))
+}
+
+// headroom is how many times the estimate (base, perEvent) a write needs:
+// writeHeadroom, or once writeSpreadWrites writes are seen, sized from how
+// far the worst of them strayed from it (see writeSpreadMargin).
+func (w *writeTimes) headroom(base time.Duration, perEvent float64) float64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	seen, worst := 0, 0.0
+	for _, s := range w.seen {
+		if s.events <= 0 {
+			continue
+		}
+		seen++
+		if est := float64(base) + perEvent*float64(s.events); est > 0 {
+			worst = max(worst, float64(s.took)/est)
+		}
+	}
+	if seen < writeSpreadWrites {
+		return writeHeadroom
+	}
+	return min(max(writeSpreadMargin*worst, writeSpreadMargin), writeHeadroom)
 }
 
 // fit returns the most events, up to n, to write in validFor: those whose
@@ -189,7 +224,7 @@ func (w *writeTimes) fit(n int, validFor time.Duration) int {
 	case perEvent == 0:
 		return n
 	}
-	k := (float64(validFor)/writeHeadroom - float64(base)) / perEvent
+	k := (float64(validFor)/w.headroom(base, perEvent) - float64(base)) / perEvent
 	if k < 1 {
 		k = float64(validFor-base) / perEvent
 	}

@@ -66,23 +66,26 @@ func TestWriteTimesNeedAndFit(t *testing.T) {
 	}
 	w.observe(1, 608*time.Millisecond)
 	w.observe(201, 1404*time.Millisecond) // 4 ms an event over a round trip of 604 ms, less one event's
+	// Three writes show their spread: the worst (608 ms) is 1.0066 times
+	// the estimate for its size, so the headroom is 1.258 (a quarter more
+	// than that), not twice.
 	for _, tc := range []struct {
 		events int
 		want   time.Duration
 	}{
-		{1, 1208 * time.Millisecond},
-		{100, 2 * time.Second},
-		{500, 5200 * time.Millisecond},
+		{1, 760 * time.Millisecond},
+		{100, 1258 * time.Millisecond},
+		{500, 3272 * time.Millisecond},
 	} {
 		if got := w.need(tc.events, 0); !near(got, tc.want) {
 			t.Errorf("need(%d) = %s, want %s", tc.events, got, tc.want)
 		}
 	}
-	if n := w.fit(500, 3200*time.Millisecond); n != 250 {
-		t.Errorf("fit(500, 3.2s) = %d, want 250", n)
+	if n := w.fit(500, 2*time.Second); n != 247 {
+		t.Errorf("fit(500, 2s) = %d, want 247", n)
 	}
-	if n := w.fit(500, time.Second); n != 100 {
-		t.Errorf("fit(500, 1s) = %d, want 100: the base takes the headroom, so as many as the estimate itself fits", n)
+	if n := w.fit(500, 700*time.Millisecond); n != 25 {
+		t.Errorf("fit(500, 700ms) = %d, want 25: the base takes the headroom, so as many as the estimate itself fits", n)
 	}
 	if n := w.fit(500, 500*time.Millisecond); n != 0 {
 		t.Errorf("fit(500, 500ms) = %d, want 0: not even the round trip fits", n)
@@ -92,8 +95,41 @@ func TestWriteTimesNeedAndFit(t *testing.T) {
 	for range writeTimesKept {
 		w.observe(100, 10*time.Millisecond)
 	}
-	if got := w.need(100, 0); !near(got, 20*time.Millisecond) {
-		t.Errorf("need(100) after %d fast writes = %s, want 20ms", writeTimesKept, got)
+	if got := w.need(100, 0); !near(got, 12500*time.Microsecond) {
+		t.Errorf("need(100) after %d fast writes = %s, want 12.5ms: a quarter more than writes that keep to the estimate", writeTimesKept, got)
+	}
+}
+
+// The headroom is twice the estimate until a few writes are seen, then
+// sized from how far they strayed from it: a quarter more than the worst
+// of them, never less than a quarter more, never more than twice. Through
+// a distant but steady link twice the estimate made every write of a
+// short term wait for one more renewal.
+func TestWriteTimesHeadroomFollowsTheSpread(t *testing.T) {
+	t.Parallel()
+	near := func(got, want time.Duration) bool { return (got - want).Abs() <= time.Millisecond }
+	var w writeTimes
+	for range writeSpreadWrites - 1 {
+		w.observe(500, 1400*time.Millisecond)
+	}
+	if got := w.need(500, 0); !near(got, 2800*time.Millisecond) {
+		t.Errorf("need(500) after %d writes = %s, want 2.8s: twice, too few writes to tell their spread", writeSpreadWrites-1, got)
+	}
+	w.observe(500, 1400*time.Millisecond)
+	if got := w.need(500, 0); !near(got, 1750*time.Millisecond) {
+		t.Errorf("need(500) after %d steady writes = %s, want 1.75s: a quarter more", writeSpreadWrites, got)
+	}
+	for _, d := range []time.Duration{1000, 1800, 1000, 1800} {
+		w.observe(500, d*time.Millisecond)
+	}
+	// Mean 1.4 s, worst 1.8 s: 1.25 times 1.8/1.4 of the estimate.
+	if got := w.need(500, 0); !near(got, 2250*time.Millisecond) {
+		t.Errorf("need(500) after writes of 1 to 1.8 s = %s, want 2.25s", got)
+	}
+	w.observe(500, 5*time.Second)
+	base, _, _ := w.model(0)
+	if got := w.need(500, 0); got != 2*base {
+		t.Errorf("need(500) after a write far over the estimate = %s, want twice the estimate %s", got, base)
 	}
 }
 
