@@ -196,20 +196,20 @@ func (s *Store) Holders(ctx context.Context, now time.Time, failedHolds bool, li
 	var out []Holder
 	seen := map[string]bool{}
 	more := false
-	for _, q := range finds {
-		q.projection, q.limit = proj, limit+1
-		_, err := s.eachKey(ctx, q, func(key string, doc bson.Raw) {
-			if seen[key] {
-				return
-			}
-			if len(out) == limit {
-				more = true
-				return
-			}
+	// add lists an aggregate once, under the first holder met.
+	add := func(key string, doc bson.Raw) {
+		switch {
+		case seen[key]:
+		case len(out) == limit:
+			more = true
+		default:
 			seen[key] = true
 			out = append(out, Holder{Key: key, Doc: doc})
-		})
-		if err != nil {
+		}
+	}
+	for _, q := range finds {
+		q.projection, q.limit = proj, limit+1
+		if _, err := s.eachKey(ctx, q, add); err != nil {
 			return nil, false, err
 		}
 	}
@@ -224,15 +224,9 @@ func (s *Store) Holders(ctx context.Context, now time.Time, failedHolds bool, li
 		sort:   bson.D{{Key: events.FieldCreatedAt, Value: 1}}, hint: newByAgeIndex,
 		projection: proj, limit: s.heldWindow,
 	}, func(key string, doc bson.Raw) {
-		if seen[key] || !paused[typeOf(doc)] {
-			return
+		if paused[typeOf(doc)] {
+			add(key, doc)
 		}
-		if len(out) == limit {
-			more = true
-			return
-		}
-		seen[key] = true
-		out = append(out, Holder{Key: key, Doc: doc})
 	})
 	if err != nil {
 		return nil, false, err
