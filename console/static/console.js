@@ -10,7 +10,7 @@
 
   function show() {
     pause.setAttribute("aria-pressed", paused ? "true" : "false");
-    pause.textContent = paused ? "Resume" : "Pause";
+    pause.textContent = paused ? "Resume refresh" : "Pause refresh";
   }
   function toggle() {
     paused = !paused;
