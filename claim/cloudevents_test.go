@@ -120,7 +120,10 @@ func TestCloudEventsConsumer(t *testing.T) {
 		traceParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 		traceState  = "rojo=00f067aa0ba902b7"
 	)
-	createdAt := time.Now().Add(-time.Hour).Truncate(time.Millisecond).UTC()
+	// Milliseconds without a trailing zero for every event (.111 on): a
+	// CloudEvents time drops trailing zeros, so the poison envelope's size
+	// below would otherwise change with the clock.
+	createdAt := time.Now().Add(-time.Hour).Truncate(time.Second).Add(111 * time.Millisecond).UTC()
 	payload := bson.D{{Key: "orderId", Value: "o-1"}, {Key: "totalCents", Value: int64(4200)}, {Key: "at", Value: createdAt}}
 	wantData := map[string]any{"orderId": "o-1", "totalCents": 4200.0, "at": map[string]any{"$date": createdAt.Format("2006-01-02T15:04:05.999Z07:00")}}
 	drafts := []events.Draft{
