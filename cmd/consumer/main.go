@@ -30,7 +30,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -95,25 +94,16 @@ func main() { envflag.Main("consumer", parseConfig, run) }
 // parseConfig reads flags, then the environment for each flag not given.
 func parseConfig(args []string, getenv func(string) string) (config, error) {
 	var c config
-	fs := flag.NewFlagSet("consumer", flag.ContinueOnError)
-	fs.StringVar(&c.AMQPURL, "amqp-url", "amqp://guest:guest@localhost:5672/", "RabbitMQ URL (env OUTBOX_AMQP_URL)")
-	fs.StringVar(&c.Exchange, "exchange", broker.ExchangeDefault, "topic exchange the worker publishes to (env OUTBOX_AMQP_EXCHANGE)")
-	fs.StringVar(&c.Queue, "queue", queueDefault, "durable single-active-consumer queue to declare, bind with \"#\" and consume (env CONSUMER_QUEUE); an existing queue must have been declared with the same arguments")
-	fs.DurationVar(&c.QueueExpires, "queue-expires", 0, "let RabbitMQ delete the queue after this long without consumers (x-expires); 0 keeps it (env CONSUMER_QUEUE_EXPIRES)")
-	fs.DurationVar(&c.ReportEvery, "report-every", 5*time.Second, "how often to log the counts (env CONSUMER_REPORT_EVERY)")
-	fs.StringVar(&c.MongoURI, "mongo-uri", "mongodb://localhost:27017", "MongoDB holding the inbox and the handler's writes (env OUTBOX_MONGO_URI)")
-	fs.StringVar(&c.Database, "database", "outbox", "database of the inbox and the handler's collection (env OUTBOX_MONGO_DATABASE)")
-	fs.StringVar(&c.InboxCollection, "inbox-collection", inbox.CollectionDefault, "collection of processed message ids (env CONSUMER_INBOX_COLLECTION)")
-	if err := envflag.Parse(fs, args, getenv, []envflag.Binding{
-		{Flag: "amqp-url", Env: "OUTBOX_AMQP_URL"},
-		{Flag: "exchange", Env: "OUTBOX_AMQP_EXCHANGE"},
-		{Flag: "queue", Env: "CONSUMER_QUEUE"},
-		{Flag: "queue-expires", Env: "CONSUMER_QUEUE_EXPIRES"},
-		{Flag: "report-every", Env: "CONSUMER_REPORT_EVERY"},
-		{Flag: "mongo-uri", Env: "OUTBOX_MONGO_URI"},
-		{Flag: "database", Env: "OUTBOX_MONGO_DATABASE"},
-		{Flag: "inbox-collection", Env: "CONSUMER_INBOX_COLLECTION"},
-	}); err != nil {
+	fs := envflag.NewSet("consumer")
+	fs.String(&c.AMQPURL, "amqp-url", "OUTBOX_AMQP_URL", "amqp://guest:guest@localhost:5672/", "RabbitMQ URL")
+	fs.String(&c.Exchange, "exchange", "OUTBOX_AMQP_EXCHANGE", broker.ExchangeDefault, "topic exchange the worker publishes to")
+	fs.String(&c.Queue, "queue", "CONSUMER_QUEUE", queueDefault, "durable single-active-consumer queue to declare, bind with \"#\" and consume; an existing queue must have been declared with the same arguments")
+	fs.Duration(&c.QueueExpires, "queue-expires", "CONSUMER_QUEUE_EXPIRES", 0, "let RabbitMQ delete the queue after this long without consumers (x-expires); 0 keeps it")
+	fs.Duration(&c.ReportEvery, "report-every", "CONSUMER_REPORT_EVERY", 5*time.Second, "how often to log the counts")
+	fs.String(&c.MongoURI, "mongo-uri", "OUTBOX_MONGO_URI", "mongodb://localhost:27017", "MongoDB holding the inbox and the handler's writes")
+	fs.String(&c.Database, "database", "OUTBOX_MONGO_DATABASE", "outbox", "database of the inbox and the handler's collection")
+	fs.String(&c.InboxCollection, "inbox-collection", "CONSUMER_INBOX_COLLECTION", inbox.CollectionDefault, "collection of processed message ids")
+	if err := fs.Parse(args, getenv); err != nil {
 		return config{}, err
 	}
 	switch {

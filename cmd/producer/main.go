@@ -18,7 +18,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -55,19 +54,13 @@ func main() { envflag.Main("producer", parseConfig, run) }
 // parseConfig reads flags, then the environment for each flag not given.
 func parseConfig(args []string, getenv func(string) string) (config, error) {
 	var c config
-	fs := flag.NewFlagSet("producer", flag.ContinueOnError)
-	fs.StringVar(&c.MongoURI, "mongo-uri", "mongodb://localhost:27017", "MongoDB URI (env OUTBOX_MONGO_URI)")
-	fs.StringVar(&c.Database, "database", "outbox", "database of orders and the outbox (env OUTBOX_MONGO_DATABASE)")
-	fs.StringVar(&c.Collection, "collection", "events", "outbox collection (env OUTBOX_MONGO_COLLECTION)")
-	fs.Float64Var(&c.Rate, "rate", 20, "orders per second (env PRODUCER_RATE)")
-	fs.IntVar(&c.Count, "count", 0, "orders to write; 0 means until stopped (env PRODUCER_COUNT)")
-	if err := envflag.Parse(fs, args, getenv, []envflag.Binding{
-		{Flag: "mongo-uri", Env: "OUTBOX_MONGO_URI"},
-		{Flag: "database", Env: "OUTBOX_MONGO_DATABASE"},
-		{Flag: "collection", Env: "OUTBOX_MONGO_COLLECTION"},
-		{Flag: "rate", Env: "PRODUCER_RATE"},
-		{Flag: "count", Env: "PRODUCER_COUNT"},
-	}); err != nil {
+	fs := envflag.NewSet("producer")
+	fs.String(&c.MongoURI, "mongo-uri", "OUTBOX_MONGO_URI", "mongodb://localhost:27017", "MongoDB URI")
+	fs.String(&c.Database, "database", "OUTBOX_MONGO_DATABASE", "outbox", "database of orders and the outbox")
+	fs.String(&c.Collection, "collection", "OUTBOX_MONGO_COLLECTION", "events", "outbox collection")
+	fs.Float64(&c.Rate, "rate", "PRODUCER_RATE", 20, "orders per second")
+	fs.Int(&c.Count, "count", "PRODUCER_COUNT", 0, "orders to write; 0 means until stopped")
+	if err := fs.Parse(args, getenv); err != nil {
 		return config{}, err
 	}
 	switch {

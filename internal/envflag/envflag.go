@@ -14,35 +14,71 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/outboxrelay/outbox/internal/redact"
 )
 
-// Binding ties a flag to the environment variable read when the flag is
-// not given.
-type Binding struct {
-	Flag, Env string
+// Set is a command's flags, each tied to the environment variable read
+// when the flag is not given. A flag and its variable are declared in one
+// call, and the usage text names the variable, so the two cannot drift.
+type Set struct {
+	fs  *flag.FlagSet
+	env []binding
 }
 
-// Parse parses args into fs, refuses positional arguments, then sets each
-// bound flag that args did not give from its environment variable, if set.
-// An error names the variable and its value, credentials hidden.
-func Parse(fs *flag.FlagSet, args []string, getenv func(string) string, bindings []Binding) error {
-	if err := fs.Parse(args); err != nil {
+type binding struct{ flag, env string }
+
+// NewSet returns an empty Set for the command name. Parse reports -h as
+// flag.ErrHelp, after printing the flags to standard error.
+func NewSet(name string) *Set {
+	return &Set{fs: flag.NewFlagSet(name, flag.ContinueOnError)}
+}
+
+// String defines a string flag name, read from env when not given.
+func (s *Set) String(p *string, name, env, value, usage string) {
+	s.fs.StringVar(p, name, value, s.bind(name, env, usage))
+}
+
+// Int defines an int flag name, read from env when not given.
+func (s *Set) Int(p *int, name, env string, value int, usage string) {
+	s.fs.IntVar(p, name, value, s.bind(name, env, usage))
+}
+
+// Float64 defines a float64 flag name, read from env when not given.
+func (s *Set) Float64(p *float64, name, env string, value float64, usage string) {
+	s.fs.Float64Var(p, name, value, s.bind(name, env, usage))
+}
+
+// Duration defines a duration flag name, read from env when not given.
+func (s *Set) Duration(p *time.Duration, name, env string, value time.Duration, usage string) {
+	s.fs.DurationVar(p, name, value, s.bind(name, env, usage))
+}
+
+func (s *Set) bind(name, env, usage string) string {
+	s.env = append(s.env, binding{flag: name, env: env})
+	return usage + " (env " + env + ")"
+}
+
+// Parse parses args, refuses positional arguments, then sets each flag
+// that args did not give from its environment variable, if set. An error
+// names the variable and its value, credentials hidden.
+func (s *Set) Parse(args []string, getenv func(string) string) error {
+	if err := s.fs.Parse(args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	if s.fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", s.fs.Args())
 	}
 	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	for _, b := range bindings {
-		v := strings.TrimSpace(getenv(b.Env))
-		if given[b.Flag] || v == "" {
+	s.fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	for _, b := range s.env {
+		v := strings.TrimSpace(getenv(b.env))
+		if given[b.flag] || v == "" {
 			continue
 		}
-		if err := fs.Set(b.Flag, v); err != nil {
-			return fmt.Errorf("%s %q: %w", b.Env, redact.Value(v), err)
+		if err := s.fs.Set(b.flag, v); err != nil {
+			return fmt.Errorf("%s %q: %w", b.env, redact.Value(v), err)
 		}
 	}
 	return nil
