@@ -41,10 +41,12 @@ func ownedBy(t *testing.T, coll *driver.Collection, l events.Lease, attempts int
 	all := allEvents(t, coll)
 	for _, id := range ids {
 		e := all[id]
-		got := stored{Status: e.Status, WorkerID: e.WorkerID, ClaimToken: e.ClaimToken, Attempts: e.Attempts,
-			ProcessingAt: e.ProcessingAt, PublishedAt: e.PublishedAt, LastError: e.LastError, FailedAt: e.FailedAt, RetryAt: e.RetryAt}
-		want := stored{Status: events.StatusProcessing, WorkerID: l.WorkerID, ClaimToken: l.Token, Attempts: attempts,
-			ProcessingAt: l.At, LastError: e.LastError} // recovery's note may stay; nothing else may change
+		got := stored{Status: e.Status, Delivery: e.Delivery}
+		// Recovery's note may stay, in lastError and the attempts' errors;
+		// nothing else may change.
+		got.AttemptErrors = nil
+		want := stored{Status: events.StatusProcessing, Delivery: events.Delivery{WorkerID: l.WorkerID, ClaimToken: l.Token,
+			Attempts: attempts, ProcessingAt: l.At, LastError: e.LastError}}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("event %s (-want +got):\n%s", id, diff)
 		}

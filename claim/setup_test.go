@@ -138,20 +138,14 @@ func insertEvents(t *testing.T, coll *driver.Collection, n int, typ string) []st
 	return ids
 }
 
-// stored is what the tests read back of an event: the fields the worker
-// manages. (events.Event would refuse a poison event's payload.)
+// stored is what the tests read back of an event: its key, its status and
+// the fields the worker manages. (events.Event would refuse a poison
+// event's type or aggregate id.)
 type stored struct {
-	ID           any           `bson:"_id"`
-	Status       events.Status `bson:"status"`
-	Attempts     int           `bson:"attempts"`
-	WorkerID     string        `bson:"workerId"`
-	ClaimToken   string        `bson:"claimToken"`
-	ProcessingAt time.Time     `bson:"processingAt"`
-	PublishedAt  time.Time     `bson:"publishedAt"`
-	LastError    string        `bson:"lastError"`
-	RetryAt      time.Time     `bson:"retryAt"`
-	FailedAt     time.Time     `bson:"failedAt"`
-	AggregateID  any           `bson:"aggregateId"`
+	ID              any           `bson:"_id"`
+	AggregateID     any           `bson:"aggregateId"`
+	Status          events.Status `bson:"status"`
+	events.Delivery `bson:",inline"`
 }
 
 // allEvents returns every stored event by its _id as a message id.

@@ -49,7 +49,13 @@ type Event struct {
 	Headers       bson.Raw  `bson:"headers,omitempty"`
 	Status        Status    `bson:"status"`
 	CreatedAt     time.Time `bson:"createdAt"`
+	Delivery      `bson:",inline"`
+}
 
+// Delivery is what the worker records in an event of its delivery: which
+// claim holds it, how many claims it has used, and how it ended. Producers
+// never write these fields.
+type Delivery struct {
 	WorkerID     string    `bson:"workerId,omitempty"`
 	ProcessingAt time.Time `bson:"processingAt,omitempty"`
 	ClaimToken   string    `bson:"claimToken,omitempty"`

@@ -360,10 +360,10 @@ func testClaim(t *testing.T, s *mongo.Store, coll *driver.Collection) {
 		attempts int
 	}{{oid, a, 1}, {"new-3", a, 1}, {"new-1", b, 3}, {"retry-due", b, 2}, {"retry-later", later, 2}} {
 		e := get(t, coll, tt.id)
-		want := events.Event{Status: events.StatusProcessing, WorkerID: tt.lease.WorkerID,
-			ClaimToken: tt.lease.Token, ProcessingAt: tt.lease.At, Attempts: tt.attempts}
-		gotE := events.Event{Status: e.Status, WorkerID: e.WorkerID, ClaimToken: e.ClaimToken,
-			ProcessingAt: e.ProcessingAt, Attempts: e.Attempts, RetryAt: e.RetryAt}
+		want := events.Event{Status: events.StatusProcessing, Delivery: events.Delivery{WorkerID: tt.lease.WorkerID,
+			ClaimToken: tt.lease.Token, ProcessingAt: tt.lease.At, Attempts: tt.attempts}}
+		gotE := events.Event{Status: e.Status, Delivery: events.Delivery{WorkerID: e.WorkerID, ClaimToken: e.ClaimToken,
+			ProcessingAt: e.ProcessingAt, Attempts: e.Attempts, RetryAt: e.RetryAt}}
 		if diff := cmp.Diff(want, gotE); diff != "" {
 			t.Errorf("event %v after claim (-want +got):\n%s", tt.id, diff)
 		}
