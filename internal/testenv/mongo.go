@@ -41,13 +41,15 @@ const (
 	cleanupTimeout     = 30 * time.Second
 )
 
-// embedded is the FerretDB started by the first MongoURI call of this test
-// binary. It runs until the process exits.
-var embedded struct {
-	once sync.Once
-	uri  string
-	err  error
-}
+// embeddedURI starts, on its first call in this test binary, the FerretDB
+// that MongoURI returns. It runs until the process exits.
+var embeddedURI = sync.OnceValues(func() (string, error) {
+	adminURL := os.Getenv(EnvPostgresURL)
+	if adminURL == "" {
+		adminURL = PostgresURLDefault
+	}
+	return startFerret(adminURL)
+})
 
 // MongoURI returns the URI of a MongoDB wire-protocol server for tests.
 //
@@ -61,17 +63,11 @@ func MongoURI(t testing.TB) string {
 	if uri := os.Getenv(EnvMongoURI); uri != "" {
 		return uri
 	}
-	embedded.once.Do(func() {
-		adminURL := os.Getenv(EnvPostgresURL)
-		if adminURL == "" {
-			adminURL = PostgresURLDefault
-		}
-		embedded.uri, embedded.err = startFerret(adminURL)
-	})
-	if embedded.err != nil {
-		t.Fatalf("testenv: %v", embedded.err)
+	uri, err := embeddedURI()
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
 	}
-	return embedded.uri
+	return uri
 }
 
 // IsFerretDB reports whether tests run against embedded FerretDB (no
