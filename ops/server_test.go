@@ -134,6 +134,14 @@ func (j *fakeJob) Wake() time.Duration {
 	return 0
 }
 
+// wantTriggered fails t unless the job was woken n times by when.
+func (j *fakeJob) wantTriggered(t *testing.T, n int32, when string) {
+	t.Helper()
+	if got := j.triggers.Load(); got != n {
+		t.Errorf("%s: triggered %d times, want %d", when, got, n)
+	}
+}
+
 // BatchLimit is a claimer's limit halved once after a timeout.
 func (j *fakeJob) BatchLimit() int { return 250 }
 

@@ -86,16 +86,12 @@ func TestTrigger(t *testing.T) {
 	if code, _ := do(t, http.MethodPost, s.base+"/trigger"); code != http.StatusAccepted {
 		t.Errorf("POST /trigger = %d, want 202", code)
 	}
-	if got := s.claimer.triggers.Load(); got != 1 {
-		t.Errorf("claimer triggered %d times, want 1", got)
-	}
+	s.claimer.wantTriggered(t, 1, "after a POST")
 	// Only POST triggers: a crawler's GET must not.
 	if code, _ := do(t, http.MethodGet, s.base+"/trigger"); code != http.StatusMethodNotAllowed {
 		t.Errorf("GET /trigger = %d, want 405", code)
 	}
-	if got := s.claimer.triggers.Load(); got != 1 {
-		t.Errorf("claimer triggered %d times after a GET, want still 1", got)
-	}
+	s.claimer.wantTriggered(t, 1, "after a GET")
 }
 
 // TestTriggerDuringBackoff: while claims back off after failed runs, a
@@ -115,9 +111,7 @@ func TestTriggerDuringBackoff(t *testing.T) {
 	if got["triggered"] != false || got["backoffSeconds"] != 4.0 {
 		t.Errorf("POST /trigger during a backoff = %s, want triggered false and backoffSeconds 4", body)
 	}
-	if n := s.claimer.triggers.Load(); n != 0 {
-		t.Errorf("claimer triggered %d times during its backoff, want 0", n)
-	}
+	s.claimer.wantTriggered(t, 0, "during its backoff")
 }
 
 func TestStatusHeldAggregates(t *testing.T) {
