@@ -89,3 +89,15 @@ func ExampleDraft_Document() {
 	// aggregateId: o-1001
 	// invalid event draft: payload is missing
 }
+
+// Without OUTBOX_CLOUDEVENTS_SOURCE, a CloudEvents message's source names
+// the outbox it came from, each name escaped as a path segment.
+func ExampleDefaultCloudEventsSource() {
+	fmt.Println(events.DefaultCloudEventsSource("outbox", "events"))
+	fmt.Println(events.DefaultCloudEventsSource("my db", "events"))
+	fmt.Println(events.DefaultCloudEventsSource("ürün/x?y", "events"))
+	// Output:
+	// /outbox/outbox/events
+	// /outbox/my%20db/events
+	// /outbox/%C3%BCr%C3%BCn%2Fx%3Fy/events
+}

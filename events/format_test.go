@@ -389,17 +389,13 @@ func TestFormatValidate(t *testing.T) {
 	}
 }
 
-func TestDefaultCloudEventsSource(t *testing.T) {
+// TestDefaultCloudEventsSourceIsValid: whatever the database is called,
+// the default source passes the check a configured source must pass.
+// (ExampleDefaultCloudEventsSource shows the values.)
+func TestDefaultCloudEventsSourceIsValid(t *testing.T) {
 	t.Parallel()
-	for db, want := range map[string]string{
-		"outbox":   "/outbox/outbox/events",
-		"my db":    "/outbox/my%20db/events",
-		"ürün/x?y": "/outbox/%C3%BCr%C3%BCn%2Fx%3Fy/events",
-	} {
+	for _, db := range []string{"outbox", "my db", "ürün/x?y", "%", "a\x00b"} {
 		got := DefaultCloudEventsSource(db, "events")
-		if got != want {
-			t.Errorf("DefaultCloudEventsSource(%q) = %q, want %q", db, got, want)
-		}
 		if err := CheckCloudEventsSource(got); err != nil {
 			t.Errorf("DefaultCloudEventsSource(%q) = %q: %v", db, got, err)
 		}
