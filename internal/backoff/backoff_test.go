@@ -8,18 +8,17 @@ import (
 
 func TestDelay(t *testing.T) {
 	t.Parallel()
-	for _, tt := range []struct {
-		n    int
-		want time.Duration
-	}{
-		{0, 100 * time.Millisecond},
-		{1, 200 * time.Millisecond},
-		{3, 800 * time.Millisecond},
-		{4, time.Second},
-		{60, time.Second}, // no overflow however long the outage
+	// The delay doubles from 100 ms to the cap of a second, and stays
+	// there, without overflow, however long the outage.
+	for n, want := range map[int]time.Duration{
+		0:  100 * time.Millisecond,
+		1:  200 * time.Millisecond,
+		3:  800 * time.Millisecond,
+		4:  time.Second,
+		60: time.Second,
 	} {
-		if got := Delay(tt.n, 100*time.Millisecond, time.Second); got != tt.want {
-			t.Errorf("Delay(%d) = %s, want %s", tt.n, got, tt.want)
+		if got := Delay(n, 100*time.Millisecond, time.Second); got != want {
+			t.Errorf("Delay(%d) = %s, want %s", n, got, want)
 		}
 	}
 }
