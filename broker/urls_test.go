@@ -42,18 +42,15 @@ func TestRedactListHidesEveryPassword(t *testing.T) {
 
 func TestConfigValidateChecksEveryURL(t *testing.T) {
 	t.Parallel()
-	for _, tt := range []struct {
-		url string
-		ok  bool
-	}{
-		{"amqp://u:p,w@a:5672/,amqps://b:5671/", true},
-		{"amqp://a/,http://b/", true}, // one URL: http:// does not begin a new one
-		{"amqp://a/,amqp://", false},
-		{"http://a/", false},
+	for url, ok := range map[string]bool{
+		"amqp://u:p,w@a:5672/,amqps://b:5671/": true,
+		"amqp://a/,http://b/":                  true, // one URL: http:// does not begin a new one
+		"amqp://a/,amqp://":                    false,
+		"http://a/":                            false,
 	} {
-		_, err := broker.New(broker.Config{URL: tt.url})
-		if (err == nil) != tt.ok {
-			t.Errorf("New(URL %q): error %v, want ok=%v", tt.url, err, tt.ok)
+		_, err := broker.New(broker.Config{URL: url})
+		if (err == nil) != ok {
+			t.Errorf("New(URL %q): error %v, want ok=%v", url, err, ok)
 		}
 	}
 }
