@@ -81,19 +81,18 @@ func TestTicksBackOffAfterFailures(t *testing.T) {
 // said more cannot spin the loop.
 func TestRunOnceMore(t *testing.T) {
 	t.Parallel()
-	for _, tt := range []struct {
-		name string
+	for name, tt := range map[string]struct {
 		run  Func
 		want bool
 	}{
-		{"success with more", func(context.Context) (bool, error) { return true, nil }, true},
-		{"success without more", func(context.Context) (bool, error) { return false, nil }, false},
-		{"error with more", func(context.Context) (bool, error) { return true, errors.New("claim failed") }, false},
-		{"panic", func(context.Context) (bool, error) {
+		"success with more":    {func(context.Context) (bool, error) { return true, nil }, true},
+		"success without more": {func(context.Context) (bool, error) { return false, nil }, false},
+		"error with more":      {func(context.Context) (bool, error) { return true, errors.New("claim failed") }, false},
+		"panic": {func(context.Context) (bool, error) {
 			panic("bug in a run")
 		}, false},
 	} {
-		t.Run(tt.name, func(t *testing.T) {
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			j, err := New(Config{Name: "test", Schedule: "@every 1h", Run: tt.run, Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {
