@@ -22,27 +22,26 @@ const (
 
 func TestTraceContextValid(t *testing.T) {
 	t.Parallel()
-	for _, tt := range []struct {
-		name string
+	for name, tt := range map[string]struct {
 		tc   events.TraceContext
 		want bool
 	}{
-		{"version 00", events.TraceContext{Parent: goodParent, State: goodState}, true},
-		{"no tracestate", events.TraceContext{Parent: goodParent}, true},
-		{"a later version with more fields", events.TraceContext{Parent: "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra"}, true},
-		{"version 00 with more fields", events.TraceContext{Parent: goodParent + "-extra"}, false},
-		{"version ff", events.TraceContext{Parent: "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}, false},
-		{"upper case", events.TraceContext{Parent: strings.ToUpper(goodParent)}, false},
-		{"zero trace id", events.TraceContext{Parent: "00-00000000000000000000000000000000-00f067aa0ba902b7-01"}, false},
-		{"zero span id", events.TraceContext{Parent: "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01"}, false},
-		{"short", events.TraceContext{Parent: "00-4bf92f35-00f067aa0ba902b7-01"}, false},
-		{"none", events.TraceContext{}, false},
-		{"tracestate without traceparent", events.TraceContext{State: goodState}, false},
-		{"tracestate too long", events.TraceContext{Parent: goodParent, State: strings.Repeat("a", 9000)}, false},
-		{"tracestate not ASCII", events.TraceContext{Parent: goodParent, State: "k=vé"}, false},
+		"version 00":                       {events.TraceContext{Parent: goodParent, State: goodState}, true},
+		"no tracestate":                    {events.TraceContext{Parent: goodParent}, true},
+		"a later version with more fields": {events.TraceContext{Parent: "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra"}, true},
+		"version 00 with more fields":      {events.TraceContext{Parent: goodParent + "-extra"}, false},
+		"version ff":                       {events.TraceContext{Parent: "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}, false},
+		"upper case":                       {events.TraceContext{Parent: strings.ToUpper(goodParent)}, false},
+		"zero trace id":                    {events.TraceContext{Parent: "00-00000000000000000000000000000000-00f067aa0ba902b7-01"}, false},
+		"zero span id":                     {events.TraceContext{Parent: "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01"}, false},
+		"short":                            {events.TraceContext{Parent: "00-4bf92f35-00f067aa0ba902b7-01"}, false},
+		"none":                             {events.TraceContext{}, false},
+		"tracestate without traceparent":   {events.TraceContext{State: goodState}, false},
+		"tracestate too long":              {events.TraceContext{Parent: goodParent, State: strings.Repeat("a", 9000)}, false},
+		"tracestate not ASCII":             {events.TraceContext{Parent: goodParent, State: "k=vé"}, false},
 	} {
 		if got := tt.tc.Valid(); got != tt.want {
-			t.Errorf("%s: Valid(%+v) = %t, want %t", tt.name, tt.tc, got, tt.want)
+			t.Errorf("%s: Valid(%+v) = %t, want %t", name, tt.tc, got, tt.want)
 		}
 	}
 }
