@@ -17,46 +17,45 @@ import (
 func TestCheckManaged(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2025, 3, 4, 12, 0, 0, 0, time.UTC)
-	for _, tt := range []struct {
-		name    string
+	for name, tt := range map[string]struct {
 		fields  bson.D
 		want    events.Managed
 		wantErr string // the whole message, when invalid
 	}{
-		{name: "none", want: events.Managed{}},
-		{name: "int attempts", fields: bson.D{{Key: "attempts", Value: int32(3)}}, want: events.Managed{Attempts: 3}},
-		{name: "long attempts", fields: bson.D{{Key: "attempts", Value: int64(4)}}, want: events.Managed{Attempts: 4}},
-		{name: "whole double attempts", fields: bson.D{{Key: "attempts", Value: 2.0}}, want: events.Managed{Attempts: 2}},
-		{name: "huge long attempts", fields: bson.D{{Key: "attempts", Value: int64(math.MaxInt64)}}, want: events.Managed{Attempts: math.MaxInt32}},
-		{name: "null attempts", fields: bson.D{{Key: "attempts", Value: nil}}, want: events.Managed{AttemptsNull: true}},
-		{name: "every field valid", fields: bson.D{
+		"none":                  {want: events.Managed{}},
+		"int attempts":          {fields: bson.D{{Key: "attempts", Value: int32(3)}}, want: events.Managed{Attempts: 3}},
+		"long attempts":         {fields: bson.D{{Key: "attempts", Value: int64(4)}}, want: events.Managed{Attempts: 4}},
+		"whole double attempts": {fields: bson.D{{Key: "attempts", Value: 2.0}}, want: events.Managed{Attempts: 2}},
+		"huge long attempts":    {fields: bson.D{{Key: "attempts", Value: int64(math.MaxInt64)}}, want: events.Managed{Attempts: math.MaxInt32}},
+		"null attempts":         {fields: bson.D{{Key: "attempts", Value: nil}}, want: events.Managed{AttemptsNull: true}},
+		"every field valid": {fields: bson.D{
 			{Key: "attempts", Value: 1}, {Key: "processingAt", Value: now}, {Key: "retryAt", Value: now},
 			{Key: "claimToken", Value: "t"}, {Key: "workerId", Value: "w"}}, want: events.Managed{Attempts: 1}},
-		{name: "every field null", fields: bson.D{
+		"every field null": {fields: bson.D{
 			{Key: "attempts", Value: nil}, {Key: "processingAt", Value: nil}, {Key: "retryAt", Value: nil},
 			{Key: "claimToken", Value: nil}, {Key: "workerId", Value: nil}}, want: events.Managed{AttemptsNull: true}},
-		{name: "string attempts", fields: bson.D{{Key: "attempts", Value: "3"}},
+		"string attempts": {fields: bson.D{{Key: "attempts", Value: "3"}},
 			wantErr: `invalid event: field "attempts" must be a whole number of 0 or more, got string; the worker manages this field`},
-		{name: "negative attempts", fields: bson.D{{Key: "attempts", Value: -1}},
+		"negative attempts": {fields: bson.D{{Key: "attempts", Value: -1}},
 			wantErr: `invalid event: field "attempts" must be a whole number of 0 or more, got -1; the worker manages this field`},
-		{name: "fractional attempts", fields: bson.D{{Key: "attempts", Value: 1.5}},
+		"fractional attempts": {fields: bson.D{{Key: "attempts", Value: 1.5}},
 			wantErr: `invalid event: field "attempts" must be a whole number of 0 or more, got double 1.5; the worker manages this field`},
-		{name: "NaN attempts", fields: bson.D{{Key: "attempts", Value: math.NaN()}},
+		"NaN attempts": {fields: bson.D{{Key: "attempts", Value: math.NaN()}},
 			wantErr: `invalid event: field "attempts" must be a whole number of 0 or more, got double NaN; the worker manages this field`},
-		{name: "decimal attempts", fields: bson.D{{Key: "attempts", Value: bson.NewDecimal128(0, 1)}},
+		"decimal attempts": {fields: bson.D{{Key: "attempts", Value: bson.NewDecimal128(0, 1)}},
 			wantErr: `invalid event: field "attempts" must be a whole number of 0 or more, got decimal; the worker manages this field`},
-		{name: "bool attempts", fields: bson.D{{Key: "attempts", Value: true}},
+		"bool attempts": {fields: bson.D{{Key: "attempts", Value: true}},
 			wantErr: `invalid event: field "attempts" must be a whole number of 0 or more, got bool; the worker manages this field`},
-		{name: "string processingAt", fields: bson.D{{Key: "processingAt", Value: "2025-03-04"}},
+		"string processingAt": {fields: bson.D{{Key: "processingAt", Value: "2025-03-04"}},
 			wantErr: `invalid event: field "processingAt" must be a date, got string; the worker manages this field`},
-		{name: "number retryAt", fields: bson.D{{Key: "retryAt", Value: int64(1741089600000)}},
+		"number retryAt": {fields: bson.D{{Key: "retryAt", Value: int64(1741089600000)}},
 			wantErr: `invalid event: field "retryAt" must be a date, got long; the worker manages this field`},
-		{name: "object claimToken", fields: bson.D{{Key: "claimToken", Value: bson.D{}}},
+		"object claimToken": {fields: bson.D{{Key: "claimToken", Value: bson.D{}}},
 			wantErr: `invalid event: field "claimToken" must be a string, got object; the worker manages this field`},
-		{name: "array workerId", fields: bson.D{{Key: "workerId", Value: bson.A{"w"}}},
+		"array workerId": {fields: bson.D{{Key: "workerId", Value: bson.A{"w"}}},
 			wantErr: `invalid event: field "workerId" must be a string, got array; the worker manages this field`},
 	} {
-		t.Run(tt.name, func(t *testing.T) {
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			doc := append(bson.D{{Key: "_id", Value: "e1"}, {Key: "type", Value: "order.created"},
 				{Key: "payload", Value: bson.D{}}, {Key: "status", Value: "NEW"}, {Key: "createdAt", Value: now}}, tt.fields...)
