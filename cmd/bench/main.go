@@ -94,7 +94,7 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.StringVar(&c.MongoURI, "mongo-uri", getenv("OUTBOX_BENCH_MONGO_URI"), "MongoDB to measure (env OUTBOX_BENCH_MONGO_URI); empty runs embedded FerretDB")
-	fs.StringVar(&c.PostgresURL, "postgres-url", "postgres://postgres@127.0.0.1:5432/outbox_bench", "PostgreSQL database of the embedded FerretDB; created if missing")
+	fs.StringVar(&c.PostgresURL, "postgres-url", "postgres://postgres@127.0.0.1:5432/outbox_bench", "PostgreSQL database of the embedded FerretDB; created if missing, and held by one run at a time")
 	fs.StringVar(&c.AMQPURL, "amqp-url", envOr(getenv, "OUTBOX_BENCH_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ (env OUTBOX_BENCH_AMQP_URL)")
 	fs.StringVar(&c.WorkerBin, "worker", "bin/worker", "worker binary (make build)")
 	fs.StringVar(&c.OutDir, "out", "results", "folder for bench.json, bench.txt, bench.png and raw/")
@@ -184,6 +184,7 @@ type bench struct {
 	rawDir   string
 	res      *Results
 	started  time.Time
+	unlock   func() // ends the run's hold on its PostgreSQL database
 }
 
 // Default backlogs: 20,000 on MongoDB; half that on FerretDB,
@@ -246,6 +247,11 @@ func (b *bench) setup(ctx context.Context) error {
 		if err := ferret.EnsurePostgresDatabase(sctx, b.cfg.PostgresURL); err != nil {
 			return fmt.Errorf("%w\nstart PostgreSQL with: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start", err)
 		}
+		unlock, err := lockPostgres(sctx, b.cfg.PostgresURL)
+		if err != nil {
+			return err
+		}
+		b.unlock = unlock
 		// FerretDB lives as long as the harness; the worker processes
 		// reach it over TCP.
 		logger := ferret.NewLogger(os.Stderr, slog.LevelError)
@@ -290,6 +296,9 @@ func (b *bench) teardown() {
 	}
 	if b.client != nil {
 		_ = b.client.Disconnect(ctx)
+	}
+	if b.unlock != nil {
+		b.unlock()
 	}
 }
 

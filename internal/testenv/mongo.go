@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -44,12 +45,14 @@ const (
 // embeddedURI starts, on its first call in this test binary, the FerretDB
 // that MongoURI returns. It runs until the process exits.
 var embeddedURI = sync.OnceValues(func() (string, error) {
-	adminURL := os.Getenv(EnvPostgresURL)
-	if adminURL == "" {
-		adminURL = PostgresURLDefault
-	}
-	return startFerret(adminURL)
+	return startFerret(PostgresURL())
 })
+
+// PostgresURL is the PostgreSQL server the tests may use:
+// OUTBOX_TEST_POSTGRES_URL, else PostgresURLDefault.
+func PostgresURL() string {
+	return cmp.Or(os.Getenv(EnvPostgresURL), PostgresURLDefault)
+}
 
 // MongoURI returns the URI of a MongoDB wire-protocol server for tests.
 //
