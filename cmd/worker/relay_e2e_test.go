@@ -216,7 +216,9 @@ func shutdownScenario(t *testing.T, s stack, n int) {
 
 	insertBacklog(ctx, t, coll, n, "e2e.stopped")
 	workerID := db.Name() + "-w0"
-	p := startWorker(t, workerID, s.workerEnv(db.Name(), exchange, workerID))
+	// The stop, not recovery, is under test: the worker's default stale
+	// threshold, as in production (see relayEnv).
+	p := startWorker(t, workerID, s.relayEnv(db.Name(), exchange, workerID))
 	r.waitDistinct(ctx, t, 1)
 	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
