@@ -160,7 +160,7 @@ func (c *Claimer) Stop(ctx context.Context) error {
 	}
 	defer context.AfterFunc(ctx, c.halt)()
 	if err := c.job.Stop(drain); err != nil && ctx.Err() != nil {
-		return ctx.Err()
+		return fmt.Errorf("the batch in flight did not settle in time; what it still held stays PROCESSING until recovery: %w", ctx.Err())
 	}
 	// A claim that failed in the last run leaves nothing behind it.
 	c.abandoned.flush(ctx, c.store, c.now(), c.logger)

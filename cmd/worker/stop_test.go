@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"syscall"
 	"testing"
@@ -93,8 +94,34 @@ func TestStopWithTheDatabaseStalled(t *testing.T) {
 	}
 	// The stop's deadline is the shutdown timeout; the process then
 	// needs a moment to exit.
-	if _, exited := p.Wait(shutdownTimeout + 5*time.Second); !exited {
+	state, exited := p.Wait(shutdownTimeout + 5*time.Second)
+	if !exited {
 		t.Fatalf("worker still running %s after SIGTERM with its database stalled (OUTBOX_SHUTDOWN_TIMEOUT %s)",
 			shutdownTimeout+5*time.Second, shutdownTimeout)
 	}
+	if state.ExitCode() != 0 {
+		checkStopErrorsNamed(t, p.LogSince(0))
+	}
+}
+
+// checkStopErrorsNamed checks the "worker stopped with errors" line of a
+// worker's log: each of its errors says which part of the worker failed
+// to stop, or lists those the shutdown timeout left no time for, so that
+// an operator is not left with a column of bare "context deadline
+// exceeded".
+func checkStopErrorsNamed(t *testing.T, log string) {
+	t.Helper()
+	for line := range strings.Lines(log) {
+		var rec struct{ Msg, Error string }
+		if json.Unmarshal([]byte(line), &rec) != nil || rec.Msg != "worker stopped with errors" {
+			continue
+		}
+		for e := range strings.Lines(rec.Error) {
+			if !strings.HasPrefix(e, "stop ") && !strings.HasPrefix(e, "the shutdown timeout (") {
+				t.Errorf("the stop's error %q names no part of the worker; the whole error:\n%s", strings.TrimSpace(e), rec.Error)
+			}
+		}
+		return
+	}
+	t.Errorf("the worker exited non-zero without a \"worker stopped with errors\" line:\n%s", log)
 }

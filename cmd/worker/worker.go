@@ -39,6 +39,14 @@ type startStopper interface {
 	Stop(ctx context.Context) error
 }
 
+// part is one of the worker's services, named for the errors of a stop:
+// "worker stopped with errors" says which part failed, or which ran out
+// of time, not only that a deadline passed.
+type part struct {
+	name string
+	startStopper
+}
+
 // worker is the wired relay.
 type worker struct {
 	cfg       Config
@@ -56,11 +64,11 @@ type worker struct {
 	// outer are started first, before the database is ready, and stopped
 	// last, in reverse; inner are started once it is ready, and stopped
 	// first, in the same order. newWorker says why.
-	outer, inner []startStopper
-	// started are the services Start was called on: a stop during
-	// start-up stops those and no others, so that it neither waits on a
-	// database that never answered nor fails on what never ran.
-	started map[startStopper]bool
+	outer, inner []part
+	// started are the names of the services Start was called on: a stop
+	// during start-up stops those and no others, so that it neither waits
+	// on a database that never answered nor fails on what never ran.
+	started map[string]bool
 }
 
 // newWorker builds the services, each package's Config once and whole,
@@ -205,12 +213,13 @@ func newWorker(cfg Config, logger *slog.Logger, tracer *telemetry.Provider) (*wo
 	// queued (those of the stop itself among them) and shuts down, within
 	// what is left of the shutdown timeout and at most tracerFlushMax; a
 	// failed export is logged and does not fail the stop.
-	w.outer = []startStopper{w.http, w.publisher}
-	w.inner = []startStopper{w.claimer, ownerService{w.owner}}
+	w.outer = []part{{"http server", w.http}, {"broker connection", w.publisher}}
+	w.inner = []part{{"claimer", w.claimer}, {"ownership", ownerService{w.owner}}}
 	if cfg.WakeOnInsert {
-		w.inner = append(w.inner, w.waker)
+		w.inner = append(w.inner, part{"wake-up", w.waker})
 	}
-	w.inner = append(w.inner, recoverer, cleaner, w.sampler, w.clock)
+	w.inner = append(w.inner, part{"recovery", recoverer}, part{"retention", cleaner},
+		part{"sampler", w.sampler}, part{"clock", w.clock})
 	return w, nil
 }
 
@@ -293,7 +302,7 @@ func (w *worker) run(ctx context.Context) error {
 		// Derived when not set: the log says what they came to.
 		"stale_after", w.cfg.StaleAfter.String(), "publish_timeout", w.cfg.PublishTimeout.String(),
 		"tracing", tracingMode(w.cfg, w.tracer))
-	w.started = map[startStopper]bool{}
+	w.started = map[string]bool{}
 	if err := w.start(ctx, w.outer); err != nil {
 		return w.stop(err)
 	}
@@ -332,10 +341,10 @@ func triggerAccess(token string) string {
 
 // start starts services in order, and returns the error of the first
 // that fails to start.
-func (w *worker) start(ctx context.Context, services []startStopper) error {
-	for _, s := range services {
-		w.started[s] = true
-		if err := s.Start(ctx); err != nil {
+func (w *worker) start(ctx context.Context, parts []part) error {
+	for _, p := range parts {
+		w.started[p.name] = true
+		if err := p.Start(ctx); err != nil {
 			return err
 		}
 	}
@@ -396,7 +405,10 @@ func (w *worker) prepareStore(ctx context.Context) error {
 // stop shuts the worker down within the shutdown timeout, in the order
 // newWorker gives: the inner services as listed, the outer ones in
 // reverse, last the database client. A service that was not started
-// (the stop came during start-up) is left alone.
+// (the stop came during start-up) is left alone. Each error names its
+// service. Once the timeout has run out every later service is still
+// told to stop, which ends its goroutines at once, but their errors, all
+// the passed deadline, become one line that lists them.
 func (w *worker) stop(cause error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.ShutdownTimeout)
 	defer cancel()
@@ -405,19 +417,29 @@ func (w *worker) stop(cause error) error {
 		errs = nil // a signal during start-up is a clean stop
 	}
 	steps := slices.Clone(w.inner)
-	for _, s := range slices.Backward(w.outer) {
-		steps = append(steps, s)
+	for _, p := range slices.Backward(w.outer) {
+		steps = append(steps, p)
 	}
-	for _, s := range steps {
-		if !w.started[s] {
-			continue
-		}
-		if err := s.Stop(ctx); err != nil {
-			errs = append(errs, err)
+	var late []string
+	stopPart := func(name string, stop func(context.Context) error) {
+		expired := ctx.Err() != nil
+		switch err := stop(ctx); {
+		case err == nil:
+		case expired:
+			late = append(late, name)
+		default:
+			errs = append(errs, fmt.Errorf("stop %s: %w", name, err))
 		}
 	}
-	if err := w.client.Disconnect(ctx); err != nil {
-		errs = append(errs, err)
+	for _, p := range steps {
+		if w.started[p.name] {
+			stopPart(p.name, p.Stop)
+		}
+	}
+	stopPart("database connection", w.client.Disconnect)
+	if late != nil {
+		errs = append(errs, fmt.Errorf("the shutdown timeout (%s) had run out before these could stop: %s",
+			w.cfg.ShutdownTimeout, strings.Join(late, ", ")))
 	}
 	flushCtx, cancelFlush := context.WithTimeout(ctx, tracerFlushMax)
 	if err := w.tracer.Shutdown(flushCtx); err != nil {
