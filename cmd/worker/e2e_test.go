@@ -204,9 +204,8 @@ func (s stack) workerEnv(db, exchange, workerID string) map[string]string {
 // The threshold of a deployment must exceed its database's slowest claim
 // write; the 15 s the recovery scenarios need to stay quick left terms of
 // 7.5 s, which on a busy host FerretDB's claim writes (a scan of the whole
-// collection per update) outlasted over and over. The SIGTERM scenario
-// failed on it once: its claims timed out, their releases timed out too,
-// and the stop spent its whole timeout releasing.
+// collection per update) outlasted over and over; in the SIGTERM scenario
+// the releases of such claims timed out too, and took the whole stop.
 func (s stack) relayEnv(db, exchange, workerID string) map[string]string {
 	env := s.workerEnv(db, exchange, workerID)
 	env["OUTBOX_STALE_AFTER"] = "1m"

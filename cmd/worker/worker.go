@@ -407,8 +407,8 @@ func (w *worker) prepareStore(ctx context.Context) error {
 // reverse, last the database client. A service that was not started
 // (the stop came during start-up) is left alone. Each error names its
 // service. Once the timeout has run out every later service is still
-// told to stop, which ends its goroutines at once, but their errors, all
-// the passed deadline, become one line that lists them.
+// told to stop, which ends its goroutines at once; those whose error only
+// says that the deadline had passed are listed on one line.
 func (w *worker) stop(cause error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.ShutdownTimeout)
 	defer cancel()
@@ -425,7 +425,7 @@ func (w *worker) stop(cause error) error {
 		expired := ctx.Err() != nil
 		switch err := stop(ctx); {
 		case err == nil:
-		case expired:
+		case expired && errors.Is(err, context.DeadlineExceeded):
 			late = append(late, name)
 		default:
 			errs = append(errs, fmt.Errorf("stop %s: %w", name, err))
