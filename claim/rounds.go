@@ -3,6 +3,7 @@ package claim
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -112,4 +113,118 @@ func (c *Claimer) publish(ctx context.Context, claimed []events.Claimed, msgs []
 		outcomes[alone].err = aloneErr
 	}
 	return alone
+}
+
+// staleMarginDivisor makes the publish deadline's margin StaleAfter
+// divided by it: 3 s at the default 60 s, the ownership margin (a tenth of
+// a term of half the stale threshold). It covers the offset of the
+// recovering replica's clock and the way of the last round to the broker.
+const staleMarginDivisor = 20
+
+// publishDeadline is when the publish of a batch whose claim's write
+// started at wrote (on Config.Local) must stop: the earlier of
+// PublishTimeout from now and the moment recovery could take the claim
+// back, StaleAfter after it, less a margin. Its events may be in another
+// worker's hands after that, and its later events already published: a
+// worker that paused between its claim and its publish (SIGSTOP, a VM
+// migration, a long GC) would otherwise publish the whole batch late,
+// behind its successors.
+func (c *Claimer) publishDeadline(wrote time.Time) time.Time {
+	now := c.cfg.Local()
+	stale := wrote.Add(c.cfg.StaleAfter - c.cfg.StaleAfter/staleMarginDivisor)
+	if timeout := now.Add(c.cfg.PublishTimeout); timeout.Before(stale) {
+		return timeout
+	}
+	return stale
+}
+
+// errPastDeadline is the outcome of an event not published because the
+// batch's publish deadline had passed (see publishDeadline): it goes back
+// to NEW with its attempt refunded, as an unconfirmed event does, if the
+// claim is still this worker's.
+var errPastDeadline = fmt.Errorf("%w: not sent: the batch's publish deadline passed (its claim may have been recovered)", events.ErrUnconfirmed)
+
+// pastDeadline reports whether deadline has come, and if so gives every
+// event of idx that has no outcome yet errPastDeadline and logs it.
+func (c *Claimer) pastDeadline(deadline time.Time, idx []int, outcomes []outcome) bool {
+	late := c.cfg.Local().Sub(deadline)
+	if late < 0 {
+		return false
+	}
+	n := 0
+	for _, i := range idx {
+		if outcomes[i].err == nil {
+			outcomes[i].err = errPastDeadline
+			n++
+		}
+	}
+	if n > 0 {
+		c.logger.Warn("events of a batch not published: its publish deadline passed (a pause, or a slow publish); they go back to NEW unless recovery took them",
+			"events", n, "late_by", late)
+	}
+	return true
+}
+
+// relay publishes a claimed batch until deadline (publishDeadline) and
+// writes every outcome.
+func (c *Claimer) relay(ctx context.Context, lease events.Lease, claimed []events.Claimed, deadline time.Time) error {
+	if c.ordered() {
+		slices.SortStableFunc(claimed, func(a, b events.Claimed) int { return events.CompareOrder(a.Doc, b.Doc) })
+	}
+	outcomes := make([]outcome, len(claimed))
+	msgs := make([]*events.Message, len(claimed))
+	for i, cl := range claimed {
+		outcomes[i] = outcome{id: cl.ID, attempts: cl.Attempts}
+		m, err := c.cfg.Format.NewMessage(cl.Doc, c.cfg.MaxBodyBytes)
+		if err != nil {
+			outcomes[i].err = err
+			continue
+		}
+		if m.TraceDropped {
+			c.metrics.TraceDropped.Inc()
+		}
+		msgs[i] = &m
+	}
+
+	pubCtx, cancel := context.WithTimeout(ctx, deadline.Sub(c.cfg.Local()))
+	alone := c.publish(pubCtx, claimed, msgs, outcomes, deadline)
+	// A deadline that cut the publish short makes its unconfirmed events
+	// suspects. It is nearly always the publish timeout; the claim's
+	// staleness comes first only after a pause, and a suspect fails only
+	// after timing out alone (TimeoutsAloneMax), which a pause does not
+	// repeat.
+	c.timeouts.note(msgs, outcomes, alone, errors.Is(pubCtx.Err(), context.DeadlineExceeded) && ctx.Err() == nil)
+	cancel()
+	confirmedAt := c.now()
+	settleCtx, cancel := c.settleContext(ctx, lease)
+	defer cancel()
+	settleCtx, end := c.trace.startSettle(settleCtx, claimed, outcomes)
+	err := c.settle(settleCtx, lease, outcomes, confirmedAt.UTC())
+	end(err)
+	return err
+}
+
+// publishAll publishes the valid messages of a batch in one pipelined
+// call, without regard to order (OrderingNone), unless deadline has
+// passed.
+func (c *Claimer) publishAll(ctx context.Context, msgs []*events.Message, outcomes []outcome, deadline time.Time) {
+	batch := make([]events.Message, 0, len(msgs))
+	sent := make([]int, 0, len(msgs))
+	for i, m := range msgs {
+		if m != nil && outcomes[i].err == nil { // not published alone already
+			batch = append(batch, *m)
+			sent = append(sent, i)
+		}
+	}
+	if c.pastDeadline(deadline, sent, outcomes) {
+		return
+	}
+	errs := c.publishMessages(ctx, batch)
+	confirmedAt := c.now()
+	for j, err := range errs {
+		outcomes[sent[j]].err = err
+		if err == nil {
+			c.metrics.PublishLatency.Observe(confirmedAt.Sub(batch[j].Timestamp).Seconds())
+		}
+	}
 }

@@ -143,6 +143,8 @@ func (d Draft) Document(now time.Time) (bson.D, error) {
 	if d.AggregateID != "" {
 		doc = append(doc, bson.E{Key: FieldAggregateID, Value: d.AggregateID})
 	}
+	// The partition too, so that no claim has to store it (see FieldPartition).
+	doc = append(doc, bson.E{Key: FieldPartition, Value: partitionValue(draftPartition(id, d.AggregateType, d.AggregateID))})
 	if d.Trace.Valid() {
 		doc = append(doc, bson.E{Key: FieldTraceParent, Value: d.Trace.Parent})
 		if d.Trace.State != "" {

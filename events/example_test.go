@@ -87,6 +87,7 @@ func ExampleDraft_Document() {
 	// createdAt: 2026-11-22 09:30:00 +0000 UTC
 	// aggregateType: order
 	// aggregateId: o-1001
+	// partition: 11
 	// invalid event draft: payload is missing
 }
 

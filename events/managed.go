@@ -31,8 +31,9 @@ type Managed struct {
 // CheckManaged checks the fields the worker manages on a stored event
 // before a claim writes to them: attempts must be a whole number of 0 or
 // more (a 32- or 64-bit integer, or a double without a fraction),
-// processingAt and retryAt dates, claimToken and workerId strings. A field
-// stored as null counts as absent: the claim overwrites it. Any other type
+// processingAt and retryAt dates, claimToken and workerId strings, and a
+// partition, where stored, the one the event's key hashes to
+// (StoredPartition). A field stored as null counts as absent: the claim overwrites it. Any other type
 // gets an *InvalidError naming the field, the type found and the type
 // expected; the event cannot be claimed, since the claim's own update
 // would fail on it, and goes to FAILED. CheckManaged never panics.
@@ -56,6 +57,9 @@ func CheckManaged(doc bson.Raw) (Managed, error) {
 			continue
 		}
 		return m, managedInvalid(f.name, f.desc, typeName(v.Type))
+	}
+	if _, _, err := StoredPartition(doc); err != nil {
+		return m, err
 	}
 	v, err := doc.LookupErr(FieldAttempts)
 	if err != nil {

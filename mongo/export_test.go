@@ -41,3 +41,11 @@ func EnsureFences(ctx context.Context, s *Store) error { return s.ensureFences(c
 // they read (PausedTypesMaxAge), so that a test makes every claim read
 // them (0) or none after the first (a long time).
 func SetPausedMaxAge(s *Store, d time.Duration) { s.pausedCache.maxAge = d }
+
+// ForgetParked makes the next claim read the parked events again, as it
+// does every parkedReload and after a restart.
+func ForgetParked(s *Store) {
+	s.parked.mu.Lock()
+	defer s.parked.mu.Unlock()
+	s.parked.loaded = nil
+}

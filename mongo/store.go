@@ -68,9 +68,11 @@ type Store struct {
 	coll   *mongo.Collection
 	logger *slog.Logger
 	txn    bool
-	// splitClaim reads claim candidates with two index-backed finds (see
-	// findClaimable); false on FerretDB, which plans neither with an
-	// index, so that one find costs it one pass over the NEW events.
+	// splitClaim reads the claim's lane by index (readHead): the owned
+	// partitions named, two finds on the lane index, partitions stored on
+	// events written without one; false on FerretDB, which plans no find
+	// with an index and sorts in Go, so that one find costs it one pass
+	// over the lane's NEW events.
 	splitClaim bool
 	// ferret is a FerretDB server: it accepts $push's $slice and ignores
 	// it (trimAttempts), and knows no $dateTrunc (PublishedPerMinute).
@@ -95,6 +97,9 @@ type Store struct {
 	fences fences
 	// pausedCache is the paused types the claims read last (paused.go).
 	pausedCache pausedCache
+	// parked is what the claims know of the parked events of the
+	// partitions they own (lane.go).
+	parked parkedKeys
 }
 
 // New returns a Store on client. It does no I/O: call Prepare before use.
@@ -179,14 +184,17 @@ func (s *Store) ensureIndexes(ctx context.Context) error {
 		// claim below (kept for a rolling upgrade), and the sampler's
 		// oldest NEW event.
 		{newByAgeIndex, bson.D{{Key: events.FieldStatus, Value: 1}, {Key: events.FieldCreatedAt, Value: 1}}},
-		// Claim: NEW events never retried (retryAt null) oldest first, and
-		// the due retries by retryAt, so that events backing off are never
-		// examined. See findClaimable.
+		// The claims of workers before the lane (kept for a rolling
+		// upgrade): NEW events never retried (retryAt null) oldest first,
+		// and the due retries by retryAt.
 		{claimIndex, bson.D{{Key: events.FieldStatus, Value: 1}, {Key: events.FieldRetryAt, Value: 1}, {Key: events.FieldCreatedAt, Value: 1}}},
-		// Ordered claim: as outbox_claim_retry, with the _id tiebreak of
-		// events created in the same millisecond, so that the sort
-		// {createdAt, _id} comes from the index. See findClaimable.
+		// Their ordered claim: as outbox_claim_retry, with the _id
+		// tiebreak (kept for a rolling upgrade too).
 		{claimOrderIndex, bson.D{{Key: events.FieldStatus, Value: 1}, {Key: events.FieldRetryAt, Value: 1}, {Key: events.FieldCreatedAt, Value: 1}, {Key: events.FieldID, Value: 1}}},
+		// The claim's lane (readHead): equality on status, parked and
+		// retryAt, the owned partitions as an $in that MongoDB merges in
+		// {createdAt, _id} order, so that a claim examines what it returns.
+		{laneIndex, bson.D{{Key: events.FieldStatus, Value: 1}, {Key: events.FieldParked, Value: 1}, {Key: events.FieldRetryAt, Value: 1}, {Key: events.FieldPartition, Value: 1}, {Key: events.FieldCreatedAt, Value: 1}, {Key: events.FieldID, Value: 1}}},
 		// Recovery: PROCESSING events by claim time.
 		{"outbox_stale", bson.D{{Key: events.FieldStatus, Value: 1}, {Key: events.FieldProcessingAt, Value: 1}}},
 		// Retention: PUBLISHED events by publish time.
@@ -246,6 +254,10 @@ const retentionIndex = "outbox_retention"
 // claimIndex is the index the split claim's finds named as their hint
 // before the ordered claim; kept for a rolling upgrade.
 const claimIndex = "outbox_claim_retry"
+
+// laneIndex is {status, parked, retryAt, partition, createdAt, _id}: the
+// claim's lane (readHead) names it as its hint.
+const laneIndex = "outbox_claim_lane"
 
 // claimOrderIndex is the index the split claim's finds name as their hint,
 // and the held count's read of the events backing off.

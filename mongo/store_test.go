@@ -123,6 +123,7 @@ func TestPrepare(t *testing.T) {
 		"_id_":               "_id:1",
 		"outbox_claim":       "status:1,createdAt:1",
 		"outbox_claim_retry": "status:1,retryAt:1,createdAt:1",
+		"outbox_claim_lane":  "status:1,parked:1,retryAt:1,partition:1,createdAt:1,_id:1",
 		"outbox_claim_order": "status:1,retryAt:1,createdAt:1,_id:1",
 		"outbox_stale":       "status:1,processingAt:1",
 		"outbox_retention":   "status:1,publishedAt:1",

@@ -1,0 +1,325 @@
+package mongo
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/outboxrelay/outbox/events"
+)
+
+// headQuery says which events of the head a claim leaves out.
+type headQuery struct {
+	// ordered: the events of a key wait behind its earlier ones (held,
+	// failed, and the store's parked keys); without it only paused types
+	// are left out.
+	ordered bool
+	// held are the ordering keys whose events are not claimed now: a
+	// worker has one in flight, or (withBackoff) one is backing off. The
+	// read adds to it as the head goes.
+	held map[string]bool
+	// failed are the keys a FAILED event holds: their events are parked.
+	failed map[string]bool
+	// withBackoff reads the events backing off too, and holds their keys
+	// as they come: an event sorts before every later event of its key,
+	// so its hold is known before they are read (FerretDB, whose one find
+	// reads them anyway).
+	withBackoff bool
+	// paused are the paused event types: their events are parked, and
+	// with ordered their keys held. Never written to.
+	paused map[string]bool
+}
+
+// head is what readHead read: the documents to claim, whether it stopped
+// at a bound (more), and what it found to park or stamp.
+type head struct {
+	docs    []bson.Raw
+	more    bool
+	parking parking
+}
+
+// maxHeadRead bounds the documents one claim's read goes through: past it
+// the claim takes what it found, and the next goes on from the head,
+// which by then has fewer events to go past (parked, stamped).
+const maxHeadRead = 1 << 16
+
+// readHead reads the claim's lane in claim order (createdAt, then _id)
+// and keeps the events it may claim, up to limit; see findClaimable.
+//
+// On MongoDB the lane is the index {status, parked, retryAt, partition,
+// createdAt, _id}: a find names the owned partitions (and null, for
+// events written without one), so that another replica's events are
+// never read, and each page costs what it returns. A page that ends at
+// its limit with the batch not full is followed by one twice as large.
+// On FerretDB, which sorts in Go whatever the filter, one find without a
+// limit is read until the batch is full: its cost is its sort, paid once.
+func (s *Store) readHead(ctx context.Context, now time.Time, limit events.ClaimLimit, q headQuery) (h head, err error) {
+	defer func() { s.noteReplySizes(ctx, h.docs, err) }()
+	if limit.Owned != nil && ownedList(limit.Owned) == nil {
+		return head{}, nil
+	}
+	r := headReader{s: s, now: now, limit: limit, q: q, skipped: s.skipped.list(), h: &h}
+	for {
+		next, err := r.page(ctx)
+		if err != nil || !next {
+			return h, err
+		}
+	}
+}
+
+// headReader is one readHead: its pages, and what they have read so far.
+type headReader struct {
+	s       *Store
+	now     time.Time
+	limit   events.ClaimLimit
+	q       headQuery
+	skipped []any
+	h       *head
+	// read is how many documents the pages read, bytes the bytes of
+	// those kept, and after the last one read.
+	read, bytes int
+	after       bson.Raw
+	pages       int
+}
+
+// What a claim's read makes of an event at the head.
+const (
+	headKeep   = iota // claimed
+	headSkip          // another replica's, or held for now: left NEW
+	headParked        // parked: out of the lane until its hold is gone
+)
+
+// page reads one page, and reports whether the next page may have more.
+func (r *headReader) page(ctx context.Context) (next bool, err error) {
+	opts := options.Find().SetSort(bson.D{{Key: events.FieldCreatedAt, Value: 1}, {Key: events.FieldID, Value: 1}})
+	pageLimit := 0 // FerretDB: one find, read as far as needed
+	if r.s.splitClaim {
+		pageLimit = min(r.limit.Events<<r.pages, maxHeadRead)
+		opts.SetLimit(int64(pageLimit)).SetHint(laneIndex)
+	}
+	opts.SetBatchSize(r.s.capBatch(oneBatch(r.limit.Events)))
+	r.pages++
+	var cursors []*cursorHead
+	defer func() {
+		for _, c := range cursors {
+			_ = c.cur.Close(ctx)
+		}
+	}()
+	for _, f := range r.filters() {
+		cur, err := r.s.coll.Find(ctx, f, opts)
+		if err != nil {
+			return false, fmt.Errorf("find events to claim: %w", err)
+		}
+		c := &cursorHead{cur: cur, limit: pageLimit}
+		cursors = append(cursors, c)
+		if err := c.next(ctx); err != nil {
+			return false, err
+		}
+	}
+	for {
+		first := firstOf(cursors)
+		if first == nil {
+			return false, nil // every find ended before its limit
+		}
+		if r.after == nil || events.CompareOrder(first.doc, r.after) > 0 {
+			if full := r.take(first.doc); full {
+				return false, nil
+			}
+		}
+		if err := first.next(ctx); err != nil {
+			return false, err
+		}
+		if pageLimit > 0 && first.doc == nil && first.read >= first.limit {
+			// A find that ended at its limit may have more after it, and
+			// the others' next documents may sort after that: the page
+			// ends here, and the next one reads on.
+			return r.read < maxHeadRead, nil
+		}
+		if r.read >= maxHeadRead {
+			r.h.more = true
+			return false, nil
+		}
+	}
+}
+
+// take classifies one document of the head, keeps it where it may be
+// claimed, and reports whether the batch is full.
+func (r *headReader) take(doc bson.Raw) (full bool) {
+	r.after = doc
+	r.read++
+	if r.classify(doc) != headKeep {
+		return false
+	}
+	if len(r.h.docs) > 0 && r.limit.Bytes > 0 && r.bytes+len(doc) > r.limit.Bytes {
+		r.h.more = true
+		return true
+	}
+	r.h.docs = append(r.h.docs, doc)
+	r.bytes += len(doc)
+	if len(r.h.docs) >= r.limit.Events {
+		r.h.more = true
+		return true
+	}
+	return false
+}
+
+func (r *headReader) classify(doc bson.Raw) int {
+	p := events.Partition(doc)
+	_, stored, err := events.StoredPartition(doc)
+	switch {
+	case err != nil:
+		// Misfiled (a stored partition not the hash's): failed by the
+		// claim that reads it (events.CheckManaged). On MongoDB that is
+		// the owner of the lane it names, the only one that reads it.
+		if owned := r.limit.Owned; !r.s.splitClaim && owned != nil && !owned[p] {
+			return headSkip
+		}
+		return headKeep
+	case !stored && r.s.splitClaim:
+		r.h.parking.addStamp(p, rawID(doc.Lookup(events.FieldID)))
+	}
+	if owned := r.limit.Owned; owned != nil && !owned[p] {
+		return headSkip
+	}
+	if r.q.withBackoff && holdsIfBackingOff(doc, r.now, r.q.held) {
+		return headSkip
+	}
+	key, keyed := events.OrderingKey(doc)
+	keyed = keyed && r.q.ordered
+	switch {
+	case r.q.paused[typeOf(doc)]:
+		// Paused: it waits, NEW, and with ordering so does the rest of
+		// its aggregate, as behind a FAILED event.
+		return r.park(doc, key, keyed, events.ParkedPaused)
+	case keyed && (r.q.failed[key] || r.s.parked.holds(key)):
+		return r.park(doc, key, keyed, events.ParkedHeld)
+	case keyed && r.q.held[key]:
+		return headSkip
+	}
+	return headKeep
+}
+
+// park parks doc for reason, and holds its key for the rest of the read.
+func (r *headReader) park(doc bson.Raw, key string, keyed bool, reason string) int {
+	if keyed {
+		r.q.held[key] = true
+	}
+	r.h.parking.addPark(reason, rawID(doc.Lookup(events.FieldID)))
+	r.s.parked.add(parkedKey(doc), typeOf(doc))
+	return headParked
+}
+
+// filters are the page's finds, each from the last event the page before
+// read: the lane's NEW events whose retryAt is not in the future, in one
+// find (FerretDB, with the events backing off too where withBackoff) or,
+// on MongoDB, two on the lane index: events never retried ({retryAt:
+// null}, in index order, so it examines what it returns), and due retries
+// (usually few; the server sorts them).
+func (r *headReader) filters() []bson.D {
+	filter := func(retryAt ...bson.E) bson.D {
+		f := bson.D{{Key: events.FieldStatus, Value: events.StatusNew}}
+		if !r.s.splitClaim {
+			// FerretDB pushes $ne down to PostgreSQL, so parked events are
+			// never decoded; it would not push null down.
+			f = append(f, bson.E{Key: events.FieldParked, Value: bson.D{{Key: "$ne", Value: true}}})
+		} else {
+			f = append(f, bson.E{Key: events.FieldParked, Value: nil})
+		}
+		f = append(f, retryAt...)
+		if r.s.splitClaim {
+			f = append(f, bson.E{Key: events.FieldPartition, Value: bson.D{{Key: "$in", Value: lanePartitions(r.limit.Owned)}}})
+		}
+		if r.after != nil {
+			// After the last event read, in claim order: on MongoDB an
+			// index range on each partition.
+			at, id := r.after.Lookup(events.FieldCreatedAt), r.after.Lookup(events.FieldID)
+			f = append(f, bson.E{Key: "$or", Value: bson.A{
+				bson.D{{Key: events.FieldCreatedAt, Value: bson.D{{Key: "$gt", Value: at}}}},
+				bson.D{{Key: events.FieldCreatedAt, Value: at}, {Key: events.FieldID, Value: bson.D{{Key: "$gt", Value: id}}}},
+			}})
+		}
+		if len(r.skipped) > 0 {
+			f = append(f, bson.E{Key: events.FieldID, Value: bson.D{{Key: "$nin", Value: r.skipped}}})
+		}
+		return f
+	}
+	notLater := bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: r.now}}}}
+	retryAt := func(v any) bson.E { return bson.E{Key: events.FieldRetryAt, Value: v} }
+	switch {
+	case r.q.withBackoff:
+		return []bson.D{filter()}
+	case r.s.splitClaim:
+		return []bson.D{
+			filter(retryAt(nil)),
+			filter(retryAt(append(bson.D{{Key: "$ne", Value: nil}}, notLater...))),
+		}
+	default:
+		return []bson.D{filter(retryAt(notLater))}
+	}
+}
+
+// lanePartitions are the values of the partition field a claim reads: the
+// owned partitions (every one when owned is nil), and null, for the
+// events written without one, which the claim then stores.
+func lanePartitions(owned []bool) bson.A {
+	out := bson.A{nil}
+	for p := range events.Partitions {
+		if owned == nil || owned[p] {
+			out = append(out, int32(p))
+		}
+	}
+	return out
+}
+
+// holdsIfBackingOff reports whether doc, a NEW event, is backing off (its
+// retryAt is still to come), and then holds its ordering key in held.
+func holdsIfBackingOff(doc bson.Raw, now time.Time, held map[string]bool) bool {
+	retryAt, _ := doc.Lookup(events.FieldRetryAt).TimeOK()
+	if !events.Held(events.StatusNew, retryAt, false, now, false) {
+		return false
+	}
+	if key, ok := events.OrderingKey(doc); ok {
+		held[key] = true
+	}
+	return true
+}
+
+// cursorHead is a find's cursor and the next document it gives.
+type cursorHead struct {
+	cur   *mongo.Cursor
+	doc   bson.Raw // nil once the cursor is exhausted
+	read  int      // documents it gave
+	limit int      // the find's limit, 0 for none
+}
+
+func (h *cursorHead) next(ctx context.Context) error {
+	if h.doc != nil {
+		h.read++
+	}
+	if !h.cur.Next(ctx) {
+		h.doc = nil
+		if err := h.cur.Err(); err != nil {
+			return fmt.Errorf("read events to claim: %w", err)
+		}
+		return nil
+	}
+	h.doc = make(bson.Raw, len(h.cur.Current))
+	copy(h.doc, h.cur.Current)
+	return nil
+}
+
+// firstOf is the find whose next document sorts first (createdAt, then
+// _id), to merge the finds; nil when all are exhausted.
+func firstOf(cursors []*cursorHead) *cursorHead {
+	var first *cursorHead
+	for _, c := range cursors {
+		if c.doc != nil && (first == nil || events.CompareOrder(c.doc, first.doc) < 0) {
+			first = c
+		}
+	}
+	return first
+}

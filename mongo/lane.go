@@ -1,0 +1,370 @@
+package mongo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/outboxrelay/outbox/events"
+)
+
+// A claim reads its lane: the NEW events of the partitions it owns that
+// are not parked (events.FieldParked), by equality, so that the database
+// leaves out what the replica may not take instead of the replica reading
+// past it (docs/design.md, The claim's lane). This file keeps the lane: it
+// stores the partition of events written without one, parks the events a
+// claim meets that must wait, remembers which aggregates have events
+// parked, and unparks them once nothing holds them.
+//
+// A parked event holds its aggregate, as it would at the head: a later
+// event of the aggregate that is not parked yet is parked when a claim
+// meets it (parkedKeys), never claimed before it.
+
+// parkedReload is how often a store reads again which aggregates of its
+// partitions have parked events, beside what its own claims parked: for
+// events parked by a worker that owned a partition before, and for a
+// parked field a producer wrote itself.
+const parkedReload = time.Minute
+
+// unparkChunk bounds the aggregates one unpark write names.
+const unparkChunk = 200
+
+// parkedKeys is what a store knows of the parked events of the partitions
+// it owns: for each ordering key, the types of its parked events (a key
+// with none is an event without one: unkeyedPrefix and its type).
+type parkedKeys struct {
+	mu     sync.Mutex
+	keys   map[string]map[string]bool
+	loaded []bool // the partitions whose parked events were read
+	// loadedAt is when the last full read began (zero: never).
+	loadedAt time.Time
+}
+
+// unkeyedPrefix makes the cache key of the parked events of a type that
+// have no ordering key: they hold nothing, and unpark by type.
+const unkeyedPrefix = "\x01unkeyed\x00"
+
+func parkedKey(doc bson.Raw) string {
+	if key, ok := events.OrderingKey(doc); ok {
+		return key
+	}
+	return unkeyedPrefix + typeOf(doc)
+}
+
+// holds reports whether key has parked events: a claim parks the later
+// events of such a key too.
+func (c *parkedKeys) holds(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.keys[key]
+	return ok && len(key) > 0 && key[0] != unkeyedPrefix[0]
+}
+
+// any reports whether any key has parked events.
+func (c *parkedKeys) any() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.keys) > 0
+}
+
+func (c *parkedKeys) add(key, typ string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.keys == nil {
+		c.keys = map[string]map[string]bool{}
+	}
+	if c.keys[key] == nil {
+		c.keys[key] = map[string]bool{}
+	}
+	c.keys[key][typ] = true
+}
+
+// released takes out of the cache, and returns, the keys that nothing
+// holds any more: no type of theirs is paused, and no FAILED event holds
+// them (failedHeld).
+func (c *parkedKeys) released(paused, failedHeld map[string]bool) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for key, types := range c.keys {
+		if failedHeld[key] {
+			continue
+		}
+		live := false
+		for t := range types {
+			if paused[t] {
+				live = true
+				break
+			}
+		}
+		if !live {
+			out = append(out, key)
+			delete(c.keys, key)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// toLoad returns the owned partitions whose parked events are not known
+// yet (all of them when the last full read is older than parkedReload,
+// and then full), and forgets the keys of the partitions no longer owned.
+func (c *parkedKeys) toLoad(owned []bool, now time.Time) (ps []int, full bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.loaded == nil || now.Sub(c.loadedAt) >= parkedReload {
+		c.loaded, c.keys, c.loadedAt, full = make([]bool, events.Partitions), nil, now, true
+	}
+	for p := range events.Partitions {
+		mine := owned == nil || owned[p]
+		switch {
+		case mine && !c.loaded[p]:
+			ps = append(ps, p)
+		case !mine && c.loaded[p]:
+			c.loaded[p] = false
+			for key := range c.keys {
+				if partitionOfKey(key) == p {
+					delete(c.keys, key)
+				}
+			}
+		}
+	}
+	return ps, full
+}
+
+func (c *parkedKeys) markLoaded(ps []int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range ps {
+		c.loaded[p] = true
+	}
+}
+
+// partitionOfKey is the partition of a cache key's events; -1 for the
+// events without a key, which spread over every partition.
+func partitionOfKey(key string) int {
+	if len(key) > 0 && key[0] == unkeyedPrefix[0] {
+		return -1
+	}
+	return events.PartitionOf(key)
+}
+
+// loadParked reads which aggregates of the owned partitions not known yet
+// have parked events: one projected find, on the lane index on MongoDB.
+// full reports a full read (every parkedReload), when the claim also looks
+// for misfiled events.
+func (s *Store) loadParked(ctx context.Context, owned []bool, now time.Time) (full bool, err error) {
+	ps, full := s.parked.toLoad(owned, now)
+	if len(ps) == 0 {
+		return full, nil
+	}
+	filter := bson.D{
+		{Key: events.FieldStatus, Value: events.StatusNew},
+		{Key: events.FieldParked, Value: true},
+	}
+	if len(ps) < events.Partitions && s.splitClaim {
+		// null too: an event parked before its partition was stored
+		// (the stamp write failed) must not wait for good.
+		in := bson.A{nil}
+		for _, p := range ps {
+			in = append(in, int32(p))
+		}
+		filter = append(filter, bson.E{Key: events.FieldPartition, Value: bson.D{{Key: "$in", Value: in}}})
+	}
+	proj := options.Find().SetProjection(bson.D{
+		{Key: events.FieldAggregateType, Value: 1}, {Key: events.FieldAggregateID, Value: 1},
+		{Key: events.FieldType, Value: 1},
+	}).SetBatchSize(heldBatch)
+	cur, err := s.coll.Find(ctx, filter, proj)
+	if err != nil {
+		return full, fmt.Errorf("find parked events: %w", err)
+	}
+	defer cur.Close(ctx)
+	want := make([]bool, events.Partitions)
+	for _, p := range ps {
+		want[p] = true
+	}
+	for cur.Next(ctx) {
+		if p := events.Partition(cur.Current); want[p] {
+			s.parked.add(parkedKey(cur.Current), typeOf(cur.Current))
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return full, fmt.Errorf("read parked events: %w", err)
+	}
+	s.parked.markLoaded(ps)
+	return full, nil
+}
+
+// misfiledMax bounds the misfiled events one claim reads.
+const misfiledMax = 100
+
+// misfiled reads NEW events whose stored partition no lane names (not a
+// whole number from 0 to Partitions-1): no claim's lane reads them, so
+// the claim that looks for them fails them (events.CheckManaged). One
+// find on the lane index, every parkedReload, on MongoDB only: FerretDB's
+// claims read by status, and meet them at the head.
+func (s *Store) misfiled(ctx context.Context) ([]bson.Raw, error) {
+	filter := bson.D{
+		{Key: events.FieldStatus, Value: events.StatusNew},
+		{Key: events.FieldParked, Value: nil},
+		{Key: events.FieldPartition, Value: bson.D{{Key: "$nin", Value: lanePartitions(nil)}}},
+	}
+	cur, err := s.coll.Find(ctx, filter, options.Find().SetLimit(misfiledMax).SetHint(laneIndex))
+	if err != nil {
+		return nil, fmt.Errorf("find misfiled events: %w", err)
+	}
+	var docs []bson.Raw
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, fmt.Errorf("read misfiled events: %w", err)
+	}
+	return docs, nil
+}
+
+// parking is what one claim's read found to park or to stamp.
+type parking struct {
+	// park lists the events to park, by reason (events.ParkedPaused,
+	// events.ParkedHeld).
+	park map[string][]any
+	// stamp lists the events read without a stored partition, by the
+	// partition they hash to (MongoDB only: FerretDB's claims do not read
+	// by partition).
+	stamp map[int][]any
+}
+
+func (p *parking) addPark(reason string, id any) {
+	if p.park == nil {
+		p.park = map[string][]any{}
+	}
+	p.park[reason] = append(p.park[reason], id)
+}
+
+func (p *parking) addStamp(partition int, id any) {
+	if p.stamp == nil {
+		p.stamp = map[int][]any{}
+	}
+	p.stamp[partition] = append(p.stamp[partition], id)
+}
+
+// write stores the partitions, then parks: a parked event leaves the
+// lane with its partition stored, so that the owner's sweep finds it.
+// Both writes are guarded by status NEW, and neither is needed for
+// correctness: a claim checks every event it reads again. So their errors
+// are the caller's to log, not to fail the claim with.
+func (p *parking) write(ctx context.Context, s *Store) error {
+	var errs []error
+	if len(p.stamp) > 0 {
+		errs = append(errs, s.stampPartitions(ctx, p.stamp))
+	}
+	for _, reason := range slices.Sorted(maps.Keys(p.park)) {
+		ids := p.park[reason]
+		filter := bson.D{
+			{Key: events.FieldStatus, Value: events.StatusNew},
+			{Key: events.FieldParked, Value: bson.D{{Key: "$ne", Value: true}}},
+			{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: ids}}},
+		}
+		update := setOnly(
+			bson.E{Key: events.FieldParked, Value: true},
+			bson.E{Key: events.FieldParkedFor, Value: reason},
+		)
+		if _, err := s.coll.UpdateMany(ctx, filter, update); err != nil {
+			errs = append(errs, fmt.Errorf("park %d events (%s): %w", len(ids), reason, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// stampPartitions stores the partition of events written without one, in
+// one update: a pipeline whose $switch gives each _id its partition.
+func (s *Store) stampPartitions(ctx context.Context, byPartition map[int][]any) error {
+	var ids, branches bson.A
+	for _, p := range slices.Sorted(maps.Keys(byPartition)) {
+		ids = append(ids, byPartition[p]...)
+		branches = append(branches, bson.D{
+			{Key: "case", Value: bson.D{{Key: "$in", Value: bson.A{"$" + events.FieldID, bson.A(byPartition[p])}}}},
+			{Key: "then", Value: int32(p)},
+		})
+	}
+	filter := bson.D{
+		{Key: events.FieldStatus, Value: events.StatusNew},
+		{Key: events.FieldPartition, Value: nil},
+		{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: ids}}},
+	}
+	pipeline := bson.A{bson.D{{Key: "$set", Value: bson.D{{Key: events.FieldPartition, Value: bson.D{
+		{Key: "$switch", Value: bson.D{{Key: "branches", Value: branches}, {Key: "default", Value: nil}}},
+	}}}}}}
+	if _, err := s.coll.UpdateMany(ctx, filter, pipeline); err != nil {
+		return fmt.Errorf("store the partition of %d events: %w", len(ids), err)
+	}
+	return nil
+}
+
+// unpark puts back in their lane the parked events of the keys nothing
+// holds any more (parkedKeys.released), in the partitions owned, and
+// returns how many it moved.
+func (s *Store) unpark(ctx context.Context, owned []bool, keys []string) (int, error) {
+	moved := 0
+	for chunk := range slices.Chunk(keys, unparkChunk) {
+		var or bson.A
+		for _, key := range chunk {
+			or = append(or, keyFilter(key))
+		}
+		filter := bson.D{
+			{Key: events.FieldStatus, Value: events.StatusNew},
+			{Key: events.FieldParked, Value: true},
+			{Key: "$or", Value: or},
+		}
+		if owned != nil && s.splitClaim {
+			// FerretDB's claims store no partition: its keys are enough.
+			filter = append(filter, bson.E{Key: events.FieldPartition, Value: bson.D{{Key: "$in", Value: lanePartitions(owned)}}})
+		}
+		res, err := s.coll.UpdateMany(ctx, filter, unparkUpdate)
+		if err != nil {
+			return moved, fmt.Errorf("unpark the events of %d aggregates: %w", len(chunk), err)
+		}
+		moved += int(res.ModifiedCount)
+	}
+	return moved, nil
+}
+
+// unparkUpdate takes an event out of parking.
+var unparkUpdate = bson.D{{Key: "$unset", Value: bson.D{
+	{Key: events.FieldParked, Value: ""},
+	{Key: events.FieldParkedFor, Value: ""},
+}}}
+
+// keyFilter selects the events of a parkedKeys key.
+func keyFilter(key string) bson.D {
+	if typ, ok := strings.CutPrefix(key, unkeyedPrefix); ok {
+		return bson.D{{Key: events.FieldType, Value: typ}, {Key: events.FieldAggregateID, Value: bson.D{{Key: "$in", Value: bson.A{nil, ""}}}}}
+	}
+	typ, id, _ := strings.Cut(key, "\x00")
+	if typ == "" {
+		// aggregateType absent or not a string: the id alone, which may
+		// unpark more than the key; a claim parks again what is held.
+		return bson.D{{Key: events.FieldAggregateID, Value: id}}
+	}
+	return bson.D{{Key: events.FieldAggregateType, Value: typ}, {Key: events.FieldAggregateID, Value: id}}
+}
+
+// ownedList lists the partitions owned marks, nil for every partition.
+func ownedList(owned []bool) []int {
+	if owned == nil {
+		return nil
+	}
+	var ps []int
+	for p, o := range owned {
+		if o {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}

@@ -1,0 +1,254 @@
+package mongo_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	driver "go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/mongo"
+)
+
+// quarter is the partitions one of four replicas owns.
+func quarter() []bool {
+	owned := make([]bool, events.Partitions)
+	for p := range events.Partitions / 4 {
+		owned[p] = true
+	}
+	return owned
+}
+
+// laneEvent is a NEW event of type typ for aggregate agg, ms after an
+// hour ago.
+func laneEvent(id, typ, aggregate string, ms int) bson.D {
+	d := withType(ev(id, events.StatusNew, ago(time.Hour).Add(time.Duration(ms)*time.Millisecond)), typ)
+	if aggregate != "" {
+		d = append(d, agg(aggregate)...)
+	}
+	return d
+}
+
+// ownedAggregates returns n aggregate ids whose partition owned marks.
+func ownedAggregates(prefix string, owned []bool, n int) []string {
+	var out []string
+	for i := 0; len(out) < n; i++ {
+		id := fmt.Sprintf("%s%d", prefix, i)
+		if owned[events.PartitionOf(events.Key("order", id))] {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// claimLane claims once with limit and marks what it claimed PUBLISHED,
+// returning the claimed ids.
+func claimLane(t *testing.T, s *mongo.Store, token string, limit events.ClaimLimit) []string {
+	t.Helper()
+	res, err := s.Claim(t.Context(), events.Lease{WorkerID: "w", Token: token, At: base}, limit)
+	if err != nil {
+		t.Fatalf("Claim %s: %v", token, err)
+	}
+	if len(res.Claimed) > 0 {
+		if _, err := s.MarkPublished(t.Context(), events.Lease{WorkerID: "w", Token: token}, mongoIDs(res.Claimed), base); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ids(res.Claimed)
+}
+
+func mongoIDs(cs []events.Claimed) []any {
+	out := make([]any, len(cs))
+	for i, c := range cs {
+		out[i] = c.ID
+	}
+	return out
+}
+
+// parkedFor counts the events parked for each reason.
+func parkedFor(t *testing.T, coll *driver.Collection) map[string]int {
+	t.Helper()
+	cur, err := coll.Find(t.Context(), bson.D{{Key: events.FieldParked, Value: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for cur.Next(t.Context()) {
+		reason, _ := cur.Current.Lookup(events.FieldParkedFor).StringValueOK()
+		out[reason]++
+	}
+	return out
+}
+
+// TestPausedHeadDoesNotStarveTheLane: a replica that owns a quarter of the
+// partitions, behind a head of a paused type over every partition, claims
+// its healthy events with its first claim; the paused events of its own
+// partitions are parked, those of the others left to their owners.
+func TestPausedHeadDoesNotStarveTheLane(t *testing.T) {
+	t.Parallel()
+	eachClaimStrategy(t, func(t *testing.T, s *mongo.Store, coll *driver.Collection) {
+		owned := quarter()
+		var docs []bson.D
+		ownPaused := 0
+		for i := range 2000 {
+			id := fmt.Sprintf("bulk%d", i)
+			docs = append(docs, laneEvent(id, "bulk.import", id, i))
+			if owned[events.PartitionOf(events.Key("order", id))] {
+				ownPaused++
+			}
+		}
+		healthy := ownedAggregates("h", owned, 10)
+		for i, a := range healthy {
+			docs = append(docs, laneEvent("ok-"+a, "order.created", a, 5000+i))
+		}
+		insert(t, coll, docs...)
+		pause(t, s, "bulk.import")
+		limit := events.ClaimLimit{Events: 10, Ordered: true, FailedHolds: true, Owned: owned}
+		got := claimLane(t, s, "t1", limit)
+		want := make([]string, len(healthy))
+		for i, a := range healthy {
+			want[i] = "ok-" + a
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("first claim behind the paused head (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff(map[string]int{events.ParkedPaused: ownPaused}, parkedFor(t, coll)); diff != "" {
+			t.Errorf("parked after the first claim (-want +got):\n%s", diff)
+		}
+		if got := claimLane(t, s, "t2", limit); len(got) != 0 {
+			t.Errorf("second claim took %v, want nothing (all paused)", got)
+		}
+		mongo.ForgetParked(s) // as after a restart: the parked events are read back
+		if ok, err := s.Resume(t.Context(), "bulk.import"); err != nil || !ok {
+			t.Fatalf("Resume = %t, %v", ok, err)
+		}
+		mongo.SetPausedMaxAge(s, 0)
+		claimed := 0
+		for i := 0; i < 1000; i++ {
+			n := len(claimLane(t, s, fmt.Sprint("r", i), events.ClaimLimit{Events: 500, Ordered: true, FailedHolds: true, Owned: owned}))
+			if n == 0 {
+				break
+			}
+			claimed += n
+		}
+		if claimed != ownPaused {
+			t.Errorf("after the resume the replica claimed %d events, want its %d paused ones", claimed, ownPaused)
+		}
+	})
+}
+
+// TestFailedHeadsParkTheirAggregates: events waiting behind FAILED events
+// are parked by the claim that meets them, healthy events behind them go
+// out with the first claim, an event that arrives later for a held
+// aggregate waits too, and once the FAILED event is requeued its
+// aggregate goes out in order.
+func TestFailedHeadsParkTheirAggregates(t *testing.T) {
+	t.Parallel()
+	eachClaimStrategy(t, func(t *testing.T, s *mongo.Store, coll *driver.Collection) {
+		var docs []bson.D
+		ms := 0
+		for i := range 300 {
+			a := fmt.Sprintf("held%d", i)
+			head := laneEvent(a+"-0", "order.created", a, ms)
+			head[3].Value = events.StatusFailed
+			docs = append(docs, head)
+			for j := 1; j <= 3; j++ {
+				docs = append(docs, laneEvent(fmt.Sprintf("%s-%d", a, j), "order.created", a, ms+j))
+			}
+			ms += 4
+		}
+		for i := range 5 {
+			docs = append(docs, laneEvent(fmt.Sprint("ok", i), "order.created", fmt.Sprint("fresh", i), 10000+i))
+		}
+		insert(t, coll, docs...)
+		limit := events.ClaimLimit{Events: 5, Ordered: true, FailedHolds: true}
+		if diff := cmp.Diff([]string{"ok0", "ok1", "ok2", "ok3", "ok4"}, claimLane(t, s, "t1", limit)); diff != "" {
+			t.Errorf("first claim behind 300 held aggregates (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff(map[string]int{events.ParkedHeld: 900}, parkedFor(t, coll)); diff != "" {
+			t.Errorf("parked after the first claim (-want +got):\n%s", diff)
+		}
+		insert(t, coll, laneEvent("held7-4", "order.created", "held7", 20000))
+		if got := claimLane(t, s, "t2", limit); len(got) != 0 {
+			t.Errorf("a claim took %v from held aggregates", got)
+		}
+		if _, err := coll.UpdateOne(t.Context(), bson.D{{Key: events.FieldID, Value: "held7-0"}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: events.FieldStatus, Value: events.StatusNew}}}}); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for i := range 5 {
+			got = append(got, claimLane(t, s, fmt.Sprint("q", i), limit)...)
+		}
+		if diff := cmp.Diff([]string{"held7-0", "held7-1", "held7-2", "held7-3", "held7-4"}, got); diff != "" {
+			t.Errorf("the requeued aggregate (-want +got):\n%s", diff)
+		}
+	})
+}
+
+// TestStoredPartitionIsChecked: an event whose stored partition is not
+// the one its key hashes to, or not a whole number, is FAILED with a
+// reason that names the field, never claimed by the lane it names.
+func TestStoredPartitionIsChecked(t *testing.T) {
+	t.Parallel()
+	eachClaimStrategy(t, func(t *testing.T, s *mongo.Store, coll *driver.Collection) {
+		wrong := (events.PartitionOf(events.Key("order", "x")) + 1) % events.Partitions
+		insert(t, coll,
+			laneEvent("wrong", "order.created", "x", 0),
+			laneEvent("text", "order.created", "y", 1),
+			laneEvent("right", "order.created", "z", 2),
+		)
+		for id, v := range map[string]any{"wrong": int32(wrong), "text": "7", "right": int32(events.PartitionOf(events.Key("order", "z")))} {
+			if _, err := coll.UpdateOne(t.Context(), bson.D{{Key: events.FieldID, Value: id}},
+				bson.D{{Key: "$set", Value: bson.D{{Key: events.FieldPartition, Value: v}}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res, err := s.Claim(t.Context(), lease("w"), events.ClaimLimit{Events: 10, Ordered: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff([]string{"right"}, ids(res.Claimed)); diff != "" {
+			t.Errorf("claimed (-want +got):\n%s", diff)
+		}
+		for _, id := range []string{"wrong", "text"} {
+			e := get(t, coll, id)
+			if e.Status != events.StatusFailed || !strings.Contains(e.LastError, events.FieldPartition) {
+				t.Errorf("%s: %s, %q; want FAILED naming the partition", id, e.Status, e.LastError)
+			}
+		}
+	})
+}
+
+// TestUnorderedClaimParksPausedTypes: without ordering the paused type's
+// events are parked and the rest flows; a resume puts them back.
+func TestUnorderedClaimParksPausedTypes(t *testing.T) {
+	t.Parallel()
+	eachClaimStrategy(t, func(t *testing.T, s *mongo.Store, coll *driver.Collection) {
+		pausedOutbox(t, coll)
+		pause(t, s, "order.paid")
+		mongo.SetPausedMaxAge(s, 0)
+		limit := events.ClaimLimit{Events: 100}
+		got := claimLane(t, s, "t1", limit)
+		slices.Sort(got)
+		if diff := cmp.Diff([]string{"a1", "a3", "b1", "b2", "u2"}, got); diff != "" {
+			t.Errorf("unordered claim (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff(map[string]int{events.ParkedPaused: 3}, parkedFor(t, coll)); diff != "" {
+			t.Errorf("parked (-want +got):\n%s", diff)
+		}
+		if ok, err := s.Resume(t.Context(), "order.paid"); err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+		got = claimLane(t, s, "t2", limit)
+		slices.Sort(got)
+		if diff := cmp.Diff([]string{"a2", "c1", "u1"}, got); diff != "" {
+			t.Errorf("after the resume (-want +got):\n%s", diff)
+		}
+	})
+}
