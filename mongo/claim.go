@@ -192,6 +192,9 @@ func (s *Store) claimRead(ctx context.Context, lease events.Lease, docs []bson.R
 	if exact {
 		res.Claimed = slices.Concat(plain, nullAttempts)
 	} else {
+		// Another actor won part of what was read: what the read kept
+		// past the batch may be as stale.
+		s.ahead.drop()
 		var err error
 		if res.Claimed, err = s.findLeased(ctx, lease, len(docs)); err != nil {
 			return events.ClaimResult{}, err
@@ -212,6 +215,7 @@ func (s *Store) unclaimBehind(ctx context.Context, lease events.Lease, claimed [
 	if len(refusedAt) == 0 {
 		return claimed, nil
 	}
+	s.ahead.drop() // what it puts back sorts before a read-ahead's
 	kept := claimed[:0]
 	var behind []any
 	for _, c := range claimed {

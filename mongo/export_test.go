@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/fakeclock"
 )
@@ -49,3 +51,31 @@ func ForgetParked(s *Store) {
 	defer s.parked.mu.Unlock()
 	s.parked.loaded = nil
 }
+
+// ExplainLane explains, with executionStats, the finds a claim of limit
+// at now would read its lane with: its first page, on the lane index.
+func ExplainLane(ctx context.Context, s *Store, now time.Time, limit events.ClaimLimit) ([]bson.Raw, error) {
+	r := headReader{s: s, now: now, limit: limit, q: headQuery{ordered: limit.Ordered, held: map[string]bool{}}}
+	var out []bson.Raw
+	for _, f := range r.filters() {
+		cmd := bson.D{
+			{Key: "explain", Value: bson.D{
+				{Key: "find", Value: s.coll.Name()},
+				{Key: "filter", Value: f},
+				{Key: "sort", Value: bson.D{{Key: events.FieldCreatedAt, Value: 1}, {Key: events.FieldID, Value: 1}}},
+				{Key: "limit", Value: limit.Events},
+				{Key: "hint", Value: laneIndex},
+			}},
+			{Key: "verbosity", Value: "executionStats"},
+		}
+		res, err := s.coll.Database().RunCommand(ctx, cmd).Raw()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, res)
+	}
+	return out, nil
+}
+
+// DropReadAhead forgets what the last claim read past its batch.
+func DropReadAhead(s *Store) { s.ahead.drop() }

@@ -40,6 +40,10 @@ type head struct {
 	docs    []bson.Raw
 	more    bool
 	parking parking
+	// ahead are the documents read past the batch, unclassified (see
+	// readAhead), and ended says the read reached the end of the lane.
+	ahead []bson.Raw
+	ended bool
 }
 
 // maxHeadRead bounds the documents one claim's read goes through: past it
@@ -63,6 +67,11 @@ func (s *Store) readHead(ctx context.Context, now time.Time, limit events.ClaimL
 		return head{}, nil
 	}
 	r := headReader{s: s, now: now, limit: limit, q: q, skipped: s.skipped.list(), h: &h}
+	if batch := oneBatch(limit.Events); s.capBatch(batch) == batch {
+		// No read-ahead while replies are cut short (large documents, a
+		// find that failed): there it would cost round trips.
+		r.aheadMax = aheadBatches * limit.Events
+	}
 	for {
 		next, err := r.page(ctx)
 		if err != nil || !next {
@@ -84,6 +93,10 @@ type headReader struct {
 	read, bytes int
 	after       bson.Raw
 	pages       int
+	// full says the batch is full; the page then reads on into h.ahead,
+	// up to aheadMax documents.
+	full     bool
+	aheadMax int
 }
 
 // What a claim's read makes of an event at the head.
@@ -98,10 +111,10 @@ func (r *headReader) page(ctx context.Context) (next bool, err error) {
 	opts := options.Find().SetSort(bson.D{{Key: events.FieldCreatedAt, Value: 1}, {Key: events.FieldID, Value: 1}})
 	pageLimit := 0 // FerretDB: one find, read as far as needed
 	if r.s.splitClaim {
-		pageLimit = min(r.limit.Events<<r.pages, maxHeadRead)
+		pageLimit = min((r.limit.Events+r.aheadMax)<<r.pages, maxHeadRead)
 		opts.SetLimit(int64(pageLimit)).SetHint(laneIndex)
 	}
-	opts.SetBatchSize(r.s.capBatch(oneBatch(r.limit.Events)))
+	opts.SetBatchSize(r.s.capBatch(oneBatch(r.limit.Events + r.aheadMax)))
 	r.pages++
 	var cursors []*cursorHead
 	defer func() {
@@ -123,10 +136,11 @@ func (r *headReader) page(ctx context.Context) (next bool, err error) {
 	for {
 		first := firstOf(cursors)
 		if first == nil {
+			r.h.ended = true
 			return false, nil // every find ended before its limit
 		}
 		if r.after == nil || events.CompareOrder(first.doc, r.after) > 0 {
-			if full := r.take(first.doc); full {
+			if done := r.next(first.doc); done {
 				return false, nil
 			}
 		}
@@ -136,14 +150,26 @@ func (r *headReader) page(ctx context.Context) (next bool, err error) {
 		if pageLimit > 0 && first.doc == nil && first.read >= first.limit {
 			// A find that ended at its limit may have more after it, and
 			// the others' next documents may sort after that: the page
-			// ends here, and the next one reads on.
-			return r.read < maxHeadRead, nil
+			// ends here, and unless the batch is full the next reads on.
+			return !r.full && r.read < maxHeadRead, nil
 		}
-		if r.read >= maxHeadRead {
+		if !r.full && r.read >= maxHeadRead {
 			r.h.more = true
 			return false, nil
 		}
 	}
+}
+
+// next takes doc into the batch or, once the batch is full, into the
+// read-ahead, and reports whether the read is done.
+func (r *headReader) next(doc bson.Raw) (done bool) {
+	if r.full {
+		r.after = doc
+		r.h.ahead = append(r.h.ahead, doc)
+		return len(r.h.ahead) >= r.aheadMax
+	}
+	r.full = r.take(doc)
+	return r.full && r.aheadMax == 0
 }
 
 // take classifies one document of the head, keeps it where it may be

@@ -311,6 +311,7 @@ func (s *Store) stampPartitions(ctx context.Context, byPartition map[int][]any) 
 // holds any more (parkedKeys.released), in the partitions owned, and
 // returns how many it moved.
 func (s *Store) unpark(ctx context.Context, owned []bool, keys []string) (int, error) {
+	s.ahead.drop() // what it unparks may sort before a read-ahead's
 	moved := 0
 	for chunk := range slices.Chunk(keys, unparkChunk) {
 		var or bson.A

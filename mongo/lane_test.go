@@ -13,6 +13,7 @@ import (
 
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/mongo"
+	"github.com/outboxrelay/outbox/mongo/mongotest"
 )
 
 // quarter is the partitions one of four replicas owns.
@@ -249,6 +250,102 @@ func TestUnorderedClaimParksPausedTypes(t *testing.T) {
 		slices.Sort(got)
 		if diff := cmp.Diff([]string{"a2", "c1", "u1"}, got); diff != "" {
 			t.Errorf("after the resume (-want +got):\n%s", diff)
+		}
+	})
+}
+
+// headFinds counts the finds of NEW events in claim order (the lane's
+// read) among what rec took.
+func headFinds(rec *mongotest.Recorder, coll string) int {
+	n := 0
+	for _, sent := range rec.Take() {
+		if sent.Name != "find" {
+			continue
+		}
+		name, _ := sent.Command.Lookup("find").StringValueOK()
+		if _, err := sent.Command.LookupErr("sort"); err == nil && name == coll {
+			n++
+		}
+	}
+	return n
+}
+
+// TestReadAheadFeedsTheNextClaims: while a backlog drains, one read of the
+// lane feeds the next claims, which read only the holds; a release drops
+// it.
+func TestReadAheadFeedsTheNextClaims(t *testing.T) {
+	t.Parallel()
+	s, rec := mongotest.RecordingStore(t)
+	var docs []bson.D
+	for i := range 30 {
+		docs = append(docs, laneEvent(fmt.Sprintf("e%02d", i), "order.created", fmt.Sprint("a", i%7), i))
+	}
+	insert(t, s.Collection(), docs...)
+	limit := events.ClaimLimit{Events: 5, Ordered: true, FailedHolds: true}
+	var got []string
+	for i := range 3 {
+		got = append(got, claimLane(t, s, fmt.Sprint("t", i), limit)...)
+		limit.Draining = true
+	}
+	if n := headFinds(rec, s.Collection().Name()); n != 1 {
+		t.Errorf("three claims of a drain read the lane %d times, want 1", n)
+	}
+	if diff := cmp.Diff(ids15(), got); diff != "" {
+		t.Errorf("claimed (-want +got):\n%s", diff)
+	}
+	res, err := s.Claim(t.Context(), events.Lease{WorkerID: "w", Token: "r", At: base}, limit)
+	if err != nil || len(res.Claimed) != 5 {
+		t.Fatalf("Claim = %d events, %v", len(res.Claimed), err)
+	}
+	if _, err := s.Release(t.Context(), events.Lease{WorkerID: "w", Token: "r"}, events.Release{IDs: mongoIDs(res.Claimed), Status: events.StatusNew, Refund: true}); err != nil {
+		t.Fatal(err)
+	}
+	rec.Take()
+	if diff := cmp.Diff(ids(res.Claimed), claimLane(t, s, "after", limit)); diff != "" {
+		t.Errorf("after a release the claim took (-want +got):\n%s", diff)
+	}
+	if n := headFinds(rec, s.Collection().Name()); n != 1 {
+		t.Errorf("the claim after a release read the lane %d times, want 1 (the read-ahead dropped)", n)
+	}
+}
+
+func ids15() []string {
+	var out []string
+	for i := range 15 {
+		out = append(out, fmt.Sprintf("e%02d", i))
+	}
+	return out
+}
+
+// TestReadAheadKeepsWhatWasHeld: an event held when the lane was read (an
+// earlier event of its aggregate PROCESSING) is not claimed from the
+// read-ahead after its hold went without the read-ahead seeing the event
+// that held it (recovery put it back to NEW): it waits for a read that
+// sees both, and goes after it.
+func TestReadAheadKeepsWhatWasHeld(t *testing.T) {
+	t.Parallel()
+	eachClaimStrategy(t, func(t *testing.T, s *mongo.Store, coll *driver.Collection) {
+		var docs []bson.D
+		for i := range 10 {
+			docs = append(docs, laneEvent(fmt.Sprintf("e%02d", i), "order.created", fmt.Sprint("free", i), i))
+		}
+		first := laneEvent("k1", "order.created", "k", 20)
+		first[3].Value = events.StatusProcessing
+		docs = append(docs, first, laneEvent("k2", "order.created", "k", 21))
+		insert(t, coll, docs...)
+		limit := events.ClaimLimit{Events: 5, Ordered: true, FailedHolds: true}
+		got := claimLane(t, s, "t1", limit)
+		if _, err := coll.UpdateOne(t.Context(), bson.D{{Key: events.FieldID, Value: "k1"}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: events.FieldStatus, Value: events.StatusNew}}}}); err != nil {
+			t.Fatal(err)
+		}
+		limit.Draining = true
+		for i := range 4 {
+			got = append(got, claimLane(t, s, fmt.Sprint("t", i+2), limit)...)
+		}
+		want := []string{"e00", "e01", "e02", "e03", "e04", "e05", "e06", "e07", "e08", "e09", "k1", "k2"}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("claimed in turn (-want +got):\n%s", diff)
 		}
 	})
 }

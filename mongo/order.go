@@ -94,9 +94,15 @@ func (s *Store) findUnordered(ctx context.Context, now time.Time, limit events.C
 // or stamp. Those writes only spare later reads: their failure is logged,
 // and the claim goes on with what it read.
 func (s *Store) readLane(ctx context.Context, now time.Time, limit events.ClaimLimit, q headQuery) ([]bson.Raw, bool, error) {
-	h, err := s.readHead(ctx, now, limit, q)
-	if err != nil {
-		return nil, false, err
+	h, ok := s.fromAhead(now, limit, q)
+	if !ok {
+		readAt := time.Now()
+		var err error
+		if h, err = s.readHead(ctx, now, limit, q); err != nil {
+			s.ahead.drop()
+			return nil, false, err
+		}
+		s.ahead.put(aheadPage{docs: h.ahead, held: q.held, readAt: readAt, ended: h.ended}, limit)
 	}
 	if err := h.parking.write(ctx, s); err != nil && ctx.Err() == nil {
 		s.logger.Warn("could not park or stamp events the claim read; the next claim reads them again", "error", err)

@@ -29,6 +29,7 @@ func (s *Store) fail(ctx context.Context, lease events.Lease, refused []refusal)
 	if len(refused) == 0 {
 		return nil
 	}
+	s.ahead.drop() // a refused event left NEW sorts before a read-ahead's
 	out := make([]events.Rejected, 0, len(refused))
 	groups := map[string][]any{}
 	var order []string

@@ -43,6 +43,8 @@ func (s *Store) MarkPublished(ctx context.Context, lease events.Lease, ids []any
 // them was published, so they need not wait for recovery nor lose an
 // attempt.
 func (s *Store) Abandon(ctx context.Context, lease events.Lease) (int, error) {
+	// Events back in NEW may sort before a read-ahead's (ahead.go).
+	s.ahead.drop()
 	filter := bson.D{
 		{Key: events.FieldStatus, Value: events.StatusProcessing},
 		{Key: events.FieldClaimToken, Value: lease.Token},
@@ -73,6 +75,8 @@ func (s *Store) Release(ctx context.Context, lease events.Lease, r events.Releas
 	if len(r.IDs) == 0 {
 		return 0, nil
 	}
+	// Events back in NEW may sort before a read-ahead's (ahead.go).
+	s.ahead.drop()
 	set := bson.D{
 		{Key: events.FieldStatus, Value: r.Status},
 		{Key: events.FieldLastError, Value: truncateError(r.LastError)},

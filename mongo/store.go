@@ -100,6 +100,9 @@ type Store struct {
 	// parked is what the claims know of the parked events of the
 	// partitions they own (lane.go).
 	parked parkedKeys
+	// ahead is what the last read of the lane kept past its batch, for
+	// the next claims of a drain (ahead.go).
+	ahead readAhead
 }
 
 // New returns a Store on client. It does no I/O: call Prepare before use.

@@ -1,0 +1,110 @@
+package mongo
+
+import (
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/outboxrelay/outbox/events"
+)
+
+// A claim's read of the lane goes on past a full batch, up to aheadBatches
+// more, and keeps those documents for the next claims of a drain: one
+// sorted read feeds several claims. On FerretDB, which decodes and sorts
+// the whole lane for any find on it, that read is most of a claim's cost.
+//
+// Each claim still reads the holds afresh (PROCESSING, FAILED, backing off
+// on MongoDB, the paused types and the parked keys) and classifies what it
+// takes from the read-ahead against them and against the keys held when
+// it was read, and its write is guarded by status NEW: an event claimed,
+// parked or held since the read is not claimed, and an event whose hold
+// went since (a stale claim recovered, a FAILED event requeued) waits for
+// a read that sees what held it. What could sort before the kept
+// documents and turn claimable since without having held its key (an
+// event put back by this store: a release, an abandon, a refusal; an
+// unpark) drops the read-ahead.
+const (
+	aheadBatches = 8
+	// aheadMaxAge bounds how long a read-ahead serves: events written
+	// since wait at most this long for a read that sees them.
+	aheadMaxAge = 30 * time.Second
+)
+
+// aheadPage is the documents a claim's read kept past its batch, in claim
+// order, with the keys held when they were read.
+type aheadPage struct {
+	docs   []bson.Raw
+	held   map[string]bool
+	readAt time.Time
+	// ended says the read reached the end of the lane: a claim that
+	// takes all of docs has seen the whole lane as it was.
+	ended bool
+}
+
+// readAhead is the read-ahead of a store's claims, and for which claims
+// it serves.
+type readAhead struct {
+	mu      sync.Mutex
+	page    aheadPage
+	ordered bool
+	owned   []bool
+	tenures []int64
+}
+
+// put keeps page, read for claims of limit.
+func (a *readAhead) put(page aheadPage, limit events.ClaimLimit) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.page, a.ordered = page, limit.Ordered
+	a.owned, a.tenures = slices.Clone(limit.Owned), slices.Clone(limit.Tenures)
+}
+
+// take hands out the read-ahead for a claim of limit at now, and forgets
+// it: the claim puts back what it leaves (put), with the time it was read
+// at, so that it ages from its read. ok is false when there is none for
+// such a claim.
+func (a *readAhead) take(limit events.ClaimLimit, now time.Time) (page aheadPage, ok bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	page, a.page = a.page, aheadPage{}
+	ok = len(page.docs) > 0 && limit.Draining && a.ordered == limit.Ordered &&
+		slices.Equal(a.owned, limit.Owned) && slices.Equal(a.tenures, limit.Tenures) &&
+		now.Sub(page.readAt) < aheadMaxAge
+	return page, ok
+}
+
+// drop forgets the read-ahead.
+func (a *readAhead) drop() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.page = aheadPage{}
+}
+
+// fromAhead serves a claim from the read-ahead, classified against q: ok
+// is false when there is no read-ahead for it, or it could not fill the
+// batch and the lane goes on past it (the claim then reads the lane).
+func (s *Store) fromAhead(now time.Time, limit events.ClaimLimit, q headQuery) (h head, ok bool) {
+	page, fits := s.ahead.take(limit, time.Now())
+	if !fits {
+		return head{}, false
+	}
+	if q.held != nil {
+		// The keys held when the page was read stay held, and those its
+		// documents hold as this claim goes through them (events backing
+		// off, paused) are kept for the next.
+		maps.Copy(q.held, page.held)
+		page.held = q.held
+	}
+	r := headReader{s: s, now: now, limit: limit, q: q, h: &h}
+	for i, doc := range page.docs {
+		if r.take(doc) {
+			page.docs = page.docs[i+1:]
+			s.ahead.put(page, limit)
+			return h, true
+		}
+	}
+	return h, page.ended
+}
