@@ -83,7 +83,7 @@ down: ## Stop the docker-compose stack and delete its volumes
 	docker compose down -v
 
 # BASELINE=<git rev> (a commit, branch or tag) also runs the
-# slow-database stages, held-aggregates and large-docs with the worker built from that
+# slow-database stages, held-aggregates, large-docs and the starvation stages with the worker built from that
 # rev, for before/after figures from the same run: `make bench
 # BASELINE=main`. The rev is exported with git
 # archive into a temporary folder and built there; the work tree is not
@@ -130,3 +130,8 @@ baseline-worker: ## Build bin/worker-baseline from BASELINE=<git rev>
 # ---------------------------------------------------------------------------
 # Reserved for other owners; add each target with a `## ` help comment:
 # ---------------------------------------------------------------------------
+
+.PHONY: bench-starvation
+bench-starvation: $(if $(BASELINE),baseline-worker) ## Only the opt-in starvation stages (4 replicas behind 50,000 paused events, then behind 5,000 held aggregates; many minutes on FerretDB); writes results/starvation/
+	$(GO) build -o $(BIN)/worker ./cmd/worker
+	$(GO) run ./cmd/bench -worker $(BIN)/worker -out results/starvation -only paused-head,held-head $(BASELINE_FLAG) $(BENCH_FLAGS)

@@ -205,9 +205,9 @@ func insertHeldBacklog(ctx context.Context, coll *driver.Collection, held bool) 
 	base := time.Now().UTC().Add(-time.Hour).Truncate(time.Millisecond)
 	_, err := insertEvents(ctx, coll, heldDocs+heldHealthy, 0, func(i int, _ time.Time) (bson.D, error) {
 		if i < heldDocs {
-			return heldDoc(i, base)
+			return heldDocOf(i, heldWaiting, base)
 		}
-		return healthyDoc(i-heldDocs, base)
+		return healthyDocOf(i-heldDocs, heldHealthyPerAgg, base)
 	})
 	return heldDocs, err
 }
@@ -227,12 +227,12 @@ func heldUnchanged(ctx context.Context, coll *driver.Collection) (int, error) {
 	return total, nil
 }
 
-// heldDoc is document i of the held aggregates, three to an aggregate:
-// the FAILED event that holds it (what a worker leaves after the last
-// attempt), then the NEW events waiting behind it, one millisecond apart,
-// all older than every healthy event.
-func heldDoc(i int, base time.Time) (bson.D, error) {
-	agg, pos := i/(1+heldWaiting), i%(1+heldWaiting)
+// heldDocOf is document i of the held aggregates, 1+waiting to an
+// aggregate: the FAILED event that holds it (what a worker leaves after
+// the last attempt), then the NEW events waiting behind it, one
+// millisecond apart, all older than every healthy event.
+func heldDocOf(i, waiting int, base time.Time) (bson.D, error) {
+	agg, pos := i/(1+waiting), i%(1+waiting)
 	id := fmt.Sprintf("%s%04d-%d", heldIDPrefix, agg, pos)
 	doc, err := events.Draft{
 		ID: id, Type: "order.updated", AggregateType: heldAggregateType, AggregateID: fmt.Sprintf("%s%04d", heldIDPrefix, agg),
@@ -253,12 +253,12 @@ func heldDoc(i int, base time.Time) (bson.D, error) {
 	), nil
 }
 
-// healthyDoc is healthy event i: heldHealthyPerAgg to an aggregate,
-// createdAt a second after the held events and one millisecond apart.
-func healthyDoc(i int, base time.Time) (bson.D, error) {
+// healthyDocOf is healthy event i: perAgg to an aggregate, createdAt a
+// second after base and one millisecond apart.
+func healthyDocOf(i, perAgg int, base time.Time) (bson.D, error) {
 	id := fmt.Sprintf("%s%05d", healthyIDPrefix, i)
 	return events.Draft{
-		ID: id, Type: "order.created", AggregateType: "order", AggregateID: fmt.Sprintf("order-ok-%04d", i/heldHealthyPerAgg),
+		ID: id, Type: "order.created", AggregateType: "order", AggregateID: fmt.Sprintf("order-ok-%04d", i/perAgg),
 		Payload: bson.D{{Key: "orderId", Value: id}, {Key: "note", Value: benchorder.Note}},
 	}.Document(base.Add(time.Second + time.Duration(i)*time.Millisecond))
 }

@@ -67,6 +67,12 @@ type config struct {
 	RetentionEvents int
 	// LatencyBacklog is the backlog of the slow-database latency stages.
 	LatencyBacklog int
+	// PausedHead, HeldHead and StarveHealthy size the starvation stages;
+	// StarveTimeout bounds their healthy phase.
+	PausedHead    int
+	HeldHead      int
+	StarveHealthy int
+	StarveTimeout time.Duration
 	// Baseline is a second worker binary (an earlier build) that the slow
 	// stages run too, for before/after figures from the same run.
 	Baseline string
@@ -100,7 +106,7 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	fs.StringVar(&c.OutDir, "out", "results", "folder for bench.json, bench.txt, bench.png and raw/")
 	fs.IntVar(&c.Backlog, "backlog", 0, "events in the backlog of the raw database loop and of each replica run; 0 means 20,000 on MongoDB and 10,000 on FerretDB (see docs/performance.md)")
 	fs.IntVar(&c.BatchSize, "batch-size", 500, "events per claim, for the worker and the raw loop")
-	replicas := fs.String("replicas", "1,2,4", "replica counts of the drain runs")
+	replicas := fs.String("replicas", "1,2,3,4", "replica counts of the drain runs (3 against 1 is the scaling target)")
 	fs.StringVar(&c.DrainSched, "drain-schedule", "@every 100ms", "OUTBOX_CLAIM_SCHEDULE of the drain runs")
 	fs.IntVar(&c.BrokerMsgs, "broker-messages", 50000, "messages of the raw broker run")
 	fs.IntVar(&c.PublishMsgs, "publish-messages", 50000, "messages of the publish stage (batches of -batch-size)")
@@ -117,7 +123,11 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	fs.StringVar(&c.Replot, "replot", "", "read this bench.json and only rewrite the table and chart next to it (no measurements)")
 	fs.StringVar(&c.Doc, "doc", "", "also rewrite the generated table in this document (make bench: docs/performance.md)")
 	fs.IntVar(&c.LatencyBacklog, "db-latency-backlog", 3000, "events of each slow-database latency stage (db-latency-100ms, db-latency-600ms)")
-	fs.StringVar(&c.Baseline, "baseline", "", "a second worker binary, e.g. the starting commit's build, that the slow-database stages (db-latency-*, backlog-*), held-aggregates and large-docs also run, reported beside -worker's (make bench BASELINE=<git rev>)")
+	fs.IntVar(&c.PausedHead, "paused-head", 50000, "NEW events of a paused type at the head in the paused-head stage")
+	fs.IntVar(&c.HeldHead, "held-head", 5000, "aggregates held by a FAILED event, each with 5 NEW events waiting, at the head in the held-head stage")
+	fs.IntVar(&c.StarveHealthy, "starve-healthy", 400, "healthy events behind the head in the starvation stages, one to an aggregate")
+	fs.DurationVar(&c.StarveTimeout, "starve-timeout", 3*time.Minute, "time the starvation stages' replicas have to publish the healthy events")
+	fs.StringVar(&c.Baseline, "baseline", "", "a second worker binary, e.g. the starting commit's build, that the slow-database stages (db-latency-*, backlog-*), held-aggregates, large-docs and the starvation stages (paused-head, held-head) also run, reported beside -worker's (make bench BASELINE=<git rev>)")
 	workerEnv := fs.String("worker-env", "", "extra environment of the worker processes, comma-separated KEY=VALUE (e.g. GOMAXPROCS=1)")
 	only := fs.String("only", "", "comma-separated stages to run ("+strings.Join(stageKeys(stages()), ", ")+"); empty runs all but the opt-in "+strings.Join(optInKeys(stages()), " and "))
 	if err := fs.Parse(args); err != nil {
@@ -156,6 +166,9 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 		return config{}, fmt.Errorf("-hot-events %d: want at least 1", c.HotEvents)
 	case c.LatencyBacklog < 1:
 		return config{}, fmt.Errorf("-db-latency-backlog %d: want at least 1", c.LatencyBacklog)
+	case c.PausedHead < 1 || c.HeldHead < 1 || c.StarveHealthy < starveReplicas || c.StarveHealthy > 99999 || c.StarveTimeout <= 0:
+		return config{}, fmt.Errorf("-paused-head %d, -held-head %d, -starve-healthy %d, -starve-timeout %s: want heads of at least 1, %d to 99,999 healthy events and a positive timeout",
+			c.PausedHead, c.HeldHead, c.StarveHealthy, c.StarveTimeout, starveReplicas)
 	case c.RetentionEvents < 1:
 		return config{}, fmt.Errorf("-retention-events %d: want at least 1", c.RetentionEvents)
 	case c.ClaimNew < c.BatchSize || c.ClaimRuns < 1:

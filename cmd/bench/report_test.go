@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // The table of docs/performance.md is the one results/bench.json gives:
@@ -144,6 +145,23 @@ func TestStageTargets(t *testing.T) {
 		{"the 50,000-event backlog not all delivered", func(r *Results) {
 			slowFig.set(r, []SlowRun{fiftyK(0.9, false)})
 		}, []want{{targetSlowDelivered(fiftyK(0, true)), false}, {targetSlowRatio(fiftyK(0, true)), false}}},
+		{"the 50,000-event backlog at 0.89x a sorted loop whose run asks 0.9x", func(r *Results) {
+			run := fiftyK(0.89, true)
+			run.RatioMin = 0.9
+			slowFig.set(r, []SlowRun{run})
+		}, []want{{targetSlowDelivered(fiftyK(0, true)), true}, {targetSlowRatio(fiftyK(0, true)), false}}},
+		{"3 replicas at 1.19x one, 4 at 0.9x", func(r *Results) {
+			drainsFig.set(r, []Drain{{Replicas: 1, PerSecond: 100}, {Replicas: 3, PerSecond: 119}, {Replicas: 4, PerSecond: 90}})
+		}, []want{{targetScaleRate(3), false}, {targetScaleRate(4), true}}},
+		{"a starved paused head, a held head that flowed", func(r *Results) {
+			starveFig.set(r, []Starvation{
+				{Key: "paused-head", Healthy: 400, Runs: []StarveRun{{WorkerBuild: WorkerBuild{Build: buildCurrent}, Healthy: 20}}},
+				{Key: "held-head", Healthy: 400, Runs: []StarveRun{{WorkerBuild: WorkerBuild{Build: buildCurrent}, Healthy: 400, AllHealthy: true, HeadChanged: 1}}},
+			})
+		}, []want{
+			{"starvation, paused-head: every healthy event delivered", false}, {"starvation, paused-head: no head event delivered", true},
+			{"starvation, held-head: every healthy event delivered", true}, {"starvation, held-head: no head event delivered", false},
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -205,5 +223,28 @@ func TestBacklog50kRows(t *testing.T) {
 	if !strings.HasPrefix(rows[1].result, "72 events/s (50,000 of 50,000 in 694.4 s, first after 12.0 s), 0.72x the raw loop") ||
 		rows[1].target != ">= 0.7x" || rows[1].status != "met" {
 		t.Errorf("worker row: %+v", rows[1])
+	}
+}
+
+// The sorted raw loop reads through the index whose keys are exactly
+// {status: 1, createdAt: 1}, whatever their numeric type.
+func TestSameKeys(t *testing.T) {
+	t.Parallel()
+	want := bson.D{{Key: "status", Value: int32(1)}, {Key: "createdAt", Value: int32(1)}}
+	for keys, same := range map[string]bool{
+		`{"status": 1, "createdAt": 1}`:                      true,
+		`{"status": {"$numberLong": "1"}, "createdAt": 1.0}`: true,
+		`{"status": 1, "createdAt": -1}`:                     false,
+		`{"createdAt": 1, "status": 1}`:                      false,
+		`{"status": 1, "retryAt": 1, "createdAt": 1}`:        false,
+		`{"status": 1}`:                                      false,
+	} {
+		var d bson.D
+		if err := bson.UnmarshalExtJSON([]byte(keys), false, &d); err != nil {
+			t.Fatal(err)
+		}
+		if got := sameKeys(d, want); got != same {
+			t.Errorf("sameKeys(%s) = %v, want %v", keys, got, same)
+		}
 	}
 }

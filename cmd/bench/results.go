@@ -188,8 +188,15 @@ type SlowRun struct {
 	Backlog   int      `json:"backlog"`
 	WorkerEnv []string `json:"workerEnv,omitempty"`
 	// Raw is the raw find/claim/mark loop at the worker's default batch
-	// size, through the same path.
-	Raw Rate `json:"rawLoop"`
+	// size, through the same path, reading the oldest NEW events through
+	// the {status, createdAt} index; RawUnsorted the same loop reading
+	// any NEW events (nil in runs from before it was measured).
+	Raw         Rate  `json:"rawLoop"`
+	RawUnsorted *Rate `json:"rawLoopUnsorted,omitempty"`
+	// RatioMin is the least ratio of the worker's rate to Raw's that the
+	// target accepted; 0 in runs from before it was recorded
+	// (slowRatioMin).
+	RatioMin float64 `json:"ratioMin,omitempty"`
 	// Workers are this build's worker, then the -baseline one if any.
 	Workers []SlowWorker `json:"workers"`
 }
@@ -207,8 +214,10 @@ type SlowWorker struct {
 	Seconds      float64 `json:"seconds"`
 	FirstSeconds float64 `json:"firstSeconds"`
 	PerSecond    float64 `json:"perSecond"`
-	// Ratio is PerSecond over the raw loop's.
-	Ratio float64 `json:"ratioToRawLoop"`
+	// Ratio is PerSecond over the sorted raw loop's; RatioUnsorted over
+	// the unsorted one's.
+	Ratio         float64 `json:"ratioToRawLoop"`
+	RatioUnsorted float64 `json:"ratioToUnsortedRawLoop,omitempty"`
 	WorkerCost
 }
 

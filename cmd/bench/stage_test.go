@@ -135,11 +135,11 @@ func TestStagesSelection(t *testing.T) {
 	keys := stageKeys(all)
 	want := []string{"raw-broker", "publish", "raw-db", "drain", "drain-unordered", "hot-aggregate", "latency", "claim",
 		"retention", "claim-backoff", "held-aggregates", "large-docs", "inbox", "console", "tracing",
-		"db-latency-100ms", "db-latency-600ms", "backlog-20k", "backlog-50k"}
+		"db-latency-100ms", "db-latency-600ms", "backlog-20k", "backlog-50k", "paused-head", "held-head"}
 	if diff := cmp.Diff(want, keys); diff != "" {
 		t.Errorf("stage keys (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{"backlog-20k", "backlog-50k"}, optInKeys(all)); diff != "" {
+	if diff := cmp.Diff([]string{"backlog-20k", "backlog-50k", "paused-head", "held-head"}, optInKeys(all)); diff != "" {
 		t.Errorf("opt-in stages (-want +got):\n%s", diff)
 	}
 	only, err := parseOnly("backlog-50k", all)
@@ -163,13 +163,15 @@ func TestStagesSelection(t *testing.T) {
 			ran = append(ran, s.key)
 		}
 	}
-	if slices.Contains(ran, "backlog-20k") || slices.Contains(ran, "backlog-50k") || !slices.Contains(ran, "db-latency-600ms") {
-		t.Errorf("the default run selects %v: want every stage but the large backlogs", ran)
+	if slices.Contains(ran, "backlog-20k") || slices.Contains(ran, "backlog-50k") || slices.Contains(ran, "paused-head") ||
+		slices.Contains(ran, "held-head") || !slices.Contains(ran, "db-latency-600ms") {
+		t.Errorf("the default run selects %v: want every stage but the large backlogs and the starvation stages", ran)
 	}
 }
 
 // Every figure of bench.json has one owner, but the slow-database stages
-// share theirs; none is named like a field of Results.
+// share theirs, and so do the starvation stages; none is named like a
+// field of Results.
 func TestStagesOwnDistinctFigures(t *testing.T) {
 	t.Parallel()
 	owners := map[string][]string{}
@@ -179,7 +181,7 @@ func TestStagesOwnDistinctFigures(t *testing.T) {
 		}
 	}
 	for k, o := range owners {
-		if len(o) > 1 && k != slowFig.key {
+		if len(o) > 1 && k != slowFig.key && k != starveFig.key {
 			t.Errorf("figure %q owned by stages %q", k, o)
 		}
 	}

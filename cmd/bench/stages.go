@@ -32,5 +32,12 @@ func stages() []stage {
 		// half an hour: make bench-slow runs them.
 		slowDBStage("backlog-20k", true),
 		slowDBStage("backlog-50k", true),
+		// Four replicas behind a head they may not take: opt-in, minutes
+		// per build on FerretDB at the sizes (make
+		// bench-starvation).
+		starvationStage("paused-head"),
+		starvationStage("held-head"),
+		// What PostgreSQL read under FerretDB for the runs above.
+		tableReadsStage,
 	}
 }

@@ -104,35 +104,60 @@ func (w *workerProc) waitReady(ctx context.Context, timeout time.Duration) error
 }
 
 // metricLine matches a sample of a counter the harness reads.
-var metricLine = regexp.MustCompile(`^(outbox_db_commands_total|outbox_events_published_total)(?:\{command="([^"]*)"\})? ([0-9.e+]+)$`)
+var metricLine = regexp.MustCompile(`^(outbox_db_commands_total|outbox_events_published_total|outbox_claim_runs_total)(?:\{(?:command|result)="([^"]*)"\})? ([0-9.e+]+)$`)
+
+// workerMetrics are the counters the harness reads from a worker.
+type workerMetrics struct {
+	published float64
+	// commands are the database commands sent, by command; claimRuns
+	// the claim runs, by outcome (claimed, idle, ...). Each lists only
+	// what is above 0.
+	commands, claimRuns map[string]float64
+}
+
+// readClaims are the claim runs that read the outbox: those that claimed
+// and those that found nothing.
+func (m workerMetrics) readClaims() int {
+	return int(m.claimRuns["claimed"] + m.claimRuns["idle"])
+}
 
 // scrape reads the worker's published and database-command counters.
 func (w *workerProc) scrape(ctx context.Context) (published float64, commands map[string]float64, err error) {
+	m, err := w.metrics(ctx)
+	return m.published, m.commands, err
+}
+
+// metrics reads the worker's counters the harness uses.
+func (w *workerProc) metrics(ctx context.Context) (workerMetrics, error) {
 	pr, pw := io.Pipe()
 	go func() {
 		_, err := httpGet(ctx, "http://"+w.addr+"/metrics", pw)
 		pw.CloseWithError(err)
 	}()
-	commands = map[string]float64{}
+	m := workerMetrics{commands: map[string]float64{}, claimRuns: map[string]float64{}}
 	sc := bufio.NewScanner(pr)
 	for sc.Scan() {
-		m := metricLine.FindStringSubmatch(sc.Text())
-		if m == nil {
+		line := metricLine.FindStringSubmatch(sc.Text())
+		if line == nil {
 			continue
 		}
-		v, _ := strconv.ParseFloat(m[3], 64)
-		if m[1] == "outbox_events_published_total" {
-			published = v
-		} else if v > 0 {
-			// Every command is exported from the start at 0; the
-			// reports list the commands sent.
-			commands[m[2]] = v
+		v, _ := strconv.ParseFloat(line[3], 64)
+		switch {
+		case line[1] == "outbox_events_published_total":
+			m.published = v
+		case v == 0:
+			// Every command and outcome is exported from the start at
+			// 0; the reports list those that happened.
+		case line[1] == "outbox_claim_runs_total":
+			m.claimRuns[line[2]] = v
+		default:
+			m.commands[line[2]] = v
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return 0, nil, fmt.Errorf("scrape %s: %w", w.id, err)
+		return workerMetrics{}, fmt.Errorf("scrape %s: %w", w.id, err)
 	}
-	return published, commands, nil
+	return m, nil
 }
 
 // profile saves a CPU profile of d seconds from /debug/pprof/profile.
