@@ -235,7 +235,7 @@ func (r *headReader) park(doc bson.Raw, key string, keyed bool, reason string) i
 		r.q.held[key] = true
 	}
 	r.h.parking.addPark(reason, rawID(doc.Lookup(events.FieldID)))
-	r.s.parked.add(parkedKey(doc), typeOf(doc))
+	r.s.parked.add(parkedKeyOf(doc), typeOf(doc), reason)
 	return headParked
 }
 

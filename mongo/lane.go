@@ -38,21 +38,38 @@ const parkedReload = time.Minute
 const unparkChunk = 200
 
 // parkedKeys is what a store knows of the parked events of the partitions
-// it owns: for each ordering key, the types of its parked events (a key
-// with none is an event without one: unkeyedPrefix and its type).
+// it owns, by ordering key (a key with none is an event without one:
+// unkeyedPrefix and its type).
 type parkedKeys struct {
 	mu     sync.Mutex
-	keys   map[string]map[string]bool
+	keys   map[string]*parkedKey
 	loaded []bool // the partitions whose parked events were read
 	// loadedAt is when the last full read began (zero: never).
 	loadedAt time.Time
+}
+
+// parkedKey is what is parked of one key: the types of its events parked
+// because the type is paused, and whether any is parked behind a hold.
+type parkedKey struct {
+	paused map[string]bool
+	held   bool
+}
+
+// stillPaused reports whether a type k's events were parked for is paused.
+func (k *parkedKey) stillPaused(paused map[string]bool) bool {
+	for t := range k.paused {
+		if paused[t] {
+			return true
+		}
+	}
+	return false
 }
 
 // unkeyedPrefix makes the cache key of the parked events of a type that
 // have no ordering key: they hold nothing, and unpark by type.
 const unkeyedPrefix = "\x01unkeyed\x00"
 
-func parkedKey(doc bson.Raw) string {
+func parkedKeyOf(doc bson.Raw) string {
 	if key, ok := events.OrderingKey(doc); ok {
 		return key
 	}
@@ -75,43 +92,48 @@ func (c *parkedKeys) any() bool {
 	return len(c.keys) > 0
 }
 
-func (c *parkedKeys) add(key, typ string) {
+// add notes an event of key and type typ parked for reason.
+func (c *parkedKeys) add(key, typ, reason string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.keys == nil {
-		c.keys = map[string]map[string]bool{}
+		c.keys = map[string]*parkedKey{}
 	}
-	if c.keys[key] == nil {
-		c.keys[key] = map[string]bool{}
+	k := c.keys[key]
+	if k == nil {
+		k = &parkedKey{paused: map[string]bool{}}
+		c.keys[key] = k
 	}
-	c.keys[key][typ] = true
+	if reason == events.ParkedPaused {
+		k.paused[typ] = true
+	} else {
+		k.held = true
+	}
 }
 
-// released takes out of the cache, and returns, the keys that nothing
-// holds any more: no type of theirs is paused, and no FAILED event holds
-// them (failedHeld).
-func (c *parkedKeys) released(paused, failedHeld map[string]bool) []string {
+// released takes out of the cache the keys that nothing holds any more:
+// no type of theirs is paused, and no FAILED event holds them (failed).
+// It returns the types their paused events were parked for, which unpark
+// by type, and the keys with events parked behind a hold, which unpark by
+// key.
+func (c *parkedKeys) released(paused, failed map[string]bool) (types, held []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var out []string
-	for key, types := range c.keys {
-		if failedHeld[key] {
+	resumed := map[string]bool{}
+	for key, k := range c.keys {
+		if failed[key] || k.stillPaused(paused) {
 			continue
 		}
-		live := false
-		for t := range types {
-			if paused[t] {
-				live = true
-				break
-			}
+		delete(c.keys, key)
+		for t := range k.paused {
+			resumed[t] = true
 		}
-		if !live {
-			out = append(out, key)
-			delete(c.keys, key)
+		if k.held {
+			held = append(held, key)
 		}
 	}
-	slices.Sort(out)
-	return out
+	slices.Sort(held)
+	return slices.Sorted(maps.Keys(resumed)), held
 }
 
 // toLoad returns the owned partitions whose parked events are not known
@@ -181,7 +203,7 @@ func (s *Store) loadParked(ctx context.Context, owned []bool, now time.Time) (fu
 	}
 	proj := options.Find().SetProjection(bson.D{
 		{Key: events.FieldAggregateType, Value: 1}, {Key: events.FieldAggregateID, Value: 1},
-		{Key: events.FieldType, Value: 1},
+		{Key: events.FieldType, Value: 1}, {Key: events.FieldParkedFor, Value: 1},
 	}).SetBatchSize(heldBatch)
 	cur, err := s.coll.Find(ctx, filter, proj)
 	if err != nil {
@@ -194,7 +216,8 @@ func (s *Store) loadParked(ctx context.Context, owned []bool, now time.Time) (fu
 	}
 	for cur.Next(ctx) {
 		if p := events.Partition(cur.Current); want[p] {
-			s.parked.add(parkedKey(cur.Current), typeOf(cur.Current))
+			reason, _ := cur.Current.Lookup(events.FieldParkedFor).StringValueOK()
+			s.parked.add(parkedKeyOf(cur.Current), typeOf(cur.Current), reason)
 		}
 	}
 	if err := cur.Err(); err != nil {
@@ -237,21 +260,33 @@ type parking struct {
 	// stamp lists the events read without a stored partition, by the
 	// partition they hash to (MongoDB only: FerretDB's claims do not read
 	// by partition).
-	stamp map[int][]any
+	stamp   map[int][]any
+	stamped int
 }
+
+// parkMax bounds the events one claim parks for each reason, and stamps:
+// an $in of more ids costs FerretDB, which matches it in Go against every
+// NEW event, more than the reads it spares. The rest are read and left
+// out by the next claims, which park them in turn.
+const parkMax = 1000
 
 func (p *parking) addPark(reason string, id any) {
 	if p.park == nil {
 		p.park = map[string][]any{}
 	}
-	p.park[reason] = append(p.park[reason], id)
+	if len(p.park[reason]) < parkMax {
+		p.park[reason] = append(p.park[reason], id)
+	}
 }
 
 func (p *parking) addStamp(partition int, id any) {
 	if p.stamp == nil {
 		p.stamp = map[int][]any{}
 	}
-	p.stamp[partition] = append(p.stamp[partition], id)
+	if p.stamped < parkMax {
+		p.stamp[partition] = append(p.stamp[partition], id)
+		p.stamped++
+	}
 }
 
 // write stores the partitions, then parks: a parked event leaves the
@@ -307,31 +342,45 @@ func (s *Store) stampPartitions(ctx context.Context, byPartition map[int][]any) 
 	return nil
 }
 
-// unpark puts back in their lane the parked events of the keys nothing
-// holds any more (parkedKeys.released), in the partitions owned, and
-// returns how many it moved.
-func (s *Store) unpark(ctx context.Context, owned []bool, keys []string) (int, error) {
+// unpark puts back in their lane the parked events nothing holds any
+// more (parkedKeys.released): those parked for a resumed type, by type
+// (an equality FerretDB pushes down), and those parked behind a hold, by
+// key, in the partitions owned. It returns how many it moved. What it
+// unparks that is still held, a claim parks again.
+func (s *Store) unpark(ctx context.Context, owned []bool, types, held []string) (int, error) {
 	s.ahead.drop() // what it unparks may sort before a read-ahead's
 	moved := 0
-	for chunk := range slices.Chunk(keys, unparkChunk) {
-		var or bson.A
-		for _, key := range chunk {
-			or = append(or, keyFilter(key))
-		}
-		filter := bson.D{
+	write := func(what string, filter bson.D) error {
+		filter = append(bson.D{
 			{Key: events.FieldStatus, Value: events.StatusNew},
 			{Key: events.FieldParked, Value: true},
-			{Key: "$or", Value: or},
-		}
+		}, filter...)
 		if owned != nil && s.splitClaim {
-			// FerretDB's claims store no partition: its keys are enough.
+			// FerretDB's claims store no partition: the keys are enough.
 			filter = append(filter, bson.E{Key: events.FieldPartition, Value: bson.D{{Key: "$in", Value: lanePartitions(owned)}}})
 		}
 		res, err := s.coll.UpdateMany(ctx, filter, unparkUpdate)
 		if err != nil {
-			return moved, fmt.Errorf("unpark the events of %d aggregates: %w", len(chunk), err)
+			return fmt.Errorf("unpark %s: %w", what, err)
 		}
 		moved += int(res.ModifiedCount)
+		return nil
+	}
+	for _, typ := range types {
+		if err := write("the events of type "+typ, bson.D{
+			{Key: events.FieldParkedFor, Value: events.ParkedPaused}, {Key: events.FieldType, Value: typ},
+		}); err != nil {
+			return moved, err
+		}
+	}
+	for chunk := range slices.Chunk(held, unparkChunk) {
+		var or bson.A
+		for _, key := range chunk {
+			or = append(or, keyFilter(key))
+		}
+		if err := write(fmt.Sprintf("the events of %d aggregates", len(chunk)), bson.D{{Key: "$or", Value: or}}); err != nil {
+			return moved, err
+		}
 	}
 	return moved, nil
 }

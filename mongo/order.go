@@ -113,17 +113,17 @@ func (s *Store) readLane(ctx context.Context, now time.Time, limit events.ClaimL
 // unparkReleased unparks the events of the aggregates that nothing holds
 // any more: a type resumed, a FAILED event requeued or skipped.
 func (s *Store) unparkReleased(ctx context.Context, owned []bool, paused, failed map[string]bool) {
-	keys := s.parked.released(paused, failed)
-	if len(keys) == 0 {
+	types, held := s.parked.released(paused, failed)
+	if len(types) == 0 && len(held) == 0 {
 		return
 	}
-	n, err := s.unpark(ctx, owned, keys)
+	n, err := s.unpark(ctx, owned, types, held)
 	if err != nil {
 		// Forgotten by the cache, they come back with its next full read.
-		s.logger.Warn("could not unpark events; retried within a minute", "aggregates", len(keys), "error", err)
+		s.logger.Warn("could not unpark events; retried within a minute", "types", types, "aggregates", len(held), "error", err)
 		return
 	}
-	s.logger.Debug("unparked events", "aggregates", len(keys), "events", n)
+	s.logger.Debug("unparked events", "types", types, "aggregates", len(held), "events", n)
 }
 
 // noNew reports whether the owned partitions have no NEW event at all,
