@@ -45,21 +45,45 @@ type aheadPage struct {
 }
 
 // readAhead is the read-ahead of a store's claims, and for which claims
-// it serves.
+// it serves. A page kept by a read is pending until the claim's write
+// takes the whole batch read with it (confirm): a claim that writes fewer
+// (its fence trimmed the batch, or it wrote nothing) leaves events before
+// the page NEW, and the page is dropped.
 type readAhead struct {
 	mu      sync.Mutex
-	page    aheadPage
+	page    aheadPage // serves the next claim
+	pending aheadPage // kept by the last read, until its write
+	batch   int       // the documents the last read returned
 	ordered bool
 	owned   []bool
 	tenures []int64
 }
 
-// put keeps page, read for claims of limit.
+// put keeps page, read for claims of limit, pending its claim's write.
 func (a *readAhead) put(page aheadPage, limit events.ClaimLimit) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.page, a.ordered = page, limit.Ordered
+	a.page, a.pending, a.batch, a.ordered = aheadPage{}, page, -1, limit.Ordered
 	a.owned, a.tenures = slices.Clone(limit.Owned), slices.Clone(limit.Tenures)
+}
+
+// expect notes how many documents the read that kept the pending page
+// returned to its claim.
+func (a *readAhead) expect(n int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.batch = n
+}
+
+// confirm is told how many documents a claim's write was given: the
+// pending page serves the next claim only if that is the whole batch.
+func (a *readAhead) confirm(n int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if n == a.batch && n > 0 {
+		a.page = a.pending
+	}
+	a.pending, a.batch = aheadPage{}, -1
 }
 
 // take hands out the read-ahead for a claim of limit at now, and forgets
@@ -69,7 +93,7 @@ func (a *readAhead) put(page aheadPage, limit events.ClaimLimit) {
 func (a *readAhead) take(limit events.ClaimLimit, now time.Time) (page aheadPage, ok bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	page, a.page = a.page, aheadPage{}
+	page, a.page, a.pending = a.page, aheadPage{}, aheadPage{}
 	ok = len(page.docs) > 0 && limit.Draining && a.ordered == limit.Ordered &&
 		slices.Equal(a.owned, limit.Owned) && slices.Equal(a.tenures, limit.Tenures) &&
 		now.Sub(page.readAt) < aheadMaxAge
@@ -80,7 +104,7 @@ func (a *readAhead) take(limit events.ClaimLimit, now time.Time) (page aheadPage
 func (a *readAhead) drop() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.page = aheadPage{}
+	a.page, a.pending, a.batch = aheadPage{}, aheadPage{}, -1
 }
 
 // fromAhead serves a claim from the read-ahead, classified against q: ok

@@ -85,6 +85,8 @@ func (s *Store) ClaimRead(ctx context.Context, lease events.Lease, docs []bson.R
 }
 
 func (s *Store) claimRead(ctx context.Context, lease events.Lease, docs []bson.Raw, limit events.ClaimLimit) (events.ClaimResult, error) {
+	// The read-ahead serves only after a write of the whole batch read.
+	s.ahead.confirm(len(docs))
 	var res events.ClaimResult
 	if len(docs) == 0 {
 		return res, nil

@@ -349,3 +349,34 @@ func TestReadAheadKeepsWhatWasHeld(t *testing.T) {
 		}
 	})
 }
+
+// TestReadAheadOnlyAfterTheWholeBatch: a claim whose write takes fewer
+// events than its read returned (the claimer's fence trimmed the batch)
+// leaves the read-ahead unused, so the next claim starts from the events
+// left NEW, in order.
+func TestReadAheadOnlyAfterTheWholeBatch(t *testing.T) {
+	t.Parallel()
+	s, coll := setup(t)
+	var docs []bson.D
+	for i := range 20 {
+		docs = append(docs, laneEvent(fmt.Sprintf("e%02d", i), "order.created", "one", i))
+	}
+	insert(t, coll, docs...)
+	limit := events.ClaimLimit{Events: 5, Ordered: true, FailedHolds: true}
+	read, more, err := s.ReadClaimable(t.Context(), base, limit)
+	if err != nil || len(read) != 5 || !more {
+		t.Fatalf("ReadClaimable = %d docs, %t, %v", len(read), more, err)
+	}
+	l := events.Lease{WorkerID: "w", Token: "trimmed", At: base}
+	res, err := s.ClaimRead(t.Context(), l, read[:3], limit)
+	if err != nil || len(res.Claimed) != 3 {
+		t.Fatalf("ClaimRead of 3 = %d, %v", len(res.Claimed), err)
+	}
+	if _, err := s.MarkPublished(t.Context(), l, mongoIDs(res.Claimed), base); err != nil {
+		t.Fatal(err)
+	}
+	limit.Draining = true
+	if diff := cmp.Diff([]string{"e03", "e04", "e05", "e06", "e07"}, claimLane(t, s, "next", limit)); diff != "" {
+		t.Errorf("the claim after a trimmed one (-want +got):\n%s", diff)
+	}
+}

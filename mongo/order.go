@@ -57,7 +57,9 @@ func (s *Store) findClaimable(ctx context.Context, now time.Time, limit events.C
 	if err != nil {
 		return nil, false, err
 	}
-	return append(misfiled, docs...), more, nil
+	docs = append(misfiled, docs...)
+	s.ahead.expect(len(docs))
+	return docs, more, nil
 }
 
 // findOrdered is findClaimable with ordering.
