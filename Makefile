@@ -93,7 +93,7 @@ BASELINE_BIN  := $(BIN)/worker-baseline
 BASELINE_FLAG := $(if $(BASELINE),-baseline $(BASELINE_BIN))
 
 .PHONY: bench
-bench: $(if $(BASELINE),baseline-worker) ## Benchmark the worker on FerretDB + RabbitMQ (12 to 15 min; BASELINE=<rev> adds before/after); writes results/ (docs/performance.md)
+bench: $(if $(BASELINE),baseline-worker) ## Benchmark the worker on FerretDB + RabbitMQ (12 to 13 min, 16 to 17 with BASELINE=<rev>, which adds before/after); writes results/ (docs/performance.md)
 	$(GO) build -o $(BIN)/worker ./cmd/worker
 	$(GO) run ./cmd/bench -worker $(BIN)/worker -out results -doc docs/performance.md $(BASELINE_FLAG) $(BENCH_FLAGS)
 

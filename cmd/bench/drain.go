@@ -215,12 +215,12 @@ func (b *bench) startDrainWorkers(n int, idPrefix, collection, exchange, orderin
 // from its /metrics into d, and returns their claims that read the
 // outbox.
 func scrapeDrain(ctx context.Context, workers []*workerProc, d *Drain) (claims int, err error) {
-	for _, w := range workers {
-		m, err := w.metrics(ctx)
-		if err != nil {
-			return 0, err
-		}
-		d.Workers = append(d.Workers, WorkerStats{ID: w.id, Published: m.published, DBCommands: m.commands})
+	ms, err := settledMetrics(ctx, workers, d.Events)
+	if err != nil {
+		return 0, err
+	}
+	for i, m := range ms {
+		d.Workers = append(d.Workers, WorkerStats{ID: workers[i].id, Published: m.published, DBCommands: m.commands})
 		d.Published += m.published
 		for k, v := range m.commands {
 			d.DBCommands[k] += v
@@ -228,6 +228,37 @@ func scrapeDrain(ctx context.Context, workers []*workerProc, d *Drain) (claims i
 		claims += m.readClaims()
 	}
 	return claims, nil
+}
+
+// settledMetrics reads every worker's counters, again up to
+// settleMetrics, until their published counts add up to events (see
+// metricsAfter).
+func settledMetrics(ctx context.Context, workers []*workerProc, events int) ([]workerMetrics, error) {
+	deadline := time.Now().Add(settleMetrics)
+	for {
+		ms, err := scrapeAll(ctx, workers)
+		published := 0.0
+		for _, m := range ms {
+			published += m.published
+		}
+		if err != nil || published >= float64(events) || time.Now().After(deadline) {
+			return ms, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// scrapeAll reads every worker's counters.
+func scrapeAll(ctx context.Context, workers []*workerProc) ([]workerMetrics, error) {
+	ms := make([]workerMetrics, len(workers))
+	for i, w := range workers {
+		m, err := w.metrics(ctx)
+		if err != nil {
+			return nil, err
+		}
+		ms[i] = m
+	}
+	return ms, nil
 }
 
 // stopDrain stops every worker with SIGTERM and records its CPU and

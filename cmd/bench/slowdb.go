@@ -211,10 +211,11 @@ func (b *bench) slowRaw(ctx context.Context, client *driver.Client, s slowStage,
 		dropQuietly(coll)
 		return Rate{}, err
 	}
-	tr := readings.start(ctx, coll, s.key, read.String(), s.backlog)
 	if _, err := insertEvents(ctx, coll, s.backlog, 0, eventDoc); err != nil {
+		dropQuietly(coll)
 		return Rate{}, err
 	}
+	tr := readings.start(ctx, coll, s.key, read.String(), s.backlog)
 	through := client.Database(databaseName).Collection(coll.Name())
 	relayed, batches, elapsed, err := rawLoop(ctx, through, claim.BatchSizeDefault, read)
 	if err != nil {
@@ -282,7 +283,7 @@ func (b *bench) slowWorker(ctx context.Context, s slowStage, uri string, bin Wor
 	}
 
 	claims := 0
-	if m, err := w.metrics(ctx); err == nil {
+	if m, err := w.metricsAfter(ctx, float64(out.Events)); err == nil {
 		out.DBCommands, claims = m.commands, m.readClaims()
 	}
 	st, stopErr := w.stop(stopTimeout)

@@ -216,12 +216,13 @@ func (b *bench) starveHealthyPhase(ctx context.Context, key, collection, exchang
 		}
 		run.Error = err.Error()
 	}
+	arrived, _, _ := cons.Snapshot()
+	ms, err := settledMetrics(ctx, workers, arrived)
+	if err != nil {
+		return 0, err
+	}
 	claims := 0
-	for _, w := range workers {
-		m, err := w.metrics(ctx)
-		if err != nil {
-			return 0, err
-		}
+	for _, m := range ms {
 		run.Cycles = append(run.Cycles, m.readClaims())
 		claims += m.readClaims()
 	}

@@ -127,6 +127,24 @@ func (w *workerProc) scrape(ctx context.Context) (published float64, commands ma
 	return m.published, m.commands, err
 }
 
+// metricsAfter reads the worker's counters once it has counted at least
+// published events PUBLISHED, or after settleMetrics: a batch's events
+// reach the consumer before the worker has marked them and counted its
+// claim run, so counters read at the last arrival miss the last batch.
+func (w *workerProc) metricsAfter(ctx context.Context, published float64) (workerMetrics, error) {
+	deadline := time.Now().Add(settleMetrics)
+	for {
+		m, err := w.metrics(ctx)
+		if err != nil || m.published >= published || time.Now().After(deadline) {
+			return m, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// settleMetrics bounds metricsAfter's wait.
+const settleMetrics = 20 * time.Second
+
 // metrics reads the worker's counters the harness uses.
 func (w *workerProc) metrics(ctx context.Context) (workerMetrics, error) {
 	pr, pw := io.Pipe()

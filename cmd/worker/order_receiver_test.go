@@ -81,18 +81,6 @@ func (r *orderReceiver) arrived() []string {
 	return order
 }
 
-// arrivedOf returns those of ids that have arrived.
-func (r *orderReceiver) arrivedOf(ids []string) []string {
-	counts := r.Counts()
-	var out []string
-	for _, id := range ids {
-		if counts[id] > 0 {
-			out = append(out, id)
-		}
-	}
-	return out
-}
-
 // firstArrivals maps each message id to the position of its first
 // delivery among all deliveries.
 func (r *orderReceiver) firstArrivals() map[string]int { return r.FirstPositions() }

@@ -36,6 +36,18 @@ func (r *receiver) distinct() int {
 	return d
 }
 
+// arrivedOf returns those of ids that have arrived.
+func (r *receiver) arrivedOf(ids []string) []string {
+	counts := r.Counts()
+	var out []string
+	for _, id := range ids {
+		if counts[id] > 0 {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
 // waitDistinct waits until n distinct messages have arrived, until ctx's
 // deadline.
 func (r *receiver) waitDistinct(ctx context.Context, t *testing.T, n int) {
