@@ -59,8 +59,8 @@ const maxHeadRead = 1 << 16
 // events written without one), so that another replica's events are
 // never read, and each page costs what it returns. A page that ends at
 // its limit with the batch not full is followed by one twice as large.
-// On FerretDB, which sorts in Go whatever the filter, one find without a
-// limit is read until the batch is full: its cost is its sort, paid once.
+// On FerretDB, which sorts in Go whatever the filter, a page costs a sort
+// of the lane; the read-ahead (ahead.go) spreads it over several claims.
 func (s *Store) readHead(ctx context.Context, now time.Time, limit events.ClaimLimit, q headQuery) (h head, err error) {
 	defer func() { s.noteReplySizes(ctx, h.docs, err) }()
 	if limit.Owned != nil && ownedList(limit.Owned) == nil {
@@ -108,13 +108,18 @@ const (
 
 // page reads one page, and reports whether the next page may have more.
 func (r *headReader) page(ctx context.Context) (next bool, err error) {
-	opts := options.Find().SetSort(bson.D{{Key: events.FieldCreatedAt, Value: 1}, {Key: events.FieldID, Value: 1}})
-	pageLimit := 0 // FerretDB: one find, read as far as needed
+	// A page holds the batch and the read-ahead, and comes back in one
+	// reply, so that its cursor is closed by the server (no killCursors
+	// round trip). On FerretDB each page sorts the lane again, so the
+	// pages double: a head the claim reads past costs a few of them.
+	pageLimit := min((r.limit.Events+r.aheadMax)<<r.pages, maxHeadRead)
+	opts := options.Find().
+		SetSort(bson.D{{Key: events.FieldCreatedAt, Value: 1}, {Key: events.FieldID, Value: 1}}).
+		SetLimit(int64(pageLimit)).
+		SetBatchSize(r.s.capBatch(oneBatch(pageLimit)))
 	if r.s.splitClaim {
-		pageLimit = min((r.limit.Events+r.aheadMax)<<r.pages, maxHeadRead)
-		opts.SetLimit(int64(pageLimit)).SetHint(laneIndex)
+		opts.SetHint(laneIndex)
 	}
-	opts.SetBatchSize(r.s.capBatch(oneBatch(r.limit.Events + r.aheadMax)))
 	r.pages++
 	var cursors []*cursorHead
 	defer func() {
@@ -147,7 +152,7 @@ func (r *headReader) page(ctx context.Context) (next bool, err error) {
 		if err := first.next(ctx); err != nil {
 			return false, err
 		}
-		if pageLimit > 0 && first.doc == nil && first.read >= first.limit {
+		if first.doc == nil && first.read >= first.limit {
 			// A find that ended at its limit may have more after it, and
 			// the others' next documents may sort after that: the page
 			// ends here, and unless the batch is full the next reads on.
@@ -319,7 +324,7 @@ type cursorHead struct {
 	cur   *mongo.Cursor
 	doc   bson.Raw // nil once the cursor is exhausted
 	read  int      // documents it gave
-	limit int      // the find's limit, 0 for none
+	limit int      // the find's limit
 }
 
 func (h *cursorHead) next(ctx context.Context) error {
