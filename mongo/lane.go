@@ -85,13 +85,6 @@ func (c *parkedKeys) holds(key string) bool {
 	return ok && len(key) > 0 && key[0] != unkeyedPrefix[0]
 }
 
-// any reports whether any key has parked events.
-func (c *parkedKeys) any() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.keys) > 0
-}
-
 // add notes an event of key and type typ parked for reason.
 func (c *parkedKeys) add(key, typ, reason string) {
 	c.mu.Lock()
