@@ -48,9 +48,17 @@ var rawDBStage = stage{
 func (b *bench) rawDB(ctx context.Context) error {
 	readings := &tableReadings{b: b}
 	defer readings.drop()
-	for _, sorted := range []bool{true, false} {
-		name := map[bool]string{true: "raw_loop_sorted", false: "raw_loop_unsorted"}[sorted]
-		coll, _, err := b.preparedCollection(ctx, name)
+	loops := []struct {
+		sorted     bool
+		collection string
+		fig        figure[Rate]
+	}{
+		{true, "raw_loop_sorted", rawDBFig},
+		{false, "raw_loop_unsorted", rawDBUnsortedFig},
+	}
+	for _, loop := range loops {
+		sorted := loop.sorted
+		coll, _, err := b.preparedCollection(ctx, loop.collection)
 		if err != nil {
 			return err
 		}
@@ -79,7 +87,7 @@ func (b *bench) rawDB(ctx context.Context) error {
 		}
 		tr.end(relayed, batches)
 		rate := rateOf(relayed, elapsed)
-		map[bool]figure[Rate]{true: rawDBFig, false: rawDBUnsortedFig}[sorted].set(b.res, rate)
+		loop.fig.set(b.res, rate)
 		fmt.Fprintf(b.out, "   %s, find %d + claim + mark, %d batches: %d events in %.1fs: %.0f/s\n",
 			read, b.cfg.BatchSize, batches, relayed, elapsed.Seconds(), rate.PerSecond)
 	}

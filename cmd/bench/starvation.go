@@ -77,14 +77,14 @@ type StarveRun struct {
 // starveFig is the starvation stages' figures, one per stage.
 var starveFig = figure[[]Starvation]{"starvation"}
 
+// starvationStage is the opt-in starvation stage called key:
+// "paused-head" or "held-head".
 func starvationStage(key string) stage {
 	return stage{
 		key: key, optIn: true, figures: []anyFigure{starveFig},
-		steps: one(key, func(b *bench, ctx context.Context) error { return b.starvation(ctx, key) }),
-		rows:  func(r *Results, add addRow) { starveRows(r, key, add) },
-		targets: func(r *Results, add addTarget) {
-			starveTargets(r, key, add)
-		},
+		steps:   one(key, func(b *bench, ctx context.Context) error { return b.starvation(ctx, key) }),
+		rows:    func(r *Results, add addRow) { starveRows(r, key, add) },
+		targets: func(r *Results, add addTarget) { starveTargets(r, key, add) },
 	}
 }
 
