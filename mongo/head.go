@@ -108,15 +108,22 @@ const (
 
 // page reads one page, and reports whether the next page may have more.
 func (r *headReader) page(ctx context.Context) (next bool, err error) {
-	// A page holds the batch and the read-ahead, and comes back in one
-	// reply, so that its cursor is closed by the server (no killCursors
-	// round trip). On FerretDB each page sorts the lane again, so the
-	// pages double: a head the claim reads past costs a few of them.
+	// The first page holds the batch and the read-ahead, and comes back
+	// in one reply, so that its cursor is closed by the server (no
+	// killCursors round trip). On MongoDB the next pages double. On
+	// FerretDB, where each page sorts the whole lane again, the second
+	// has no limit and is read as far as needed: a head the claim reads
+	// past costs two sorts, not one per page.
 	pageLimit := min((r.limit.Events+r.aheadMax)<<r.pages, maxHeadRead)
+	if !r.s.splitClaim && r.pages > 0 {
+		pageLimit = 0
+	}
 	opts := options.Find().
 		SetSort(bson.D{{Key: events.FieldCreatedAt, Value: 1}, {Key: events.FieldID, Value: 1}}).
-		SetLimit(int64(pageLimit)).
-		SetBatchSize(r.s.capBatch(oneBatch(pageLimit)))
+		SetBatchSize(r.s.capBatch(oneBatch(r.limit.Events + r.aheadMax)))
+	if pageLimit > 0 {
+		opts.SetLimit(int64(pageLimit)).SetBatchSize(r.s.capBatch(oneBatch(pageLimit)))
+	}
 	if r.s.splitClaim {
 		opts.SetHint(laneIndex)
 	}
@@ -152,7 +159,7 @@ func (r *headReader) page(ctx context.Context) (next bool, err error) {
 		if err := first.next(ctx); err != nil {
 			return false, err
 		}
-		if first.doc == nil && first.read >= first.limit {
+		if pageLimit > 0 && first.doc == nil && first.read >= first.limit {
 			// A find that ended at its limit may have more after it, and
 			// the others' next documents may sort after that: the page
 			// ends here, and unless the batch is full the next reads on.
@@ -324,7 +331,7 @@ type cursorHead struct {
 	cur   *mongo.Cursor
 	doc   bson.Raw // nil once the cursor is exhausted
 	read  int      // documents it gave
-	limit int      // the find's limit
+	limit int      // the find's limit, 0 for none
 }
 
 func (h *cursorHead) next(ctx context.Context) error {
