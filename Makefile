@@ -22,10 +22,20 @@ RACE_PKGS     := ./broker/... ./claim/... ./schedule/... ./ops/... ./inbox/... .
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+# bin/worker names its build (worker version, /status,
+# outbox_build_info): the v* tag of HEAD, if any (else it says devel), and
+# the commit, -dirty with changes not committed. The linker stamps them, so
+# that they hold whatever GOFLAGS says of -buildvcs; a release is stamped
+# the same way by .goreleaser.yaml.
+BUILDINFO     := github.com/outboxrelay/outbox/internal/buildinfo
+VERSION       ?= $(shell git describe --tags --exact-match --match 'v*' 2>/dev/null)
+REVISION      ?= $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
+LDFLAGS       := -X $(BUILDINFO).Version=$(VERSION) -X $(BUILDINFO).Revision=$(REVISION)
+
 .PHONY: build
-build: ## Build all packages and bin/worker
+build: ## Build all packages and bin/worker (stamped with the v* tag of HEAD, if any, and the commit)
 	$(GO) build $(PKGS)
-	$(GO) build -o $(BIN)/worker ./cmd/worker
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/worker ./cmd/worker
 
 # deploy/'s tests run promtool on the alert rules: with CI set they fail
 # when promtool is missing, elsewhere they skip with a message.

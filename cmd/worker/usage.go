@@ -21,6 +21,7 @@ var commands = []commandInfo{
 	{"pause", "stop relaying the events of a type: they stay NEW and, with ordering, hold their aggregates (worker pause TYPE --reason TEXT)"},
 	{"resume", "relay the events of a paused type again (worker resume TYPE --reason TEXT)"},
 	{"console", "serve the read-only operator console on OUTBOX_CONSOLE_ADDR (needs MongoDB only)"},
+	{"version", "print the version, the VCS revision and the Go version of this build (also --version)"},
 	{"help", "list the commands, or with a command's name, its flags"},
 }
 
@@ -89,6 +90,9 @@ func commandUsage(name string, fs *flag.FlagSet, settings []setting) string {
 			}
 			b.WriteString("\n")
 		}
+	}
+	if len(settings) == 0 {
+		return b.String() // worker version reads none
 	}
 	b.WriteString("\nSettings (a flag wins over its environment variable, which wins over the default):\n")
 	for _, s := range settings {
