@@ -65,7 +65,7 @@ func TestConnectionName(t *testing.T) {
 // version in it.
 func TestMongoHandshakeNamesTheReplica(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := new(net.ListenConfig).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
