@@ -35,9 +35,17 @@ func RaiseFences(ctx context.Context, s *Store, limit events.ClaimLimit) ([]bool
 
 // EnsureFences creates the fence documents, as Prepare does where the
 // deployment has transactions.
-func EnsureFences(ctx context.Context, s *Store) error { return s.ensureFences(ctx) }
+func EnsureFences(ctx context.Context, s *Store) error {
+	_, err := s.ensureFences(ctx)
+	return err
+}
 
 // SetPausedMaxAge sets how long the store's claims use the paused types
 // they read (PausedTypesMaxAge), so that a test makes every claim read
 // them (0) or none after the first (a long time).
 func SetPausedMaxAge(s *Store, d time.Duration) { s.pausedCache.maxAge = d }
+
+// ReadFences reads the fences of ps, as a refused claim does.
+func ReadFences(ctx context.Context, s *Store, ps []int) (map[int]int64, error) {
+	return s.readFences(ctx, ps)
+}

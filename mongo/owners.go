@@ -48,6 +48,9 @@ type ownerDoc struct {
 	CreatedAt time.Time `bson:"createdAt,omitempty"`
 	WorkerID  string    `bson:"workerId,omitempty"`
 	SeenAt    time.Time `bson:"seenAt,omitempty"`
+	// Schema is the document's schema version (SchemaVersion); 0 in
+	// documents written before it existed.
+	Schema int `bson:"schema,omitempty"`
 }
 
 // ownersBatch is the reply batch of Read. The collection holds about two
@@ -80,6 +83,9 @@ func readOwners(ctx context.Context, cur *mongo.Cursor) ([]ownership.Term, []own
 		if err := bson.Unmarshal(cur.Current, &d); err != nil {
 			return nil, nil, fmt.Errorf("read owners: %w", err)
 		}
+		if err := checkSchema("the owners collection", d.ID, d.Schema); err != nil {
+			return nil, nil, err
+		}
 		if strings.HasPrefix(d.ID, memberPrefix) {
 			members = append(members, ownership.Member{WorkerID: d.WorkerID, SeenAt: d.SeenAt})
 			continue
@@ -104,7 +110,8 @@ func (o *Owners) Insert(ctx context.Context, terms []ownership.Term) ([]bool, er
 	for i, t := range terms {
 		won[i] = true
 		docs[i] = ownerDoc{ID: t.ID(), Partition: t.Partition, Term: t.Term, Owner: t.Owner,
-			ExpiresAt: t.ExpiresAt.UTC().Truncate(time.Millisecond), Released: t.Released, CreatedAt: time.Now().UTC().Truncate(time.Millisecond)}
+			ExpiresAt: t.ExpiresAt.UTC().Truncate(time.Millisecond), Released: t.Released, CreatedAt: time.Now().UTC().Truncate(time.Millisecond),
+			Schema: SchemaVersion}
 	}
 	_, err := o.coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
 	if err == nil {
@@ -131,6 +138,7 @@ func (o *Owners) Heartbeat(ctx context.Context, m ownership.Member) error {
 		bson.D{{Key: "$set", Value: bson.D{
 			{Key: "workerId", Value: m.WorkerID},
 			{Key: "seenAt", Value: m.SeenAt.UTC().Truncate(time.Millisecond)},
+			{Key: FieldSchema, Value: SchemaVersion},
 		}}},
 		options.UpdateOne().SetUpsert(true))
 	if err != nil {

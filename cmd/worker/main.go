@@ -1,6 +1,7 @@
 // Command worker relays outbox events from MongoDB to RabbitMQ.
 //
 //	worker [run] [flags]     relay events (the default command)
+//	worker setup             create or upgrade the collections and indexes
 //	worker stats [--json]    counts by status, oldest NEW age, stale claims
 //	worker requeue ...       move FAILED events back to NEW; retry named backing-off NEW events now
 //	worker skip ...          let an aggregate's later events pass a FAILED one
@@ -58,6 +59,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, environ
 		err = pauseCommand(ctx, cmd, args, getenv, stdout, stderr)
 	case "console":
 		err = consoleCommand(ctx, args, getenv, stderr)
+	case "setup":
+		err = setupCommand(ctx, args, getenv, stdout, stderr)
 	case "version", "--version":
 		err = versionCommand(args, stdout)
 	case "help", "-h", "--help":

@@ -14,6 +14,7 @@ type commandInfo struct{ name, summary string }
 // commands are the worker's commands in the order help lists them.
 var commands = []commandInfo{
 	{"run", "relay events (the default command)"},
+	{"setup", "create what is missing of the outbox's collections and indexes, and say what it did (idempotent; run it before starting a new version)"},
 	{"stats", "print counts by status, the oldest NEW event's age, stale claims and held aggregates"},
 	{"requeue", "move FAILED events back to NEW, and make NEW events named by id that back off before a retry due now"},
 	{"skip", "mark FAILED events skipped so that later events of their aggregates flow"},

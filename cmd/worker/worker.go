@@ -368,10 +368,15 @@ func (w *worker) prepareStore(ctx context.Context) error {
 	retry := backoff.Backoff{Min: 500 * time.Millisecond, Max: 30 * time.Second}
 	for {
 		attemptCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := w.store.Prepare(attemptCtx)
+		err := w.prepareSchema(attemptCtx)
 		cancel()
 		if err == nil {
 			break
+		}
+		var missing *mongo.MissingError
+		if errors.As(err, &missing) {
+			<-synced
+			return err // waiting would not create them
 		}
 		if ctx.Err() != nil {
 			<-synced
