@@ -1,6 +1,9 @@
 # Targets print what they run. `make` alone lists them.
-# Every target that needs servers (test, test-race) expects PostgreSQL and
-# RabbitMQ on localhost; .ci/run starts them and then runs `make test`.
+# The targets that need servers and tools (test, test-race) first run
+# scripts/servers.sh, which installs and starts PostgreSQL and RabbitMQ and
+# installs promtool and Chromium where they are missing (as make dev does
+# for the servers, with the same script); .ci/run runs `make lint` and
+# `make test`.
 
 GO            ?= go
 # The pinned golangci-lint: `make lint` installs it into $(GOBIN) when
@@ -37,15 +40,20 @@ build: ## Build all packages and bin/worker (stamped with the v* tag of HEAD, if
 	$(GO) build $(PKGS)
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/worker ./cmd/worker
 
-# deploy/'s tests run promtool on the alert rules: with CI set they fail
-# when promtool is missing, elsewhere they skip with a message.
+.PHONY: servers
+servers: ## Install and start PostgreSQL and RabbitMQ, install promtool and Chromium, where missing (scripts/servers.sh; needs root or passwordless sudo for what is missing)
+	bash scripts/servers.sh
+
+# deploy/'s tests run promtool on the alert rules and console/'s drive
+# Chromium: with CI set they fail when the tool is missing, elsewhere they
+# skip with a message; `servers` installs both first.
 .PHONY: test
-test: ## Run all tests, then the concurrent packages again under the race detector (needs PostgreSQL, RabbitMQ and promtool; see .ci/run)
+test: servers ## Run all tests, then the concurrent packages again under the race detector (ensures PostgreSQL, RabbitMQ, promtool and Chromium first)
 	$(GO) test $(TEST_FLAGS) $(PKGS)
 	$(GO) test -race $(TEST_FLAGS) $(RACE_PKGS)
 
 .PHONY: test-race
-test-race: ## Run all tests with the race detector
+test-race: servers ## Run all tests with the race detector
 	$(GO) test -race $(TEST_FLAGS) $(PKGS)
 
 .PHONY: rules
