@@ -145,6 +145,20 @@ baseline-worker: ## Build bin/worker-baseline from BASELINE=<git rev>
 	(cd "$$tmp" && $(GO) build -o "$(CURDIR)/$(BASELINE_BIN)" ./cmd/worker) && \
 	echo "built $(BASELINE_BIN) from $(BASELINE) ($$(git rev-parse --short "$(BASELINE)^{commit}"))"
 
+# The release tools, pinned; `go run` fetches and builds them.
+GORELEASER    := github.com/goreleaser/goreleaser/v2@v2.15.1
+ACTIONLINT    := github.com/rhysd/actionlint/cmd/actionlint@v1.7.12
+
+.PHONY: release-check
+release-check: ## Check the release configuration (goreleaser check) and the GitHub workflows (actionlint); CI runs it on every push
+	$(GO) run $(GORELEASER) check
+	$(GO) run $(ACTIONLINT) .github/workflows/*.yml
+	bash scripts/release-notes.sh v0.1.0 >/dev/null
+
+.PHONY: release-snapshot
+release-snapshot: ## Build the release's binaries and checksums into dist/ without publishing (goreleaser release --snapshot; the image needs docker buildx)
+	$(GO) run $(GORELEASER) release --snapshot --clean --skip=docker
+
 # ---------------------------------------------------------------------------
 # Reserved for other owners; add each target with a `## ` help comment:
 # ---------------------------------------------------------------------------
