@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -26,12 +28,16 @@ const memberPrefix = "member/"
 // (package ownership). It holds about two terms per partition and one
 // document per replica.
 type Owners struct {
-	coll *mongo.Collection
+	coll   *mongo.Collection
+	logger *slog.Logger
+	// older are the replicas whose heartbeat has an older schema than
+	// this worker's, each logged once (see noteOlder).
+	older sync.Map
 }
 
 // Owners returns the owners collection next to the outbox collection.
 func (s *Store) Owners() *Owners {
-	return &Owners{coll: s.coll.Database().Collection(s.coll.Name() + OwnersSuffix)}
+	return &Owners{coll: s.coll.Database().Collection(s.coll.Name() + OwnersSuffix), logger: s.logger}
 }
 
 // Collection returns the owners collection.
@@ -66,11 +72,11 @@ func (o *Owners) Read(ctx context.Context) ([]ownership.Term, []ownership.Member
 		return nil, nil, fmt.Errorf("find owners: %w", err)
 	}
 	defer cur.Close(ctx)
-	return readOwners(ctx, cur)
+	return o.readOwners(ctx, cur)
 }
 
 // readOwners decodes Read's documents into terms and members.
-func readOwners(ctx context.Context, cur *mongo.Cursor) ([]ownership.Term, []ownership.Member, error) {
+func (o *Owners) readOwners(ctx context.Context, cur *mongo.Cursor) ([]ownership.Term, []ownership.Member, error) {
 	var terms []ownership.Term
 	var members []ownership.Member
 	for cur.Next(ctx) {
@@ -88,6 +94,7 @@ func readOwners(ctx context.Context, cur *mongo.Cursor) ([]ownership.Term, []own
 		}
 		if strings.HasPrefix(d.ID, memberPrefix) {
 			members = append(members, ownership.Member{WorkerID: d.WorkerID, SeenAt: d.SeenAt})
+			o.noteOlder(d)
 			continue
 		}
 		terms = append(terms, ownership.Term{Partition: d.Partition, Term: d.Term, Owner: d.Owner, ExpiresAt: d.ExpiresAt, Released: d.Released})
@@ -163,4 +170,26 @@ func (o *Owners) Prune(ctx context.Context, terms []ownership.Term, members []st
 		return fmt.Errorf("delete %d old owner documents: %w", len(ids), err)
 	}
 	return nil
+}
+
+// noteOlder says once per replica that one of an earlier version shares
+// the outbox, which a member's heartbeat of an older schema (none, before
+// schema versions) shows: during a rolling upgrade between versions that
+// may share it, what an operator expects; otherwise the upgrade notes
+// say to stop the older replicas first (docs/upgrading.md).
+func (o *Owners) noteOlder(d ownerDoc) {
+	schema := max(d.Schema, 1) // none: written before schema versions, version 1
+	if (d.Schema != 0 && schema >= SchemaVersion) || o.logger == nil {
+		return
+	}
+	if _, seen := o.older.LoadOrStore(d.WorkerID, true); seen {
+		return
+	}
+	if schema == SchemaVersion {
+		o.logger.Info("a replica of an earlier version shares this outbox (its heartbeat has no schema version): expected during a rolling upgrade (docs/upgrading.md)",
+			"replica", d.WorkerID)
+		return
+	}
+	o.logger.Warn("a replica of an older schema shares this outbox: upgrade it, or stop it before this version relays, as the upgrade notes say (docs/upgrading.md)",
+		"replica", d.WorkerID, "its_schema", schema, "this_schema", SchemaVersion)
 }

@@ -198,3 +198,35 @@ func TestNewerSchemaIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// A heartbeat without a schema version is a replica of an earlier
+// version: the worker says so once, naming it, and reads it as before.
+func TestOwnersNoteAnEarlierVersion(t *testing.T) {
+	t.Parallel()
+	db := testenv.Database(t)
+	var logs testenv.LogBuffer
+	s := mongo.New(db.Client(), mongo.Config{Database: db.Name(), Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	if _, err := s.Setup(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	owners := s.Owners()
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	if err := owners.Heartbeat(t.Context(), ownership.Member{WorkerID: "current", SeenAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Collection("events_owners").InsertOne(t.Context(),
+		bson.D{{Key: "_id", Value: "member/old-1"}, {Key: "workerId", Value: "old-1"}, {Key: "seenAt", Value: now}}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, members, err := owners.Read(t.Context()); err != nil || len(members) != 2 {
+			t.Fatalf("Read = %v, %v; want both members", members, err)
+		}
+	}
+	if got := strings.Count(logs.String(), "a replica of an earlier version shares this outbox"); got != 1 {
+		t.Errorf("the earlier version was noted %d times, want once:\n%s", got, logs.String())
+	}
+	if !strings.Contains(logs.String(), `"replica":"old-1"`) || strings.Contains(logs.String(), `"replica":"current"`) {
+		t.Errorf("the note does not name only the earlier replica:\n%s", logs.String())
+	}
+}
