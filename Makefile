@@ -153,7 +153,7 @@ ACTIONLINT    := github.com/rhysd/actionlint/cmd/actionlint@v1.7.12
 release-check: ## Check the release configuration (goreleaser check) and the GitHub workflows (actionlint); CI runs it on every push
 	$(GO) run $(GORELEASER) check
 	$(GO) run $(ACTIONLINT) .github/workflows/*.yml
-	bash scripts/release-notes.sh v0.1.0 >/dev/null
+	bash scripts/release-notes.sh "$$(sed -n 's/^## \(v[0-9][^ ]*\).*/\1/p' CHANGELOG.md | head -n 1)" >/dev/null
 
 .PHONY: release-snapshot
 release-snapshot: ## Build the release's binaries and checksums into dist/ without publishing (goreleaser release --snapshot; the image needs docker buildx)
