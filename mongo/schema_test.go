@@ -230,3 +230,23 @@ func TestOwnersNoteAnEarlierVersion(t *testing.T) {
 		t.Errorf("the note does not name only the earlier replica:\n%s", logs.String())
 	}
 }
+
+// Replicas that start at once on an empty database each create what is
+// missing; what another created meanwhile is no error.
+func TestPrepareRunConcurrently(t *testing.T) {
+	t.Parallel()
+	db := testenv.Database(t)
+	errs := make(chan error, 4)
+	for range cap(errs) {
+		go func() {
+			s := mongo.New(db.Client(), mongo.Config{Database: db.Name(), Logger: slog.New(slog.DiscardHandler)})
+			_, err := s.PrepareRun(t.Context(), true)
+			errs <- err
+		}()
+	}
+	for range cap(errs) {
+		if err := <-errs; err != nil {
+			t.Errorf("PrepareRun beside others: %v", err)
+		}
+	}
+}
