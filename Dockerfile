@@ -13,13 +13,21 @@
 ARG GO_VERSION=1.26.8
 
 FROM golang:${GO_VERSION} AS build
+# The build the worker names (worker version, /status,
+# outbox_build_info): docker build --build-arg VERSION=v0.1.0 --build-arg
+# REVISION=$(git rev-parse HEAD). Unset, it says devel: the build context
+# has no .git to read them from.
+ARG VERSION=""
+ARG REVISION=""
 WORKDIR /src
 ENV CGO_ENABLED=0
 COPY . .
 # Static binaries; the module and build caches survive between builds.
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
-    go build -trimpath -ldflags="-s -w" -o /out/ ./cmd/worker ./cmd/producer ./cmd/consumer
+    go build -trimpath \
+      -ldflags="-s -w -X github.com/outboxrelay/outbox/internal/buildinfo.Version=${VERSION} -X github.com/outboxrelay/outbox/internal/buildinfo.Revision=${REVISION}" \
+      -o /out/ ./cmd/worker ./cmd/producer ./cmd/consumer
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/ /usr/local/bin/

@@ -1,6 +1,9 @@
 # Targets print what they run. `make` alone lists them.
-# Every target that needs servers (test, test-race) expects PostgreSQL and
-# RabbitMQ on localhost; .ci/run starts them and then runs `make test`.
+# The targets that need servers and tools (test, test-race) first run
+# scripts/servers.sh, which installs and starts PostgreSQL and RabbitMQ and
+# installs promtool and Chromium where they are missing (as make dev does
+# for the servers, with the same script); .ci/run runs `make lint` and
+# `make test`.
 
 GO            ?= go
 # The pinned golangci-lint: `make lint` installs it into $(GOBIN) when
@@ -22,20 +25,35 @@ RACE_PKGS     := ./broker/... ./claim/... ./schedule/... ./ops/... ./inbox/... .
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-.PHONY: build
-build: ## Build all packages and bin/worker
-	$(GO) build $(PKGS)
-	$(GO) build -o $(BIN)/worker ./cmd/worker
+# bin/worker names its build (worker version, /status,
+# outbox_build_info): the v* tag of HEAD, if any (else it says devel), and
+# the commit, -dirty with changes not committed. The linker stamps them, so
+# that they hold whatever GOFLAGS says of -buildvcs; a release is stamped
+# the same way by .goreleaser.yaml.
+BUILDINFO     := github.com/outboxrelay/outbox/internal/buildinfo
+VERSION       ?= $(shell git describe --tags --exact-match --match 'v*' 2>/dev/null)
+REVISION      ?= $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
+LDFLAGS       := -X $(BUILDINFO).Version=$(VERSION) -X $(BUILDINFO).Revision=$(REVISION)
 
-# deploy/'s tests run promtool on the alert rules: with CI set they fail
-# when promtool is missing, elsewhere they skip with a message.
+.PHONY: build
+build: ## Build all packages and bin/worker (stamped with the v* tag of HEAD, if any, and the commit)
+	$(GO) build $(PKGS)
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/worker ./cmd/worker
+
+.PHONY: servers
+servers: ## Install and start PostgreSQL and RabbitMQ, install promtool and Chromium, where missing (scripts/servers.sh; needs root or passwordless sudo for what is missing)
+	bash scripts/servers.sh
+
+# deploy/'s tests run promtool on the alert rules and console/'s drive
+# Chromium: with CI set they fail when the tool is missing, elsewhere they
+# skip with a message; `servers` installs both first.
 .PHONY: test
-test: ## Run all tests, then the concurrent packages again under the race detector (needs PostgreSQL, RabbitMQ and promtool; see .ci/run)
+test: servers ## Run all tests, then the concurrent packages again under the race detector (ensures PostgreSQL, RabbitMQ, promtool and Chromium first)
 	$(GO) test $(TEST_FLAGS) $(PKGS)
 	$(GO) test -race $(TEST_FLAGS) $(RACE_PKGS)
 
 .PHONY: test-race
-test-race: ## Run all tests with the race detector
+test-race: servers ## Run all tests with the race detector
 	$(GO) test -race $(TEST_FLAGS) $(PKGS)
 
 .PHONY: rules
@@ -126,6 +144,20 @@ baseline-worker: ## Build bin/worker-baseline from BASELINE=<git rev>
 	git archive --format=tar "$(BASELINE)" | tar -x -C "$$tmp" && \
 	(cd "$$tmp" && $(GO) build -o "$(CURDIR)/$(BASELINE_BIN)" ./cmd/worker) && \
 	echo "built $(BASELINE_BIN) from $(BASELINE) ($$(git rev-parse --short "$(BASELINE)^{commit}"))"
+
+# The release tools, pinned; `go run` fetches and builds them.
+GORELEASER    := github.com/goreleaser/goreleaser/v2@v2.15.1
+ACTIONLINT    := github.com/rhysd/actionlint/cmd/actionlint@v1.7.12
+
+.PHONY: release-check
+release-check: ## Check the release configuration (goreleaser check) and the GitHub workflows (actionlint); CI runs it on every push
+	$(GO) run $(GORELEASER) check
+	$(GO) run $(ACTIONLINT) .github/workflows/*.yml
+	bash scripts/release-notes.sh "$$(sed -n 's/^## \(v[0-9][^ ]*\).*/\1/p' CHANGELOG.md | head -n 1)" >/dev/null
+
+.PHONY: release-snapshot
+release-snapshot: ## Build the release's binaries and checksums into dist/ without publishing (goreleaser release --snapshot; the image needs docker buildx)
+	$(GO) run $(GORELEASER) release --snapshot --clean --skip=docker
 
 # ---------------------------------------------------------------------------
 # Reserved for other owners; add each target with a `## ` help comment:

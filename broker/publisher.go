@@ -68,7 +68,16 @@ type Config struct {
 	// OnConnected, if set, is told every time the connection comes up (true)
 	// or goes down (false). The worker feeds its metrics from it.
 	OnConnected func(bool)
+	// ConnectionName is the connection's name in the broker's management
+	// UI and rabbitmqctl list_connections (the client property
+	// connection_name): the worker's says which replica and version.
+	// Defaults to ConnectionNameDefault.
+	ConnectionName string
 }
+
+// ConnectionNameDefault is the connection name of a publisher whose
+// Config names none.
+const ConnectionNameDefault = "outbox-worker"
 
 func (c *Config) setDefaults() {
 	c.Exchange = cmp.Or(c.Exchange, ExchangeDefault)
@@ -77,6 +86,7 @@ func (c *Config) setDefaults() {
 	c.ReconnectMax = cmp.Or(c.ReconnectMax, ReconnectMaxDefault)
 	c.WriteTimeout = cmp.Or(c.WriteTimeout, WriteTimeoutDefault)
 	c.Logger = cmp.Or(c.Logger, slog.Default())
+	c.ConnectionName = cmp.Or(c.ConnectionName, ConnectionNameDefault)
 	if c.OnConnected == nil {
 		c.OnConnected = func(bool) {}
 	}
@@ -411,7 +421,7 @@ func (p *Publisher) connect(ctx context.Context, nodeURL string) (*session, erro
 		Heartbeat: 10 * time.Second,
 		Locale:    "en_US",
 		Properties: amqp.Table{
-			"connection_name": "outbox-worker",
+			"connection_name": p.cfg.ConnectionName,
 		},
 	}
 	conn, err := amqp.DialConfig(nodeURL, dialer)

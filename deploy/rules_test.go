@@ -165,7 +165,8 @@ func normalize(t *testing.T, v any) any {
 }
 
 // TestPromtool runs the rules' unit tests. In CI a missing promtool is a
-// failure: .ci/run installs it (Debian package prometheus).
+// failure: make test installs it first (scripts/servers.sh, Debian
+// package prometheus).
 func TestPromtool(t *testing.T) {
 	t.Parallel()
 	promtool, err := exec.LookPath("promtool")

@@ -6,6 +6,7 @@ package metrics
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/outboxrelay/outbox/internal/buildinfo"
 	"github.com/outboxrelay/outbox/internal/promset"
 )
 
@@ -58,6 +59,10 @@ type Metrics struct {
 	JobErrors       *prometheus.CounterVec
 	RunsLeftOut     *prometheus.CounterVec
 	DBCommands      *prometheus.CounterVec
+	// BuildInfo is 1, labelled with this binary's build (Prometheus'
+	// *_build_info convention): a query joins it to tell the versions of
+	// a rolling upgrade apart.
+	BuildInfo *prometheus.GaugeVec
 }
 
 // Jobs are the background jobs whose failed runs JobErrors counts: the
@@ -141,7 +146,11 @@ func New(reg prometheus.Registerer) *Metrics {
 			"Scheduled runs of a periodic job (recovery, retention, sampler) left out because claims were slow.", "job"),
 		DBCommands: s.CounterVec("db_commands_total",
 			"Database commands this worker sent, by command name (find, update, delete, commitTransaction, ...).", "command"),
+		BuildInfo: s.GaugeVec("build_info",
+			"1, labelled with the worker's build: version (v0.1.0, or devel), VCS revision and Go version.", "version", "revision", "goversion"),
 	}
+	build := buildinfo.Read()
+	m.BuildInfo.WithLabelValues(build.Version, build.Revision, build.GoVersion).Set(1)
 	for _, job := range YieldingJobs {
 		m.RunsLeftOut.WithLabelValues(job)
 	}

@@ -31,6 +31,9 @@ type Action struct {
 	Count int `bson:"count" json:"count"`
 	// Source is "cli" or "console".
 	Source string `bson:"source" json:"source"`
+	// Schema is the record's schema version, which RecordAction sets
+	// (SchemaVersion); 0 in records written before it existed.
+	Schema int `bson:"schema,omitempty" json:"-"`
 }
 
 // audit names the audit collection next to the outbox collection.
@@ -40,6 +43,7 @@ func (s *Store) audit() string { return s.coll.Name() + AuditSuffix }
 func (s *Store) RecordAction(ctx context.Context, a Action) error {
 	a.At = a.At.UTC().Truncate(time.Millisecond)
 	a.By, a.Reason, a.Target = truncateError(a.By), truncateError(a.Reason), truncateError(a.Target)
+	a.Schema = SchemaVersion
 	if _, err := s.coll.Database().Collection(s.audit()).InsertOne(ctx, a); err != nil {
 		return fmt.Errorf("record the %s of %d events in %s: %w", a.Name, a.Count, s.audit(), err)
 	}
@@ -56,6 +60,11 @@ func (s *Store) Actions(ctx context.Context, limit int) ([]Action, error) {
 	var out []Action
 	if err := cur.All(ctx, &out); err != nil {
 		return nil, fmt.Errorf("read %s: %w", s.audit(), err)
+	}
+	for _, a := range out {
+		if err := checkSchema(s.audit(), a.At, a.Schema); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }

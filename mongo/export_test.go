@@ -37,7 +37,10 @@ func RaiseFences(ctx context.Context, s *Store, limit events.ClaimLimit) ([]bool
 
 // EnsureFences creates the fence documents, as Prepare does where the
 // deployment has transactions.
-func EnsureFences(ctx context.Context, s *Store) error { return s.ensureFences(ctx) }
+func EnsureFences(ctx context.Context, s *Store) error {
+	_, err := s.ensureFences(ctx)
+	return err
+}
 
 // SetPausedMaxAge sets how long the store's claims use the paused types
 // they read (PausedTypesMaxAge), so that a test makes every claim read
@@ -79,3 +82,8 @@ func ExplainLane(ctx context.Context, s *Store, now time.Time, limit events.Clai
 
 // DropReadAhead forgets what the last claim read past its batch.
 func DropReadAhead(s *Store) { s.ahead.drop() }
+
+// ReadFences reads the fences of ps, as a refused claim does.
+func ReadFences(ctx context.Context, s *Store, ps []int) (map[int]int64, error) {
+	return s.readFences(ctx, ps)
+}

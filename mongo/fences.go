@@ -91,22 +91,23 @@ func (s *Store) writeFences(ctx context.Context, ps []int, tenures []int64, orde
 // tenure 0, in one unordered insert: a document another replica created
 // meanwhile is a duplicate key, not an error. The collection then exists
 // before any transaction writes to it (MongoDB before 4.4 cannot create
-// one inside a transaction).
-func (s *Store) ensureFences(ctx context.Context) error {
+// one inside a transaction). It returns how many it created.
+func (s *Store) ensureFences(ctx context.Context) (int, error) {
 	docs := make([]any, events.Partitions)
 	for p := range docs {
-		docs[p] = bson.D{{Key: "_id", Value: fenceID(p)}, {Key: fieldTenure, Value: int64(0)}, {Key: fieldWrites, Value: int64(0)}}
+		docs[p] = bson.D{{Key: "_id", Value: fenceID(p)}, {Key: fieldTenure, Value: int64(0)}, {Key: fieldWrites, Value: int64(0)},
+			{Key: FieldSchema, Value: SchemaVersion}}
 	}
 	_, err := s.Fences().InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
 	if err == nil {
-		return nil
+		return len(docs), nil
 	}
 	var bwe mongo.BulkWriteException
 	if errors.As(err, &bwe) && bwe.WriteConcernError == nil && len(bwe.WriteErrors) > 0 &&
 		!slices.ContainsFunc(bwe.WriteErrors, func(we mongo.BulkWriteError) bool { return !mongo.IsDuplicateKeyError(we) }) {
-		return nil
+		return len(docs) - len(bwe.WriteErrors), nil
 	}
-	return fmt.Errorf("create the fence documents: %w", err)
+	return 0, fmt.Errorf("create the fence documents: %w", err)
 }
 
 // readFences returns the tenure of the fence of each partition of ps
@@ -126,9 +127,13 @@ func (s *Store) readFences(ctx context.Context, ps []int) (map[int]int64, error)
 		var d struct {
 			ID     string `bson:"_id"`
 			Tenure int64  `bson:"tenure"`
+			Schema int    `bson:"schema"`
 		}
 		if err := bson.Unmarshal(cur.Current, &d); err != nil {
 			return nil, fmt.Errorf("read the fences: %w", err)
+		}
+		if err := checkSchema(s.Fences().Name(), d.ID, d.Schema); err != nil {
+			return nil, err
 		}
 		p, err := strconv.Atoi(d.ID[len(fencePrefix):])
 		if err != nil {
@@ -231,7 +236,7 @@ func (s *Store) refusal(ctx context.Context, ps []int, tenures []int64) error {
 		return fmt.Errorf("partitions %v: %w", refused, events.ErrFenced)
 	}
 	if len(cur) < len(ps) {
-		if err := s.ensureFences(ctx); err != nil {
+		if _, err := s.ensureFences(ctx); err != nil {
 			return err
 		}
 		return errors.New("fence documents were missing and are created again; the next claim writes them")

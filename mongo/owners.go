@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -26,12 +28,16 @@ const memberPrefix = "member/"
 // (package ownership). It holds about two terms per partition and one
 // document per replica.
 type Owners struct {
-	coll *mongo.Collection
+	coll   *mongo.Collection
+	logger *slog.Logger
+	// older are the replicas whose heartbeat has an older schema than
+	// this worker's, each logged once (see noteOlder).
+	older sync.Map
 }
 
 // Owners returns the owners collection next to the outbox collection.
 func (s *Store) Owners() *Owners {
-	return &Owners{coll: s.coll.Database().Collection(s.coll.Name() + OwnersSuffix)}
+	return &Owners{coll: s.coll.Database().Collection(s.coll.Name() + OwnersSuffix), logger: s.logger}
 }
 
 // Collection returns the owners collection.
@@ -48,6 +54,9 @@ type ownerDoc struct {
 	CreatedAt time.Time `bson:"createdAt,omitempty"`
 	WorkerID  string    `bson:"workerId,omitempty"`
 	SeenAt    time.Time `bson:"seenAt,omitempty"`
+	// Schema is the document's schema version (SchemaVersion); 0 in
+	// documents written before it existed.
+	Schema int `bson:"schema,omitempty"`
 }
 
 // ownersBatch is the reply batch of Read. The collection holds about two
@@ -63,11 +72,11 @@ func (o *Owners) Read(ctx context.Context) ([]ownership.Term, []ownership.Member
 		return nil, nil, fmt.Errorf("find owners: %w", err)
 	}
 	defer cur.Close(ctx)
-	return readOwners(ctx, cur)
+	return o.readOwners(ctx, cur)
 }
 
 // readOwners decodes Read's documents into terms and members.
-func readOwners(ctx context.Context, cur *mongo.Cursor) ([]ownership.Term, []ownership.Member, error) {
+func (o *Owners) readOwners(ctx context.Context, cur *mongo.Cursor) ([]ownership.Term, []ownership.Member, error) {
 	var terms []ownership.Term
 	var members []ownership.Member
 	for cur.Next(ctx) {
@@ -80,8 +89,12 @@ func readOwners(ctx context.Context, cur *mongo.Cursor) ([]ownership.Term, []own
 		if err := bson.Unmarshal(cur.Current, &d); err != nil {
 			return nil, nil, fmt.Errorf("read owners: %w", err)
 		}
+		if err := checkSchema("the owners collection", d.ID, d.Schema); err != nil {
+			return nil, nil, err
+		}
 		if strings.HasPrefix(d.ID, memberPrefix) {
 			members = append(members, ownership.Member{WorkerID: d.WorkerID, SeenAt: d.SeenAt})
+			o.noteOlder(d)
 			continue
 		}
 		terms = append(terms, ownership.Term{Partition: d.Partition, Term: d.Term, Owner: d.Owner, ExpiresAt: d.ExpiresAt, Released: d.Released})
@@ -104,7 +117,8 @@ func (o *Owners) Insert(ctx context.Context, terms []ownership.Term) ([]bool, er
 	for i, t := range terms {
 		won[i] = true
 		docs[i] = ownerDoc{ID: t.ID(), Partition: t.Partition, Term: t.Term, Owner: t.Owner,
-			ExpiresAt: t.ExpiresAt.UTC().Truncate(time.Millisecond), Released: t.Released, CreatedAt: time.Now().UTC().Truncate(time.Millisecond)}
+			ExpiresAt: t.ExpiresAt.UTC().Truncate(time.Millisecond), Released: t.Released, CreatedAt: time.Now().UTC().Truncate(time.Millisecond),
+			Schema: SchemaVersion}
 	}
 	_, err := o.coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
 	if err == nil {
@@ -131,6 +145,7 @@ func (o *Owners) Heartbeat(ctx context.Context, m ownership.Member) error {
 		bson.D{{Key: "$set", Value: bson.D{
 			{Key: "workerId", Value: m.WorkerID},
 			{Key: "seenAt", Value: m.SeenAt.UTC().Truncate(time.Millisecond)},
+			{Key: FieldSchema, Value: SchemaVersion},
 		}}},
 		options.UpdateOne().SetUpsert(true))
 	if err != nil {
@@ -155,4 +170,26 @@ func (o *Owners) Prune(ctx context.Context, terms []ownership.Term, members []st
 		return fmt.Errorf("delete %d old owner documents: %w", len(ids), err)
 	}
 	return nil
+}
+
+// noteOlder says once per replica that one of an earlier version shares
+// the outbox, which a member's heartbeat of an older schema (none, before
+// schema versions) shows: during a rolling upgrade between versions that
+// may share it, what an operator expects; otherwise the upgrade notes
+// say to stop the older replicas first (docs/upgrading.md).
+func (o *Owners) noteOlder(d ownerDoc) {
+	schema := max(d.Schema, 1) // none: written before schema versions, version 1
+	if (d.Schema != 0 && schema >= SchemaVersion) || o.logger == nil {
+		return
+	}
+	if _, seen := o.older.LoadOrStore(d.WorkerID, true); seen {
+		return
+	}
+	if schema == SchemaVersion {
+		o.logger.Info("a replica of an earlier version shares this outbox (its heartbeat has no schema version): expected during a rolling upgrade (docs/upgrading.md)",
+			"replica", d.WorkerID)
+		return
+	}
+	o.logger.Warn("a replica of an older schema shares this outbox: upgrade it, or stop it before this version relays, as the upgrade notes say (docs/upgrading.md)",
+		"replica", d.WorkerID, "its_schema", schema, "this_schema", SchemaVersion)
 }

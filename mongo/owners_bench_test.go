@@ -34,7 +34,7 @@ func BenchmarkReadOwners(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		terms, members, err := readOwners(b.Context(), cur)
+		terms, members, err := (&Owners{}).readOwners(b.Context(), cur)
 		if err != nil || len(terms) != 2*events.Partitions || len(members) != 4 {
 			b.Fatalf("readOwners = %d terms, %d members, %v", len(terms), len(members), err)
 		}

@@ -41,7 +41,7 @@ func (s *Store) Pause(ctx context.Context, p events.Pause) (bool, error) {
 	}
 	p.At = p.At.UTC().Truncate(time.Millisecond)
 	p.By, p.Reason = truncateError(p.By), truncateError(p.Reason)
-	_, err := s.paused().InsertOne(ctx, p)
+	_, err := s.paused().InsertOne(ctx, pausedDoc{Pause: p, Schema: SchemaVersion})
 	s.pausedCache.forget()
 	if mongo.IsDuplicateKeyError(err) {
 		return false, nil
@@ -77,11 +77,25 @@ func (s *Store) PausedTypes(ctx context.Context) ([]events.Pause, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the paused types: %w", err)
 	}
-	out := []events.Pause{}
-	if err := cur.All(ctx, &out); err != nil {
+	var docs []pausedDoc
+	if err := cur.All(ctx, &docs); err != nil {
 		return nil, fmt.Errorf("read the paused types: %w", err)
 	}
+	out := make([]events.Pause, len(docs))
+	for i, d := range docs {
+		if err := checkSchema(s.paused().Name(), d.Type, d.Schema); err != nil {
+			return nil, err
+		}
+		out[i] = d.Pause
+	}
 	return out, nil
+}
+
+// pausedDoc is a paused type as stored: events.Pause and the schema
+// version.
+type pausedDoc struct {
+	events.Pause `bson:",inline"`
+	Schema       int `bson:"schema,omitempty"`
 }
 
 // pausedSet is the set of paused types a claim leaves out: the one read

@@ -140,7 +140,8 @@ func (s *Store) Prepare(ctx context.Context) error {
 		return err
 	}
 	if s.txn {
-		return s.ensureFences(ctx)
+		_, err := s.ensureFences(ctx)
+		return err
 	}
 	return nil
 }
@@ -178,69 +179,31 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
+// ensureIndexes creates the indexes of the outbox collection that do
+// not exist (outboxIndexes). Every replica prepares the collection at
+// each start, so the indexes that exist are listed first and only the
+// missing ones created: one command at a usual start.
 func (s *Store) ensureIndexes(ctx context.Context) error {
-	indexes := []struct {
-		name string
-		keys bson.D
-	}{
-		// NEW events, oldest first: the claim of workers before the split
-		// claim below (kept for a rolling upgrade), and the sampler's
-		// oldest NEW event.
-		{newByAgeIndex, bson.D{{Key: events.FieldStatus, Value: 1}, {Key: events.FieldCreatedAt, Value: 1}}},
-		// The claims of workers before the lane (kept for a rolling
-		// upgrade): NEW events never retried (retryAt null) oldest first,
-		// and the due retries by retryAt.
-		{claimIndex, bson.D{{Key: events.FieldStatus, Value: 1}, {Key: events.FieldRetryAt, Value: 1}, {Key: events.FieldCreatedAt, Value: 1}}},
-		// Their ordered claim: as outbox_claim_retry, with the _id
-		// tiebreak (kept for a rolling upgrade too).
-		{claimOrderIndex, bson.D{{Key: events.FieldStatus, Value: 1}, {Key: events.FieldRetryAt, Value: 1}, {Key: events.FieldCreatedAt, Value: 1}, {Key: events.FieldID, Value: 1}}},
-		// The claim's lane (readHead): equality on status, parked and
-		// retryAt, the owned partitions as an $in that MongoDB merges in
-		// {createdAt, _id} order, so that a claim examines what it returns.
-		{laneIndex, bson.D{{Key: events.FieldStatus, Value: 1}, {Key: events.FieldParked, Value: 1}, {Key: events.FieldRetryAt, Value: 1}, {Key: events.FieldPartition, Value: 1}, {Key: events.FieldCreatedAt, Value: 1}, {Key: events.FieldID, Value: 1}}},
-		// Recovery: PROCESSING events by claim time.
-		{"outbox_stale", bson.D{{Key: events.FieldStatus, Value: 1}, {Key: events.FieldProcessingAt, Value: 1}}},
-		// Retention: PUBLISHED events by publish time.
-		{retentionIndex, bson.D{{Key: events.FieldStatus, Value: 1}, {Key: events.FieldPublishedAt, Value: 1}}},
-	}
-	// Every replica prepares the collection at each start, so the indexes
-	// that exist are listed first and only the missing ones created: one
-	// command at a usual start. Those are created one per command:
-	// FerretDB v1.24.0 panics (and drops the connection) on a
-	// createIndexes naming two or more indexes that already exist, which
-	// another replica starting at the same moment may have just made so.
-	existing, err := s.indexNames(ctx)
+	missing, err := s.missing(ctx, schema[:1])
 	if err != nil {
 		return err
 	}
-	for _, ix := range indexes {
-		if existing[ix.name] {
-			continue
+	for _, m := range missing {
+		if m.Index == "" {
+			continue // created with its first index
 		}
-		m := mongo.IndexModel{Keys: ix.keys, Options: options.Index().SetName(ix.name)}
-		if _, err := s.coll.Indexes().CreateOne(ctx, m); err != nil {
-			return fmt.Errorf("create indexes on %s: %w", s.coll.Name(), err)
+		if err := s.create(ctx, m); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// indexNames lists the names of the collection's indexes: none when the
-// collection does not exist yet.
+// indexNames lists the names of the outbox collection's indexes: none
+// when the collection does not exist yet.
 func (s *Store) indexNames(ctx context.Context) (map[string]bool, error) {
-	specs, err := s.coll.Indexes().ListSpecifications(ctx)
-	var ce mongo.CommandError
-	if errors.As(err, &ce) && ce.Code == namespaceNotFound {
-		return map[string]bool{}, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("list indexes on %s: %w", s.coll.Name(), err)
-	}
-	names := make(map[string]bool, len(specs))
-	for _, spec := range specs {
-		names[spec.Name] = true
-	}
-	return names, nil
+	names, _, err := indexNamesOf(ctx, s.coll)
+	return names, err
 }
 
 // namespaceNotFound is the server's error code for a collection that does

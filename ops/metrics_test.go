@@ -14,6 +14,7 @@ import (
 
 	"github.com/outboxrelay/outbox/claim"
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/buildinfo"
 	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/metrics"
 	"github.com/outboxrelay/outbox/ops"
@@ -193,6 +194,8 @@ func TestMetricsEndpoint(t *testing.T) {
 			metrics.ReasonBrokerUnavailable, metrics.ReasonError, metrics.ReasonHeldBack},
 		"job":    metrics.Jobs,
 		"result": metrics.ClaimOutcomes,
+		// outbox_build_info: one series, this binary's build.
+		"version": {buildinfo.Read().Version}, "revision": {buildinfo.Read().Revision}, "goversion": {buildinfo.Read().GoVersion},
 		"command": {"find", "getMore", "update", "delete", "insert", "aggregate", "count", "commitTransaction",
 			"abortTransaction", "createIndexes", "ping", "hello", "endSessions", "killCursors", "other"},
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/buildinfo"
 	"github.com/outboxrelay/outbox/internal/rule"
 	"github.com/outboxrelay/outbox/service"
 )
@@ -132,11 +133,18 @@ type ServerConfig struct {
 	// WakeUp, if set, says how claims are woken between ticks, for
 	// /status: "change stream", "polling" or "starting".
 	WakeUp func() string
+	// Build is the build /status names, so that an operator can tell the
+	// versions of a rolling upgrade apart. Defaults to this binary's
+	// (buildinfo.Read).
+	Build buildinfo.Info
 }
 
 func (c *ServerConfig) setDefaults() {
 	c.Addr = cmp.Or(c.Addr, AddrDefault)
 	c.Archetype = c.Archetype.WithDefaults()
+	if c.Build == (buildinfo.Info{}) {
+		c.Build = buildinfo.Read()
+	}
 }
 
 // Validate reports the first bad field, naming it and its value (not a
@@ -331,12 +339,13 @@ type statusBody struct {
 // statusLocal is what /status knows without a sample: this worker's own
 // state.
 type statusLocal struct {
-	WorkerID       string     `json:"workerId"`
-	LastClaimAt    *time.Time `json:"lastClaimAt"`
-	BatchLimit     int        `json:"batchLimit"`
-	LastRecoveryAt *time.Time `json:"lastRecoveryAt"`
-	BrokerNode     *string    `json:"brokerNode,omitempty"`
-	WakeUp         string     `json:"wakeUp,omitempty"`
+	WorkerID       string         `json:"workerId"`
+	Build          buildinfo.Info `json:"build"`
+	LastClaimAt    *time.Time     `json:"lastClaimAt"`
+	BatchLimit     int            `json:"batchLimit"`
+	LastRecoveryAt *time.Time     `json:"lastRecoveryAt"`
+	BrokerNode     *string        `json:"brokerNode,omitempty"`
+	WakeUp         string         `json:"wakeUp,omitempty"`
 	// Ownership is this replica's share of the partitions, and why it is
 	// not ready for want of one.
 	Ownership *ownershipStatus `json:"ownership,omitempty"`
@@ -359,6 +368,7 @@ type ownershipStatus struct {
 func (s *Server) status(w http.ResponseWriter, _ *http.Request) {
 	local := statusLocal{
 		WorkerID:       s.cfg.WorkerID,
+		Build:          s.cfg.Build,
 		LastClaimAt:    timeOrNil(s.cfg.Claimer.LastRun()),
 		BatchLimit:     s.cfg.Claimer.BatchLimit(),
 		LastRecoveryAt: timeOrNil(s.cfg.Recovery.LastRun()),

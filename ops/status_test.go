@@ -41,7 +41,7 @@ func TestStatus(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("GET /status = %d, want 200 (body %v)", code, body)
 	}
-	wantKeys := []string{"batchLimit", "counts", "heldAggregates", "lastClaimAt", "lastRecoveryAt", "oldestHeldAgeSeconds", "oldestNewAgeSeconds", "pausedTypes",
+	wantKeys := []string{"batchLimit", "build", "counts", "heldAggregates", "lastClaimAt", "lastRecoveryAt", "oldestHeldAgeSeconds", "oldestNewAgeSeconds", "pausedTypes",
 		"sampleAgeSeconds", "sampledAt", "staleProcessing", "workerId"}
 	if diff := cmp.Diff(wantKeys, slices.Sorted(maps.Keys(body))); diff != "" {
 		t.Errorf("GET /status fields (-want +got):\n%s", diff)

@@ -13,7 +13,7 @@
 #              totals and the duplicates it skipped)
 #
 # PostgreSQL and RabbitMQ are installed where missing and started where not
-# running, exactly as .ci/run does (both use scripts/servers.sh), and left
+# running, exactly as make test does (both use scripts/servers.sh), and left
 # running afterwards: other work on this machine shares them. That needs
 # root or passwordless sudo; without either, servers already running are
 # used, and a missing one stops the script with the one command to run

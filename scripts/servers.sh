@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# PostgreSQL (the backend of the embedded FerretDB that stands in for
-# MongoDB) and RabbitMQ on this machine: installed with apt-get where they
-# are missing, started where they are not running, and left running.
+# What the relay and its tests need on this machine, the one place that
+# ensures it: PostgreSQL (the backend of the embedded FerretDB that stands
+# in for MongoDB) and RabbitMQ, installed with apt-get where they are
+# missing, started where they are not running, and left running; and the
+# tools of the tests, promtool (the alert rules' unit tests) and Chromium
+# (the console's browser test), installed where missing.
 #
-# .ci/run and scripts/dev.sh source this file and call ensure_postgres and
-# ensure_rabbitmq (.ci/run also ensure_promtool), so both get the servers
-# the same way. Run alone it does just that:
+# scripts/dev.sh (make dev) sources this file and calls ensure_postgres and
+# ensure_rabbitmq; make test and make test-race run it alone, which ensures
+# everything (ensure_test); .ci/run runs make test. So make dev and make
+# test work in either order on a fresh Debian machine with Go, and CI gets
+# what a developer gets. Run alone it ensures everything:
 #
 #   sudo scripts/servers.sh
 #
@@ -186,11 +191,19 @@ ensure_promtool() { ensure_tool promtool prometheus; }
 # CI=true it fails rather than skips without it. Nothing to start.
 ensure_chromium() { ensure_tool chromium chromium; }
 
-# Run alone (not sourced): the servers, nothing else.
+# ensure_test: everything make test needs, the servers and the tools.
+ensure_test() {
+	ensure_postgres
+	ensure_rabbitmq
+	ensure_promtool
+	ensure_chromium
+}
+
+# Run alone (not sourced): everything, servers and tools.
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
 	set -euo pipefail
 	cd "$(dirname "$0")/.."
 	exec </dev/null
-	ensure_postgres
-	ensure_rabbitmq
+	export DEBIAN_FRONTEND=noninteractive
+	ensure_test
 fi

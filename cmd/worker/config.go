@@ -99,6 +99,10 @@ type Config struct {
 	MongoReadConcern  string
 	MongoWriteConcern string
 	MongoJournal      bool
+
+	// Setup is OUTBOX_SETUP: what worker run does about a collection or
+	// index it needs and does not find (setupAuto, setupCheck).
+	Setup string
 }
 
 // setting binds one Config field to its flag and environment variable.
@@ -228,6 +232,9 @@ func settings() []setting {
 		{env: "OUTBOX_TRACE_MONGO", flag: "trace-mongo", def: "false",
 			usage: "with tracing on, also trace every database command (a client span each, without the command's documents)",
 			parse: func(c *Config, v string) error { return parseBool(&c.TraceMongo, v) }},
+		{env: "OUTBOX_SETUP", flag: "setup", def: setupAuto,
+			usage: "what run does about a collection or index it needs and does not find: auto creates it (as worker setup does); check creates nothing and stops naming what is missing, for a role that may not create indexes (docs/upgrading.md)",
+			parse: func(c *Config, v string) error { return oneOf(&c.Setup, v, setupAuto, setupCheck) }},
 		{env: "OUTBOX_PPROF_ADDR", flag: "pprof-addr", def: "",
 			usage: "loopback address such as 127.0.0.1:6060 on which Go's profiler serves /debug/pprof/; unset: off", parse: parsePprofAddr},
 	}

@@ -71,6 +71,8 @@ func defaultConfig() Config {
 		MongoReadConcern:  "majority",
 		MongoWriteConcern: "majority",
 		MongoJournal:      true,
+
+		Setup: "auto",
 	}
 }
 
@@ -127,9 +129,11 @@ func TestLoadConfig(t *testing.T) {
 				"OUTBOX_MONGO_READ_CONCERN":  "local",
 				"OUTBOX_MONGO_WRITE_CONCERN": "2",
 				"OUTBOX_MONGO_JOURNAL":       "false",
+				"OUTBOX_SETUP":               "check",
 			},
 			want: func(c *Config) {
 				c.MongoReadConcern, c.MongoWriteConcern, c.MongoJournal = "local", "2", false
+				c.Setup = "check"
 				c.MongoURI = "mongodb://db.internal:27018/?replicaSet=rs0"
 				c.MongoDatabase = "shop"
 				c.MongoCollection = "outbox_events"

@@ -49,6 +49,15 @@ type k8sObject struct {
 			Spec podSpec `yaml:"spec"`
 		} `yaml:"template"`
 		MaxUnavailable any `yaml:"maxUnavailable"`
+		// Deployment: the pace of a rollout (rollout_test.go).
+		MinReadySeconds int `yaml:"minReadySeconds"`
+		Strategy        struct {
+			Type          string `yaml:"type"`
+			RollingUpdate struct {
+				MaxSurge       any `yaml:"maxSurge"`
+				MaxUnavailable any `yaml:"maxUnavailable"`
+			} `yaml:"rollingUpdate"`
+		} `yaml:"strategy"`
 		// Service
 		ServiceSelector map[string]string `yaml:"-"`
 		Ports           []struct {
@@ -75,6 +84,7 @@ type podSpec struct {
 
 type container struct {
 	Name  string `yaml:"name"`
+	Image string `yaml:"image"`
 	Ports []struct {
 		Name          string `yaml:"name"`
 		ContainerPort int    `yaml:"containerPort"`

@@ -1,12 +1,14 @@
 // Command worker relays outbox events from MongoDB to RabbitMQ.
 //
 //	worker [run] [flags]     relay events (the default command)
+//	worker setup             create or upgrade the collections and indexes
 //	worker stats [--json]    counts by status, oldest NEW age, stale claims
 //	worker requeue ...       move FAILED events back to NEW; retry named backing-off NEW events now
 //	worker skip ...          let an aggregate's later events pass a FAILED one
 //	worker pause TYPE ...    stop relaying an event type; resume TYPE relays it again
 //	worker show --id ID      print one event document
 //	worker console           serve the operator console (read-only)
+//	worker version           print the version, VCS revision and Go version
 //	worker help [command]    list the commands, or a command's flags
 //
 // Every setting is a flag and an environment variable; see
@@ -38,7 +40,7 @@ func main() {
 // relay checks for OUTBOX_ variables it does not know.
 func run(ctx context.Context, args []string, getenv func(string) string, environ []string, stdout, stderr io.Writer) int {
 	cmd := "run"
-	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || !strings.HasPrefix(args[0], "-")) {
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "--version" || !strings.HasPrefix(args[0], "-")) {
 		cmd, args = args[0], args[1:]
 	}
 	var err error
@@ -57,6 +59,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, environ
 		err = pauseCommand(ctx, cmd, args, getenv, stdout, stderr)
 	case "console":
 		err = consoleCommand(ctx, args, getenv, stderr)
+	case "setup":
+		err = setupCommand(ctx, args, getenv, stdout, stderr)
+	case "version", "--version":
+		err = versionCommand(args, stdout)
 	case "help", "-h", "--help":
 		if len(args) > 0 && args[0] != "help" && !strings.HasPrefix(args[0], "-") {
 			// `worker help stats` is `worker stats --help`.

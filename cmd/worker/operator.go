@@ -31,7 +31,7 @@ const toolPatience = 2 * time.Second
 func openStore(ctx context.Context, cfg Config, stderr io.Writer) (context.Context, *mongo.Store, func(), error) {
 	// Server selection waits the whole command's time, not the driver's
 	// 30 s: one limit, the documented one.
-	client, err := driver.Connect(mongoClientOptions(cfg, "outbox-worker-cli").SetServerSelectionTimeout(toolTimeout))
+	client, err := driver.Connect(mongoClientOptions(cfg, connectionName("outbox-worker-cli", "")).SetServerSelectionTimeout(toolTimeout))
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("%w: invalid OUTBOX_MONGO_URI %q: %v", ErrUsage, redact.URL(cfg.MongoURI), err)
 	}

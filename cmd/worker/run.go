@@ -19,12 +19,12 @@ const gcFloor = 16 << 20
 
 // runCommand is `worker run`: the relay.
 func runCommand(ctx context.Context, args []string, getenv func(string) string, environ []string, stderr io.Writer) error {
-	cfg, _, err := loadConfig("run", args, getenv, relayCommand, nil)
+	cfg, _, err := loadConfig("run", args, withDeprecated(getenv, deprecatedVariables), relayCommand, nil)
 	if err != nil {
 		return err
 	}
 	logger := newLogger(cfg, stderr)
-	warnUnknownVariables(logger, environ)
+	warnUnknownVariables(logger, warnDeprecated(logger, environ, deprecatedVariables))
 	applyMemoryLimit(cfg, logger)
 	defer startGCFloor(getenv).Stop()
 	cfg.Tracing.InstanceID = cfg.WorkerID

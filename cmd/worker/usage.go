@@ -14,6 +14,7 @@ type commandInfo struct{ name, summary string }
 // commands are the worker's commands in the order help lists them.
 var commands = []commandInfo{
 	{"run", "relay events (the default command)"},
+	{"setup", "create what is missing of the outbox's collections and indexes, and say what it did (idempotent; run it before starting a new version)"},
 	{"stats", "print counts by status, the oldest NEW event's age, stale claims and held aggregates"},
 	{"requeue", "move FAILED events back to NEW, and make NEW events named by id that back off before a retry due now"},
 	{"skip", "mark FAILED events skipped so that later events of their aggregates flow"},
@@ -21,6 +22,7 @@ var commands = []commandInfo{
 	{"pause", "stop relaying the events of a type: they stay NEW and, with ordering, hold their aggregates (worker pause TYPE --reason TEXT)"},
 	{"resume", "relay the events of a paused type again (worker resume TYPE --reason TEXT)"},
 	{"console", "serve the read-only operator console on OUTBOX_CONSOLE_ADDR (needs MongoDB only)"},
+	{"version", "print the version, the VCS revision and the Go version of this build (also --version)"},
 	{"help", "list the commands, or with a command's name, its flags"},
 }
 
@@ -89,6 +91,9 @@ func commandUsage(name string, fs *flag.FlagSet, settings []setting) string {
 			}
 			b.WriteString("\n")
 		}
+	}
+	if len(settings) == 0 {
+		return b.String() // worker version reads none
 	}
 	b.WriteString("\nSettings (a flag wins over its environment variable, which wins over the default):\n")
 	for _, s := range settings {

@@ -21,6 +21,7 @@ import (
 	"github.com/outboxrelay/outbox/claim"
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/backoff"
+	"github.com/outboxrelay/outbox/internal/buildinfo"
 	"github.com/outboxrelay/outbox/internal/redact"
 	"github.com/outboxrelay/outbox/internal/telemetry"
 	"github.com/outboxrelay/outbox/metrics"
@@ -92,7 +93,7 @@ func newWorker(cfg Config, logger *slog.Logger, tracer *telemetry.Provider) (*wo
 	case cfg.TraceMongo:
 		logger.Warn("OUTBOX_TRACE_MONGO has no effect while tracing is off (OTEL_TRACES_EXPORTER unset or none)")
 	}
-	client, err := driver.Connect(mongoClientOptions(cfg, "outbox-worker").SetMonitor(monitor))
+	client, err := driver.Connect(mongoClientOptions(cfg, connectionName("outbox-worker", cfg.WorkerID)).SetMonitor(monitor))
 	if err != nil {
 		return nil, fmt.Errorf("%w: invalid OUTBOX_MONGO_URI %q: %v", ErrUsage, redact.URL(cfg.MongoURI), err)
 	}
@@ -113,9 +114,10 @@ func newWorker(cfg Config, logger *slog.Logger, tracer *telemetry.Provider) (*wo
 		// The confirm window holds a whole batch.
 		URL: cfg.AMQPURL, Exchange: cfg.AMQPExchange, Window: max(broker.WindowDefault, cfg.BatchSize),
 		// A broker that stops reading fails a write within the publish timeout.
-		WriteTimeout: cfg.PublishTimeout,
-		Logger:       logger,
-		OnConnected:  func(up bool) { m.BrokerConnected.Set(map[bool]float64{true: 1}[up]) },
+		WriteTimeout:   cfg.PublishTimeout,
+		ConnectionName: connectionName("outbox-worker", cfg.WorkerID),
+		Logger:         logger,
+		OnConnected:    func(up bool) { m.BrokerConnected.Set(map[bool]float64{true: 1}[up]) },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
@@ -296,7 +298,9 @@ func overriddenURIOptions(uri string) []uriOverride {
 
 // run starts the worker, waits for ctx to end (a signal), and stops it.
 func (w *worker) run(ctx context.Context) error {
+	build := buildinfo.Read()
 	w.logger.Info("worker starting",
+		"version", build.Version, "revision", build.Revision, "go_version", build.GoVersion,
 		"mongo_uri", redact.URL(w.cfg.MongoURI), "amqp_url", redactSetting(w.cfg.AMQPURL),
 		"exchange", w.cfg.AMQPExchange, "batch_size", w.cfg.BatchSize, "claim_schedule", w.cfg.ClaimSchedule,
 		// Derived when not set: the log says what they came to.
@@ -364,10 +368,15 @@ func (w *worker) prepareStore(ctx context.Context) error {
 	retry := backoff.Backoff{Min: 500 * time.Millisecond, Max: 30 * time.Second}
 	for {
 		attemptCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := w.store.Prepare(attemptCtx)
+		err := w.prepareSchema(attemptCtx)
 		cancel()
 		if err == nil {
 			break
+		}
+		var missing *mongo.MissingError
+		if errors.As(err, &missing) {
+			<-synced
+			return err // waiting would not create them
 		}
 		if ctx.Err() != nil {
 			<-synced

@@ -75,8 +75,15 @@ func workerBinary(t testing.TB) string {
 // end of its log is printed if the test failed.
 func startWorker(t *testing.T, name string, env map[string]string) *workerproc.Proc {
 	t.Helper()
+	return startWorkerBin(t, workerBinary(t), name, env)
+}
+
+// startWorkerBin is startWorker with the worker binary bin: another
+// build, such as an earlier version's.
+func startWorkerBin(t *testing.T, bin, name string, env map[string]string) *workerproc.Proc {
+	t.Helper()
 	p, err := workerproc.Start(workerproc.Config{
-		Bin: workerBinary(t), Name: name, Env: workerproc.Environ(env),
+		Bin: bin, Name: name, Env: workerproc.Environ(env),
 		LogPath: filepath.Join(t.TempDir(), name+".log"),
 	})
 	if err != nil {
