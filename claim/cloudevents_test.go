@@ -22,7 +22,7 @@ import (
 )
 
 // ceSpecs reads the attributes of a binary-mode message: ce-<name>.
-var ceSpecs = spec.WithPrefix(events.HeaderPrefixCloudEvents)
+var ceSpecs = spec.WithPrefix(events.PrefixKnative)
 
 // deliveryMessage lets the CloudEvents SDK read a delivery: its binding
 // for AMQP is for AMQP 1.0, so this is the one for RabbitMQ's 0-9-1 as
@@ -174,7 +174,7 @@ func TestCloudEventsConsumer(t *testing.T) {
 			t.Parallel()
 			r := setup(t)
 			c, _ := newClaimer(t, r.store, newPublisher(t, r.exchange), Config{
-				Format: events.Format{Name: tt.format, Source: source}, MaxBodyBytes: 1000})
+				Format: events.Format{Name: tt.format, Source: source, Prefix: events.PrefixKnative}, MaxBodyBytes: 1000})
 			all := append(append([]events.Draft{}, drafts...), tt.poison)
 			all[2].ID = bson.NewObjectID()
 			for i, d := range all {
@@ -296,7 +296,7 @@ func TestPublishSpanKeepsTheCloudEventsExtension(t *testing.T) {
 	doc := testenv.Marshal(t, d)
 	var msgs []events.Message
 	for _, name := range []string{events.FormatCloudEventsBinary, events.FormatCloudEventsStructured} {
-		m, err := events.Format{Name: name, Source: "/outbox/shop/events"}.NewMessage(doc, 0)
+		m, err := events.Format{Name: name, Source: "/outbox/shop/events", Prefix: events.PrefixKnative}.NewMessage(doc, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,6 +2,7 @@ package claim
 
 import (
 	"cmp"
+	"slices"
 	"time"
 
 	"github.com/outboxrelay/outbox/events"
@@ -110,7 +111,8 @@ type Config struct {
 	AfterFailed string
 	// Format is how messages carry their events (OUTBOX_MESSAGE_FORMAT):
 	// Name events.FormatPlain, or a CloudEvents format with its Source (a
-	// URI-reference). Defaults to events.FormatPlain.
+	// URI-reference) and, in binary mode, the Prefix of the attribute
+	// headers. Defaults to events.FormatPlain.
 	Format events.Format
 	// Owner, when set, says which partitions this worker may claim in
 	// (ownership.Manager). Without it the worker claims in all, which is
@@ -170,6 +172,8 @@ func (c Config) Validate() error {
 			events.FormatPlain, events.FormatCloudEventsBinary, events.FormatCloudEventsStructured),
 		rule.Check("Format.Source", c.Format.Name == events.FormatPlain || events.CheckCloudEventsSource(c.Format.Source) == nil,
 			c.Format.Source, "a non-empty URI-reference (RFC 3986) in a CloudEvents format"),
+		rule.Check("Format.Prefix", slices.Contains([]string{"", events.PrefixAMQP, events.PrefixAMQPColon, events.PrefixKnative}, c.Format.Prefix),
+			c.Format.Prefix, "empty, "+events.PrefixAMQP+", "+events.PrefixAMQPColon+" or "+events.PrefixKnative),
 		schedule.Rule("Schedule", c.Schedule),
 	)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -24,21 +25,27 @@ var (
 	structuredFormat = Format{Name: FormatCloudEventsStructured, Source: testSource}
 )
 
-// ceHeaders are the ce- headers of eventDoc's message in binary mode,
-// with more added.
-func ceHeaders(more map[string]any) map[string]any {
+// ceHeaders are the attribute headers of eventDoc's message in binary
+// mode with prefix, with more added: a key "$name" is the attribute
+// header prefix+name, any other key a header as it is.
+func ceHeaders(prefix string, more map[string]any) map[string]any {
 	h := map[string]any{
-		"ce-specversion": "1.0",
-		"ce-id":          testObjectID.Hex(),
-		"ce-source":      testSource,
-		"ce-type":        "order.created",
-		"ce-time":        "2024-03-05T09:20:30.123Z",
+		prefix + "specversion": "1.0",
+		prefix + "id":          testObjectID.Hex(),
+		prefix + "source":      testSource,
+		prefix + "type":        "order.created",
+		prefix + "time":        "2024-03-05T09:20:30.123Z",
 	}
 	for k, v := range more {
+		if attr, ok := strings.CutPrefix(k, "$"); ok {
+			k = prefix + attr
+		}
 		h[k] = v
 	}
 	return h
 }
+
+var prefixes = []string{PrefixAMQP, PrefixAMQPColon, PrefixKnative}
 
 func TestFormatBinary(t *testing.T) {
 	t.Parallel()
@@ -50,110 +57,208 @@ func TestFormatBinary(t *testing.T) {
 		wantDropped bool
 	}{
 		{
-			name:        "no aggregate: no subject",
-			wantHeaders: ceHeaders(nil),
+			name: "no aggregate: no subject",
 		},
 		{
 			name:        "aggregate id is the subject",
 			edits:       []docEdit{set(FieldAggregateType, "order"), set(FieldAggregateID, "o-1")},
-			wantHeaders: ceHeaders(map[string]any{"ce-subject": "o-1", HeaderAggregateType: "order", HeaderAggregateID: "o-1"}),
+			wantHeaders: map[string]any{"$subject": "o-1", HeaderAggregateType: "order", HeaderAggregateID: "o-1"},
 		},
 		{
-			name:        "empty aggregate id: no subject",
-			edits:       []docEdit{set(FieldAggregateID, "")},
-			wantHeaders: ceHeaders(nil),
+			name:  "empty aggregate id: no subject",
+			edits: []docEdit{set(FieldAggregateID, "")},
 		},
 		{
-			name:        "null aggregate id: no subject",
-			edits:       []docEdit{set(FieldAggregateID, nil)},
-			wantHeaders: ceHeaders(nil),
+			name:  "null aggregate id: no subject",
+			edits: []docEdit{set(FieldAggregateID, nil)},
 		},
 		{
 			name:        "string _id is the id",
 			edits:       []docEdit{set(FieldID, "order-42-created")},
-			wantHeaders: ceHeaders(map[string]any{"ce-id": "order-42-created"}),
+			wantHeaders: map[string]any{"$id": "order-42-created"},
 		},
 		{
-			name:        "non-ASCII type and subject as they are",
-			edits:       []docEdit{set(FieldType, "注文.作成.ü"), set(FieldAggregateID, "kunde-ß-🙂")},
-			wantHeaders: ceHeaders(map[string]any{"ce-type": "注文.作成.ü", "ce-subject": "kunde-ß-🙂", HeaderAggregateID: "kunde-ß-🙂"}),
+			name:        "non-ASCII, spaces and percent signs as they are, not percent-encoded",
+			edits:       []docEdit{set(FieldType, "注文.作成.ü 100%"), set(FieldAggregateID, "kunde-ß-🙂 %41")},
+			wantHeaders: map[string]any{"$type": "注文.作成.ü 100%", "$subject": "kunde-ß-🙂 %41", HeaderAggregateID: "kunde-ß-🙂 %41"},
 		},
 		{
 			name:        "huge subject",
 			edits:       []docEdit{set(FieldAggregateID, hugeSubject)},
-			wantHeaders: ceHeaders(map[string]any{"ce-subject": hugeSubject, HeaderAggregateID: hugeSubject}),
+			wantHeaders: map[string]any{"$subject": hugeSubject, HeaderAggregateID: hugeSubject},
 		},
 		{
 			name:        "createdAt on a whole second",
 			edits:       []docEdit{set(FieldCreatedAt, bson.NewDateTimeFromTime(time.Date(2024, 3, 5, 9, 20, 30, 0, time.UTC)))},
-			wantHeaders: ceHeaders(map[string]any{"ce-time": "2024-03-05T09:20:30Z"}),
-		},
-		{
-			name: "event headers cannot set the attributes the relay owns, in any case",
-			edits: []docEdit{set(FieldAggregateID, "o-1"), set(FieldHeaders, bson.M{
-				"ce-id":              "forged",
-				"CE-Type":            "forged",
-				"ce-SOURCE":          "forged",
-				"ce-specversion":     "0.3",
-				"ce-time":            "1999-01-01T00:00:00Z",
-				"ce-subject":         "forged",
-				"ce-datacontenttype": "text/plain",
-				"Ce-TraceParent":     testTraceParent,
-				"ce-tracestate":      "forged=1",
-				"ce-dataschema":      "https://example.com/order.json",
-				"ce-partitionkey":    "o-1",
-				"ce-":                "kept",
-				"tenant":             "acme",
-			})},
-			wantHeaders: ceHeaders(map[string]any{"ce-subject": "o-1", HeaderAggregateID: "o-1",
-				"ce-dataschema": "https://example.com/order.json", "ce-partitionkey": "o-1", "ce-": "kept", "tenant": "acme"}),
-		},
-		{
-			name: "a forged subject goes even without an aggregate",
-			edits: []docEdit{set(FieldHeaders, bson.D{
-				{Key: "ce-subject", Value: "forged"},
-			})},
-			wantHeaders: ceHeaders(nil),
+			wantHeaders: map[string]any{"$time": "2024-03-05T09:20:30Z"},
 		},
 		{
 			name:  "stored trace context: the traceparent headers and the tracing extension",
 			edits: []docEdit{set(FieldTraceParent, testTraceParent), set(FieldTraceState, testTraceState)},
-			wantHeaders: ceHeaders(map[string]any{
+			wantHeaders: map[string]any{
 				FieldTraceParent: testTraceParent, FieldTraceState: testTraceState,
-				"ce-traceparent": testTraceParent, "ce-tracestate": testTraceState,
-			}),
+				"$traceparent": testTraceParent, "$tracestate": testTraceState,
+			},
 		},
 		{
 			name:        "a bad stored trace context is dropped from both",
 			edits:       []docEdit{set(FieldTraceParent, "00-nonsense")},
-			wantHeaders: ceHeaders(nil),
 			wantDropped: true,
 		},
 		{
-			name:  "an event's own traceparent header is no tracing extension",
+			name:  "an event's own valid traceparent header is the tracing extension too",
 			edits: []docEdit{set(FieldHeaders, bson.D{{Key: FieldTraceParent, Value: testTraceParent}})},
-			wantHeaders: ceHeaders(map[string]any{
-				FieldTraceParent: testTraceParent,
-			}),
+			wantHeaders: map[string]any{
+				FieldTraceParent: testTraceParent, "$traceparent": testTraceParent,
+			},
+		},
+	}
+	for _, prefix := range prefixes {
+		for _, tt := range tests {
+			t.Run(prefix+"/"+tt.name, func(t *testing.T) {
+				t.Parallel()
+				f := Format{Name: FormatCloudEventsBinary, Source: testSource, Prefix: prefix}
+				got, err := f.NewMessage(eventDoc(t, tt.edits...), 0)
+				if err != nil {
+					t.Fatalf("NewMessage: %v", err)
+				}
+				plain, err := NewMessage(eventDoc(t, tt.edits...), 0)
+				if err != nil {
+					t.Fatalf("plain NewMessage: %v", err)
+				}
+				// Only the headers differ from plain.
+				want := plain
+				want.Headers = ceHeaders(prefix, tt.wantHeaders)
+				want.TraceDropped = tt.wantDropped
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Errorf("message (-want +got):\n%s", diff)
+				}
+			})
+		}
+	}
+}
+
+// The default prefix is the AMQP binding's cloudEvents_.
+func TestFormatBinaryDefaultPrefix(t *testing.T) {
+	t.Parallel()
+	m, err := binaryFormat.NewMessage(eventDoc(t), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(ceHeaders("cloudEvents_", nil), m.Headers); diff != "" {
+		t.Errorf("headers (-want +got):\n%s", diff)
+	}
+}
+
+// An event header that the prefix's readers take for an attribute the
+// relay owns never reaches the message; one they take for an extension
+// is checked as they will read it; the others pass as they are.
+func TestFormatBinaryEventHeaders(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, prefix string
+		headers      bson.D
+		want         map[string]any // the headers besides ceHeaders' ones
+		wantErr      *InvalidError
+	}{
+		{
+			name: "owned attributes cannot be forged, in any case", prefix: PrefixAMQP,
+			headers: bson.D{
+				{Key: "cloudEvents_id", Value: "forged"}, {Key: "cloudEvents_Type", Value: "forged"},
+				{Key: "CloudEvents_source", Value: "forged"}, {Key: "cloudEvents_specversion", Value: "0.3"},
+				{Key: "cloudEvents_time", Value: "1999-01-01T00:00:00Z"}, {Key: "cloudEvents_subject", Value: "forged"},
+				{Key: "cloudEvents_datacontenttype", Value: "text/plain"}, {Key: "cloudEvents_TraceParent", Value: testTraceParent},
+				{Key: "cloudEvents_tracestate", Value: "forged=1"},
+				{Key: "cloudEvents_dataschema", Value: "https://example.com/order.json"}, {Key: "cloudEvents_partitionkey", Value: "o-1"},
+				{Key: "tenant_id", Value: "acme"}, {Key: "ce-tenant_id", Value: "not read by AMQP readers"},
+				{Key: "CloudEvents_tenant_id", Value: "not read: another spelling of the prefix"},
+			},
+			want: map[string]any{"cloudEvents_dataschema": "https://example.com/order.json", "cloudEvents_partitionkey": "o-1",
+				"tenant_id": "acme", "ce-tenant_id": "not read by AMQP readers", "CloudEvents_tenant_id": "not read: another spelling of the prefix"},
+		},
+		{
+			name: "extensions of the colon prefix, of CloudEvents' types", prefix: PrefixAMQPColon,
+			headers: bson.D{
+				{Key: "cloudEvents:tenant", Value: "acme"}, {Key: "cloudEvents:retries", Value: int32(3)},
+				{Key: "cloudEvents:big", Value: int64(math.MaxInt32)}, {Key: "cloudEvents:ok", Value: true},
+				{Key: "cloudEvents:id", Value: "forged"},
+			},
+			want: map[string]any{"cloudEvents:tenant": "acme", "cloudEvents:retries": int32(3), "cloudEvents:big": int64(math.MaxInt32), "cloudEvents:ok": true},
+		},
+		{
+			name: "an extension name with an underscore", prefix: PrefixAMQP,
+			headers: bson.D{{Key: "cloudEvents_tenant_id", Value: "acme"}},
+			wantErr: &InvalidError{Field: "headers.cloudEvents_tenant_id", Reason: `is read as the CloudEvents extension "tenant_id" (prefix "cloudEvents_"), but CloudEvents names are lower-case letters and digits only, and readers reject the whole event; rename the header, or use another prefix`},
+		},
+		{
+			name: "an upper-case extension name", prefix: PrefixAMQPColon,
+			headers: bson.D{{Key: "cloudEvents:Tenant", Value: "acme"}},
+			wantErr: &InvalidError{Field: "headers.cloudEvents:Tenant", Reason: `is read as the CloudEvents extension "Tenant" (prefix "cloudEvents:"), but CloudEvents names are lower-case letters and digits only, and readers reject the whole event; rename the header, or use another prefix`},
+		},
+		{
+			name: "an extension of a type CloudEvents has not", prefix: PrefixAMQP,
+			headers: bson.D{{Key: "cloudEvents_ratio", Value: 0.5}},
+			wantErr: &InvalidError{Field: "headers.cloudEvents_ratio", Reason: "is a double, which the CloudEvents extension ratio cannot hold: its types are strings, booleans, 32-bit integers, binary and timestamps"},
+		},
+		{
+			name: "an extension over 32 bits", prefix: PrefixAMQP,
+			headers: bson.D{{Key: "cloudEvents_n", Value: int64(math.MaxInt32) + 1}},
+			wantErr: &InvalidError{Field: "headers.cloudEvents_n", Reason: "is 2147483648, which the CloudEvents extension n cannot hold: a CloudEvents integer is 32 bits"},
+		},
+		{
+			name: "an extension string with a control character", prefix: PrefixAMQP,
+			headers: bson.D{{Key: "cloudEvents_note", Value: "a\x00b"}},
+			wantErr: &InvalidError{Field: "headers.cloudEvents_note", Reason: "holds the control character U+0000 at byte 1, which the CloudEvents attribute note must not hold"},
+		},
+		{
+			name: "two bad headers: the first by name is named", prefix: PrefixAMQP,
+			headers: bson.D{{Key: "cloudEvents_z_z", Value: "1"}, {Key: "cloudEvents_a_a", Value: "1"}, {Key: "cloudEvents_m_m", Value: "1"}},
+			wantErr: &InvalidError{Field: "headers.cloudEvents_a_a", Reason: `is read as the CloudEvents extension "a_a" (prefix "cloudEvents_"), but CloudEvents names are lower-case letters and digits only, and readers reject the whole event; rename the header, or use another prefix`},
+		},
+		{
+			name: "Knative reads every header but x- ones, lower-cased, without ce-", prefix: PrefixKnative,
+			headers: bson.D{
+				{Key: "Tenant", Value: "acme"}, {Key: "ce-Region", Value: "eu"}, {Key: "x-retry_count", Value: 1.5},
+				{Key: "ratio", Value: 0.5}, {Key: "type", Value: "forged"}, {Key: "CE-ID", Value: "forged"},
+				{Key: "Content-Type", Value: "text/plain"}, {Key: "ce-tracestate", Value: "forged=1"},
+			},
+			want: map[string]any{"Tenant": "acme", "ce-Region": "eu", "x-retry_count": 1.5, "ratio": 0.5},
+		},
+		{
+			name: "Knative: an extension name with an underscore", prefix: PrefixKnative,
+			headers: bson.D{{Key: "tenant_id", Value: "acme"}},
+			wantErr: &InvalidError{Field: "headers.tenant_id", Reason: `is read as the CloudEvents extension "tenant_id" (prefix "ce-"), but CloudEvents names are lower-case letters and digits only, and readers reject the whole event; rename the header, or use another prefix`},
+		},
+		{
+			name: "Knative: the prefix alone", prefix: PrefixKnative,
+			headers: bson.D{{Key: "ce-", Value: "x"}},
+			wantErr: &InvalidError{Field: "headers.ce-", Reason: `is read as the CloudEvents extension "" (prefix "ce-"), but CloudEvents names are lower-case letters and digits only, and readers reject the whole event; rename the header, or use another prefix`},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := binaryFormat.NewMessage(eventDoc(t, tt.edits...), 0)
+			f := Format{Name: FormatCloudEventsBinary, Source: testSource, Prefix: tt.prefix}
+			doc := eventDoc(t, set(FieldHeaders, tt.headers))
+			got, err := f.NewMessage(doc, 0)
+			if tt.wantErr != nil {
+				var ie *InvalidError
+				if !errors.As(err, &ie) {
+					t.Fatalf("NewMessage: %v, want an *InvalidError", err)
+				}
+				if diff := cmp.Diff(tt.wantErr, ie); diff != "" {
+					t.Errorf("error (-want +got):\n%s", diff)
+				}
+				if _, err := NewMessage(doc, 0); err != nil {
+					t.Errorf("plain NewMessage: %v, want it to take the event", err)
+				}
+				return
+			}
 			if err != nil {
 				t.Fatalf("NewMessage: %v", err)
 			}
-			plain, err := NewMessage(eventDoc(t, tt.edits...), 0)
-			if err != nil {
-				t.Fatalf("plain NewMessage: %v", err)
-			}
-			// Only the headers differ from plain.
-			want := plain
-			want.Headers = tt.wantHeaders
-			want.TraceDropped = tt.wantDropped
-			if diff := cmp.Diff(want, got); diff != "" {
-				t.Errorf("message (-want +got):\n%s", diff)
+			if diff := cmp.Diff(ceHeaders(tt.prefix, tt.want), got.Headers); diff != "" {
+				t.Errorf("headers (-want +got):\n%s", diff)
 			}
 		})
 	}
@@ -366,6 +471,9 @@ func TestFormatValidate(t *testing.T) {
 		{Name: FormatCloudEventsBinary, Source: "urn:uuid:6e8bc430-9c3a-11d9-9669-0800200c9a66"},
 		{Name: FormatCloudEventsBinary, Source: "/outbox/my%20db/events"},
 		{Name: FormatCloudEventsBinary, Source: "orders"},
+		{Name: FormatCloudEventsBinary, Source: "orders", Prefix: PrefixAMQP},
+		{Name: FormatCloudEventsBinary, Source: "orders", Prefix: PrefixAMQPColon},
+		{Name: FormatCloudEventsBinary, Source: "orders", Prefix: PrefixKnative},
 	}
 	for _, f := range valid {
 		if err := f.Validate(); err != nil {
@@ -380,6 +488,7 @@ func TestFormatValidate(t *testing.T) {
 		`source "/a%2": has a % at byte 2 that does not start an escape such as %20`:                                     {Name: FormatCloudEventsBinary, Source: "/a%2"},
 		`source "/a%zz": has a % at byte 2 that does not start an escape such as %20`:                                    {Name: FormatCloudEventsBinary, Source: "/a%zz"},
 		`source "http://[::1": is not a URI-reference (RFC 3986)`:                                                        {Name: FormatCloudEventsBinary, Source: "http://[::1"},
+		`prefix "ce_": want cloudEvents_, cloudEvents: or ce-`:                                                           {Name: FormatCloudEventsBinary, Source: "/a", Prefix: "ce_"},
 	}
 	for want, f := range invalid {
 		err := f.Validate()
@@ -411,7 +520,7 @@ func FuzzFormatNewMessage(f *testing.F) {
 	}
 	for _, doc := range []bson.Raw{
 		eventDoc(f, set(FieldAggregateID, "o-\x01"), set(FieldTraceParent, testTraceParent)),
-		eventDoc(f, set(FieldType, "a\uFFFF"), set(FieldHeaders, bson.D{{Key: "CE-ID", Value: "x"}})),
+		eventDoc(f, set(FieldType, "a\uFFFF"), set(FieldHeaders, bson.D{{Key: "CloudEvents_ID", Value: "x"}, {Key: "cloudEvents_a_b", Value: "x"}})),
 		eventDoc(f, set(FieldPayload, bson.D{{Key: "s", Value: strings.Repeat("x", fuzzMaxBody-20)}})),
 	} {
 		f.Add([]byte(doc))
@@ -444,7 +553,7 @@ func FuzzFormatNewMessage(f *testing.F) {
 			if len(m.Body) > fuzzMaxBody {
 				t.Errorf("%s: body of %d bytes, over the bound of %d", format.Name, len(m.Body), fuzzMaxBody)
 			}
-			for _, attr := range []string{"ce-id", "ce-type", "ce-subject"} {
+			for _, attr := range []string{PrefixAMQP + "id", PrefixAMQP + "type", PrefixAMQP + "subject"} {
 				if s, ok := m.Headers[attr].(string); ok {
 					if err := checkCloudEventsString(attr, attr, s); err != nil {
 						t.Errorf("%s: %v", format.Name, err)
@@ -452,9 +561,9 @@ func FuzzFormatNewMessage(f *testing.F) {
 				}
 			}
 			if format.Name == FormatCloudEventsBinary {
-				if !bytes.Equal(m.Body, plain.Body) || m.Headers["ce-id"] != plain.ID || m.Headers["ce-type"] != plain.Type {
-					t.Errorf("binary: body %q, ce-id %v, ce-type %v; plain: %q, %s, %s",
-						m.Body, m.Headers["ce-id"], m.Headers["ce-type"], plain.Body, plain.ID, plain.Type)
+				if !bytes.Equal(m.Body, plain.Body) || m.Headers[PrefixAMQP+"id"] != plain.ID || m.Headers[PrefixAMQP+"type"] != plain.Type {
+					t.Errorf("binary: body %q, id %v, type %v; plain: %q, %s, %s",
+						m.Body, m.Headers[PrefixAMQP+"id"], m.Headers[PrefixAMQP+"type"], plain.Body, plain.ID, plain.Type)
 				}
 				continue
 			}

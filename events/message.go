@@ -78,14 +78,8 @@ func invalid(field, format string, args ...any) *InvalidError {
 // *InvalidError naming the field, or FieldDocument when doc is not valid
 // BSON. maxBodyBytes bounds the body; zero means no bound. NewMessage
 // never panics, whatever doc holds. Format.NewMessage makes the messages
-// of the other formats.
+// of the other formats from this one.
 func NewMessage(doc bson.Raw, maxBodyBytes int) (Message, error) {
-	return newMessage(doc, maxBodyBytes, FormatPlain, "")
-}
-
-// newMessage is NewMessage in the format named format; source is the
-// CloudEvents source.
-func newMessage(doc bson.Raw, maxBodyBytes int, format, source string) (Message, error) {
 	// The driver's value accessors panic on malformed bytes, and a corrupt
 	// document would otherwise be reported as a missing _id. Validate is
 	// shallow, so the code below still reads every value with an OK accessor.
@@ -108,37 +102,9 @@ func newMessage(doc bson.Raw, maxBodyBytes int, format, source string) (Message,
 	}
 	m.Headers, m.TraceDropped = withTraceContext(m.Headers, doc)
 	m.ContentType = ContentType
-	if format == FormatCloudEventsBinary || format == FormatCloudEventsStructured {
-		return cloudEventsMessage(doc, m, maxBodyBytes, format, source)
-	}
 	if m.Body, err = body(doc, maxBodyBytes); err != nil {
 		return Message{}, err
 	}
-	return m, nil
-}
-
-// cloudEventsMessage completes m, a message without a body, in a
-// CloudEvents format.
-func cloudEventsMessage(doc bson.Raw, m Message, maxBodyBytes int, format, source string) (Message, error) {
-	ce, err := newCloudEvent(doc, &m, source)
-	if err != nil {
-		return Message{}, err
-	}
-	if format == FormatCloudEventsBinary {
-		m.Headers = withCloudEventsHeaders(m.Headers, ce)
-		if m.Body, err = body(doc, maxBodyBytes); err != nil {
-			return Message{}, err
-		}
-		return m, nil
-	}
-	payload, err := payloadDocument(doc)
-	if err != nil {
-		return Message{}, err
-	}
-	if m.Body, err = envelope(ce, payload, maxBodyBytes); err != nil {
-		return Message{}, err
-	}
-	m.ContentType = ContentTypeCloudEvents
 	return m, nil
 }
 

@@ -82,9 +82,10 @@ type Config struct {
 
 	// MessageFormat is events.Format's Name; CloudEventsSource its
 	// Source, which validate derives from the database and collection
-	// when it is unset.
+	// when it is unset; CloudEventsPrefix its Prefix.
 	MessageFormat     string
 	CloudEventsSource string
+	CloudEventsPrefix string
 	// TraceParent is OUTBOX_TRACE_PARENT: "child" (a publish span is the
 	// child of the producer's) or "link" (claim.Config.TraceLink).
 	TraceParent string
@@ -181,13 +182,18 @@ func settings() []setting {
 				return parseIntBetween(&c.MaxMessageBytes, v, 1, claim.MaxBodyBytesMax)
 			}},
 		{env: "OUTBOX_MESSAGE_FORMAT", flag: "message-format", def: events.FormatPlain,
-			usage: "plain: the message contract; cloudevents-binary: plus CloudEvents ce- headers; cloudevents-structured: the application/cloudevents+json envelope as the body",
+			usage: "plain: the message contract; cloudevents-binary: plus the CloudEvents attributes as headers (OUTBOX_CLOUDEVENTS_PREFIX); cloudevents-structured: the application/cloudevents+json envelope as the body",
 			parse: func(c *Config, v string) error {
 				return oneOf(&c.MessageFormat, v, events.FormatPlain, events.FormatCloudEventsBinary, events.FormatCloudEventsStructured)
 			}},
 		{env: "OUTBOX_CLOUDEVENTS_SOURCE", flag: "cloudevents-source", def: "",
 			usage: "CloudEvents source attribute of every message in a CloudEvents format, a URI-reference; unset: /outbox/<database>/<collection>",
 			parse: parseCloudEventsSource},
+		{env: "OUTBOX_CLOUDEVENTS_PREFIX", flag: "cloudevents-prefix", def: events.PrefixAMQP,
+			usage: "prefix of the attribute headers in cloudevents-binary: cloudEvents_ (AMQP binding; the Java SDK's Spring AMQP), cloudEvents: (AMQP binding 1.0.2; sdk-go) or ce- (Knative's RabbitMQ broker and source)",
+			parse: func(c *Config, v string) error {
+				return oneOf(&c.CloudEventsPrefix, v, events.PrefixAMQP, events.PrefixAMQPColon, events.PrefixKnative)
+			}},
 		{env: "OUTBOX_RETENTION", flag: "retention", def: retention.RetentionDefault.String(),
 			usage: "how long PUBLISHED events are kept; 0 keeps them", parse: parseRetention},
 		{env: "OUTBOX_HTTP_ADDR", flag: "http-addr", def: ":8080",

@@ -67,6 +67,7 @@ func defaultConfig() Config {
 
 		MessageFormat:     "plain",
 		CloudEventsSource: "/outbox/outbox/events",
+		CloudEventsPrefix: "cloudEvents_",
 
 		MongoReadConcern:  "majority",
 		MongoWriteConcern: "majority",
@@ -121,6 +122,7 @@ func TestLoadConfig(t *testing.T) {
 				"OUTBOX_ORDERING_AFTER_FAILED": "continue",
 				"OUTBOX_MESSAGE_FORMAT":        "cloudevents-structured",
 				"OUTBOX_CLOUDEVENTS_SOURCE":    "https://shop.example/orders",
+				"OUTBOX_CLOUDEVENTS_PREFIX":    "ce-",
 				"OUTBOX_TRACE_PARENT":          "link",
 				"OUTBOX_TRACE_MONGO":           "true",
 
@@ -157,6 +159,7 @@ func TestLoadConfig(t *testing.T) {
 				c.Ordering, c.OrderingAfterFailed = claim.OrderingNone, claim.AfterFailedContinue
 				c.TraceParent, c.TraceMongo = "link", true
 				c.MessageFormat, c.CloudEventsSource = "cloudevents-structured", "https://shop.example/orders"
+				c.CloudEventsPrefix = "ce-"
 			},
 		},
 		{
@@ -278,6 +281,8 @@ func TestLoadConfigRejects(t *testing.T) {
 			want: []string{"OUTBOX_CLOUDEVENTS_SOURCE", `"/orders service"`, "URI-reference"}},
 		{name: "cloudevents source with a bad escape", args: []string{"--cloudevents-source", "/a%zz"},
 			want: []string{"OUTBOX_CLOUDEVENTS_SOURCE (--cloudevents-source)", `"/a%zz"`, "escape"}},
+		{name: "cloudevents prefix of the HTTP binding's spelling", env: map[string]string{"OUTBOX_CLOUDEVENTS_PREFIX": "CE-"},
+			want: []string{"OUTBOX_CLOUDEVENTS_PREFIX", `"CE-"`, "want one of cloudEvents_, cloudEvents:, ce-"}},
 		{name: "batch size not a number", env: map[string]string{"OUTBOX_BATCH_SIZE": "abc"},
 			want: []string{"OUTBOX_BATCH_SIZE", `"abc"`}},
 		{name: "batch size zero", env: map[string]string{"OUTBOX_BATCH_SIZE": "0"},

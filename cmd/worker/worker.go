@@ -138,7 +138,7 @@ func newWorker(cfg Config, logger *slog.Logger, tracer *telemetry.Provider) (*wo
 		MaxAttempts: cfg.MaxAttempts, MaxBodyBytes: cfg.MaxMessageBytes, PublishTimeout: cfg.PublishTimeout,
 		RetryMin: cfg.RetryMin, RetryMax: cfg.RetryMax, StaleAfter: cfg.StaleAfter,
 		Ordering: cfg.Ordering, AfterFailed: cfg.OrderingAfterFailed,
-		Format:    events.Format{Name: cfg.MessageFormat, Source: cfg.CloudEventsSource},
+		Format:    events.Format{Name: cfg.MessageFormat, Source: cfg.CloudEventsSource, Prefix: cfg.CloudEventsPrefix},
 		TraceLink: cfg.TraceParent == traceParentLink,
 	})
 	if err != nil {
