@@ -287,7 +287,7 @@ func receive(t *testing.T, deliveries <-chan amqp.Delivery, n int) map[string]am
 func TestPublishSpanKeepsTheCloudEventsExtension(t *testing.T) {
 	t.Parallel()
 	pub := &capturePublisher{}
-	c, rec := tracedClaimer(t, pub, sdktrace.AlwaysSample(), false)
+	c, rec := tracedClaimer(t, pub, sdktrace.AlwaysSample(), "", TraceMessagePublish)
 	d, err := events.Draft{ID: "ce-traced", Type: "order.created", Payload: bson.D{{Key: "n", Value: 1}},
 		Trace: events.TraceContext{Parent: producerTraceParent}}.Document(time.Now().Add(-time.Second))
 	if err != nil {

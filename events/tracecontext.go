@@ -5,8 +5,6 @@ import (
 	"regexp"
 	"strings"
 
-	"go.opentelemetry.io/otel/attribute"
-	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -189,27 +187,5 @@ func TraceContextFrom(ctx context.Context) TraceContext {
 	return TraceContext{
 		Parent: "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-" + sc.TraceFlags().String(),
 		State:  sc.TraceState().String(),
-	}
-}
-
-// MessagingAttributes are the OpenTelemetry messaging attributes of a
-// message on RabbitMQ (the semantic conventions' names), shared by the
-// relay's publish span and the inbox's process span: the system, the
-// exchange, the routing key, the message id, the operation (its name,
-// which for the two is also its type: send for publish, process) and the
-// body's size.
-func MessagingAttributes(operation, exchange, routingKey, messageID string, bodySize int) []attribute.KeyValue {
-	opType := semconv.MessagingOperationTypeProcess
-	if operation == "publish" {
-		opType = semconv.MessagingOperationTypeSend
-	}
-	return []attribute.KeyValue{
-		semconv.MessagingSystemRabbitMQ,
-		semconv.MessagingDestinationName(exchange),
-		semconv.MessagingRabbitMQDestinationRoutingKey(routingKey),
-		semconv.MessagingMessageID(messageID),
-		opType,
-		semconv.MessagingOperationName(operation),
-		semconv.MessagingMessageBodySize(bodySize),
 	}
 }

@@ -86,9 +86,10 @@ type Config struct {
 	MessageFormat     string
 	CloudEventsSource string
 	CloudEventsPrefix string
-	// TraceParent is OUTBOX_TRACE_PARENT: "child" (a publish span is the
-	// child of the producer's) or "link" (claim.Config.TraceLink).
-	TraceParent string
+	// TraceParent and TraceMessage are claim.Config's (OUTBOX_TRACE_PARENT,
+	// OUTBOX_TRACE_MESSAGE).
+	TraceParent  string
+	TraceMessage string
 	// TraceMongo traces the database commands (OUTBOX_TRACE_MONGO) while
 	// tracing is on.
 	TraceMongo bool
@@ -228,9 +229,16 @@ func settings() []setting {
 		{env: "OUTBOX_CONSOLE_REQUEUE_RATE", flag: "console-requeue-rate", def: strconv.Itoa(console.RequeuePerSecondDefault), forConsole: true,
 			usage: "events a second a failure group's requeue from the console makes due, oldest first, so that the relay and its consumers are not flooded",
 			parse: func(c *Config, v string) error { return parseIntBetween(&c.ConsoleRequeueRate, v, 1, 100000) }},
-		{env: "OUTBOX_TRACE_PARENT", flag: "trace-parent", def: traceParentChild,
-			usage: "with tracing on (OTEL_TRACES_EXPORTER=otlp): child makes each publish span a child of the producer's span stored with the event; link makes it a new trace linked to it",
-			parse: func(c *Config, v string) error { return oneOf(&c.TraceParent, v, traceParentChild, traceParentLink) }},
+		{env: "OUTBOX_TRACE_PARENT", flag: "trace-parent", def: claim.TraceParentLink,
+			usage: "with tracing on (OTEL_TRACES_EXPORTER=otlp): link makes each publish span link to the producer's span stored with the event, in a trace of the relay's; child makes it that span's child too",
+			parse: func(c *Config, v string) error {
+				return oneOf(&c.TraceParent, v, claim.TraceParentLink, claim.TraceParentChild)
+			}},
+		{env: "OUTBOX_TRACE_MESSAGE", flag: "trace-message", def: claim.TraceMessageProducer,
+			usage: "with tracing on: producer keeps the producer's stored trace context on each message; publish puts the publish span's in its place",
+			parse: func(c *Config, v string) error {
+				return oneOf(&c.TraceMessage, v, claim.TraceMessageProducer, claim.TraceMessagePublish)
+			}},
 		{env: "OUTBOX_TRACE_MONGO", flag: "trace-mongo", def: "false",
 			usage: "with tracing on, also trace every database command (a client span each, without the command's documents)",
 			parse: func(c *Config, v string) error { return parseBool(&c.TraceMongo, v) }},
@@ -238,12 +246,6 @@ func settings() []setting {
 			usage: "loopback address such as 127.0.0.1:6060 on which Go's profiler serves /debug/pprof/; unset: off", parse: parsePprofAddr},
 	}
 }
-
-// Values of OUTBOX_TRACE_PARENT.
-const (
-	traceParentChild = "child"
-	traceParentLink  = "link"
-)
 
 // defaultWorkerID is <hostname>-<pid>: unique per process, and it says
 // where to look when an operator sees it on a stuck event.
