@@ -24,7 +24,9 @@ var ownedAttributes = [...]string{ceSpecVersion, ceID, ceSource, ceType, ceTime,
 // an AMQP 0-9-1 timestamp holds whole seconds), and Knative's RabbitMQ
 // binding takes as RabbitMQ carries it, without the HTTP binding's
 // percent-encoding. The event's own headers are checked as the prefix's
-// readers will read them (checkExtension).
+// readers will read them (checkExtension). With the AMQP binding's
+// prefixes the attributes also go in HeaderAMQP10AppProperties, for AMQP
+// 1.0 consumers of RabbitMQ 3.x.
 func withBinaryMode(doc bson.Raw, m Message, source, prefix string) (Message, error) {
 	ce, err := newCloudEvent(doc, m, source)
 	if err != nil {
@@ -62,6 +64,9 @@ func withBinaryMode(doc bson.Raw, m Message, source, prefix string) (Message, er
 		if ce.trace.State != "" {
 			m.Headers[prefix+ceTraceState] = ce.trace.State
 		}
+	}
+	if prefix != PrefixKnative {
+		m.Headers[HeaderAMQP10AppProperties] = amqp10AppProperties(m.Headers, prefix)
 	}
 	return m, nil
 }
