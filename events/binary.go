@@ -74,19 +74,21 @@ func withBinaryMode(doc bson.Raw, m Message, source, prefix string) (Message, er
 // readAs returns the attribute name that the readers of prefix take the
 // header name for, and false when they take it for no attribute.
 //
-// The AMQP binding's readers (sdk-go, the Java SDK) take the names that
-// start with the prefix, spelt as it is. Knative's RabbitMQ binding reads
-// every header but those starting with "x-" and the traceparent and
-// tracestate headers, lower-cased and without "ce-": to it, "Type",
-// "ce-type" and "CE-TYPE" all name the type, and "tenant" an extension.
+// The AMQP binding's readers take the names that start with either of its
+// prefixes: the Java SDK's Spring AMQP reader takes both, in any case,
+// and the binding asks consumers to understand both. Knative's RabbitMQ
+// binding reads every header but those starting with "x-" and the
+// traceparent and tracestate headers, lower-cased and without "ce-": to
+// it, "Type", "ce-type" and "CE-TYPE" all name the type, and "tenant" an
+// extension.
 func readAs(prefix, name string) (string, bool) {
 	if prefix != PrefixKnative {
-		attr, ok := strings.CutPrefix(name, prefix)
-		if !ok && len(name) > len(prefix) && strings.EqualFold(name[:len(prefix)], prefix) {
-			// Not read as an attribute, but still no way to forge one.
-			attr, ok = strings.ToLower(name[len(prefix):]), owned(name[len(prefix):])
+		for _, p := range [...]string{PrefixAMQP, PrefixAMQPColon} {
+			if len(name) > len(p) && strings.EqualFold(name[:len(p)], p) {
+				return name[len(p):], true
+			}
 		}
-		return attr, ok
+		return "", false
 	}
 	if name == FieldTraceParent || name == FieldTraceState {
 		return "", false
@@ -120,6 +122,10 @@ func owned(attr string) bool {
 // Knative's readers take any value as the string it prints as.
 func checkExtension(prefix, name, attr string, v any) *InvalidError {
 	path := FieldHeaders + "." + name
+	if prefix != PrefixKnative && !strings.HasPrefix(name, prefix) {
+		return invalid(path, "is read as the CloudEvents extension %q, but spells the prefix otherwise than %q: the AMQP binding has a message name all its attributes with one prefix",
+			attr, prefix)
+	}
 	if !isAttributeName(attr) {
 		return invalid(path, "is read as the CloudEvents extension %q (prefix %q), but CloudEvents names are lower-case letters and digits only, and readers reject the whole event; rename the header, or use another prefix",
 			attr, prefix)

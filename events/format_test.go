@@ -209,11 +209,21 @@ func TestFormatBinaryEventHeaders(t *testing.T) {
 				{Key: "cloudEvents_datacontenttype", Value: "text/plain"}, {Key: "cloudEvents_TraceParent", Value: testTraceParent},
 				{Key: "cloudEvents_tracestate", Value: "forged=1"},
 				{Key: "cloudEvents_dataschema", Value: "https://example.com/order.json"}, {Key: "cloudEvents_partitionkey", Value: "o-1"},
+				{Key: "cloudEvents:type", Value: "forged with the other separator"},
 				{Key: "tenant_id", Value: "acme"}, {Key: "ce-tenant_id", Value: "not read by AMQP readers"},
-				{Key: "CloudEvents_tenant_id", Value: "not read: another spelling of the prefix"},
 			},
 			want: map[string]any{"cloudEvents_dataschema": "https://example.com/order.json", "cloudEvents_partitionkey": "o-1",
-				"tenant_id": "acme", "ce-tenant_id": "not read by AMQP readers", "CloudEvents_tenant_id": "not read: another spelling of the prefix"},
+				"tenant_id": "acme", "ce-tenant_id": "not read by AMQP readers"},
+		},
+		{
+			name: "an extension with the other separator", prefix: PrefixAMQP,
+			headers: bson.D{{Key: "cloudEvents:region", Value: "eu"}},
+			wantErr: &InvalidError{Field: "headers.cloudEvents:region", Reason: `is read as the CloudEvents extension "region", but spells the prefix otherwise than "cloudEvents_": the AMQP binding has a message name all its attributes with one prefix`},
+		},
+		{
+			name: "an extension with the prefix in another case", prefix: PrefixAMQP,
+			headers: bson.D{{Key: "CloudEvents_region", Value: "eu"}},
+			wantErr: &InvalidError{Field: "headers.CloudEvents_region", Reason: `is read as the CloudEvents extension "region", but spells the prefix otherwise than "cloudEvents_": the AMQP binding has a message name all its attributes with one prefix`},
 		},
 		{
 			name: "extensions of the colon prefix, of CloudEvents' types", prefix: PrefixAMQPColon,
