@@ -131,10 +131,7 @@ func checkExtension(prefix, name, attr string, v any) *InvalidError {
 			attr, prefix)
 	}
 	if s, ok := v.(string); ok {
-		if err := checkCloudEventsString(path, attr, s); err != nil {
-			return err.(*InvalidError)
-		}
-		return nil
+		return cloudEventsStringError(path, attr, s)
 	}
 	if prefix == PrefixKnative {
 		return nil

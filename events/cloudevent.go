@@ -72,10 +72,19 @@ func messageTrace(headers map[string]any) TraceContext {
 }
 
 // checkCloudEventsString reports, as poison, a value of field that the
-// CloudEvents attribute attr cannot hold: the spec's String is valid
+// CloudEvents attribute attr cannot hold (cloudEventsStringError).
+func checkCloudEventsString(field, attr, s string) error {
+	if err := cloudEventsStringError(field, attr, s); err != nil {
+		return err
+	}
+	return nil
+}
+
+// cloudEventsStringError says why the CloudEvents attribute attr cannot
+// hold s, the value of field, or is nil: the spec's String is valid
 // Unicode without control characters (U+0000 to U+001F, U+007F to
 // U+009F) and noncharacters.
-func checkCloudEventsString(field, attr, s string) error {
+func cloudEventsStringError(field, attr, s string) *InvalidError {
 	for i, r := range s {
 		switch {
 		case r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD"):

@@ -129,17 +129,20 @@ func traceStateKey(key string) bool {
 // a digit, when digitFirst) and then lower-case letters, digits, _, -, *
 // and /.
 func keyPart(s string, digitFirst bool) bool {
-	if s == "" || !(s[0] >= 'a' && s[0] <= 'z' || digitFirst && s[0] >= '0' && s[0] <= '9') {
+	if s == "" || !isLower(s[0]) && (!digitFirst || !isDigit(s[0])) {
 		return false
 	}
 	for i := 1; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '*' || c == '/') {
+		if c := s[i]; !isLower(c) && !isDigit(c) && strings.IndexByte("_-*/", c) < 0 {
 			return false
 		}
 	}
 	return true
 }
+
+func isLower(c byte) bool { return 'a' <= c && c <= 'z' }
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 
 // traceStateValue reports whether v is a value: 1 to 256 printable ASCII
 // characters but , and =, the last not a space.
