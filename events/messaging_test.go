@@ -1,6 +1,7 @@
 package events_test
 
 import (
+	"maps"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -20,77 +21,58 @@ import (
 // known.
 func TestMessagingSpanAttributes(t *testing.T) {
 	t.Parallel()
+	publish := func(exchange, key string) events.MessagingSpan {
+		return events.MessagingSpan{Operation: events.OperationPublish, Exchange: exchange, RoutingKey: key, MessageID: "m", BodySize: 10}
+	}
+	process := func(exchange, key, queue string) events.MessagingSpan {
+		return events.MessagingSpan{Operation: events.OperationProcess, Exchange: exchange, RoutingKey: key, Queue: queue, MessageID: "m", BodySize: 10}
+	}
+	// The conventions' examples of messaging.destination.name, and what
+	// else each case must have besides the attributes of every span.
 	for name, tt := range map[string]struct {
-		span events.MessagingSpan
-		want map[string]any
+		span        events.MessagingSpan
+		destination string
+		more        map[string]any
 	}{
-		"producer: exchange and routing key": {
-			events.MessagingSpan{Operation: events.OperationPublish, Exchange: "direct_logs", RoutingKey: "warning", MessageID: "m1", BodySize: 10, Server: "rabbit.example:5672"},
-			map[string]any{
-				"messaging.system": "rabbitmq", "messaging.destination.name": "direct_logs:warning",
-				"messaging.operation.name": "publish", "messaging.operation.type": "send",
-				"messaging.rabbitmq.destination.routing_key": "warning", "messaging.message.id": "m1",
-				"messaging.message.body.size": int64(10), "server.address": "rabbit.example", "server.port": int64(5672),
-			},
-		},
-		"producer: exchange only": {
-			events.MessagingSpan{Operation: events.OperationPublish, Exchange: "logs", MessageID: "m2"},
-			map[string]any{
-				"messaging.system": "rabbitmq", "messaging.destination.name": "logs",
-				"messaging.operation.name": "publish", "messaging.operation.type": "send",
-				"messaging.message.id": "m2", "messaging.message.body.size": int64(0),
-			},
-		},
-		"producer: the default exchange": {
-			events.MessagingSpan{Operation: events.OperationPublish, RoutingKey: "orders", MessageID: "m3"},
-			map[string]any{
-				"messaging.system": "rabbitmq", "messaging.destination.name": "orders",
-				"messaging.operation.name": "publish", "messaging.operation.type": "send",
-				"messaging.rabbitmq.destination.routing_key": "orders", "messaging.message.id": "m3", "messaging.message.body.size": int64(0),
-			},
-		},
-		"producer: neither": {
-			events.MessagingSpan{Operation: events.OperationPublish, MessageID: "m4"},
-			map[string]any{
-				"messaging.system": "rabbitmq", "messaging.destination.name": "amq.default",
-				"messaging.operation.name": "publish", "messaging.operation.type": "send",
-				"messaging.message.id": "m4", "messaging.message.body.size": int64(0),
-			},
-		},
-		"consumer: exchange, routing key and queue": {
-			events.MessagingSpan{Operation: events.OperationProcess, Exchange: "direct_logs", RoutingKey: "warning", Queue: "audit", MessageID: "m5", Server: "[::1]:5671"},
-			map[string]any{
-				"messaging.system": "rabbitmq", "messaging.destination.name": "direct_logs:warning:audit",
-				"messaging.operation.name": "process", "messaging.operation.type": "process",
-				"messaging.rabbitmq.destination.routing_key": "warning", "messaging.message.id": "m5",
-				"messaging.message.body.size": int64(0), "server.address": "::1", "server.port": int64(5671),
-			},
-		},
-		"consumer: the default exchange, routing key the queue": {
-			events.MessagingSpan{Operation: events.OperationProcess, RoutingKey: "orders", Queue: "orders", MessageID: "m6"},
-			map[string]any{
-				"messaging.system": "rabbitmq", "messaging.destination.name": "orders",
-				"messaging.operation.name": "process", "messaging.operation.type": "process",
-				"messaging.rabbitmq.destination.routing_key": "orders", "messaging.message.id": "m6", "messaging.message.body.size": int64(0),
-			},
-		},
-		"consumer: an exchange and a routing key equal to the queue": {
-			events.MessagingSpan{Operation: events.OperationProcess, Exchange: "shop", RoutingKey: "orders", Queue: "orders", MessageID: "m7"},
-			map[string]any{
-				"messaging.system": "rabbitmq", "messaging.destination.name": "shop:orders",
-				"messaging.operation.name": "process", "messaging.operation.type": "process",
-				"messaging.rabbitmq.destination.routing_key": "orders", "messaging.message.id": "m7", "messaging.message.body.size": int64(0),
-			},
-		},
+		"producer: exchange and routing key":     {publish("direct_logs", "warning"), "direct_logs:warning", map[string]any{"messaging.rabbitmq.destination.routing_key": "warning"}},
+		"producer: exchange only":                {publish("logs", ""), "logs", nil},
+		"producer: the default exchange":         {publish("", "orders"), "orders", map[string]any{"messaging.rabbitmq.destination.routing_key": "orders"}},
+		"producer: neither":                      {publish("", ""), "amq.default", nil},
+		"consumer: exchange, routing key, queue": {process("direct_logs", "warning", "audit"), "direct_logs:warning:audit", map[string]any{"messaging.rabbitmq.destination.routing_key": "warning"}},
+		"consumer: default exchange, key=queue":  {process("", "orders", "orders"), "orders", map[string]any{"messaging.rabbitmq.destination.routing_key": "orders"}},
+		"consumer: exchange, key=queue":          {process("shop", "orders", "orders"), "shop:orders", map[string]any{"messaging.rabbitmq.destination.routing_key": "orders"}},
+		"consumer: no queue known":               {process("shop", "orders", ""), "shop:orders", map[string]any{"messaging.rabbitmq.destination.routing_key": "orders"}},
 	} {
-		got := map[string]any{}
-		for _, kv := range tt.span.Attributes() {
-			got[string(kv.Key)] = attributeValue(kv.Value)
+		opType := "send"
+		if tt.span.Operation == events.OperationProcess {
+			opType = "process"
 		}
-		if diff := cmp.Diff(tt.want, got); diff != "" {
+		want := map[string]any{
+			"messaging.system": "rabbitmq", "messaging.destination.name": tt.destination,
+			"messaging.operation.name": tt.span.Operation, "messaging.operation.type": opType,
+			"messaging.message.id": "m", "messaging.message.body.size": int64(10),
+		}
+		maps.Copy(want, tt.more)
+		if diff := cmp.Diff(want, attributes(tt.span)); diff != "" {
 			t.Errorf("%s: attributes (-want +got):\n%s", name, diff)
 		}
 	}
+	// server.address and server.port when the broker is known.
+	span := publish("shop", "orders")
+	span.Server = "[::1]:5671"
+	got := attributes(span)
+	if got["server.address"] != "::1" || got["server.port"] != int64(5671) {
+		t.Errorf("server attributes %v, %v; want ::1 and 5671", got["server.address"], got["server.port"])
+	}
+}
+
+// attributes are s's attributes by key.
+func attributes(s events.MessagingSpan) map[string]any {
+	got := map[string]any{}
+	for _, kv := range s.Attributes() {
+		got[string(kv.Key)] = attributeValue(kv.Value)
+	}
+	return got
 }
 
 func attributeValue(v attribute.Value) any {
@@ -102,15 +84,15 @@ func attributeValue(v attribute.Value) any {
 
 func TestBrokerServer(t *testing.T) {
 	t.Parallel()
-	for url, want := range map[string]string{
-		"amqp://guest:secret@rabbit.example:5673/vhost": "rabbit.example:5673",
-		"amqp://rabbit.example":                         "rabbit.example:5672",
-		"amqps://user:pw@rabbit.example/":               "rabbit.example:5671",
-		"amqp://[::1]/":                                 "[::1]:5672",
-		"not a url":                                     "",
+	for _, tt := range []struct{ url, want string }{
+		{"amqp://guest:secret@rabbit.example:5673/vhost", "rabbit.example:5673"},
+		{"amqp://rabbit.example", "rabbit.example:5672"},
+		{"amqps://user:pw@rabbit.example/", "rabbit.example:5671"},
+		{"amqp://[::1]/", "[::1]:5672"},
+		{"not a url", ""},
 	} {
-		if got := events.BrokerServer(url); got != want {
-			t.Errorf("BrokerServer(%q) = %q, want %q", url, got, want)
+		if got := events.BrokerServer(tt.url); got != tt.want {
+			t.Errorf("BrokerServer(%q) = %q, want %q", tt.url, got, tt.want)
 		}
 	}
 }
