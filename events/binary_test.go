@@ -174,4 +174,3 @@ func TestFormatBinaryEventHeaders(t *testing.T) {
 		})
 	}
 }
-
