@@ -3,9 +3,11 @@ module github.com/outboxrelay/outbox
 go 1.26.8
 
 require (
+	github.com/Azure/go-amqp v0.17.0
 	github.com/FerretDB/FerretDB v1.24.0
 	github.com/chromedp/cdproto v0.0.0-20260714215040-dc233986426f
 	github.com/chromedp/chromedp v0.16.0
+	github.com/cloudevents/sdk-go/protocol/amqp/v2 v2.15.2
 	github.com/cloudevents/sdk-go/v2 v2.16.2
 	github.com/go-logr/logr v1.4.4
 	github.com/google/go-cmp v0.7.0

@@ -2,6 +2,7 @@ package claim
 
 import (
 	"cmp"
+	"slices"
 	"time"
 
 	"github.com/outboxrelay/outbox/events"
@@ -110,7 +111,8 @@ type Config struct {
 	AfterFailed string
 	// Format is how messages carry their events (OUTBOX_MESSAGE_FORMAT):
 	// Name events.FormatPlain, or a CloudEvents format with its Source (a
-	// URI-reference). Defaults to events.FormatPlain.
+	// URI-reference) and, in binary mode, the Prefix of the attribute
+	// headers. Defaults to events.FormatPlain.
 	Format events.Format
 	// Owner, when set, says which partitions this worker may claim in
 	// (ownership.Manager). Without it the worker claims in all, which is
@@ -121,14 +123,21 @@ type Config struct {
 	// Before the claimer has timed a read and a renewal of its own, it
 	// estimates them from it (Claimer.readTimes). Optional.
 	RoundTrip func() time.Duration
-	// TraceLink chooses what a published message's PRODUCER span is to
-	// its event's stored trace context (the producer's span) when tracing
-	// is on (Archetype.Tracer): false makes the span the stored context's
-	// child, in the producer's trace; true makes it the root of a trace of
-	// its own, with a link to the stored context (OUTBOX_TRACE_PARENT=link).
-	// Either way the message carries the publish span's context. Defaults
-	// to false.
-	TraceLink bool
+	// TraceParent is what a message's publish span is to its event's
+	// stored trace context (the producer's, the message's creation
+	// context) when tracing is on (Archetype.Tracer): TraceParentLink
+	// links to it from the relay's own context (a new trace), as the
+	// messaging conventions have it; TraceParentChild makes the span its
+	// child too, in the producer's trace. The span links to it either
+	// way. Defaults to TraceParentLink.
+	TraceParent string
+	// TraceMessage is the trace context a message carries when tracing
+	// is on: TraceMessageProducer keeps the producer's stored one, which
+	// the conventions say not to modify (the publish span is then of kind
+	// CLIENT); TraceMessagePublish puts the publish span's in its place
+	// (kind PRODUCER). A message without a stored context carries the
+	// publish span's either way. Defaults to TraceMessageProducer.
+	TraceMessage string
 	// Archetype is the logger, the metrics, the tracer provider (the
 	// relay's spans: see trace.go) and the clocks: leases and
 	// retry times read Now; a batch's publish deadline is measured on
@@ -170,6 +179,12 @@ func (c Config) Validate() error {
 			events.FormatPlain, events.FormatCloudEventsBinary, events.FormatCloudEventsStructured),
 		rule.Check("Format.Source", c.Format.Name == events.FormatPlain || events.CheckCloudEventsSource(c.Format.Source) == nil,
 			c.Format.Source, "a non-empty URI-reference (RFC 3986) in a CloudEvents format"),
+		rule.Check("TraceParent", c.TraceParent == "" || c.TraceParent == TraceParentLink || c.TraceParent == TraceParentChild,
+			c.TraceParent, TraceParentLink+" or "+TraceParentChild),
+		rule.Check("TraceMessage", c.TraceMessage == "" || c.TraceMessage == TraceMessageProducer || c.TraceMessage == TraceMessagePublish,
+			c.TraceMessage, TraceMessageProducer+" or "+TraceMessagePublish),
+		rule.Check("Format.Prefix", slices.Contains([]string{"", events.PrefixAMQP, events.PrefixAMQPColon, events.PrefixKnative}, c.Format.Prefix),
+			c.Format.Prefix, "empty, "+events.PrefixAMQP+", "+events.PrefixAMQPColon+" or "+events.PrefixKnative),
 		schedule.Rule("Schedule", c.Schedule),
 	)
 }

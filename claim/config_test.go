@@ -26,6 +26,8 @@ func TestNewValidatesConfig(t *testing.T) {
 			WorkerID: "w", Format: events.Format{Name: events.FormatCloudEventsBinary}},
 		`Format.Source "a b"`: {
 			WorkerID: "w", Format: events.Format{Name: events.FormatCloudEventsStructured, Source: "a b"}},
+		`Format.Prefix "ce_": want empty, cloudEvents_, cloudEvents: or ce-`: {
+			WorkerID: "w", Format: events.Format{Name: events.FormatCloudEventsBinary, Source: "/a", Prefix: "ce_"}},
 	})
 	if _, err := New(nil, nil, Config{WorkerID: "w"}); err != nil {
 		t.Errorf("New with only a worker id: %v, want the defaults to be valid", err)

@@ -18,9 +18,9 @@
 // nothing.
 //
 // With a tracer provider that records (Config.Tracer), each message is
-// published in a PRODUCER span, the child of its event's stored trace
-// context (or a new root linked to it: Config.TraceLink), and carries that
-// span's context; claims and settles get INTERNAL spans linked to their
-// events. trace.go has the names; docs/message-contract.md (Spans) the
+// published in a span of its own linked to its event's stored trace
+// context (also its child with Config.TraceParent), and keeps carrying
+// that context unless Config.TraceMessage says to carry the span's;
+// claims and settles get INTERNAL spans linked to their events. trace.go has the names; docs/message-contract.md (Spans) the
 // reference. With the default no-op provider none is started.
 package claim

@@ -51,28 +51,46 @@ const (
 // default span limit is 128 links too.)
 const MaxBatchLinks = 128
 
+// Values of Config.TraceParent and Config.TraceMessage.
+const (
+	TraceParentLink      = "link"
+	TraceParentChild     = "child"
+	TraceMessageProducer = "producer"
+	TraceMessagePublish  = "publish"
+)
+
 // tracing starts the relay's spans. Its zero value, or one built on a
 // no-op provider, is off: nothing is started, nothing allocated, and each
 // message carries its event's stored context unchanged.
 type tracing struct {
 	on       bool
 	tracer   trace.Tracer
-	link     bool   // Config.TraceLink
-	exchange string // the publisher's, "" when it does not say
-	publish  string // the publish span's name
+	child    bool          // Config.TraceParent is TraceParentChild
+	inject   bool          // Config.TraceMessage is TraceMessagePublish
+	exchange string        // the publisher's, "" when it does not say
+	node     func() string // the publisher's broker node, when it says
+	publish  string        // the publish span's name
 	workerID string
 }
 
 // exchanger is a Publisher that names its exchange (broker.Publisher).
 type exchanger interface{ Exchange() string }
 
+// noder is a Publisher that names the broker node it is connected to, as
+// a URL (broker.Publisher).
+type noder interface{ Node() string }
+
 func newTracing(cfg Config, pub Publisher) tracing {
 	if isNoop(cfg.Tracer) {
 		return tracing{}
 	}
-	t := tracing{on: true, tracer: cfg.Tracer.Tracer(TracerName), link: cfg.TraceLink, workerID: cfg.WorkerID, publish: "publish"}
+	t := tracing{on: true, tracer: cfg.Tracer.Tracer(TracerName), workerID: cfg.WorkerID, publish: events.OperationPublish,
+		child: cfg.TraceParent == TraceParentChild, inject: cfg.TraceMessage == TraceMessagePublish}
 	if e, ok := pub.(exchanger); ok {
 		t.exchange = e.Exchange()
+	}
+	if n, ok := pub.(noder); ok {
+		t.node = n.Node
 	}
 	if t.exchange != "" {
 		// {operation name} {destination}; the default exchange has no name.
@@ -131,8 +149,8 @@ func (docCarrier) Keys() []string {
 	return []string{events.FieldTraceParent, events.FieldTraceState}
 }
 
-// publishMessages publishes batch, each message in a PRODUCER span when
-// tracing is on (startPublish), and ends the spans with the results.
+// publishMessages publishes batch, each message in a span of its own
+// when tracing is on (startPublish), and ends the spans with the results.
 func (c *Claimer) publishMessages(ctx context.Context, batch []events.Message) []error {
 	if !c.trace.on {
 		return c.pub.Publish(ctx, batch)
@@ -143,32 +161,43 @@ func (c *Claimer) publishMessages(ctx context.Context, batch []events.Message) [
 	return errs
 }
 
-// startPublish starts one PRODUCER span per message of batch at now (the
-// database's clock), whose parent is the trace context the message would
-// carry (its event's stored one), or, with Config.TraceLink, a new root
-// linked to it; a message without a valid one gets a root span. A
-// recording span replaces the message's traceparent and tracestate with
-// its own, in a copy of its headers; a span that does not record (not
-// sampled) leaves the message as it was. It returns the spans, nil where
-// one does not record.
+// startPublish starts one span per message of batch at now (the
+// database's clock), as the messaging conventions describe a send span
+// for a message that carries a creation context of its own: it links to
+// the event's stored context, and its parent is ctx (or, with
+// TraceParentChild, the stored context). The message keeps carrying the
+// stored context (the span is then of kind CLIENT) unless TraceMessage
+// is TraceMessagePublish or it has none: then a recording span, of kind
+// PRODUCER, puts its own context in its place, in a copy of its
+// headers. A span that does not record (not sampled) leaves the message
+// as it was. It returns the spans, nil where one does not record.
 func (t tracing) startPublish(ctx context.Context, batch []events.Message, now time.Time) []trace.Span {
+	var server string
+	if t.node != nil {
+		server = events.BrokerServer(t.node())
+	}
 	spans := make([]trace.Span, len(batch))
 	for j := range batch {
 		m := &batch[j]
 		stored := storedSpanContext(headerCarrier(m.Headers))
+		inject := t.inject || !stored.IsValid()
+		kind := trace.SpanKindClient
+		if inject {
+			kind = trace.SpanKindProducer
+		}
+		attrs := events.MessagingSpan{Operation: events.OperationPublish, Exchange: t.exchange, RoutingKey: m.Type,
+			MessageID: m.ID, BodySize: len(m.Body), Server: server}.Attributes()
 		opts := []trace.SpanStartOption{
-			trace.WithSpanKind(trace.SpanKindProducer),
-			trace.WithAttributes(events.MessagingAttributes("publish", t.exchange, m.Type, m.ID, len(m.Body))...),
+			trace.WithSpanKind(kind),
+			trace.WithAttributes(attrs...),
 			trace.WithAttributes(AttrWaitMillis.Int64(now.Sub(m.Timestamp).Milliseconds())),
 		}
 		parent := ctx
-		switch {
-		case !stored.IsValid():
-			opts = append(opts, trace.WithNewRoot())
-		case t.link:
-			opts = append(opts, trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: stored}))
-		default:
-			parent = trace.ContextWithRemoteSpanContext(parent, stored)
+		if stored.IsValid() {
+			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: stored}))
+			if t.child {
+				parent = trace.ContextWithRemoteSpanContext(ctx, stored)
+			}
 		}
 		spanCtx, span := t.tracer.Start(parent, t.publish, opts...)
 		if !span.IsRecording() {
@@ -176,12 +205,14 @@ func (t tracing) startPublish(ctx context.Context, batch []events.Message, now t
 			continue
 		}
 		spans[j] = span
-		headers := make(map[string]any, len(m.Headers)+2)
-		maps.Copy(headers, m.Headers)
-		delete(headers, events.FieldTraceParent)
-		delete(headers, events.FieldTraceState)
-		w3c.Inject(spanCtx, headerCarrier(headers))
-		m.Headers = headers
+		if inject {
+			headers := make(map[string]any, len(m.Headers)+2)
+			maps.Copy(headers, m.Headers)
+			delete(headers, events.FieldTraceParent)
+			delete(headers, events.FieldTraceState)
+			w3c.Inject(spanCtx, headerCarrier(headers))
+			m.Headers = headers
+		}
 	}
 	return spans
 }

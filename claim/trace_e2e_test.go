@@ -2,7 +2,9 @@ package claim
 
 import (
 	"context"
+	"net"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
@@ -149,7 +152,7 @@ func TestTraceEndToEnd(t *testing.T) {
 		defer mu.Unlock()
 		handled = trace.SpanContextFromContext(ctx)
 		return nil
-	}, inboxpkg.Config{Database: db.Name(), Logger: discard, TracerProvider: tp})
+	}, inboxpkg.Config{Database: db.Name(), Logger: discard, TracerProvider: tp, Propagator: propagation.TraceContext{}, Queue: queue})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,14 +165,21 @@ func TestTraceEndToEnd(t *testing.T) {
 	if len(publishes) != 2 {
 		t.Fatalf("%d publish spans, want 2 (returned, then delivered)", len(publishes))
 	}
+	host, port, err := net.SplitHostPort(events.BrokerServer(url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	portNumber, _ := strconv.Atoi(port)
 	for i, p := range publishes {
-		if p.SpanKind() != trace.SpanKindProducer || p.SpanContext().TraceID() != producer.TraceID() || p.Parent().SpanID() != producer.SpanID() {
-			t.Errorf("publish %d: kind %v, trace %v, parent %v; want a producer span, child of the producer's %v in %v",
-				i, p.SpanKind(), p.SpanContext().TraceID(), p.Parent().SpanID(), producer.SpanID(), producer.TraceID())
+		if p.SpanKind() != trace.SpanKindClient || p.SpanContext().TraceID() == producer.TraceID() || p.Parent().IsValid() {
+			t.Errorf("publish %d: kind %v, trace %v, parent %v; want a client span starting a trace of its own",
+				i, p.SpanKind(), p.SpanContext().TraceID(), p.Parent().SpanID())
 		}
-		wantAttributes(t, "publish", p, semconv.MessagingSystemRabbitMQ, semconv.MessagingDestinationName(exchange),
+		wantLinkTo(t, "publish", p, producer)
+		wantAttributes(t, "publish", p, semconv.MessagingSystemRabbitMQ, semconv.MessagingDestinationName(exchange+":order.created"),
 			semconv.MessagingRabbitMQDestinationRoutingKey("order.created"), semconv.MessagingMessageID(id),
-			semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("publish"))
+			semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("publish"),
+			semconv.ServerAddress(host), semconv.ServerPort(portNumber))
 		if !slices.ContainsFunc(p.Attributes(), func(kv attribute.KeyValue) bool { return kv.Key == AttrWaitMillis && kv.Value.AsInt64() >= 0 }) {
 			t.Errorf("publish %d: no %s among %v", i, AttrWaitMillis, p.Attributes())
 		}
@@ -180,9 +190,8 @@ func TestTraceEndToEnd(t *testing.T) {
 	if s := publishes[1]; s.Status().Code == codes.Error {
 		t.Errorf("the delivered publish's status %+v", s.Status())
 	}
-	delivered := publishes[1].SpanContext()
-	if got := d.Headers[events.FieldTraceParent]; got != traceParent(delivered) {
-		t.Errorf("the message's traceparent %v, want the publish span's %s", got, traceParent(delivered))
+	if got := d.Headers[events.FieldTraceParent]; got != traceParent(producer) {
+		t.Errorf("the message's traceparent %v, want the producer's %s, unchanged", got, traceParent(producer))
 	}
 
 	consumers := named(rec, "process "+exchange)
@@ -190,11 +199,11 @@ func TestTraceEndToEnd(t *testing.T) {
 		t.Fatalf("%d consumer spans, want 1", len(consumers))
 	}
 	c := consumers[0]
-	if c.SpanKind() != trace.SpanKindConsumer || c.SpanContext().TraceID() != producer.TraceID() || c.Parent().SpanID() != delivered.SpanID() {
-		t.Errorf("consumer span: kind %v, trace %v, parent %v; want a consumer span, child of the publish %v",
-			c.SpanKind(), c.SpanContext().TraceID(), c.Parent().SpanID(), delivered.SpanID())
+	if c.SpanKind() != trace.SpanKindConsumer || c.Parent().IsValid() {
+		t.Errorf("consumer span: kind %v, parent %v; want a consumer span of the handler's own (no ambient span)", c.SpanKind(), c.Parent().SpanID())
 	}
-	wantAttributes(t, "consumer", c, semconv.MessagingSystemRabbitMQ, semconv.MessagingDestinationName(exchange),
+	wantLinkTo(t, "consumer", c, producer)
+	wantAttributes(t, "consumer", c, semconv.MessagingSystemRabbitMQ, semconv.MessagingDestinationName(exchange+":order.created:"+queue),
 		semconv.MessagingRabbitMQDestinationRoutingKey("order.created"), semconv.MessagingMessageID(id),
 		semconv.MessagingOperationTypeProcess)
 	mu.Lock()
@@ -223,15 +232,17 @@ func TestTraceEndToEnd(t *testing.T) {
 	}
 }
 
-// TestTraceLinkStartsANewTrace: with TraceLink the publish span is the
-// root of a trace of its own, linked to the producer's span, and the
-// message carries it.
-func TestTraceLinkStartsANewTrace(t *testing.T) {
+// TestTraceChildAndPublishContext: with TraceParentChild the publish span
+// is the producer span's child (and links to it); with TraceMessagePublish
+// the message carries the publish span's context, and the span is then of
+// kind PRODUCER.
+func TestTraceChildAndPublishContext(t *testing.T) {
 	t.Parallel()
 	tp, rec := recordingProvider(t)
 	b := setup(t)
 	id, producer := produce(t, tp, b.store)
-	c, _ := newClaimer(t, b.store, newPublisher(t, b.exchange), Config{TraceLink: true, Archetype: service.Archetype{Tracer: tp}})
+	c, _ := newClaimer(t, b.store, newPublisher(t, b.exchange), Config{TraceParent: TraceParentChild, TraceMessage: TraceMessagePublish,
+		Archetype: service.Archetype{Tracer: tp}})
 	runOnce(t, c)
 	var d amqp.Delivery
 	select {
@@ -244,8 +255,9 @@ func TestTraceLinkStartsANewTrace(t *testing.T) {
 		t.Fatalf("%d publish spans, want 1", len(publishes))
 	}
 	p := publishes[0]
-	if p.Parent().IsValid() || p.SpanContext().TraceID() == producer.TraceID() {
-		t.Errorf("publish span's parent %v in trace %v; want a new root", p.Parent().SpanID(), p.SpanContext().TraceID())
+	if p.SpanKind() != trace.SpanKindProducer || p.Parent().SpanID() != producer.SpanID() || p.SpanContext().TraceID() != producer.TraceID() {
+		t.Errorf("publish span of kind %v, parent %v in trace %v; want a producer span, the producer's child",
+			p.SpanKind(), p.Parent().SpanID(), p.SpanContext().TraceID())
 	}
 	wantLinkTo(t, "publish", p, producer)
 	wantAttributes(t, "publish", p, semconv.MessagingMessageID(id))
@@ -256,7 +268,7 @@ func TestTraceLinkStartsANewTrace(t *testing.T) {
 
 // TestTraceKeptAfterRecovery: an event whose claim went stale (its worker
 // died before publishing) and that recovery put back to NEW is published
-// in the producer's trace all the same.
+// linked to the producer's span all the same.
 func TestTraceKeptAfterRecovery(t *testing.T) {
 	t.Parallel()
 	tp, rec := recordingProvider(t)
@@ -288,9 +300,6 @@ func TestTraceKeptAfterRecovery(t *testing.T) {
 	if len(publishes) != 1 {
 		t.Fatalf("%d publish spans, want 1", len(publishes))
 	}
-	if p := publishes[0]; p.SpanContext().TraceID() != producer.TraceID() || p.Parent().SpanID() != producer.SpanID() {
-		t.Errorf("publish span in trace %v, parent %v; want the producer's %v in %v",
-			p.SpanContext().TraceID(), p.Parent().SpanID(), producer.SpanID(), producer.TraceID())
-	}
+	wantLinkTo(t, "publish", publishes[0], producer)
 	wantAttributes(t, "publish", publishes[0], semconv.MessagingMessageID(id))
 }

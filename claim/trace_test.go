@@ -98,12 +98,12 @@ var (
 
 // tracedClaimer returns a Claimer on pub with an SDK tracer provider
 // whose spans rec records, sampling as sampler does.
-func tracedClaimer(t *testing.T, pub Publisher, sampler sdktrace.Sampler, link bool) (*Claimer, *tracetest.SpanRecorder) {
+func tracedClaimer(t *testing.T, pub Publisher, sampler sdktrace.Sampler, parent, message string) (*Claimer, *tracetest.SpanRecorder) {
 	t.Helper()
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithSampler(sampler))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	cfg := Config{WorkerID: "worker-t", TraceLink: link}
+	cfg := Config{WorkerID: "worker-t", TraceParent: parent, TraceMessage: message}
 	cfg.Tracer = tp
 	c, _ := newClaimer(t, nil, pub, cfg)
 	return c, rec
@@ -138,39 +138,42 @@ func spanByMessage(t *testing.T, rec *tracetest.SpanRecorder) map[string]sdktrac
 	return out
 }
 
-// TestPublishSpanIsTheStoredContextsChild: a message's PRODUCER span is
-// the child of its event's stored context, with the messaging attributes,
-// and the message carries that span's context, in a copy of its headers.
-func TestPublishSpanIsTheStoredContextsChild(t *testing.T) {
+// TestPublishSpanLinksToTheStoredContext: by default a message's publish
+// span links to its event's stored context (the message's creation
+// context) from the caller's context, with the messaging attributes, and
+// the message carries the stored context unchanged: the span is of kind
+// CLIENT, as the conventions say of a send span whose context is not the
+// message's.
+func TestPublishSpanLinksToTheStoredContext(t *testing.T) {
 	t.Parallel()
 	pub := &capturePublisher{}
-	c, rec := tracedClaimer(t, pub, sdktrace.AlwaysSample(), false)
-	m := message(t, "child", events.TraceContext{Parent: producerTraceParent, State: "vendor=x"})
-	stored := m.Headers
+	c, rec := tracedClaimer(t, pub, sdktrace.AlwaysSample(), "", "")
+	m := message(t, "linked", events.TraceContext{Parent: producerTraceParent, State: "vendor=x"})
 	errs := c.publishMessages(t.Context(), []events.Message{m})
 	if errs[0] != nil {
 		t.Fatal(errs[0])
 	}
-	span := spanByMessage(t, rec)["child"]
+	span := spanByMessage(t, rec)["linked"]
 	if span == nil {
 		t.Fatalf("no publish span among %d", len(rec.Ended()))
 	}
-	if span.Name() != "publish orders" || span.SpanKind() != trace.SpanKindProducer {
-		t.Errorf("span %q of kind %v, want %q of kind producer", span.Name(), span.SpanKind(), "publish orders")
+	if span.Name() != "publish orders" || span.SpanKind() != trace.SpanKindClient {
+		t.Errorf("span %q of kind %v, want %q of kind client", span.Name(), span.SpanKind(), "publish orders")
 	}
-	if span.Parent().SpanID() != producerSC.SpanID() || span.SpanContext().TraceID() != producerSC.TraceID() {
-		t.Errorf("span's parent %v in trace %v, want the stored %v", span.Parent().SpanID(), span.SpanContext().TraceID(), producerSC.SpanID())
+	if span.Parent().IsValid() || span.SpanContext().TraceID() == producerSC.TraceID() {
+		t.Errorf("span's parent %v in trace %v, want the caller's (none)", span.Parent().SpanID(), span.SpanContext().TraceID())
 	}
-	if got := span.SpanContext().TraceState().Get("vendor"); got != "x" {
-		t.Errorf("span's tracestate vendor=%q, want the stored x", got)
+	if l := span.Links(); len(l) != 1 || l[0].SpanContext.SpanID() != producerSC.SpanID() || l[0].SpanContext.TraceID() != producerSC.TraceID() ||
+		l[0].SpanContext.TraceState().Get("vendor") != "x" {
+		t.Errorf("links %+v, want one to the stored context", l)
 	}
 	attrs := map[attribute.Key]attribute.Value{}
 	for _, kv := range span.Attributes() {
 		attrs[kv.Key] = kv.Value
 	}
 	for k, want := range map[attribute.Key]string{
-		semconv.MessagingSystemKey: "rabbitmq", semconv.MessagingDestinationNameKey: "orders",
-		semconv.MessagingRabbitMQDestinationRoutingKeyKey: "order.created", semconv.MessagingMessageIDKey: "child",
+		semconv.MessagingSystemKey: "rabbitmq", semconv.MessagingDestinationNameKey: "orders:order.created",
+		semconv.MessagingRabbitMQDestinationRoutingKeyKey: "order.created", semconv.MessagingMessageIDKey: "linked",
 		semconv.MessagingOperationTypeKey: "send", semconv.MessagingOperationNameKey: "publish",
 	} {
 		if got := attrs[k].String(); got != want {
@@ -184,6 +187,33 @@ func TestPublishSpanIsTheStoredContextsChild(t *testing.T) {
 		t.Errorf("waited %d ms, want at least the 1000 since its createdAt", got)
 	}
 	sent := pub.got[0].Headers
+	if sent[events.FieldTraceParent] != producerTraceParent || sent[events.FieldTraceState] != "vendor=x" {
+		t.Errorf("sent traceparent %v tracestate %v, want the stored %s and vendor=x", sent[events.FieldTraceParent], sent[events.FieldTraceState], producerTraceParent)
+	}
+}
+
+// TestPublishSpanChildCarriedByTheMessage: with TraceParentChild the span
+// is the stored context's child, still linked to it; with
+// TraceMessagePublish the message carries the span's context in a copy of
+// its headers, and the span is of kind PRODUCER.
+func TestPublishSpanChildCarriedByTheMessage(t *testing.T) {
+	t.Parallel()
+	pub := &capturePublisher{}
+	c, rec := tracedClaimer(t, pub, sdktrace.AlwaysSample(), TraceParentChild, TraceMessagePublish)
+	m := message(t, "child", events.TraceContext{Parent: producerTraceParent, State: "vendor=x"})
+	stored := m.Headers
+	c.publishMessages(t.Context(), []events.Message{m})
+	span := spanByMessage(t, rec)["child"]
+	if span == nil {
+		t.Fatal("no publish span")
+	}
+	if span.SpanKind() != trace.SpanKindProducer || span.Parent().SpanID() != producerSC.SpanID() || span.SpanContext().TraceID() != producerSC.TraceID() {
+		t.Errorf("span of kind %v, parent %v in trace %v; want a producer span, the stored context's child", span.SpanKind(), span.Parent().SpanID(), span.SpanContext().TraceID())
+	}
+	if l := span.Links(); len(l) != 1 || l[0].SpanContext.SpanID() != producerSC.SpanID() {
+		t.Errorf("links %+v, want one to the stored context", l)
+	}
+	sent := pub.got[0].Headers
 	want := "00-" + span.SpanContext().TraceID().String() + "-" + span.SpanContext().SpanID().String() + "-01"
 	if sent[events.FieldTraceParent] != want || sent[events.FieldTraceState] != "vendor=x" {
 		t.Errorf("sent traceparent %v tracestate %v, want %s and vendor=x", sent[events.FieldTraceParent], sent[events.FieldTraceState], want)
@@ -193,31 +223,15 @@ func TestPublishSpanIsTheStoredContextsChild(t *testing.T) {
 	}
 }
 
-// TestPublishSpanLinksWithTraceLink: with TraceLink the span is a new
-// root, linked to the stored context.
-func TestPublishSpanLinksWithTraceLink(t *testing.T) {
-	t.Parallel()
-	c, rec := tracedClaimer(t, &capturePublisher{}, sdktrace.AlwaysSample(), true)
-	c.publishMessages(t.Context(), []events.Message{message(t, "linked", events.TraceContext{Parent: producerTraceParent})})
-	span := spanByMessage(t, rec)["linked"]
-	if span == nil {
-		t.Fatal("no publish span")
-	}
-	if span.Parent().IsValid() || span.SpanContext().TraceID() == producerSC.TraceID() {
-		t.Errorf("span's parent %v, trace %v: want a new root", span.Parent(), span.SpanContext().TraceID())
-	}
-	if l := span.Links(); len(l) != 1 || l[0].SpanContext.SpanID() != producerSC.SpanID() || l[0].SpanContext.TraceID() != producerSC.TraceID() {
-		t.Errorf("links %+v, want one to the stored context", l)
-	}
-}
-
 // TestPublishSpanOfAMalformedContextIsARoot: an event whose stored context
 // is malformed (dropped by NewMessage), or whose own traceparent header
-// does not parse, still gets its span, a root, and goes out with it.
+// does not parse, still gets its span, a root of kind PRODUCER, and goes
+// out with it: without a creation context of the producer's, the span's
+// is the message's.
 func TestPublishSpanOfAMalformedContextIsARoot(t *testing.T) {
 	t.Parallel()
 	pub := &capturePublisher{}
-	c, rec := tracedClaimer(t, pub, sdktrace.AlwaysSample(), false)
+	c, rec := tracedClaimer(t, pub, sdktrace.AlwaysSample(), "", "")
 	dropped := message(t, "dropped", events.TraceContext{}, bson.E{Key: events.FieldTraceParent, Value: "00-garbage"})
 	if !dropped.TraceDropped {
 		t.Fatal("NewMessage kept a malformed traceparent")
@@ -232,8 +246,8 @@ func TestPublishSpanOfAMalformedContextIsARoot(t *testing.T) {
 			t.Errorf("%s: no span", id)
 			continue
 		}
-		if s.Parent().IsValid() || len(s.Links()) != 0 {
-			t.Errorf("%s: parent %v, links %v; want a root", id, s.Parent(), s.Links())
+		if s.Parent().IsValid() || len(s.Links()) != 0 || s.SpanKind() != trace.SpanKindProducer {
+			t.Errorf("%s: parent %v, links %v, kind %v; want a root of kind producer", id, s.Parent(), s.Links(), s.SpanKind())
 		}
 		want := "00-" + s.SpanContext().TraceID().String() + "-" + s.SpanContext().SpanID().String() + "-01"
 		if got := pub.got[i].Headers[events.FieldTraceParent]; pub.got[i].ID != id || got != want {
@@ -248,7 +262,7 @@ func TestPublishSpanOfAMalformedContextIsARoot(t *testing.T) {
 func TestPublishSpanNotRecordingLeavesTheStoredContext(t *testing.T) {
 	t.Parallel()
 	pub := &capturePublisher{}
-	c, rec := tracedClaimer(t, pub, sdktrace.NeverSample(), false)
+	c, rec := tracedClaimer(t, pub, sdktrace.NeverSample(), "", "")
 	c.publishMessages(t.Context(), []events.Message{message(t, "unsampled", events.TraceContext{Parent: producerTraceParent})})
 	if n := len(rec.Ended()); n != 0 {
 		t.Errorf("%d spans recorded, want none", n)
@@ -274,7 +288,7 @@ func TestPublishSpanNotRecordingLeavesTheStoredContext(t *testing.T) {
 func TestPublishSpanFailure(t *testing.T) {
 	t.Parallel()
 	returned := fmt.Errorf("%w: 312 NO_ROUTE", events.ErrReturned)
-	c, rec := tracedClaimer(t, &capturePublisher{errs: []error{returned, nil}}, sdktrace.AlwaysSample(), false)
+	c, rec := tracedClaimer(t, &capturePublisher{errs: []error{returned, nil}}, sdktrace.AlwaysSample(), "", "")
 	c.publishMessages(t.Context(), []events.Message{message(t, "bad", events.TraceContext{}), message(t, "good", events.TraceContext{})})
 	spans := spanByMessage(t, rec)
 	if s := spans["bad"]; s == nil || s.Status().Code != codes.Error || s.Status().Description != returned.Error() {

@@ -145,10 +145,10 @@ func (d Draft) Document(now time.Time) (bson.D, error) {
 	}
 	// The partition too, so that no claim has to store it (see FieldPartition).
 	doc = append(doc, bson.E{Key: FieldPartition, Value: partitionValue(draftPartition(id, d.AggregateType, d.AggregateID))})
-	if d.Trace.Valid() {
-		doc = append(doc, bson.E{Key: FieldTraceParent, Value: d.Trace.Parent})
-		if d.Trace.State != "" {
-			doc = append(doc, bson.E{Key: FieldTraceState, Value: d.Trace.State})
+	if tc, ok := d.Trace.Clean(); ok {
+		doc = append(doc, bson.E{Key: FieldTraceParent, Value: tc.Parent})
+		if tc.State != "" {
+			doc = append(doc, bson.E{Key: FieldTraceState, Value: tc.State})
 		}
 	}
 	if len(d.Headers) > 0 {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -18,51 +17,38 @@ const (
 	// fields as properties and x-aggregate-* headers.
 	FormatPlain = "plain"
 	// FormatCloudEventsBinary is FormatPlain plus the CloudEvents 1.0
-	// attributes as ce- headers: CloudEvents' binary content mode, as
-	// AMQP 0-9-1 clients commonly write it (the spec binds only AMQP
-	// 1.0). The body and content type stay as in FormatPlain.
+	// attributes as headers named with Format.Prefix: CloudEvents' binary
+	// content mode. The body and content type stay as in FormatPlain.
 	FormatCloudEventsBinary = "cloudevents-binary"
 	// FormatCloudEventsStructured sends the CloudEvents JSON envelope,
-	// content type application/cloudevents+json, with the payload as its
-	// data: CloudEvents' structured content mode. Properties and headers
-	// stay as in FormatPlain.
+	// content type application/cloudevents+json, with the plain body as
+	// its data: CloudEvents' structured content mode. Properties and
+	// headers stay as in FormatPlain.
 	FormatCloudEventsStructured = "cloudevents-structured"
+)
+
+// Prefixes of the CloudEvents attributes among the headers of a message
+// in FormatCloudEventsBinary (OUTBOX_CLOUDEVENTS_PREFIX); each is the one
+// a binding names, so that the readers of that binding find them.
+const (
+	// PrefixAMQP is the AMQP protocol binding's prefix in its working
+	// draft after 1.0.2, which prefers it to PrefixAMQPColon for JMS
+	// clients and selectors. The CloudEvents Java SDK's Spring AMQP
+	// support (RabbitMQ over AMQP 0-9-1) reads and writes it. The default.
+	PrefixAMQP = "cloudEvents_"
+	// PrefixAMQPColon is the AMQP protocol binding 1.0.2's prefix, the one
+	// sdk-go's AMQP binding reads.
+	PrefixAMQPColon = "cloudEvents:"
+	// PrefixKnative is the prefix of Knative's RabbitMQ protocol binding
+	// (eventing-rabbitmq), the one its broker and source read. It is the
+	// HTTP binding's prefix, but the values are not percent-encoded: the
+	// RabbitMQ binding takes header values as RabbitMQ carries them.
+	PrefixKnative = "ce-"
 )
 
 // ContentTypeCloudEvents is the content type of a message in
 // FormatCloudEventsStructured.
 const ContentTypeCloudEvents = "application/cloudevents+json"
-
-// CloudEventsSpecVersion is the specversion of every CloudEvent.
-const CloudEventsSpecVersion = "1.0"
-
-// The CloudEvents attributes a message carries, as ce- headers in binary
-// mode and as members of the envelope in structured mode. traceparent and
-// tracestate are the distributed tracing extension: the producer's stored
-// trace context, the start of the event's trace.
-const (
-	ceSpecVersion     = "specversion"
-	ceID              = "id"
-	ceSource          = "source"
-	ceType            = "type"
-	ceTime            = "time"
-	ceSubject         = "subject"
-	ceDataContentType = "datacontenttype"
-	ceTraceParent     = "traceparent"
-	ceTraceState      = "tracestate"
-)
-
-// HeaderPrefixCloudEvents prefixes every CloudEvents attribute among the
-// headers of a message in FormatCloudEventsBinary.
-const HeaderPrefixCloudEvents = "ce-"
-
-// ownedAttributes are the attributes the relay sets (or leaves out) in
-// binary mode: an event header ce-<name>, in any case, never reaches the
-// message, so that a producer cannot forge or contradict them. An event
-// without an aggregateId has no subject, not one from its headers.
-// datacontenttype is the content_type property in binary mode.
-var ownedAttributes = [...]string{ceSpecVersion, ceID, ceSource, ceType, ceTime, ceSubject,
-	ceDataContentType, ceTraceParent, ceTraceState}
 
 // Format is how messages carry their events: FormatPlain, the message
 // contract's own form, or one of the CloudEvents 1.0 content modes. The
@@ -77,13 +63,18 @@ type Format struct {
 	// outbox's events share one source. Required by the CloudEvents
 	// formats; unused by FormatPlain.
 	Source string
+	// Prefix names the attribute headers in FormatCloudEventsBinary:
+	// PrefixAMQP, PrefixAMQPColon or PrefixKnative. Defaults to
+	// PrefixAMQP; unused by the other formats.
+	Prefix string
 }
 
 // ErrInvalidFormat is wrapped by every error Format.Validate returns.
 var ErrInvalidFormat = errors.New("invalid message format")
 
-// Validate reports a Name that is not a format, or a Source that a
-// CloudEvents format cannot use.
+// Validate reports a Name that is not a format, a Source that a
+// CloudEvents format cannot use, or a Prefix that is not one of the
+// bindings'.
 func (f Format) Validate() error {
 	switch f.Name {
 	case "", FormatPlain:
@@ -92,7 +83,12 @@ func (f Format) Validate() error {
 		if err := CheckCloudEventsSource(f.Source); err != nil {
 			return fmt.Errorf("%w: source %q: %v", ErrInvalidFormat, f.Source, err)
 		}
-		return nil
+		switch f.Prefix {
+		case "", PrefixAMQP, PrefixAMQPColon, PrefixKnative:
+			return nil
+		}
+		return fmt.Errorf("%w: prefix %q: want %s, %s or %s", ErrInvalidFormat, f.Prefix,
+			PrefixAMQP, PrefixAMQPColon, PrefixKnative)
 	default:
 		return fmt.Errorf("%w: name %q: want %s, %s or %s", ErrInvalidFormat, f.Name,
 			FormatPlain, FormatCloudEventsBinary, FormatCloudEventsStructured)
@@ -148,159 +144,37 @@ func DefaultCloudEventsSource(db, coll string) string {
 }
 
 // NewMessage turns a stored event document into the message that carries
-// it in format f; see the package function NewMessage, which is
-// FormatPlain. In the CloudEvents formats a document is also poison when
-// an attribute made of it breaks the CloudEvents rules for strings
-// (control characters, Unicode noncharacters, invalid UTF-8) or times
-// (years 0 to 9999), and maxBodyBytes bounds the whole envelope in
-// FormatCloudEventsStructured. f must be valid (Validate).
+// it in format f, in layers: the plain message first (the package
+// function NewMessage, with all of the contract's checks), then what the
+// CloudEvents mode adds to it: headers in binary mode (binary.go), the
+// envelope around the body in structured mode (structured.go). In those
+// modes a document is also poison when an attribute made of it breaks
+// the CloudEvents rules (cloudevent.go), and maxBodyBytes bounds the
+// whole envelope in structured mode. f must be valid (Validate).
 func (f Format) NewMessage(doc bson.Raw, maxBodyBytes int) (Message, error) {
-	return newMessage(doc, maxBodyBytes, f.Name, f.Source)
+	switch f.Name {
+	case FormatCloudEventsBinary:
+		m, err := NewMessage(doc, maxBodyBytes)
+		if err != nil {
+			return Message{}, err
+		}
+		return withBinaryMode(doc, m, f.Source, f.prefix())
+	case FormatCloudEventsStructured:
+		// The envelope, not the payload alone, must fit the bound.
+		m, err := NewMessage(doc, 0)
+		if err != nil {
+			return Message{}, err
+		}
+		return withStructuredMode(doc, m, f.Source, maxBodyBytes)
+	default:
+		return NewMessage(doc, maxBodyBytes)
+	}
 }
 
-// cloudEvent holds the attributes of the CloudEvent a message carries.
-type cloudEvent struct {
-	id, source, typ, subject string
-	time                     time.Time
-	trace                    TraceContext // the distributed tracing extension; zero: none
-}
-
-// newCloudEvent reads the attributes of m's CloudEvent: those of m, the
-// aggregateId as subject and the stored trace context, checked against
-// the CloudEvents rules.
-func newCloudEvent(doc bson.Raw, m *Message, source string) (cloudEvent, error) {
-	ce := cloudEvent{id: m.ID, source: source, typ: m.Type, time: m.Timestamp}
-	if id, err := doc.LookupErr(FieldID); err == nil && id.Type == bson.TypeString {
-		if err := checkCloudEventsString(FieldID, "id", ce.id); err != nil {
-			return cloudEvent{}, err
-		}
+// prefix is f.Prefix or its default.
+func (f Format) prefix() string {
+	if f.Prefix == "" {
+		return PrefixAMQP
 	}
-	if err := checkCloudEventsString(FieldType, "type", ce.typ); err != nil {
-		return cloudEvent{}, err
-	}
-	if y := ce.time.Year(); y < 0 || y > 9999 {
-		return cloudEvent{}, invalid(FieldCreatedAt, "is in the year %d; a CloudEvents time (RFC 3339) holds the years 0 to 9999", y)
-	}
-	// messageHeaders has checked the field's type.
-	if v, err := doc.LookupErr(FieldAggregateID); err == nil {
-		if s, ok := v.StringValueOK(); ok && s != "" {
-			if err := checkCloudEventsString(FieldAggregateID, "subject", s); err != nil {
-				return cloudEvent{}, err
-			}
-			ce.subject = s
-		}
-	}
-	ce.trace, _ = storedTraceContext(doc)
-	return ce, nil
-}
-
-// checkCloudEventsString reports, as poison, a value of field that the
-// CloudEvents attribute attr cannot hold: the spec's String is valid
-// Unicode without control characters (U+0000 to U+001F, U+007F to
-// U+009F) and noncharacters.
-func checkCloudEventsString(field, attr, s string) error {
-	for i, r := range s {
-		switch {
-		case r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD"):
-			return invalid(field, "is not valid UTF-8 at byte %d; the CloudEvents attribute %s must be a Unicode string", i, attr)
-		case r <= 0x1F || (0x7F <= r && r <= 0x9F):
-			return invalid(field, "holds the control character %U at byte %d, which the CloudEvents attribute %s must not hold", r, i, attr)
-		case (0xFDD0 <= r && r <= 0xFDEF) || r&0xFFFE == 0xFFFE:
-			return invalid(field, "holds the Unicode noncharacter %U at byte %d, which the CloudEvents attribute %s must not hold", r, i, attr)
-		}
-	}
-	return nil
-}
-
-// ceTimeLayout writes a CloudEvents time: RFC 3339 in UTC, with the
-// milliseconds of createdAt when it has any.
-const ceTimeLayout = time.RFC3339Nano
-
-// withCloudEventsHeaders adds ce's attributes to headers as ce- headers
-// (binary mode), after removing any event header of an attribute the
-// relay owns.
-func withCloudEventsHeaders(headers map[string]any, ce cloudEvent) map[string]any {
-	if headers == nil {
-		headers = make(map[string]any, 8)
-	}
-	for k := range headers {
-		if ownedAttribute(k) {
-			delete(headers, k)
-		}
-	}
-	headers[HeaderPrefixCloudEvents+ceSpecVersion] = CloudEventsSpecVersion
-	headers[HeaderPrefixCloudEvents+ceID] = ce.id
-	headers[HeaderPrefixCloudEvents+ceSource] = ce.source
-	headers[HeaderPrefixCloudEvents+ceType] = ce.typ
-	headers[HeaderPrefixCloudEvents+ceTime] = ce.time.Format(ceTimeLayout)
-	if ce.subject != "" {
-		headers[HeaderPrefixCloudEvents+ceSubject] = ce.subject
-	}
-	if ce.trace.Parent != "" {
-		headers[HeaderPrefixCloudEvents+ceTraceParent] = ce.trace.Parent
-		if ce.trace.State != "" {
-			headers[HeaderPrefixCloudEvents+ceTraceState] = ce.trace.State
-		}
-	}
-	return headers
-}
-
-// ownedAttribute reports whether name is "ce-" and an attribute the relay
-// owns, in any case.
-func ownedAttribute(name string) bool {
-	if len(name) <= len(HeaderPrefixCloudEvents) || !strings.EqualFold(name[:len(HeaderPrefixCloudEvents)], HeaderPrefixCloudEvents) {
-		return false
-	}
-	attr := name[len(HeaderPrefixCloudEvents):]
-	for _, a := range ownedAttributes {
-		if strings.EqualFold(attr, a) {
-			return true
-		}
-	}
-	return false
-}
-
-// envelope returns the CloudEvents JSON envelope of ce (structured mode)
-// with payload, the payload document, as its data, or an *InvalidError
-// when the envelope is longer than maxBytes (0: no bound).
-func envelope(ce cloudEvent, payload bson.Raw, maxBytes int) ([]byte, error) {
-	b := make([]byte, 0, 256+len(ce.id)+len(ce.source)+len(ce.typ)+len(ce.subject)+
-		len(ce.trace.Parent)+len(ce.trace.State)+jsonSizeHint(len(payload)))
-	b = appendMember(b, '{', ceSpecVersion, CloudEventsSpecVersion)
-	b = appendMember(b, ',', ceID, ce.id)
-	b = appendMember(b, ',', ceSource, ce.source)
-	b = appendMember(b, ',', ceType, ce.typ)
-	b = append(b, `,"`+ceTime+`":"`...)
-	b = ce.time.AppendFormat(b, ceTimeLayout)
-	b = append(b, '"')
-	if ce.subject != "" {
-		b = appendMember(b, ',', ceSubject, ce.subject)
-	}
-	b = appendMember(b, ',', ceDataContentType, ContentType)
-	if ce.trace.Parent != "" {
-		b = appendMember(b, ',', ceTraceParent, ce.trace.Parent)
-		if ce.trace.State != "" {
-			b = appendMember(b, ',', ceTraceState, ce.trace.State)
-		}
-	}
-	b = append(b, `,"data":`...)
-	head := len(b)
-	b, err := appendPayloadJSON(b, payload)
-	if err != nil {
-		return nil, err
-	}
-	b = append(b, '}')
-	if maxBytes > 0 && len(b) > maxBytes {
-		return nil, invalid(FieldPayload, "is %d bytes as JSON, in a CloudEvents envelope of %d bytes; the broker takes at most %d",
-			len(b)-head-1, len(b), maxBytes)
-	}
-	return b, nil
-}
-
-// appendMember appends sep and the JSON member "name":"value".
-func appendMember(dst []byte, sep byte, name, value string) []byte {
-	dst = append(dst, sep, '"')
-	dst = append(dst, name...)
-	dst = append(dst, '"', ':')
-	return appendJSONString(dst, []byte(value))
+	return f.Prefix
 }

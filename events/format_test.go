@@ -24,21 +24,27 @@ var (
 	structuredFormat = Format{Name: FormatCloudEventsStructured, Source: testSource}
 )
 
-// ceHeaders are the ce- headers of eventDoc's message in binary mode,
-// with more added.
-func ceHeaders(more map[string]any) map[string]any {
+// ceHeaders are the attribute headers of eventDoc's message in binary
+// mode with prefix, with more added: a key "$name" is the attribute
+// header prefix+name, any other key a header as it is.
+func ceHeaders(prefix string, more map[string]any) map[string]any {
 	h := map[string]any{
-		"ce-specversion": "1.0",
-		"ce-id":          testObjectID.Hex(),
-		"ce-source":      testSource,
-		"ce-type":        "order.created",
-		"ce-time":        "2024-03-05T09:20:30.123Z",
+		prefix + "specversion": "1.0",
+		prefix + "id":          testObjectID.Hex(),
+		prefix + "source":      testSource,
+		prefix + "type":        "order.created",
+		prefix + "time":        "2024-03-05T09:20:30.123Z",
 	}
 	for k, v := range more {
+		if attr, ok := strings.CutPrefix(k, "$"); ok {
+			k = prefix + attr
+		}
 		h[k] = v
 	}
 	return h
 }
+
+var prefixes = []string{PrefixAMQP, PrefixAMQPColon, PrefixKnative}
 
 func TestFormatBinary(t *testing.T) {
 	t.Parallel()
@@ -50,112 +56,97 @@ func TestFormatBinary(t *testing.T) {
 		wantDropped bool
 	}{
 		{
-			name:        "no aggregate: no subject",
-			wantHeaders: ceHeaders(nil),
+			name: "no aggregate: no subject",
 		},
 		{
 			name:        "aggregate id is the subject",
 			edits:       []docEdit{set(FieldAggregateType, "order"), set(FieldAggregateID, "o-1")},
-			wantHeaders: ceHeaders(map[string]any{"ce-subject": "o-1", HeaderAggregateType: "order", HeaderAggregateID: "o-1"}),
+			wantHeaders: map[string]any{"$subject": "o-1", HeaderAggregateType: "order", HeaderAggregateID: "o-1"},
 		},
 		{
-			name:        "empty aggregate id: no subject",
-			edits:       []docEdit{set(FieldAggregateID, "")},
-			wantHeaders: ceHeaders(nil),
+			name:  "empty aggregate id: no subject",
+			edits: []docEdit{set(FieldAggregateID, "")},
 		},
 		{
-			name:        "null aggregate id: no subject",
-			edits:       []docEdit{set(FieldAggregateID, nil)},
-			wantHeaders: ceHeaders(nil),
+			name:  "null aggregate id: no subject",
+			edits: []docEdit{set(FieldAggregateID, nil)},
 		},
 		{
 			name:        "string _id is the id",
 			edits:       []docEdit{set(FieldID, "order-42-created")},
-			wantHeaders: ceHeaders(map[string]any{"ce-id": "order-42-created"}),
+			wantHeaders: map[string]any{"$id": "order-42-created"},
 		},
 		{
-			name:        "non-ASCII type and subject as they are",
-			edits:       []docEdit{set(FieldType, "注文.作成.ü"), set(FieldAggregateID, "kunde-ß-🙂")},
-			wantHeaders: ceHeaders(map[string]any{"ce-type": "注文.作成.ü", "ce-subject": "kunde-ß-🙂", HeaderAggregateID: "kunde-ß-🙂"}),
+			name:        "non-ASCII, spaces and percent signs as they are, not percent-encoded",
+			edits:       []docEdit{set(FieldType, "注文.作成.ü 100%"), set(FieldAggregateID, "kunde-ß-🙂 %41")},
+			wantHeaders: map[string]any{"$type": "注文.作成.ü 100%", "$subject": "kunde-ß-🙂 %41", HeaderAggregateID: "kunde-ß-🙂 %41"},
 		},
 		{
 			name:        "huge subject",
 			edits:       []docEdit{set(FieldAggregateID, hugeSubject)},
-			wantHeaders: ceHeaders(map[string]any{"ce-subject": hugeSubject, HeaderAggregateID: hugeSubject}),
+			wantHeaders: map[string]any{"$subject": hugeSubject, HeaderAggregateID: hugeSubject},
 		},
 		{
 			name:        "createdAt on a whole second",
 			edits:       []docEdit{set(FieldCreatedAt, bson.NewDateTimeFromTime(time.Date(2024, 3, 5, 9, 20, 30, 0, time.UTC)))},
-			wantHeaders: ceHeaders(map[string]any{"ce-time": "2024-03-05T09:20:30Z"}),
-		},
-		{
-			name: "event headers cannot set the attributes the relay owns, in any case",
-			edits: []docEdit{set(FieldAggregateID, "o-1"), set(FieldHeaders, bson.M{
-				"ce-id":              "forged",
-				"CE-Type":            "forged",
-				"ce-SOURCE":          "forged",
-				"ce-specversion":     "0.3",
-				"ce-time":            "1999-01-01T00:00:00Z",
-				"ce-subject":         "forged",
-				"ce-datacontenttype": "text/plain",
-				"Ce-TraceParent":     testTraceParent,
-				"ce-tracestate":      "forged=1",
-				"ce-dataschema":      "https://example.com/order.json",
-				"ce-partitionkey":    "o-1",
-				"ce-":                "kept",
-				"tenant":             "acme",
-			})},
-			wantHeaders: ceHeaders(map[string]any{"ce-subject": "o-1", HeaderAggregateID: "o-1",
-				"ce-dataschema": "https://example.com/order.json", "ce-partitionkey": "o-1", "ce-": "kept", "tenant": "acme"}),
-		},
-		{
-			name: "a forged subject goes even without an aggregate",
-			edits: []docEdit{set(FieldHeaders, bson.D{
-				{Key: "ce-subject", Value: "forged"},
-			})},
-			wantHeaders: ceHeaders(nil),
+			wantHeaders: map[string]any{"$time": "2024-03-05T09:20:30Z"},
 		},
 		{
 			name:  "stored trace context: the traceparent headers and the tracing extension",
 			edits: []docEdit{set(FieldTraceParent, testTraceParent), set(FieldTraceState, testTraceState)},
-			wantHeaders: ceHeaders(map[string]any{
+			wantHeaders: map[string]any{
 				FieldTraceParent: testTraceParent, FieldTraceState: testTraceState,
-				"ce-traceparent": testTraceParent, "ce-tracestate": testTraceState,
-			}),
+				"$traceparent": testTraceParent, "$tracestate": testTraceState,
+			},
 		},
 		{
 			name:        "a bad stored trace context is dropped from both",
 			edits:       []docEdit{set(FieldTraceParent, "00-nonsense")},
-			wantHeaders: ceHeaders(nil),
 			wantDropped: true,
 		},
 		{
-			name:  "an event's own traceparent header is no tracing extension",
+			name:  "an event's own valid traceparent header is the tracing extension too",
 			edits: []docEdit{set(FieldHeaders, bson.D{{Key: FieldTraceParent, Value: testTraceParent}})},
-			wantHeaders: ceHeaders(map[string]any{
-				FieldTraceParent: testTraceParent,
-			}),
+			wantHeaders: map[string]any{
+				FieldTraceParent: testTraceParent, "$traceparent": testTraceParent,
+			},
 		},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			got, err := binaryFormat.NewMessage(eventDoc(t, tt.edits...), 0)
-			if err != nil {
-				t.Fatalf("NewMessage: %v", err)
-			}
-			plain, err := NewMessage(eventDoc(t, tt.edits...), 0)
-			if err != nil {
-				t.Fatalf("plain NewMessage: %v", err)
-			}
-			// Only the headers differ from plain.
-			want := plain
-			want.Headers = tt.wantHeaders
-			want.TraceDropped = tt.wantDropped
-			if diff := cmp.Diff(want, got); diff != "" {
-				t.Errorf("message (-want +got):\n%s", diff)
-			}
-		})
+	for _, prefix := range prefixes {
+		for _, tt := range tests {
+			t.Run(prefix+"/"+tt.name, func(t *testing.T) {
+				t.Parallel()
+				f := Format{Name: FormatCloudEventsBinary, Source: testSource, Prefix: prefix}
+				got, err := f.NewMessage(eventDoc(t, tt.edits...), 0)
+				if err != nil {
+					t.Fatalf("NewMessage: %v", err)
+				}
+				plain, err := NewMessage(eventDoc(t, tt.edits...), 0)
+				if err != nil {
+					t.Fatalf("plain NewMessage: %v", err)
+				}
+				// Only the headers differ from plain.
+				got.Headers = withoutAMQP10(t, prefix, got.Headers)
+				want := plain
+				want.Headers = ceHeaders(prefix, tt.wantHeaders)
+				want.TraceDropped = tt.wantDropped
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Errorf("message (-want +got):\n%s", diff)
+				}
+			})
+		}
+	}
+}
+
+// The default prefix is the AMQP binding's cloudEvents_.
+func TestFormatBinaryDefaultPrefix(t *testing.T) {
+	t.Parallel()
+	m, err := binaryFormat.NewMessage(eventDoc(t), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(ceHeaders("cloudEvents_", nil), withoutAMQP10(t, PrefixAMQP, m.Headers)); diff != "" {
+		t.Errorf("headers (-want +got):\n%s", diff)
 	}
 }
 
@@ -366,6 +357,9 @@ func TestFormatValidate(t *testing.T) {
 		{Name: FormatCloudEventsBinary, Source: "urn:uuid:6e8bc430-9c3a-11d9-9669-0800200c9a66"},
 		{Name: FormatCloudEventsBinary, Source: "/outbox/my%20db/events"},
 		{Name: FormatCloudEventsBinary, Source: "orders"},
+		{Name: FormatCloudEventsBinary, Source: "orders", Prefix: PrefixAMQP},
+		{Name: FormatCloudEventsBinary, Source: "orders", Prefix: PrefixAMQPColon},
+		{Name: FormatCloudEventsBinary, Source: "orders", Prefix: PrefixKnative},
 	}
 	for _, f := range valid {
 		if err := f.Validate(); err != nil {
@@ -380,6 +374,7 @@ func TestFormatValidate(t *testing.T) {
 		`source "/a%2": has a % at byte 2 that does not start an escape such as %20`:                                     {Name: FormatCloudEventsBinary, Source: "/a%2"},
 		`source "/a%zz": has a % at byte 2 that does not start an escape such as %20`:                                    {Name: FormatCloudEventsBinary, Source: "/a%zz"},
 		`source "http://[::1": is not a URI-reference (RFC 3986)`:                                                        {Name: FormatCloudEventsBinary, Source: "http://[::1"},
+		`prefix "ce_": want cloudEvents_, cloudEvents: or ce-`:                                                           {Name: FormatCloudEventsBinary, Source: "/a", Prefix: "ce_"},
 	}
 	for want, f := range invalid {
 		err := f.Validate()
@@ -411,7 +406,7 @@ func FuzzFormatNewMessage(f *testing.F) {
 	}
 	for _, doc := range []bson.Raw{
 		eventDoc(f, set(FieldAggregateID, "o-\x01"), set(FieldTraceParent, testTraceParent)),
-		eventDoc(f, set(FieldType, "a\uFFFF"), set(FieldHeaders, bson.D{{Key: "CE-ID", Value: "x"}})),
+		eventDoc(f, set(FieldType, "a\uFFFF"), set(FieldHeaders, bson.D{{Key: "CloudEvents_ID", Value: "x"}, {Key: "cloudEvents_a_b", Value: "x"}})),
 		eventDoc(f, set(FieldPayload, bson.D{{Key: "s", Value: strings.Repeat("x", fuzzMaxBody-20)}})),
 	} {
 		f.Add([]byte(doc))
@@ -444,7 +439,7 @@ func FuzzFormatNewMessage(f *testing.F) {
 			if len(m.Body) > fuzzMaxBody {
 				t.Errorf("%s: body of %d bytes, over the bound of %d", format.Name, len(m.Body), fuzzMaxBody)
 			}
-			for _, attr := range []string{"ce-id", "ce-type", "ce-subject"} {
+			for _, attr := range []string{PrefixAMQP + "id", PrefixAMQP + "type", PrefixAMQP + "subject"} {
 				if s, ok := m.Headers[attr].(string); ok {
 					if err := checkCloudEventsString(attr, attr, s); err != nil {
 						t.Errorf("%s: %v", format.Name, err)
@@ -452,9 +447,9 @@ func FuzzFormatNewMessage(f *testing.F) {
 				}
 			}
 			if format.Name == FormatCloudEventsBinary {
-				if !bytes.Equal(m.Body, plain.Body) || m.Headers["ce-id"] != plain.ID || m.Headers["ce-type"] != plain.Type {
-					t.Errorf("binary: body %q, ce-id %v, ce-type %v; plain: %q, %s, %s",
-						m.Body, m.Headers["ce-id"], m.Headers["ce-type"], plain.Body, plain.ID, plain.Type)
+				if !bytes.Equal(m.Body, plain.Body) || m.Headers[PrefixAMQP+"id"] != plain.ID || m.Headers[PrefixAMQP+"type"] != plain.Type {
+					t.Errorf("binary: body %q, id %v, type %v; plain: %q, %s, %s",
+						m.Body, m.Headers[PrefixAMQP+"id"], m.Headers[PrefixAMQP+"type"], plain.Body, plain.ID, plain.Type)
 				}
 				continue
 			}

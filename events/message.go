@@ -46,7 +46,9 @@ type Message struct {
 	// ContentType.
 	ContentType string
 	// TraceDropped says that the event's trace context was not valid and
-	// was left out: the message is sent without one.
+	// was left out, so the message is sent without one, or that its
+	// tracestate alone was not valid, or too long, and was left out or
+	// cut.
 	TraceDropped bool
 }
 
@@ -78,14 +80,8 @@ func invalid(field, format string, args ...any) *InvalidError {
 // *InvalidError naming the field, or FieldDocument when doc is not valid
 // BSON. maxBodyBytes bounds the body; zero means no bound. NewMessage
 // never panics, whatever doc holds. Format.NewMessage makes the messages
-// of the other formats.
+// of the other formats from this one.
 func NewMessage(doc bson.Raw, maxBodyBytes int) (Message, error) {
-	return newMessage(doc, maxBodyBytes, FormatPlain, "")
-}
-
-// newMessage is NewMessage in the format named format; source is the
-// CloudEvents source.
-func newMessage(doc bson.Raw, maxBodyBytes int, format, source string) (Message, error) {
 	// The driver's value accessors panic on malformed bytes, and a corrupt
 	// document would otherwise be reported as a missing _id. Validate is
 	// shallow, so the code below still reads every value with an OK accessor.
@@ -108,76 +104,69 @@ func newMessage(doc bson.Raw, maxBodyBytes int, format, source string) (Message,
 	}
 	m.Headers, m.TraceDropped = withTraceContext(m.Headers, doc)
 	m.ContentType = ContentType
-	if format == FormatCloudEventsBinary || format == FormatCloudEventsStructured {
-		return cloudEventsMessage(doc, m, maxBodyBytes, format, source)
-	}
 	if m.Body, err = body(doc, maxBodyBytes); err != nil {
 		return Message{}, err
 	}
 	return m, nil
 }
 
-// cloudEventsMessage completes m, a message without a body, in a
-// CloudEvents format.
-func cloudEventsMessage(doc bson.Raw, m Message, maxBodyBytes int, format, source string) (Message, error) {
-	ce, err := newCloudEvent(doc, &m, source)
-	if err != nil {
-		return Message{}, err
-	}
-	if format == FormatCloudEventsBinary {
-		m.Headers = withCloudEventsHeaders(m.Headers, ce)
-		if m.Body, err = body(doc, maxBodyBytes); err != nil {
-			return Message{}, err
-		}
-		return m, nil
-	}
-	payload, err := payloadDocument(doc)
-	if err != nil {
-		return Message{}, err
-	}
-	if m.Body, err = envelope(ce, payload, maxBodyBytes); err != nil {
-		return Message{}, err
-	}
-	m.ContentType = ContentTypeCloudEvents
-	return m, nil
-}
-
-// withTraceContext adds the event's trace context to headers, as the
-// traceparent and tracestate headers, over any the event's own headers
-// set. A context that is not valid (or not strings) is left out, never
-// fatal: dropped reports it.
+// withTraceContext sets the traceparent and tracestate headers to the
+// trace context the message carries: the event's stored one when the
+// event has one, or else the one its own headers hold, checked alike
+// (TraceContext.Clean). The two are never mixed: with a stored context,
+// the headers' values go, even when the stored one is not valid. A
+// context that is not valid (or not strings) is left out, and a bad
+// tracestate alone, never fatal: dropped reports either.
 func withTraceContext(headers map[string]any, doc bson.Raw) (_ map[string]any, dropped bool) {
-	tc, dropped := storedTraceContext(doc)
-	if tc.Parent == "" {
-		return headers, dropped
+	tc, present, ok := storedTraceContext(doc)
+	if !present {
+		tc, present, ok = headerTraceContext(headers)
+	}
+	if !present {
+		return headers, false
+	}
+	delete(headers, FieldTraceParent)
+	delete(headers, FieldTraceState)
+	clean, valid := tc.Clean()
+	if !ok || !valid {
+		return headers, true
 	}
 	if headers == nil {
 		headers = map[string]any{}
 	}
-	headers[FieldTraceParent] = tc.Parent
-	if tc.State != "" {
-		headers[FieldTraceState] = tc.State
+	headers[FieldTraceParent] = clean.Parent
+	if clean.State != "" {
+		headers[FieldTraceState] = clean.State
 	}
-	return headers, false
+	return headers, clean.State != tc.State
 }
 
-// storedTraceContext returns the event's trace context: none when the
-// event has none, or when it is not valid (or not strings), which dropped
-// reports.
-func storedTraceContext(doc bson.Raw) (_ TraceContext, dropped bool) {
+// storedTraceContext returns the event's trace context fields: present
+// when it has either, ok when those it has are strings.
+func storedTraceContext(doc bson.Raw) (tc TraceContext, present, ok bool) {
 	parent, errParent := doc.LookupErr(FieldTraceParent)
 	state, errState := doc.LookupErr(FieldTraceState)
 	if errParent != nil && errState != nil {
-		return TraceContext{}, false
+		return TraceContext{}, false, false
 	}
-	var tc TraceContext
 	var okParent, okState bool
 	tc.Parent, okParent = parent.StringValueOK()
 	tc.State, okState = state.StringValueOK()
-	if !okParent || (errState == nil && !okState) || !tc.Valid() {
-		return TraceContext{}, true
+	return tc, true, okParent && (errState != nil || okState)
+}
+
+// headerTraceContext returns the trace context among the event's own
+// headers, like storedTraceContext.
+func headerTraceContext(headers map[string]any) (tc TraceContext, present, ok bool) {
+	parent, hasParent := headers[FieldTraceParent]
+	state, hasState := headers[FieldTraceState]
+	if !hasParent && !hasState {
+		return TraceContext{}, false, false
 	}
-	return tc, false
+	var okParent, okState bool
+	tc.Parent, okParent = parent.(string)
+	tc.State, okState = state.(string)
+	return tc, true, okParent && (!hasState || okState)
 }
 
 func messageID(doc bson.Raw) (string, error) {

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxrelay/outbox/internal/rule"
@@ -127,6 +128,21 @@ type Config struct {
 	// (see Handle). Defaults to otel.GetTracerProvider(), the global one,
 	// which starts no recording span until the application sets one.
 	TracerProvider trace.TracerProvider
+	// Propagator reads a delivery's trace context (and baggage) from its
+	// headers. Defaults to otel.GetTextMapPropagator(), the global one,
+	// which reads nothing until the application sets one (the W3C
+	// propagation.TraceContext{} reads what the relay writes).
+	Propagator propagation.TextMapPropagator
+	// TraceParent is what a delivery's process span is to its message's
+	// creation context: TraceParentAmbient (linked; the span's parent is
+	// the caller's span) or TraceParentMessage (its child, linked to the
+	// caller's span). Defaults to TraceParentAmbient.
+	TraceParent string
+	// Queue is the queue the deliveries come from, and Server the
+	// broker's host:port: the process span's messaging.destination.name
+	// ({exchange}:{routing key}:{queue}) and server.address and
+	// server.port. Optional: without them the span says less.
+	Queue, Server string
 }
 
 func (c *Config) setDefaults() {
@@ -142,6 +158,10 @@ func (c *Config) setDefaults() {
 	if c.TracerProvider == nil {
 		c.TracerProvider = otel.GetTracerProvider()
 	}
+	if c.Propagator == nil {
+		c.Propagator = otel.GetTextMapPropagator()
+	}
+	c.TraceParent = cmp.Or(c.TraceParent, TraceParentAmbient)
 }
 
 // Validate reports the first setting out of range, by name and value.
@@ -149,6 +169,7 @@ func (c *Config) Validate() error {
 	return rule.First("inbox",
 		rule.Between("MaxAttempts", c.MaxAttempts, 1, 1000),
 		rule.OneOf("QueueType", c.QueueType, QueueClassic, QueueQuorum),
+		rule.OneOf("TraceParent", c.TraceParent, TraceParentAmbient, TraceParentMessage),
 		rule.Check("Retention", c.Retention >= RetentionMin, c.Retention,
 			fmt.Sprintf("at least %s, and more than the longest redelivery window", RetentionMin)),
 		rule.AtLeast("CleanupInterval", c.CleanupInterval, time.Second),

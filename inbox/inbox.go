@@ -27,11 +27,11 @@ import (
 //
 // A returned error (or a panic) rolls back and counts as a failed attempt.
 //
-// ctx carries the inbox's CONSUMER span for the message, the child of the
-// trace context of its traceparent header (the relay's publish span), when
+// ctx carries the inbox's CONSUMER span for the message, linked to the
+// trace context its headers carry (read with Config.Propagator), when
 // Config.TracerProvider records it; otherwise ctx carries that trace
-// context itself (OpenTelemetry's remote span context). Either way a span
-// the handler starts from ctx continues the message's trace.
+// context itself (OpenTelemetry's remote span context), unless the
+// caller's ctx has a span of its own. See process in trace.go.
 type Handler func(ctx context.Context, d amqp.Delivery) error
 
 // ErrNotStarted is returned by Handle and Run before Start has succeeded.

@@ -6,8 +6,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
@@ -21,26 +21,63 @@ const TracerName = "github.com/outboxrelay/outbox/inbox"
 // was settled: "ack", "requeue" or "reject".
 const AttrOutcome = attribute.Key("outbox.inbox.outcome")
 
-// process processes one delivery (processMessage) in a CONSUMER span, the
-// child of the trace context its headers carry (withProducerTrace): named
-// "process <exchange>" ("process" for the default exchange), with
-// OpenTelemetry's messaging attributes for RabbitMQ; its status is an
-// error when the handler or the database failed. The handler's context
-// carries the span. A span that does not record (no tracer provider set,
-// or not sampled) is left out, and the handler's context carries the
-// delivery's trace context as it came.
+// Values of Config.TraceParent.
+const (
+	// TraceParentAmbient makes the process span the child of the span
+	// the caller's context carries (a new root when none), linked to the
+	// message's creation context: the messaging conventions' default.
+	TraceParentAmbient = "ambient"
+	// TraceParentMessage makes the process span the child of the
+	// message's creation context, linked to it and to the caller's span:
+	// the conventions' opt-in, for one trace from producer to consumer.
+	TraceParentMessage = "message"
+)
+
+// process processes one delivery (processMessage) in a CONSUMER span
+// named "process <exchange>" ("process" for the default exchange), with
+// OpenTelemetry's messaging attributes for RabbitMQ, linked to the trace
+// context its headers carry as Config.Propagator reads them (the
+// message's creation context). Its parent is the span ctx carries, or,
+// with TraceParentMessage, the message's context (then the span links to
+// ctx's span too). Its status is an error when the handler or the
+// database failed. The handler's context carries the span, and the
+// message's baggage. A span that does not record (no tracer provider
+// set, or not sampled) is left out: the handler's context then carries
+// the message's trace context as a remote parent, unless ctx carries a
+// span of its own, which it keeps.
 func (i *Inbox) process(ctx context.Context, d amqp.Delivery) (outcome, error) {
-	ctx = withProducerTrace(ctx, d.Headers)
+	msgCtx := i.cfg.Propagator.Extract(context.Background(), headerCarrier(d.Headers))
+	if b := baggage.FromContext(msgCtx); b.Len() > 0 {
+		ctx = baggage.ContextWithBaggage(ctx, b)
+	}
+	message, ambient := trace.SpanContextFromContext(msgCtx), trace.SpanContextFromContext(ctx)
 	name := "process"
 	if d.Exchange != "" {
 		name += " " + d.Exchange
 	}
-	spanCtx, span := i.tracer.Start(ctx, name,
+	attrs := events.MessagingSpan{Operation: events.OperationProcess, Exchange: d.Exchange, RoutingKey: d.RoutingKey,
+		Queue: i.cfg.Queue, MessageID: d.MessageId, BodySize: len(d.Body), Server: i.cfg.Server}.Attributes()
+	opts := []trace.SpanStartOption{
 		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(events.MessagingAttributes("process", d.Exchange, d.RoutingKey, d.MessageId, len(d.Body))...),
-		trace.WithAttributes(semconv.MessagingRabbitMQMessageDeliveryTag(int(d.DeliveryTag))))
+		trace.WithAttributes(attrs...),
+		trace.WithAttributes(semconv.MessagingRabbitMQMessageDeliveryTag(int(d.DeliveryTag))),
+	}
+	parent := ctx
+	if message.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: message}))
+		if i.cfg.TraceParent == TraceParentMessage {
+			parent = trace.ContextWithRemoteSpanContext(ctx, message)
+			if ambient.IsValid() {
+				opts = append(opts, trace.WithLinks(trace.Link{SpanContext: ambient}))
+			}
+		}
+	}
+	spanCtx, span := i.tracer.Start(parent, name, opts...)
 	if !span.IsRecording() {
 		span.End()
+		if message.IsValid() && !ambient.IsValid() {
+			ctx = trace.ContextWithRemoteSpanContext(ctx, message)
+		}
 		out, _, err := i.processMessage(ctx, d)
 		return out, err
 	}
@@ -59,16 +96,6 @@ func (i *Inbox) process(ctx context.Context, d amqp.Delivery) (outcome, error) {
 }
 
 var outcomeNames = map[outcome]string{outcomeAck: "ack", outcomeRequeue: "requeue", outcomeReject: "reject"}
-
-// withProducerTrace returns ctx carrying the trace context of a delivery's
-// traceparent and tracestate headers (the relay's publish span, or the
-// producer's span where the relay records none), as an OpenTelemetry
-// remote span context: a span started from ctx continues that trace. A
-// delivery without them, or with ones that do not parse, leaves ctx as it
-// is.
-func withProducerTrace(ctx context.Context, headers amqp.Table) context.Context {
-	return propagation.TraceContext{}.Extract(ctx, headerCarrier(headers))
-}
 
 // headerCarrier reads AMQP headers as a propagation.TextMapCarrier.
 type headerCarrier amqp.Table

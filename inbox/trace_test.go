@@ -10,33 +10,13 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 )
-
-// TestHandlerContextContinuesTheProducersTrace: a delivery's traceparent
-// and tracestate become the handler's remote span context; without them,
-// or with ones that do not parse, the context carries none.
-func TestHandlerContextContinuesTheProducersTrace(t *testing.T) {
-	t.Parallel()
-	ctx := withProducerTrace(context.Background(), amqp.Table{
-		"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-		"tracestate":  "rojo=00f067aa0ba902b7",
-	})
-	sc := trace.SpanContextFromContext(ctx)
-	if !sc.IsValid() || !sc.IsRemote() || sc.TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" ||
-		sc.SpanID().String() != "00f067aa0ba902b7" || !sc.IsSampled() || sc.TraceState().Get("rojo") != "00f067aa0ba902b7" {
-		t.Errorf("span context = %+v", sc)
-	}
-	for _, headers := range []amqp.Table{nil, {"traceparent": "garbage"}, {"traceparent": int32(7)}} {
-		if sc := trace.SpanContextFromContext(withProducerTrace(context.Background(), headers)); sc.IsValid() {
-			t.Errorf("headers %v gave the span context %+v, want none", headers, sc)
-		}
-	}
-}
 
 // spanSeen is a handler that notes the span context its ctx carries, and
 // fails its first run.
@@ -67,16 +47,33 @@ const (
 	relaySpanID      = "00f067aa0ba902b7"
 )
 
-// TestConsumerSpanPerRun: Run processes each delivery in a CONSUMER span,
-// the child of its traceparent, which the handler's context carries; a
-// failed run's span has an error status.
-func TestConsumerSpanPerRun(t *testing.T) {
-	t.Parallel()
+// w3c is the propagator the tests configure: the relay writes W3C.
+var w3c = propagation.TraceContext{}
+
+// spanRecorder returns a tracer provider whose spans rec records.
+func spanRecorder(t *testing.T) (*sdktrace.TracerProvider, *tracetest.SpanRecorder) {
+	t.Helper()
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	return tp, rec
+}
+
+// isRelays reports whether sc is the relay's span of relayTraceParent.
+func isRelays(sc trace.SpanContext) bool {
+	return sc.TraceID().String() == relayTraceID && sc.SpanID().String() == relaySpanID
+}
+
+// TestConsumerSpanPerRun: Run processes each delivery in a CONSUMER span
+// linked to the message's creation context (its traceparent), not its
+// child: Run's context has no span, so the span starts a trace. The
+// handler's context carries the span; a failed run's span has an error
+// status.
+func TestConsumerSpanPerRun(t *testing.T) {
+	t.Parallel()
+	tp, rec := spanRecorder(t)
 	h := &spanSeen{}
-	r := setup(t, h.handle, Config{TracerProvider: tp})
+	r := setup(t, h.handle, Config{TracerProvider: tp, Propagator: w3c, Queue: "orders-in", Server: "rabbit.internal:5672"})
 	r.publishWith("traced", amqp.Table{"traceparent": relayTraceParent})
 	r.run()
 	r.eventually("two runs and two spans", func() bool { return len(h.runs()) == 2 && len(rec.Ended()) == 2 })
@@ -86,8 +83,11 @@ func TestConsumerSpanPerRun(t *testing.T) {
 		if s.Name() != "process" || s.SpanKind() != trace.SpanKindConsumer {
 			t.Errorf("span %d: %q of kind %v, want process, consumer", i, s.Name(), s.SpanKind())
 		}
-		if s.Parent().TraceID().String() != relayTraceID || s.Parent().SpanID().String() != relaySpanID || !s.Parent().IsRemote() {
-			t.Errorf("span %d: parent %v, want the delivery's remote %s", i, s.Parent(), relaySpanID)
+		if s.Parent().IsValid() {
+			t.Errorf("span %d: parent %v, want none (Run's context has no span)", i, s.Parent())
+		}
+		if l := s.Links(); len(l) != 1 || !isRelays(l[0].SpanContext) {
+			t.Errorf("span %d: links %+v, want one to the delivery's %s", i, l, relaySpanID)
 		}
 		if got := h.runs()[i]; got.SpanID() != s.SpanContext().SpanID() || got.TraceID() != s.SpanContext().TraceID() {
 			t.Errorf("run %d: handler's span %v, want the consumer span %v", i, got.SpanID(), s.SpanContext().SpanID())
@@ -95,6 +95,8 @@ func TestConsumerSpanPerRun(t *testing.T) {
 		for _, want := range []attribute.KeyValue{
 			semconv.MessagingSystemRabbitMQ, semconv.MessagingOperationTypeProcess,
 			semconv.MessagingMessageID("traced"), semconv.MessagingRabbitMQDestinationRoutingKey(r.queue),
+			semconv.MessagingDestinationName(r.queue + ":orders-in"), // the default exchange has no name
+			semconv.ServerAddress("rabbit.internal"), semconv.ServerPort(5672),
 		} {
 			if !slices.Contains(s.Attributes(), want) {
 				t.Errorf("span %d: attributes %v lack %v", i, s.Attributes(), want)
@@ -112,19 +114,91 @@ func TestConsumerSpanPerRun(t *testing.T) {
 	}
 }
 
+// ambientContext is a context carrying a sampled span of the caller's.
+func ambientContext(t *testing.T) (context.Context, trace.SpanContext) {
+	sc := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{0xaa, 1}, SpanID: trace.SpanID{0xbb, 2}, TraceFlags: trace.FlagsSampled,
+	})
+	return trace.ContextWithSpanContext(t.Context(), sc), sc
+}
+
+// TestProcessSpanParents: under Handle with a caller's span, the process
+// span is that span's child, linked to the message's creation context; with
+// TraceParentMessage it is the message context's child, linked to both.
+func TestProcessSpanParents(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"", TraceParentMessage} {
+		t.Run("mode "+mode, func(t *testing.T) {
+			t.Parallel()
+			tp, rec := spanRecorder(t)
+			h := &spanSeen{}
+			r := setup(t, h.handle, Config{TracerProvider: tp, Propagator: w3c, TraceParent: mode})
+			r.publishWith("m", amqp.Table{"traceparent": relayTraceParent})
+			ctx, ambient := ambientContext(t)
+			ch := r.channel()
+			if err := r.in.Handle(ctx, r.receive(ch)); err != nil {
+				t.Fatal(err)
+			}
+			s := rec.Ended()[0]
+			var links []trace.SpanContext
+			for _, l := range s.Links() {
+				links = append(links, l.SpanContext)
+			}
+			if mode == TraceParentMessage {
+				if !isRelays(s.Parent()) || len(links) != 2 || !isRelays(links[0]) || !links[1].Equal(ambient) {
+					t.Errorf("parent %v, links %v; want the message's, linked to it and to the caller's", s.Parent(), links)
+				}
+				return
+			}
+			if s.Parent().SpanID() != ambient.SpanID() || len(links) != 1 || !isRelays(links[0]) {
+				t.Errorf("parent %v, links %v; want the caller's span, linked to the message's", s.Parent(), links)
+			}
+		})
+	}
+}
+
+// TestProcessUsesTheConfiguredPropagator: the inbox reads a delivery's
+// context with Config.Propagator: one that reads nothing leaves the span
+// without a link, and the handler without the message's context.
+func TestProcessUsesTheConfiguredPropagator(t *testing.T) {
+	t.Parallel()
+	tp, rec := spanRecorder(t)
+	h := &spanSeen{}
+	r := setup(t, h.handle, Config{TracerProvider: tp, Propagator: propagation.NewCompositeTextMapPropagator()})
+	r.publishWith("m", amqp.Table{"traceparent": relayTraceParent})
+	ch := r.channel()
+	if err := r.in.Handle(t.Context(), r.receive(ch)); err != nil {
+		t.Fatal(err)
+	}
+	if s := rec.Ended()[0]; len(s.Links()) != 0 || s.Parent().IsValid() || isRelays(h.runs()[0]) {
+		t.Errorf("links %v, parent %v, handler's context %v: want none of the message's", s.Links(), s.Parent(), h.runs()[0])
+	}
+}
+
 // TestRunWithoutTracingContinuesTheDeliverysContext: without a recording
 // provider, the handler's context carries the delivery's trace context
-// itself, under Run as under Handle.
+// itself, under Run as under Handle, unless the caller's context carries
+// a span, which it keeps.
 func TestRunWithoutTracingContinuesTheDeliverysContext(t *testing.T) {
 	t.Parallel()
 	h := &spanSeen{}
-	r := setup(t, h.handle, Config{TracerProvider: noop.NewTracerProvider()})
+	r := setup(t, h.handle, Config{TracerProvider: noop.NewTracerProvider(), Propagator: w3c})
 	r.publishWith("untraced", amqp.Table{"traceparent": relayTraceParent})
 	r.run()
 	r.eventually("two runs", func() bool { return len(h.runs()) == 2 })
 	for i, sc := range h.runs() {
-		if sc.TraceID().String() != relayTraceID || sc.SpanID().String() != relaySpanID || !sc.IsRemote() {
+		if !isRelays(sc) || !sc.IsRemote() {
 			t.Errorf("run %d: handler's span context %v, want the delivery's remote one", i, sc)
 		}
+	}
+
+	h2 := &spanSeen{}
+	r2 := setup(t, h2.handle, Config{TracerProvider: noop.NewTracerProvider(), Propagator: w3c})
+	r2.publishWith("ambient", amqp.Table{"traceparent": relayTraceParent})
+	ctx, ambient := ambientContext(t)
+	ch := r2.channel()
+	_ = r2.in.Handle(ctx, r2.receive(ch))
+	if got := h2.runs()[0]; !got.Equal(ambient) {
+		t.Errorf("handler's span context %v, want the caller's %v", got, ambient)
 	}
 }

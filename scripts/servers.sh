@@ -138,8 +138,12 @@ ensure_postgres() {
 }
 
 ensure_rabbitmq() {
+	# The AMQP 1.0 plugin: the CloudEvents interop tests read through it
+	# as sdk-go's AMQP binding does (enable is idempotent).
+	local amqp10=(as_admin "enabling RabbitMQ's AMQP 1.0 plugin" rabbitmq-plugins -q enable rabbitmq_amqp1_0)
 	if port_open "$HOST" "$AMQP_PORT"; then
 		log "RabbitMQ on $HOST:$AMQP_PORT: running"
+		"${amqp10[@]}" >/dev/null
 		return
 	fi
 	if ! command -v rabbitmq-server >/dev/null 2>&1; then
@@ -161,6 +165,7 @@ ensure_rabbitmq() {
 	while ((SECONDS < deadline)); do
 		if port_open "$HOST" "$AMQP_PORT"; then
 			log "RabbitMQ on $HOST:$AMQP_PORT: ready"
+			"${amqp10[@]}" >/dev/null
 			return
 		fi
 		timeout 10 "${SUDO[@]}" rabbitmqctl -q await_startup --timeout 5 >/dev/null 2>&1 || sleep 1

@@ -72,7 +72,7 @@ func TestHelpShowsDefaults(t *testing.T) {
 		"  --ordering (OUTBOX_ORDERING, default aggregate)\n",
 		"  --worker-id (OUTBOX_WORKER_ID, default <hostname>-<pid>)\n",
 		"  --amqp-url (OUTBOX_AMQP_URL, default amqp://guest:xxxxx@localhost:5672/)\n",
-		"  --trace-parent (OUTBOX_TRACE_PARENT, default child)\n",
+		"  --trace-parent (OUTBOX_TRACE_PARENT, default link)\n",
 		"Tracing is off unless OTEL_TRACES_EXPORTER=otlp",
 	} {
 		if !strings.Contains(got.stdout, want) {

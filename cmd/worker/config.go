@@ -82,12 +82,14 @@ type Config struct {
 
 	// MessageFormat is events.Format's Name; CloudEventsSource its
 	// Source, which validate derives from the database and collection
-	// when it is unset.
+	// when it is unset; CloudEventsPrefix its Prefix.
 	MessageFormat     string
 	CloudEventsSource string
-	// TraceParent is OUTBOX_TRACE_PARENT: "child" (a publish span is the
-	// child of the producer's) or "link" (claim.Config.TraceLink).
-	TraceParent string
+	CloudEventsPrefix string
+	// TraceParent and TraceMessage are claim.Config's (OUTBOX_TRACE_PARENT,
+	// OUTBOX_TRACE_MESSAGE).
+	TraceParent  string
+	TraceMessage string
 	// TraceMongo traces the database commands (OUTBOX_TRACE_MONGO) while
 	// tracing is on.
 	TraceMongo bool
@@ -185,13 +187,18 @@ func settings() []setting {
 				return parseIntBetween(&c.MaxMessageBytes, v, 1, claim.MaxBodyBytesMax)
 			}},
 		{env: "OUTBOX_MESSAGE_FORMAT", flag: "message-format", def: events.FormatPlain,
-			usage: "plain: the message contract; cloudevents-binary: plus CloudEvents ce- headers; cloudevents-structured: the application/cloudevents+json envelope as the body",
+			usage: "plain: the message contract; cloudevents-binary: plus the CloudEvents attributes as headers (OUTBOX_CLOUDEVENTS_PREFIX); cloudevents-structured: the application/cloudevents+json envelope as the body",
 			parse: func(c *Config, v string) error {
 				return oneOf(&c.MessageFormat, v, events.FormatPlain, events.FormatCloudEventsBinary, events.FormatCloudEventsStructured)
 			}},
 		{env: "OUTBOX_CLOUDEVENTS_SOURCE", flag: "cloudevents-source", def: "",
 			usage: "CloudEvents source attribute of every message in a CloudEvents format, a URI-reference; unset: /outbox/<database>/<collection>",
 			parse: parseCloudEventsSource},
+		{env: "OUTBOX_CLOUDEVENTS_PREFIX", flag: "cloudevents-prefix", def: events.PrefixAMQP,
+			usage: "prefix of the attribute headers in cloudevents-binary: cloudEvents_ (AMQP binding; the Java SDK's Spring AMQP), cloudEvents: (AMQP binding 1.0.2; sdk-go) or ce- (Knative's RabbitMQ broker and source)",
+			parse: func(c *Config, v string) error {
+				return oneOf(&c.CloudEventsPrefix, v, events.PrefixAMQP, events.PrefixAMQPColon, events.PrefixKnative)
+			}},
 		{env: "OUTBOX_RETENTION", flag: "retention", def: retention.RetentionDefault.String(),
 			usage: "how long PUBLISHED events are kept; 0 keeps them", parse: parseRetention},
 		{env: "OUTBOX_HTTP_ADDR", flag: "http-addr", def: ":8080",
@@ -226,9 +233,16 @@ func settings() []setting {
 		{env: "OUTBOX_CONSOLE_REQUEUE_RATE", flag: "console-requeue-rate", def: strconv.Itoa(console.RequeuePerSecondDefault), forConsole: true,
 			usage: "events a second a failure group's requeue from the console makes due, oldest first, so that the relay and its consumers are not flooded",
 			parse: func(c *Config, v string) error { return parseIntBetween(&c.ConsoleRequeueRate, v, 1, 100000) }},
-		{env: "OUTBOX_TRACE_PARENT", flag: "trace-parent", def: traceParentChild,
-			usage: "with tracing on (OTEL_TRACES_EXPORTER=otlp): child makes each publish span a child of the producer's span stored with the event; link makes it a new trace linked to it",
-			parse: func(c *Config, v string) error { return oneOf(&c.TraceParent, v, traceParentChild, traceParentLink) }},
+		{env: "OUTBOX_TRACE_PARENT", flag: "trace-parent", def: claim.TraceParentLink,
+			usage: "with tracing on (OTEL_TRACES_EXPORTER=otlp): link makes each publish span link to the producer's span stored with the event, in a trace of the relay's; child makes it that span's child too",
+			parse: func(c *Config, v string) error {
+				return oneOf(&c.TraceParent, v, claim.TraceParentLink, claim.TraceParentChild)
+			}},
+		{env: "OUTBOX_TRACE_MESSAGE", flag: "trace-message", def: claim.TraceMessageProducer,
+			usage: "with tracing on: producer keeps the producer's stored trace context on each message; publish puts the publish span's in its place",
+			parse: func(c *Config, v string) error {
+				return oneOf(&c.TraceMessage, v, claim.TraceMessageProducer, claim.TraceMessagePublish)
+			}},
 		{env: "OUTBOX_TRACE_MONGO", flag: "trace-mongo", def: "false",
 			usage: "with tracing on, also trace every database command (a client span each, without the command's documents)",
 			parse: func(c *Config, v string) error { return parseBool(&c.TraceMongo, v) }},
@@ -239,12 +253,6 @@ func settings() []setting {
 			usage: "loopback address such as 127.0.0.1:6060 on which Go's profiler serves /debug/pprof/; unset: off", parse: parsePprofAddr},
 	}
 }
-
-// Values of OUTBOX_TRACE_PARENT.
-const (
-	traceParentChild = "child"
-	traceParentLink  = "link"
-)
 
 // defaultWorkerID is <hostname>-<pid>: unique per process, and it says
 // where to look when an operator sees it on a stuck event.

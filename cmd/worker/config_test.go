@@ -63,10 +63,12 @@ func defaultConfig() Config {
 
 		Ordering:            claim.OrderingAggregate,
 		OrderingAfterFailed: claim.AfterFailedWait,
-		TraceParent:         "child",
+		TraceParent:         "link",
+		TraceMessage:        "producer",
 
 		MessageFormat:     "plain",
 		CloudEventsSource: "/outbox/outbox/events",
+		CloudEventsPrefix: "cloudEvents_",
 
 		MongoReadConcern:  "majority",
 		MongoWriteConcern: "majority",
@@ -123,7 +125,9 @@ func TestLoadConfig(t *testing.T) {
 				"OUTBOX_ORDERING_AFTER_FAILED": "continue",
 				"OUTBOX_MESSAGE_FORMAT":        "cloudevents-structured",
 				"OUTBOX_CLOUDEVENTS_SOURCE":    "https://shop.example/orders",
-				"OUTBOX_TRACE_PARENT":          "link",
+				"OUTBOX_CLOUDEVENTS_PREFIX":    "ce-",
+				"OUTBOX_TRACE_PARENT":          "child",
+				"OUTBOX_TRACE_MESSAGE":         "publish",
 				"OUTBOX_TRACE_MONGO":           "true",
 
 				"OUTBOX_MONGO_READ_CONCERN":  "local",
@@ -159,8 +163,9 @@ func TestLoadConfig(t *testing.T) {
 				c.LogLevel = slog.LevelDebug
 				c.LogFormat = "text"
 				c.Ordering, c.OrderingAfterFailed = claim.OrderingNone, claim.AfterFailedContinue
-				c.TraceParent, c.TraceMongo = "link", true
+				c.TraceParent, c.TraceMessage, c.TraceMongo = "child", "publish", true
 				c.MessageFormat, c.CloudEventsSource = "cloudevents-structured", "https://shop.example/orders"
+				c.CloudEventsPrefix = "ce-"
 			},
 		},
 		{
@@ -282,6 +287,8 @@ func TestLoadConfigRejects(t *testing.T) {
 			want: []string{"OUTBOX_CLOUDEVENTS_SOURCE", `"/orders service"`, "URI-reference"}},
 		{name: "cloudevents source with a bad escape", args: []string{"--cloudevents-source", "/a%zz"},
 			want: []string{"OUTBOX_CLOUDEVENTS_SOURCE (--cloudevents-source)", `"/a%zz"`, "escape"}},
+		{name: "cloudevents prefix of the HTTP binding's spelling", env: map[string]string{"OUTBOX_CLOUDEVENTS_PREFIX": "CE-"},
+			want: []string{"OUTBOX_CLOUDEVENTS_PREFIX", `"CE-"`, "want one of cloudEvents_, cloudEvents:, ce-"}},
 		{name: "batch size not a number", env: map[string]string{"OUTBOX_BATCH_SIZE": "abc"},
 			want: []string{"OUTBOX_BATCH_SIZE", `"abc"`}},
 		{name: "batch size zero", env: map[string]string{"OUTBOX_BATCH_SIZE": "0"},
@@ -373,7 +380,9 @@ func TestLoadConfigRejects(t *testing.T) {
 		{name: "unexpected argument", args: []string{"--batch-size", "100", "stats"},
 			want: []string{`"stats"`}},
 		{name: "trace parent unknown", env: map[string]string{"OUTBOX_TRACE_PARENT": "sibling"},
-			want: []string{"OUTBOX_TRACE_PARENT", `"sibling"`, "child, link"}},
+			want: []string{"OUTBOX_TRACE_PARENT", `"sibling"`, "link, child"}},
+		{name: "trace message unknown", env: map[string]string{"OUTBOX_TRACE_MESSAGE": "relay"},
+			want: []string{"OUTBOX_TRACE_MESSAGE", `"relay"`, "producer, publish"}},
 		{name: "trace mongo not a boolean", env: map[string]string{"OUTBOX_TRACE_MONGO": "on"},
 			want: []string{"OUTBOX_TRACE_MONGO", `"on"`}},
 		{name: "an exporter OpenTelemetry's Go SDK lacks", env: map[string]string{"OTEL_TRACES_EXPORTER": "zipkin"},

@@ -19,16 +19,18 @@ import (
 func TestMessageFormatReachesTheRelay(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
-		format, source  string
-		wantContentType string
+		format, source, prefix string
+		wantContentType        string
 	}{
-		{events.FormatPlain, "", "application/json"},
-		// ce-source unset: /outbox/<database>/<collection>.
-		{events.FormatCloudEventsBinary, "", "application/json"},
-		{events.FormatCloudEventsStructured, "https://shop.example/orders", "application/cloudevents+json"},
+		{events.FormatPlain, "", "", "application/json"},
+		// The source unset: /outbox/<database>/<collection>; the prefix
+		// unset: cloudEvents_.
+		{events.FormatCloudEventsBinary, "", "", "application/json"},
+		{events.FormatCloudEventsBinary, "", "ce-", "application/json"},
+		{events.FormatCloudEventsStructured, "https://shop.example/orders", "", "application/cloudevents+json"},
 	}
 	for _, tc := range cases {
-		t.Run(tc.format, func(t *testing.T) {
+		t.Run(tc.format+tc.prefix, func(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 			defer cancel()
@@ -41,6 +43,11 @@ func TestMessageFormatReachesTheRelay(t *testing.T) {
 			env["OUTBOX_MESSAGE_FORMAT"] = tc.format
 			if tc.source != "" {
 				env["OUTBOX_CLOUDEVENTS_SOURCE"] = tc.source
+			}
+			prefix := events.PrefixAMQP
+			if tc.prefix != "" {
+				env["OUTBOX_CLOUDEVENTS_PREFIX"] = tc.prefix
+				prefix = tc.prefix
 			}
 			proc := startWorker(t, workerID, env)
 			t.Cleanup(func() { stopWorkers(t, proc) })
@@ -55,13 +62,13 @@ func TestMessageFormatReachesTheRelay(t *testing.T) {
 				if d.ContentType != tc.wantContentType {
 					t.Errorf("content type %q, want %q", d.ContentType, tc.wantContentType)
 				}
-				_, hasID := d.Headers["ce-id"]
+				_, hasID := d.Headers[prefix+"id"]
 				if want := tc.format == events.FormatCloudEventsBinary; hasID != want {
-					t.Errorf("ce-id header present = %t, want %t (headers %v)", hasID, want, d.Headers)
+					t.Errorf("%sid header present = %t, want %t (headers %v)", prefix, hasID, want, d.Headers)
 				}
 				if tc.format == events.FormatCloudEventsBinary {
-					if want := "/outbox/" + db.Name() + "/" + mongo.CollectionDefault; d.Headers["ce-source"] != want {
-						t.Errorf("ce-source %v, want the default %q", d.Headers["ce-source"], want)
+					if want := "/outbox/" + db.Name() + "/" + mongo.CollectionDefault; d.Headers[prefix+"source"] != want {
+						t.Errorf("%ssource %v, want the default %q", prefix, d.Headers[prefix+"source"], want)
 					}
 				}
 			case <-ctx.Done():

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -38,7 +39,10 @@ const envTraceSVG = "OUTBOX_TEST_TRACE_SVG"
 // attributes and the worker's instance id, and, with OUTBOX_TRACE_MONGO,
 // the database commands as CLIENT spans with the db.* attributes. A
 // producer (this test, tracing its insert) and a consumer (this test,
-// continuing the message's traceparent) share the producer's trace.
+// continuing the message's traceparent) share the producer's trace: the
+// worker runs in the opt-in mode where the publish span is the producer
+// span's child and the message carries it (the default, links, is
+// claim's TestTraceEndToEnd).
 func TestTracingOverOTLP(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
@@ -67,6 +71,8 @@ func TestTracingOverOTLP(t *testing.T) {
 		"OTEL_RESOURCE_ATTRIBUTES":    "deployment.environment.name=e2e,team=platform",
 		"OTEL_BSP_SCHEDULE_DELAY":     "100", // export within 100 ms, not 5 s
 		"OUTBOX_TRACE_MONGO":          "true",
+		"OUTBOX_TRACE_PARENT":         "child",
+		"OUTBOX_TRACE_MESSAGE":        "publish",
 		"OUTBOX_LOG_LEVEL":            "info",
 	} {
 		env[k] = v
@@ -160,6 +166,8 @@ func TestTracingOverOTLP(t *testing.T) {
 		publish.ParentSpanID != checkout.SpanContext().SpanID().String():
 		t.Errorf("publish span: kind %s, trace %s, parent %s; want producer, the producer's trace %s and span %s",
 			publish.Kind, publish.TraceID, publish.ParentSpanID, checkout.SpanContext().TraceID(), checkout.SpanContext().SpanID())
+	case !slices.Contains(publish.Links, checkout.SpanContext().TraceID().String()+"-"+checkout.SpanContext().SpanID().String()):
+		t.Errorf("publish span's links %v, want one to the producer's span", publish.Links)
 	case trace.SpanContextFromContext(cctx).SpanID().String() != publish.SpanID:
 		t.Errorf("the consumer's parent is %s, want the publish span %s", trace.SpanContextFromContext(cctx).SpanID(), publish.SpanID)
 	}

@@ -140,8 +140,8 @@ func newWorker(cfg Config, logger *slog.Logger, tracer *telemetry.Provider) (*wo
 		MaxAttempts: cfg.MaxAttempts, MaxBodyBytes: cfg.MaxMessageBytes, PublishTimeout: cfg.PublishTimeout,
 		RetryMin: cfg.RetryMin, RetryMax: cfg.RetryMax, StaleAfter: cfg.StaleAfter,
 		Ordering: cfg.Ordering, AfterFailed: cfg.OrderingAfterFailed,
-		Format:    events.Format{Name: cfg.MessageFormat, Source: cfg.CloudEventsSource},
-		TraceLink: cfg.TraceParent == traceParentLink,
+		Format:      events.Format{Name: cfg.MessageFormat, Source: cfg.CloudEventsSource, Prefix: cfg.CloudEventsPrefix},
+		TraceParent: cfg.TraceParent, TraceMessage: cfg.TraceMessage,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
@@ -328,7 +328,7 @@ func tracingMode(cfg Config, tracer *telemetry.Provider) string {
 	if !tracer.Enabled() {
 		return "off"
 	}
-	mode := "otlp " + cfg.Tracing.Protocol + ", publish spans " + cfg.TraceParent
+	mode := "otlp " + cfg.Tracing.Protocol + ", publish spans " + cfg.TraceParent + ", messages carry the " + cfg.TraceMessage + "'s context"
 	if cfg.TraceMongo {
 		mode += ", database commands"
 	}

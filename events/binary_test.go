@@ -1,0 +1,176 @@
+package events
+
+import (
+	"errors"
+	"maps"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	goamqp "github.com/Azure/go-amqp"
+	"github.com/google/go-cmp/cmp"
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// withoutAMQP10 checks and removes the HeaderAMQP10AppProperties of
+// headers: with an AMQP prefix it must decode, by go-amqp's own decoder,
+// to the headers named with the prefix; with Knative's it must be absent.
+func withoutAMQP10(t *testing.T, prefix string, headers map[string]any) map[string]any {
+	t.Helper()
+	section, ok := headers[HeaderAMQP10AppProperties].([]byte)
+	if prefix == PrefixKnative {
+		if ok {
+			t.Errorf("prefix %s: a %s header", prefix, HeaderAMQP10AppProperties)
+		}
+		return headers
+	}
+	if !ok {
+		t.Fatalf("prefix %s: no %s header among %v", prefix, HeaderAMQP10AppProperties, headers)
+	}
+	var m goamqp.Message
+	if err := m.UnmarshalBinary(section); err != nil {
+		t.Fatalf("prefix %s: go-amqp cannot read the section: %v", prefix, err)
+	}
+	want := map[string]any{}
+	for k, v := range headers {
+		if strings.HasPrefix(k, prefix) {
+			if tm, ok := v.(time.Time); ok {
+				v = tm.Truncate(time.Millisecond)
+			}
+			want[k] = v
+		}
+	}
+	if diff := cmp.Diff(want, m.ApplicationProperties); diff != "" {
+		t.Errorf("prefix %s: application-properties (-headers +decoded):\n%s", prefix, diff)
+	}
+	rest := maps.Clone(headers)
+	delete(rest, HeaderAMQP10AppProperties)
+	return rest
+}
+
+// An event header that the prefix's readers take for an attribute the
+// relay owns never reaches the message; one they take for an extension
+// is checked as they will read it; the others pass as they are.
+func TestFormatBinaryEventHeaders(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, prefix string
+		headers      bson.D
+		want         map[string]any // the headers besides ceHeaders' ones
+		wantErr      *InvalidError
+	}{
+		{
+			name: "owned attributes cannot be forged, in any case", prefix: PrefixAMQP,
+			headers: bson.D{
+				{Key: "cloudEvents_id", Value: "forged"}, {Key: "cloudEvents_Type", Value: "forged"},
+				{Key: "CloudEvents_source", Value: "forged"}, {Key: "cloudEvents_specversion", Value: "0.3"},
+				{Key: "cloudEvents_time", Value: "1999-01-01T00:00:00Z"}, {Key: "cloudEvents_subject", Value: "forged"},
+				{Key: "cloudEvents_datacontenttype", Value: "text/plain"}, {Key: "cloudEvents_TraceParent", Value: testTraceParent},
+				{Key: "cloudEvents_tracestate", Value: "forged=1"},
+				{Key: "cloudEvents_dataschema", Value: "https://example.com/order.json"}, {Key: "cloudEvents_partitionkey", Value: "o-1"},
+				{Key: "cloudEvents:type", Value: "forged with the other separator"},
+				{Key: "tenant_id", Value: "acme"}, {Key: "ce-tenant_id", Value: "not read by AMQP readers"},
+			},
+			want: map[string]any{"cloudEvents_dataschema": "https://example.com/order.json", "cloudEvents_partitionkey": "o-1",
+				"tenant_id": "acme", "ce-tenant_id": "not read by AMQP readers"},
+		},
+		{
+			name: "an extension with the other separator", prefix: PrefixAMQP,
+			headers: bson.D{{Key: "cloudEvents:region", Value: "eu"}},
+			wantErr: &InvalidError{Field: "headers.cloudEvents:region", Reason: `is read as the CloudEvents extension "region", but spells the prefix otherwise than "cloudEvents_": the AMQP binding has a message name all its attributes with one prefix`},
+		},
+		{
+			name: "an extension with the prefix in another case", prefix: PrefixAMQP,
+			headers: bson.D{{Key: "CloudEvents_region", Value: "eu"}},
+			wantErr: &InvalidError{Field: "headers.CloudEvents_region", Reason: `is read as the CloudEvents extension "region", but spells the prefix otherwise than "cloudEvents_": the AMQP binding has a message name all its attributes with one prefix`},
+		},
+		{
+			name: "extensions of the colon prefix, of CloudEvents' types", prefix: PrefixAMQPColon,
+			headers: bson.D{
+				{Key: "cloudEvents:tenant", Value: "acme"}, {Key: "cloudEvents:retries", Value: int32(3)},
+				{Key: "cloudEvents:big", Value: int64(math.MaxInt32)}, {Key: "cloudEvents:ok", Value: true},
+				{Key: "cloudEvents:blob", Value: bson.Binary{Data: []byte{1, 2}}}, {Key: "cloudEvents:due", Value: time.Date(2024, 1, 2, 3, 4, 5, 6e6, time.UTC)},
+				{Key: "cloudEvents:id", Value: "forged"},
+			},
+			want: map[string]any{"cloudEvents:tenant": "acme", "cloudEvents:retries": int32(3), "cloudEvents:big": int64(math.MaxInt32), "cloudEvents:ok": true,
+				"cloudEvents:blob": []byte{1, 2}, "cloudEvents:due": time.Date(2024, 1, 2, 3, 4, 5, 6e6, time.UTC)},
+		},
+		{
+			name: "an extension name with an underscore", prefix: PrefixAMQP,
+			headers: bson.D{{Key: "cloudEvents_tenant_id", Value: "acme"}},
+			wantErr: &InvalidError{Field: "headers.cloudEvents_tenant_id", Reason: `is read as the CloudEvents extension "tenant_id" (prefix "cloudEvents_"), but CloudEvents names are lower-case letters and digits only, and readers reject the whole event; rename the header, or use another prefix`},
+		},
+		{
+			name: "an upper-case extension name", prefix: PrefixAMQPColon,
+			headers: bson.D{{Key: "cloudEvents:Tenant", Value: "acme"}},
+			wantErr: &InvalidError{Field: "headers.cloudEvents:Tenant", Reason: `is read as the CloudEvents extension "Tenant" (prefix "cloudEvents:"), but CloudEvents names are lower-case letters and digits only, and readers reject the whole event; rename the header, or use another prefix`},
+		},
+		{
+			name: "an extension of a type CloudEvents has not", prefix: PrefixAMQP,
+			headers: bson.D{{Key: "cloudEvents_ratio", Value: 0.5}},
+			wantErr: &InvalidError{Field: "headers.cloudEvents_ratio", Reason: "is a double, which the CloudEvents extension ratio cannot hold: its types are strings, booleans, 32-bit integers, binary and timestamps"},
+		},
+		{
+			name: "an extension over 32 bits", prefix: PrefixAMQP,
+			headers: bson.D{{Key: "cloudEvents_n", Value: int64(math.MaxInt32) + 1}},
+			wantErr: &InvalidError{Field: "headers.cloudEvents_n", Reason: "is 2147483648, which the CloudEvents extension n cannot hold: a CloudEvents integer is 32 bits"},
+		},
+		{
+			name: "an extension string with a control character", prefix: PrefixAMQP,
+			headers: bson.D{{Key: "cloudEvents_note", Value: "a\x00b"}},
+			wantErr: &InvalidError{Field: "headers.cloudEvents_note", Reason: "holds the control character U+0000 at byte 1, which the CloudEvents attribute note must not hold"},
+		},
+		{
+			name: "two bad headers: the first by name is named", prefix: PrefixAMQP,
+			headers: bson.D{{Key: "cloudEvents_z_z", Value: "1"}, {Key: "cloudEvents_a_a", Value: "1"}, {Key: "cloudEvents_m_m", Value: "1"}},
+			wantErr: &InvalidError{Field: "headers.cloudEvents_a_a", Reason: `is read as the CloudEvents extension "a_a" (prefix "cloudEvents_"), but CloudEvents names are lower-case letters and digits only, and readers reject the whole event; rename the header, or use another prefix`},
+		},
+		{
+			name: "Knative reads every header but x- ones, lower-cased, without ce-", prefix: PrefixKnative,
+			headers: bson.D{
+				{Key: "Tenant", Value: "acme"}, {Key: "ce-Region", Value: "eu"}, {Key: "x-retry_count", Value: 1.5},
+				{Key: "ratio", Value: 0.5}, {Key: "type", Value: "forged"}, {Key: "CE-ID", Value: "forged"},
+				{Key: "Content-Type", Value: "text/plain"}, {Key: "ce-tracestate", Value: "forged=1"},
+			},
+			want: map[string]any{"Tenant": "acme", "ce-Region": "eu", "x-retry_count": 1.5, "ratio": 0.5},
+		},
+		{
+			name: "Knative: an extension name with an underscore", prefix: PrefixKnative,
+			headers: bson.D{{Key: "tenant_id", Value: "acme"}},
+			wantErr: &InvalidError{Field: "headers.tenant_id", Reason: `is read as the CloudEvents extension "tenant_id" (prefix "ce-"), but CloudEvents names are lower-case letters and digits only, and readers reject the whole event; rename the header, or use another prefix`},
+		},
+		{
+			name: "Knative: the prefix alone", prefix: PrefixKnative,
+			headers: bson.D{{Key: "ce-", Value: "x"}},
+			wantErr: &InvalidError{Field: "headers.ce-", Reason: `is read as the CloudEvents extension "" (prefix "ce-"), but CloudEvents names are lower-case letters and digits only, and readers reject the whole event; rename the header, or use another prefix`},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := Format{Name: FormatCloudEventsBinary, Source: testSource, Prefix: tt.prefix}
+			doc := eventDoc(t, set(FieldHeaders, tt.headers))
+			got, err := f.NewMessage(doc, 0)
+			if tt.wantErr != nil {
+				var ie *InvalidError
+				if !errors.As(err, &ie) {
+					t.Fatalf("NewMessage: %v, want an *InvalidError", err)
+				}
+				if diff := cmp.Diff(tt.wantErr, ie); diff != "" {
+					t.Errorf("error (-want +got):\n%s", diff)
+				}
+				if _, err := NewMessage(doc, 0); err != nil {
+					t.Errorf("plain NewMessage: %v, want it to take the event", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("NewMessage: %v", err)
+			}
+			if diff := cmp.Diff(ceHeaders(tt.prefix, tt.want), withoutAMQP10(t, tt.prefix, got.Headers)); diff != "" {
+				t.Errorf("headers (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
