@@ -47,6 +47,7 @@ type Store interface {
 	ListEvents(ctx context.Context, q mongo.EventQuery) ([]bson.Raw, *mongo.PageMark, error)
 	Find(ctx context.Context, id string) (bson.Raw, error)
 	FailedSample(ctx context.Context, limit int) ([]bson.Raw, bool, error)
+	ClassifyFailed(ctx context.Context, limit int) (int, error)
 	Holders(ctx context.Context, now time.Time, failedHolds bool, limit int) ([]mongo.Holder, bool, error)
 	PublishedPerMinute(ctx context.Context, since, now time.Time) ([]int64, error)
 	Actions(ctx context.Context, limit int) ([]mongo.Action, error)
@@ -63,6 +64,11 @@ type OwnersReader interface {
 const (
 	PageSizeDefault = 50
 	RefreshDefault  = 5 * time.Second
+	// ActionMaxDefault is the most events one action touches.
+	ActionMaxDefault = 1000
+	// ActionMaxLimit bounds Config.ActionMax: a selection travels in the
+	// preview's form.
+	ActionMaxLimit = 10000
 	// requestTimeout bounds the queries of one request: a page that
 	// cannot be read in it says so rather than hold the connection.
 	requestTimeout = 15 * time.Second
@@ -111,6 +117,10 @@ type Config struct {
 	// events a second (mongo.RequeueFilter.PerSecond). Defaults to
 	// RequeuePerSecondDefault.
 	RequeuePerSecond int
+	// ActionMax is the most events one action touches: a preview
+	// selects the oldest ActionMax of its events, and the rest wait for
+	// another action. Defaults to ActionMaxDefault.
+	ActionMax int
 	// Archetype is the logger and the clock: the database server's time,
 	// which ages and the held test compare with.
 	service.Archetype
@@ -127,6 +137,9 @@ func (c *Config) setDefaults() {
 	if c.RequeuePerSecond == 0 {
 		c.RequeuePerSecond = RequeuePerSecondDefault
 	}
+	if c.ActionMax == 0 {
+		c.ActionMax = ActionMaxDefault
+	}
 	c.BasePath = strings.TrimRight(c.BasePath, "/")
 }
 
@@ -142,6 +155,7 @@ func (c Config) Validate() error {
 		rule.Check("Token", c.Writer == nil || len(c.Token) >= TokenMinLength, "<redacted>",
 			fmt.Sprintf("at least %d characters with Writer: the actions need authentication", TokenMinLength)),
 		rule.Check("RequeuePerSecond", c.RequeuePerSecond >= 1, c.RequeuePerSecond, "at least 1"),
+		rule.Check("ActionMax", c.ActionMax >= 1 && c.ActionMax <= ActionMaxLimit, c.ActionMax, fmt.Sprintf("1 to %d", ActionMaxLimit)),
 	)
 }
 
@@ -180,7 +194,7 @@ func New(cfg Config) (*Console, error) {
 	c.route("/audit", "/api/audit", "audit", c.audit)
 	if c.writes() {
 		c.route("/requeue", "/api/requeue", "confirm", c.confirmRequeue)
-		c.mux.HandleFunc("POST /requeue", c.requeueCause)
+		c.mux.HandleFunc("POST /requeue", c.requeueSelection)
 		c.mux.HandleFunc("POST /events/{id}/requeue", c.requeueEvent)
 		c.mux.HandleFunc("POST /events/{id}/skip", c.skipEvent)
 		c.mux.HandleFunc("POST /pause", c.pauseType)
@@ -269,8 +283,14 @@ func (c *Console) servePage(w http.ResponseWriter, r *http.Request, page string,
 		code = status(err)
 		c.cfg.Logger.Warn("console page failed", "path", r.URL.Path, "error", err)
 	}
+	refresh := int(c.cfg.Refresh / time.Second)
+	if page == "confirm" {
+		// A preview is what the operator confirms: it must not change,
+		// nor lose the reason typed, under their hands.
+		refresh = 0
+	}
 	c.render(w, code, page, layout{
-		Title: titles[page], Page: page, Base: c.cfg.BasePath, RefreshSeconds: int(c.cfg.Refresh / time.Second),
+		Title: titles[page], Page: page, Base: c.cfg.BasePath, RefreshSeconds: refresh,
 		Data: v, Error: errText(err), Query: r.URL.Query(), Writes: c.writes(),
 	})
 }

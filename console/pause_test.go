@@ -62,9 +62,10 @@ func TestPauseAndResumeAType(t *testing.T) {
 		t.Errorf("still paused after the resume: %v", store.paused)
 	}
 	got := store.actions
-	if len(got) != 2 || got[1].Name != "pause" || got[1].By != "ana" || got[1].Target != "type: order.paid" || got[1].Count != 1 ||
-		got[1].Source != "console" || got[0].Name != "resume" || got[0].By != "bo" || got[0].Reason != "billing is back" {
-		t.Errorf("audit = %+v, want ana's pause then bo's resume, and not the second pause", got)
+	// Every action is recorded, one that changed nothing with a count of 0.
+	if len(got) != 3 || got[2].Name != "pause" || got[2].By != "ana" || got[2].Target != "type: order.paid" || got[2].Count != 1 ||
+		got[2].Source != "console" || got[1].Count != 0 || got[1].By != "bo" || got[0].Name != "resume" || got[0].By != "bo" || got[0].Reason != "billing is back" {
+		t.Errorf("audit = %+v, want ana's pause, bo's second pause that changed nothing, then bo's resume", got)
 	}
 }
 

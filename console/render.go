@@ -50,6 +50,19 @@ var funcs = template.FuncMap{
 		}
 		return template.URL(q.Encode()) //nolint:gosec // url.Values.Encode escaped every value
 	},
+	// group is the query of a failure group's events, its cause and
+	// reason given even when empty, after a pair that has a value.
+	"group": func(k, v string, g FailureGroup) template.URL {
+		q := url.Values{"cause": {g.Cause}, "reason": {g.Reason}}
+		if v != "" {
+			q.Set(k, v)
+		}
+		return template.URL(q.Encode()) //nolint:gosec // url.Values.Encode escaped every value
+	},
+	// pathEscape makes an id one segment of a path: an id may hold a
+	// slash, a question mark or a dot segment.
+	"pathEscape": url.PathEscape,
+	"sub":        func(a, b int) int { return a - b },
 	"bars":       bars,
 	"list":       func(s ...string) []string { return s },
 	"short":      cut,

@@ -2,6 +2,7 @@ package console
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -83,10 +84,12 @@ type EventDetail struct {
 type FailureGroup struct {
 	Reason string `json:"reason"`
 	// Cause is lastError with its ids, numbers and quoted values
-	// replaced (normalize), so that events that failed the same way
+	// replaced (events.Cause), so that events that failed the same way
 	// group together.
 	Cause string `json:"cause"`
 	Count int    `json:"count"`
+	// Unclassified counts the events whose cause is not stored yet.
+	Unclassified int `json:"unclassified,omitempty"`
 	// Example is the newest event of the group.
 	Example string    `json:"exampleId"`
 	Latest  time.Time `json:"latest,omitzero"`
@@ -200,10 +203,10 @@ func (c *Console) events(r *http.Request) (any, error) {
 		Status: status, Type: q.Get("type"), AggregateID: q.Get("aggregate"), ErrorText: q.Get("error"),
 		Limit: c.cfg.PageSize,
 	}
-	if cause := q.Get("cause"); cause != "" {
-		// The failures page's link to a group: the events whose
-		// lastError normalizes to cause.
-		eq.ErrorPattern = causePattern(cause)
+	if q.Has("cause") {
+		// The failures page's link to a group: the events whose stored
+		// cause and reason are these, compared as text.
+		eq.Group = &mongo.Group{Cause: q.Get("cause"), Reason: q.Get("reason")}
 	}
 	if age := q.Get("olderThan"); age != "" {
 		d, err := time.ParseDuration(age)
@@ -252,11 +255,21 @@ func (c *Console) event(r *http.Request) (any, error) {
 }
 
 func (c *Console) failures(r *http.Request) (any, error) {
+	c.classify(r.Context())
 	docs, capped, err := c.cfg.Store.FailedSample(r.Context(), failedSampleMax)
 	if err != nil {
 		return nil, err
 	}
 	return Failures{Groups: groupFailures(docs), Read: len(docs), Capped: capped}, nil
+}
+
+// classify stores the cause of the FAILED events not classified yet, up
+// to failedSampleMax of them. It fails quietly: a page still groups them,
+// by the cause it computes.
+func (c *Console) classify(ctx context.Context) {
+	if _, err := c.cfg.Store.ClassifyFailed(ctx, failedSampleMax); err != nil {
+		c.cfg.Logger.Warn("console could not store the causes of FAILED events", "error", err)
+	}
 }
 
 func (c *Console) held(r *http.Request) (any, error) {

@@ -60,7 +60,7 @@ func consoleCommand(ctx context.Context, args []string, getenv func(string) stri
 	ccfg := console.Config{
 		Archetype: arch, Store: store, Samples: sampler, Owners: store.Owners(),
 		TermLength: cfg.StaleAfter / 2, FailedHolds: cfg.Ordering == claim.OrderingAggregate && cfg.OrderingAfterFailed == claim.AfterFailedWait,
-		RequeuePerSecond: cfg.ConsoleRequeueRate,
+		RequeuePerSecond: cfg.ConsoleRequeueRate, ActionMax: cfg.ConsoleActionMax,
 	}
 	if cfg.ConsoleWrites {
 		ccfg.Writer, ccfg.Token = store, cfg.ConsoleToken
