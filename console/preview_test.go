@@ -154,4 +154,8 @@ func TestCancelledRequeueIsAudited(t *testing.T) {
 	if requeued != 3 || a.Count != requeued || a.State != mongo.ActionCancelled || a.Error == "" || a.Ended.IsZero() {
 		t.Errorf("%d requeued; audit record %+v: want the 3 requeued, cancelled, with why", requeued, a)
 	}
+	page := serve(t.Context(), c, http.MethodGet, "/audit", nil).Body.String()
+	if !strings.Contains(page, "cancelled") || !strings.Contains(page, "192.0.2.1") {
+		t.Errorf("the audit page does not say the requeue was cancelled, nor from where")
+	}
 }
