@@ -2,8 +2,6 @@ package console
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net/http"
@@ -43,45 +41,6 @@ const (
 	// auditTimeout bounds the write that completes an action's record.
 	auditTimeout = 10 * time.Second
 )
-
-// authorized reports whether r gives the console's token as the password
-// of HTTP Basic authentication, and the user name it gives, which the
-// audit records as who acted. Tokens are compared by their SHA-256
-// digests, so that the comparison's time tells nothing of the token.
-func (c *Console) authorized(r *http.Request) (string, bool) {
-	user, pass, ok := r.BasicAuth()
-	if !ok {
-		return "", false
-	}
-	sent := sha256.Sum256([]byte(pass))
-	return user, subtle.ConstantTimeCompare(sent[:], c.token[:]) == 1
-}
-
-// sameOrigin reports whether a request that changes something comes from
-// the console's own pages: a browser says where a request comes from
-// (Sec-Fetch-Site, Origin), and a page of another site that makes the
-// operator's browser post here, credentials and all, is refused. A client
-// that is no browser sends neither, and had to give the token.
-func sameOrigin(r *http.Request) bool {
-	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" {
-		return false
-	}
-	origin := r.Header.Get("Origin")
-	if origin == "" {
-		return true
-	}
-	u, err := url.Parse(origin)
-	return err == nil && u.Host == r.Host
-}
-
-// actor is who acts: the user name of the request's authentication, or
-// "console" when it gave none.
-func actor(r *http.Request) string {
-	if user, _, ok := r.BasicAuth(); ok && strings.TrimSpace(user) != "" {
-		return strings.TrimSpace(user)
-	}
-	return "console"
-}
 
 // reasonOf is the form's reason, required: every action says why.
 func reasonOf(r *http.Request) (string, error) {
@@ -169,7 +128,7 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, a mongo.Action, do
 		c.refuse(w, r, err)
 		return
 	}
-	a.Reason, a.At, a.By, a.Source, a.From = reason, c.cfg.Now(), actor(r), "console", r.RemoteAddr
+	a.Reason, a.At, a.By, a.Source, a.From = reason, c.cfg.Now(), actor(r), "console", requesterOf(r).from
 	id, err := c.cfg.Writer.StartAction(r.Context(), a)
 	if err != nil {
 		c.refuse(w, r, fmt.Errorf("nothing was done: the audit record of the %s could not be written: %w", a.Name, err))

@@ -101,8 +101,8 @@ func TestRequeueAndSkipFromTheEventPage(t *testing.T) {
 		t.Fatalf("requeues %+v, skips %v; want evil-1 requeued once and skipped once", store.requeues, store.skips)
 	}
 	got := store.actions
-	if len(got) != 2 || got[1].By != "ana" || got[1].Name != "requeue" || got[1].Reason != "route added" || got[1].Source != "console" ||
-		got[1].Count != 1 || !got[1].At.Equal(now) || got[0].By != "bo" || got[0].Name != "skip" {
+	if len(got) != 2 || got[1].By != "ana (shared token)" || got[1].Name != "requeue" || got[1].Reason != "route added" || got[1].Source != "console" ||
+		got[1].Count != 1 || !got[1].At.Equal(now) || got[0].By != "bo (shared token)" || got[0].Name != "skip" {
 		t.Errorf("audit = %+v", got)
 	}
 	_, body, _ := request(t, srv, http.MethodGet, "/audit", "ana", token, nil, nil)

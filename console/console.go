@@ -29,6 +29,8 @@ import (
 	"html/template"
 	"io/fs"
 	"net/http"
+	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
@@ -108,11 +110,39 @@ type Config struct {
 	// type. Every action takes a reason and
 	// is recorded in the audit collection. Defaults to nil: read-only.
 	Writer Writer
-	// Token is the password every request must give, by HTTP Basic
-	// authentication (the user name is recorded as who acted), while
-	// Writer is set: at least TokenMinLength characters. Required with
-	// Writer.
+	// Token is a password shared by every operator, given by HTTP Basic
+	// authentication, at least TokenMinLength characters: when set,
+	// every request must give it (or be authenticated otherwise, below),
+	// page views included. The user name given is recorded as who acted,
+	// marked "(shared token)": it is whatever was typed. Defaults to "".
 	Token string
+	// Users are per-user credentials, by HTTP Basic authentication: each
+	// user name and the SHA-256 digest, in hex, of that user's own token.
+	// When set, every request must give one (or the shared Token).
+	Users map[string]string
+	// Identity, when set, tells who a request comes from as the
+	// application that mounts the console authenticated it; ok false
+	// refuses the request (401). It replaces Users and Token.
+	Identity func(r *http.Request) (user string, ok bool)
+	// IdentityHeader, when set, names the header in which a trusted
+	// proxy (TrustedProxies) passes the user it authenticated, such as
+	// oauth2-proxy's X-Forwarded-User. From any other address the
+	// header is ignored. Requires TrustedProxies.
+	IdentityHeader string
+	// TrustedProxies are the addresses of the reverse proxies in front
+	// of the console: only from them are X-Forwarded-For (the client's
+	// address, for the audit), X-Forwarded-Host and X-Forwarded-Proto
+	// (the host and scheme a POST's Origin is compared with, and the
+	// host AllowedHosts checks) and IdentityHeader believed.
+	TrustedProxies []netip.Prefix
+	// AllowedHosts are the Host names the console answers to: "name"
+	// on any port, "name:port", or "*" for any. A request for another
+	// is refused with 421, so that a page of another site whose name
+	// was rebound to the console's address (DNS rebinding) reads
+	// nothing. Defaults to none: any host (an application that mounts
+	// the console checks its own); `worker console` sets its address
+	// and localhost.
+	AllowedHosts []string
 	// RequeuePerSecond spreads a group's requeue over time, so many
 	// events a second (mongo.RequeueFilter.PerSecond). Defaults to
 	// RequeuePerSecondDefault.
@@ -152,8 +182,10 @@ func (c Config) Validate() error {
 		rule.Check("PageSize", c.PageSize >= 1 && c.PageSize <= 500, c.PageSize, "1 to 500"),
 		rule.Check("Refresh", c.Refresh >= time.Second, c.Refresh, "at least 1s"),
 		rule.Check("BasePath", c.BasePath == "" || strings.HasPrefix(c.BasePath, "/"), c.BasePath, `"" or a path starting with "/"`),
-		rule.Check("Token", c.Writer == nil || len(c.Token) >= TokenMinLength, "<redacted>",
-			fmt.Sprintf("at least %d characters with Writer: the actions need authentication", TokenMinLength)),
+		rule.Check("Token", c.Token == "" || len(c.Token) >= TokenMinLength, "<redacted>", fmt.Sprintf("at least %d characters", TokenMinLength)),
+		rule.Check("Writer", c.Writer == nil || c.Token != "" || len(c.Users) > 0 || c.Identity != nil || c.IdentityHeader != "", "set",
+			"with Token, Users, Identity or IdentityHeader: the actions need authentication"),
+		rule.Check("IdentityHeader", c.IdentityHeader == "" || len(c.TrustedProxies) > 0, c.IdentityHeader, "set only with TrustedProxies: the header is believed from them alone"),
 		rule.Check("RequeuePerSecond", c.RequeuePerSecond >= 1, c.RequeuePerSecond, "at least 1"),
 		rule.Check("ActionMax", c.ActionMax >= 1 && c.ActionMax <= ActionMaxLimit, c.ActionMax, fmt.Sprintf("1 to %d", ActionMaxLimit)),
 	)
@@ -167,7 +199,8 @@ type Console struct {
 	cfg   Config
 	mux   *http.ServeMux
 	pages map[string]*template.Template
-	token [sha256.Size]byte // the digest of Config.Token
+	token [sha256.Size]byte            // the digest of Config.Token
+	users map[string][sha256.Size]byte // Config.Users, decoded
 }
 
 // New returns a console, or the first bad field of cfg.
@@ -178,6 +211,9 @@ func New(cfg Config) (*Console, error) {
 	}
 	c := &Console{cfg: cfg, mux: http.NewServeMux(), token: sha256.Sum256([]byte(cfg.Token))}
 	var err error
+	if c.users, err = userDigests(cfg.Users); err != nil {
+		return nil, err
+	}
 	if c.pages, err = parsePages(); err != nil {
 		return nil, err
 	}
@@ -209,8 +245,9 @@ func (c *Console) route(path, api, page string, data func(r *http.Request) (any,
 	c.mux.HandleFunc("GET "+api, func(w http.ResponseWriter, r *http.Request) { c.serveJSON(w, r, data) })
 }
 
-// ServeHTTP serves the console. Anything but GET and HEAD is refused:
-// the console changes nothing.
+// ServeHTTP serves the console to a request for an allowed host, from
+// someone it authenticated (when it authenticates). Read-only, anything
+// but GET and HEAD is refused.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	// No script, style or image from elsewhere, no framing: an event's
@@ -219,23 +256,30 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Cache-Control", "no-store")
-	if c.writes() {
-		if _, ok := c.authorized(r); !ok {
-			w.Header().Set("WWW-Authenticate", `Basic realm="outbox console", charset="UTF-8"`)
-			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "the console's actions are on: sign in with your name and the console's token"})
+	rq := c.requesterFrom(r)
+	if !c.hostAllowed(rq.host) {
+		writeJSON(w, http.StatusMisdirectedRequest, map[string]string{"error": "refused: this console does not answer to the host " + strconv.Quote(rq.host) + " (AllowedHosts)"})
+		return
+	}
+	if c.authenticates() {
+		who, ok := c.identify(r)
+		if !ok {
+			c.unauthorized(w, r)
 			return
 		}
+		rq.who = who
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		switch {
 		case !c.writes():
 			writeJSON(w, http.StatusForbidden, map[string]string{"error": "the console is read-only: " + r.Method + " is refused"})
 			return
-		case !sameOrigin(r):
+		case !sameOrigin(r, rq):
 			writeJSON(w, http.StatusForbidden, map[string]string{"error": "refused: the request does not come from the console's own pages"})
 			return
 		}
 	}
+	r = withRequester(r, rq)
 	c.mux.ServeHTTP(w, r)
 }
 
@@ -307,4 +351,14 @@ func errText(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// unauthorized asks for credentials: HTTP Basic, unless the identity
+// comes from the application or a proxy.
+func (c *Console) unauthorized(w http.ResponseWriter, r *http.Request) {
+	c.cfg.Logger.Warn("console request not authenticated", "path", r.URL.Path, "remote", r.RemoteAddr)
+	if c.cfg.Identity == nil && c.cfg.IdentityHeader == "" || len(c.users) > 0 || c.cfg.Token != "" {
+		w.Header().Set("WWW-Authenticate", `Basic realm="outbox console", charset="UTF-8"`)
+	}
+	writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "sign in: this console needs to know who you are"})
 }

@@ -97,7 +97,7 @@ func TestGroupRequeueActsOnThePreview(t *testing.T) {
 		t.Errorf("statuses after the group's requeue (-want +got):\n%s", diff)
 	}
 	actions, err := store.Actions(t.Context(), 10)
-	if err != nil || len(actions) != 1 || actions[0].Count != 2 || actions[0].State != mongo.ActionDone || actions[0].By != "ana" {
+	if err != nil || len(actions) != 1 || actions[0].Count != 2 || actions[0].State != mongo.ActionDone || actions[0].By != "ana (shared token)" {
 		t.Errorf("audit = %+v, %v; want one requeue of 2, done", actions, err)
 	}
 }
