@@ -63,6 +63,7 @@ var funcs = template.FuncMap{
 	// slash, a question mark or a dot segment.
 	"pathEscape": url.PathEscape,
 	"sub":        func(a, b int) int { return a - b },
+	"shellQuote": shellQuote,
 	"bars":       bars,
 	"list":       func(s ...string) []string { return s },
 	"short":      cut,
@@ -169,4 +170,14 @@ func bars(counts []int64) []bar {
 		out[i] = bar{X: i * 5, Y: chartHeight - h, H: h, Title: fmt.Sprintf("%d published %d min ago", n, ago)}
 	}
 	return out
+}
+
+// shellQuote quotes s for a POSIX shell, so that a command the console
+// prints runs with s as one argument whatever it holds: ids come from
+// producers. A plain id stays as it is.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:/@+=") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -191,13 +191,13 @@ func replicas(terms []ownership.Term, members []ownership.Member, now time.Time,
 }
 
 // listStatuses are the statuses the events page lists.
-var listStatuses = []events.Status{events.StatusFailed, events.StatusNew, events.StatusProcessing, events.StatusPublished}
+var listStatuses = []events.Status{events.StatusFailed, events.StatusNew, events.StatusProcessing, events.StatusPublished, events.StatusUnknown}
 
 func (c *Console) events(r *http.Request) (any, error) {
 	q := r.URL.Query()
 	status := events.Status(cmp.Or(q.Get("status"), string(events.StatusFailed)))
 	if !slices.Contains(listStatuses, status) {
-		return nil, errBadRequest{fmt.Sprintf("status %q: want FAILED, NEW, PROCESSING or PUBLISHED", status)}
+		return nil, errBadRequest{fmt.Sprintf("status %q: want FAILED, NEW, PROCESSING, PUBLISHED or unknown", status)}
 	}
 	eq := mongo.EventQuery{
 		Status: status, Type: q.Get("type"), AggregateID: q.Get("aggregate"), ErrorText: q.Get("error"),

@@ -8,7 +8,6 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/outboxrelay/outbox/events"
 )
@@ -19,33 +18,11 @@ import (
 // with an equality on status, bounded by a limit, and carries a
 // server-side time limit from ctx's deadline (see timedFind).
 
-// browseIndex orders the events of a status newest first with the _id
-// tiebreak of events created in the same millisecond, so that a page is
-// a range of index keys and the next one starts where it ended. Only the
-// console needs it: EnsureBrowseIndex creates it, not Prepare.
-const browseIndex = "outbox_browse"
-
-// EnsureBrowseIndex creates the console's index when it is missing. It
-// costs every write of an event's status one more index key, which is
-// why the worker does not create it.
-func (s *Store) EnsureBrowseIndex(ctx context.Context) error {
-	existing, err := s.indexNames(ctx)
-	if err != nil {
-		return err
-	}
-	if existing[browseIndex] {
-		return nil
-	}
-	keys := bson.D{{Key: events.FieldStatus, Value: 1}, {Key: events.FieldCreatedAt, Value: 1}, {Key: events.FieldID, Value: 1}}
-	if _, err := s.coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: keys, Options: options.Index().SetName(browseIndex)}); err != nil {
-		return fmt.Errorf("create index %s on %s: %w", browseIndex, s.coll.Name(), err)
-	}
-	return nil
-}
-
 // EventQuery selects a page of events of one status, newest first.
 type EventQuery struct {
-	Status events.Status // required
+	// Status is required; events.StatusUnknown lists the events whose
+	// status is none of events.Statuses.
+	Status events.Status
 	// Type, AggregateID and ErrorText narrow the page: an equality on
 	// type and on aggregateId, and a case-insensitive substring of
 	// lastError. Empty: no condition.
@@ -77,6 +54,11 @@ func (s *Store) ListEvents(ctx context.Context, q EventQuery) ([]bson.Raw, *Page
 		return nil, nil, fmt.Errorf("list events: a status and a limit are required")
 	}
 	filter := bson.D{{Key: events.FieldStatus, Value: q.Status}}
+	if q.Status == events.StatusUnknown {
+		// The events counted as unknown: a status that is none of the
+		// four, or none at all.
+		filter = bson.D{{Key: events.FieldStatus, Value: bson.D{{Key: "$nin", Value: events.Statuses}}}}
+	}
 	if q.Type != "" {
 		filter = append(filter, bson.E{Key: events.FieldType, Value: q.Type})
 	}
