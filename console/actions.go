@@ -129,6 +129,13 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, a mongo.Action, do
 		return
 	}
 	a.Reason, a.At, a.By, a.Source, a.From = reason, c.cfg.Now(), actor(r), "console", requesterOf(r).from
+	if !c.actions.allow(a.By) {
+		c.refuse(w, r, errTooMany{fmt.Sprintf("%s started more than %d actions in a minute: nothing was done; wait a minute", a.By, c.cfg.ActionsPerMinute)})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), c.cfg.ActionTimeout)
+	defer cancel()
+	r = r.WithContext(ctx)
 	id, err := c.cfg.Writer.StartAction(r.Context(), a)
 	if err != nil {
 		c.refuse(w, r, fmt.Errorf("nothing was done: the audit record of the %s could not be written: %w", a.Name, err))
@@ -143,6 +150,9 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, a mongo.Action, do
 	n, err := do(r.Context(), progress)
 	state := mongo.ActionDone
 	switch {
+	case err != nil && errors.Is(r.Context().Err(), context.DeadlineExceeded):
+		state = mongo.ActionFailed
+		err = fmt.Errorf("stopped after %s (ActionTimeout): %w", c.cfg.ActionTimeout, err)
 	case err != nil && r.Context().Err() != nil:
 		state = mongo.ActionCancelled
 	case err != nil:

@@ -234,3 +234,12 @@ func sameOrigin(r *http.Request, rq requester) bool {
 func withRequester(r *http.Request, rq requester) *http.Request {
 	return r.WithContext(context.WithValue(r.Context(), requesterKey{}, rq))
 }
+
+// clientKey is a client's address without its port, which changes with
+// each connection.
+func clientKey(from string) string {
+	if host, _, err := net.SplitHostPort(from); err == nil {
+		return host
+	}
+	return from
+}

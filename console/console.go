@@ -71,6 +71,12 @@ const (
 	// ActionMaxLimit bounds Config.ActionMax: a selection travels in the
 	// preview's form.
 	ActionMaxLimit = 10000
+	// ActionsPerMinuteDefault and SignInFailuresPerMinuteDefault are
+	// the rate limits of Config.
+	ActionsPerMinuteDefault        = 30
+	SignInFailuresPerMinuteDefault = 10
+	// ActionTimeoutDefault bounds an action's request.
+	ActionTimeoutDefault = 20 * time.Second
 	// requestTimeout bounds the queries of one request: a page that
 	// cannot be read in it says so rather than hold the connection.
 	requestTimeout = 15 * time.Second
@@ -147,6 +153,19 @@ type Config struct {
 	// events a second (mongo.RequeueFilter.PerSecond). Defaults to
 	// RequeuePerSecondDefault.
 	RequeuePerSecond int
+	// ActionsPerMinute is the most actions one operator may start in a
+	// minute; more are refused with 429. Defaults to
+	// ActionsPerMinuteDefault.
+	ActionsPerMinute int
+	// SignInFailuresPerMinute is the most failed sign-ins one client
+	// address may make in a minute; past it every request from there is
+	// refused with 429 until the minute ends. Defaults to
+	// SignInFailuresPerMinuteDefault.
+	SignInFailuresPerMinute int
+	// ActionTimeout bounds an action's request: a requeue still running
+	// then stops, and its audit record says how far it got. Defaults to
+	// ActionTimeoutDefault; keep it below the server's write timeout.
+	ActionTimeout time.Duration
 	// ActionMax is the most events one action touches: a preview
 	// selects the oldest ActionMax of its events, and the rest wait for
 	// another action. Defaults to ActionMaxDefault.
@@ -170,6 +189,15 @@ func (c *Config) setDefaults() {
 	if c.ActionMax == 0 {
 		c.ActionMax = ActionMaxDefault
 	}
+	if c.ActionsPerMinute == 0 {
+		c.ActionsPerMinute = ActionsPerMinuteDefault
+	}
+	if c.SignInFailuresPerMinute == 0 {
+		c.SignInFailuresPerMinute = SignInFailuresPerMinuteDefault
+	}
+	if c.ActionTimeout == 0 {
+		c.ActionTimeout = ActionTimeoutDefault
+	}
 	c.BasePath = strings.TrimRight(c.BasePath, "/")
 }
 
@@ -188,6 +216,9 @@ func (c Config) Validate() error {
 		rule.Check("IdentityHeader", c.IdentityHeader == "" || len(c.TrustedProxies) > 0, c.IdentityHeader, "set only with TrustedProxies: the header is believed from them alone"),
 		rule.Check("RequeuePerSecond", c.RequeuePerSecond >= 1, c.RequeuePerSecond, "at least 1"),
 		rule.Check("ActionMax", c.ActionMax >= 1 && c.ActionMax <= ActionMaxLimit, c.ActionMax, fmt.Sprintf("1 to %d", ActionMaxLimit)),
+		rule.Check("ActionsPerMinute", c.ActionsPerMinute >= 1, c.ActionsPerMinute, "at least 1"),
+		rule.Check("SignInFailuresPerMinute", c.SignInFailuresPerMinute >= 1, c.SignInFailuresPerMinute, "at least 1"),
+		rule.Check("ActionTimeout", c.ActionTimeout >= time.Second, c.ActionTimeout, "at least 1s"),
 	)
 }
 
@@ -201,6 +232,9 @@ type Console struct {
 	pages map[string]*template.Template
 	token [sha256.Size]byte            // the digest of Config.Token
 	users map[string][sha256.Size]byte // Config.Users, decoded
+	// actions limits the actions of each operator, signIns the failed
+	// sign-ins of each client address.
+	actions, signIns *limiter
 }
 
 // New returns a console, or the first bad field of cfg.
@@ -214,6 +248,8 @@ func New(cfg Config) (*Console, error) {
 	if c.users, err = userDigests(cfg.Users); err != nil {
 		return nil, err
 	}
+	c.actions = newLimiter(cfg.ActionsPerMinute, time.Minute, time.Now)
+	c.signIns = newLimiter(cfg.SignInFailuresPerMinute, time.Minute, time.Now)
 	if c.pages, err = parsePages(); err != nil {
 		return nil, err
 	}
@@ -262,8 +298,16 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if c.authenticates() {
+		client := clientKey(rq.from)
+		if c.signIns.blocked(client) {
+			writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": "too many failed sign-ins from this address: wait a minute"})
+			return
+		}
 		who, ok := c.identify(r)
 		if !ok {
+			if r.Header.Get("Authorization") != "" || c.cfg.IdentityHeader != "" && r.Header.Get(c.cfg.IdentityHeader) != "" {
+				c.signIns.allow(client) // a sign-in that failed, not a first request without one
+			}
 			c.unauthorized(w, r)
 			return
 		}
@@ -296,12 +340,20 @@ type errBadRequest struct{ msg string }
 
 func (e errBadRequest) Error() string { return e.msg }
 
+// errTooMany makes an action answer 429.
+type errTooMany struct{ msg string }
+
+func (e errTooMany) Error() string { return e.msg }
+
 // status is the HTTP status of a page's error: the database's errors
 // are 503, for the page may work again in a moment.
 func status(err error) int {
 	var notFound errNotFound
 	var bad errBadRequest
+	var tooMany errTooMany
 	switch {
+	case errors.As(err, &tooMany):
+		return http.StatusTooManyRequests
 	case errors.As(err, &notFound):
 		return http.StatusNotFound
 	case errors.As(err, &bad):

@@ -61,6 +61,7 @@ func consoleCommand(ctx context.Context, args []string, getenv func(string) stri
 		Archetype: arch, Store: store, Samples: sampler, Owners: store.Owners(),
 		TermLength: cfg.StaleAfter / 2, FailedHolds: cfg.Ordering == claim.OrderingAggregate && cfg.OrderingAfterFailed == claim.AfterFailedWait,
 		RequeuePerSecond: cfg.ConsoleRequeueRate, ActionMax: cfg.ConsoleActionMax,
+		ActionsPerMinute: cfg.ConsoleActionsPerMinute, SignInFailuresPerMinute: cfg.ConsoleSignInFailures,
 		Token: cfg.ConsoleToken, Users: cfg.ConsoleUsers, AllowedHosts: cfg.consoleHosts(),
 		TrustedProxies: cfg.ConsoleTrustedProxies, IdentityHeader: cfg.ConsoleIdentityHeader,
 	}
@@ -135,7 +136,8 @@ func serveConsole(ctx context.Context, logger *slog.Logger, addr string, h http.
 		Handler:           h,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
-		// A page's queries have 15 s (console.requestTimeout).
+		// A page's queries have 15 s (console.requestTimeout), an
+		// action console.ActionTimeoutDefault.
 		WriteTimeout: 30 * time.Second,
 		IdleTimeout:  60 * time.Second,
 	}

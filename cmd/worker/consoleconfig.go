@@ -26,6 +26,11 @@ type ConsoleConfig struct {
 	ConsoleToken       string
 	ConsoleRequeueRate int
 	ConsoleActionMax   int
+	// ConsoleActionsPerMinute and ConsoleSignInFailures are the rate
+	// limits of each operator's actions and each address's failed
+	// sign-ins.
+	ConsoleActionsPerMinute int
+	ConsoleSignInFailures   int
 	// ConsoleUsers are per-user credentials, read from
 	// OUTBOX_CONSOLE_USERS_FILE: each name and its token's SHA-256 in hex.
 	ConsoleUsers map[string]string
@@ -61,6 +66,12 @@ func consoleSettings() []setting {
 			parse: func(c *Config, v string) error {
 				return parseIntBetween(&c.ConsoleActionMax, v, 1, console.ActionMaxLimit)
 			}},
+		{env: "OUTBOX_CONSOLE_ACTIONS_PER_MINUTE", flag: "console-actions-per-minute", def: strconv.Itoa(console.ActionsPerMinuteDefault), forConsole: true,
+			usage: "most console actions one operator may start in a minute; more get 429",
+			parse: func(c *Config, v string) error { return parseIntBetween(&c.ConsoleActionsPerMinute, v, 1, 10000) }},
+		{env: "OUTBOX_CONSOLE_SIGNIN_FAILURES_PER_MINUTE", flag: "console-signin-failures-per-minute", def: strconv.Itoa(console.SignInFailuresPerMinuteDefault), forConsole: true,
+			usage: "most failed console sign-ins from one address in a minute; past it every request from there gets 429 until the minute ends",
+			parse: func(c *Config, v string) error { return parseIntBetween(&c.ConsoleSignInFailures, v, 1, 10000) }},
 		{env: "OUTBOX_CONSOLE_USERS_FILE", flag: "console-users-file", def: "", forConsole: true,
 			usage: "file of per-user console credentials, one name:sha256-hex-of-the-user's-token a line (# starts a comment); every request then signs in as one of them",
 			parse: parseUsersFile},
