@@ -21,6 +21,7 @@ import (
 type Writer interface {
 	Requeue(ctx context.Context, f mongo.RequeueFilter, dryRun bool) (int, error)
 	Skip(ctx context.Context, ids []string, by, reason string, at time.Time, dryRun bool) (int, error)
+	SkipSelected(ctx context.Context, ids []any, by, reason string, at time.Time) (int, error)
 	Select(ctx context.Context, sel mongo.Selection, limit int) ([]any, int, error)
 	StartAction(ctx context.Context, a mongo.Action) (bson.ObjectID, error)
 	ProgressAction(ctx context.Context, id bson.ObjectID, count int) error

@@ -230,3 +230,37 @@ func TestReadOnlyShowsNoAction(t *testing.T) {
 		t.Errorf("the audit page on a read-only console = %d, want 200", code)
 	}
 }
+
+// TestSkipAGroupOrASelection: a group or the events selected on the list
+// are skipped as a requeue is done: previewed, then the previewed ones,
+// with a reason, audited.
+func TestSkipAGroupOrASelection(t *testing.T) {
+	t.Parallel()
+	srv, store := setupWrites(t)
+	store.matching = 3
+	_, body, _ := request(t, srv, http.MethodGet, "/events?status=FAILED", "ana", token, nil, nil)
+	if !strings.Contains(body, `type="checkbox" name="id" value="evil-1"`) || !strings.Contains(body, `formaction="/skip"`) {
+		t.Fatalf("the FAILED events list offers no selection:\n%s", body)
+	}
+	code, body, _ := request(t, srv, http.MethodGet, "/skip?id=evil-1&id=ok-2", "ana", token, nil, nil)
+	if code != http.StatusOK || !strings.Contains(body, "will be skipped") || !strings.Contains(body, "Skip these 3 events") {
+		t.Fatalf("skip preview = %d:\n%s", code, body)
+	}
+	if sel := store.selections; len(sel) != 1 || strings.Join(sel[0].IDs, ",") != "evil-1,ok-2" || sel[0].Group != nil {
+		t.Errorf("selections = %+v, want the two ids", sel)
+	}
+	form := url.Values{"selection": {selectionIn(t, body)}, "reason": {"compensated by hand"}}
+	if code, _, _ := request(t, srv, http.MethodPost, "/skip", "ana", token, form, nil); code != http.StatusSeeOther {
+		t.Errorf("skip = %d, want 303", code)
+	}
+	if strings.Join(store.skips, ",") != "e-0,e-1,e-2" {
+		t.Errorf("skipped %v, want the 3 previewed", store.skips)
+	}
+	if a := store.actions; len(a) != 1 || a[0].Name != "skip" || a[0].Count != 3 || a[0].Reason != "compensated by hand" {
+		t.Errorf("audit = %+v", a)
+	}
+	_, body, _ = request(t, srv, http.MethodGet, "/failures", "ana", token, nil, nil)
+	if !strings.Contains(body, `href="/skip?cause=`) {
+		t.Errorf("the failures page offers no skip of a group")
+	}
+}

@@ -267,6 +267,8 @@ func New(cfg Config) (*Console, error) {
 	if c.writes() {
 		c.route("/requeue", "/api/requeue", "confirm", c.confirmRequeue)
 		c.mux.HandleFunc("POST /requeue", c.requeueSelection)
+		c.route("/skip", "/api/skip", "confirm", c.confirmSkip)
+		c.mux.HandleFunc("POST /skip", c.skipSelection)
 		c.mux.HandleFunc("POST /events/{id}/requeue", c.requeueEvent)
 		c.mux.HandleFunc("POST /events/{id}/skip", c.skipEvent)
 		c.mux.HandleFunc("POST /pause", c.pauseType)

@@ -101,6 +101,15 @@ func (f *fakeStore) finish(id bson.ObjectID, change func(a *mongo.Action)) error
 
 func (f *fakeStore) ClassifyFailed(context.Context, int) (int, error) { return 0, nil }
 
+func (f *fakeStore) SkipSelected(_ context.Context, ids []any, _, _ string, _ time.Time) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, id := range ids {
+		f.skips = append(f.skips, fmt.Sprint(id))
+	}
+	return len(ids), f.err
+}
+
 // Select selects the first matching events of the fake's documents.
 func (f *fakeStore) Select(_ context.Context, sel mongo.Selection, limit int) ([]any, int, error) {
 	f.mu.Lock()

@@ -113,6 +113,24 @@ func (c *Console) requeueSelection(w http.ResponseWriter, r *http.Request) {
 	}, "/audit")
 }
 
+// confirmSkip previews a skip.
+func (c *Console) confirmSkip(r *http.Request) (any, error) {
+	return c.preview(r.Context(), "skip", r.URL.Query())
+}
+
+// skipSelection marks the events of a preview skipped: their aggregates'
+// later events flow. One skipped or requeued since is left alone.
+func (c *Console) skipSelection(w http.ResponseWriter, r *http.Request) {
+	ids, err := c.selectionPosted(r)
+	if err != nil {
+		c.refuse(w, r, err)
+		return
+	}
+	c.act(w, r, mongo.Action{Name: "skip", Target: c.postedTarget(r, ids)}, func(ctx context.Context, _ func(int)) (int, error) {
+		return c.cfg.Writer.SkipSelected(ctx, ids, actor(r), reasonValue(r), c.cfg.Now())
+	}, "/audit")
+}
+
 // selectionPosted is the selection a preview's form posted, bounded by
 // Config.ActionMax.
 func (c *Console) selectionPosted(r *http.Request) ([]any, error) {

@@ -231,6 +231,20 @@ func (s *Store) Find(ctx context.Context, id string) (bson.Raw, error) {
 	return raw, nil
 }
 
+// SkipSelected marks skipped the FAILED events of a console preview's
+// selection, their _ids as stored, that are not skipped yet, as Skip
+// does.
+func (s *Store) SkipSelected(ctx context.Context, ids []any, by, reason string, at time.Time) (int, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	return s.skip(ctx, bson.D{
+		{Key: events.FieldStatus, Value: events.StatusFailed},
+		{Key: events.FieldSkippedAt, Value: nil},
+		{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: ids}}},
+	}, by, reason, at)
+}
+
 // Skip marks the FAILED events named by ids (string or ObjectID hex) as
 // skipped by an operator: status stays FAILED, and skippedBy, skippedAt
 // and skipReason record who, when and why, so that the later events of
@@ -252,6 +266,11 @@ func (s *Store) Skip(ctx context.Context, ids []string, by, reason string, at ti
 		}
 		return int(n), nil
 	}
+	return s.skip(ctx, filter, by, reason, at)
+}
+
+// skip marks the events filter matches skipped by, at, for reason.
+func (s *Store) skip(ctx context.Context, filter bson.D, by, reason string, at time.Time) (int, error) {
 	res, err := s.coll.UpdateMany(ctx, filter, bson.D{{Key: "$set", Value: bson.D{
 		{Key: events.FieldSkippedBy, Value: by},
 		{Key: events.FieldSkippedAt, Value: at.UTC().Truncate(time.Millisecond)},

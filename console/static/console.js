@@ -1,6 +1,9 @@
 // Live refresh of the console's pages: every data-refresh seconds the page
 // is fetched again and its content replaced, unless the operator paused
-// it (button or key p), is typing in a form, or the tab is hidden.
+// it (button or key p), is typing in a form, or the tab is hidden. A page
+// that holds a form (an action, a selection) keeps it: only its parts
+// marked data-live are replaced. A page with data-refresh 0 (a preview)
+// is never refreshed.
 (function () {
   "use strict";
   var period = parseInt(document.body.dataset.refresh, 10) * 1000;
@@ -26,10 +29,19 @@
       .then(function (r) { return r.text(); })
       .then(function (html) {
         var next = new DOMParser().parseFromString(html, "text/html").getElementById("content");
-        if (next) {
-          document.getElementById("content").replaceWith(next);
-          shown.textContent = "refreshed " + new Date().toLocaleTimeString();
+        if (!next) { return; }
+        var content = document.getElementById("content");
+        if (content.querySelector("form.action, form.select")) {
+          // A page that holds a form keeps it, and what is typed or
+          // selected in it: only its live numbers are replaced.
+          content.querySelectorAll("[data-live]").forEach(function (el) {
+            var fresh = next.querySelector('[data-live="' + el.dataset.live + '"]');
+            if (fresh) { el.replaceWith(fresh); }
+          });
+        } else {
+          content.replaceWith(next);
         }
+        shown.textContent = "refreshed " + new Date().toLocaleTimeString();
       })
       .catch(function () { shown.textContent = "refresh failed; retrying"; });
   }
