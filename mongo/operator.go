@@ -218,17 +218,20 @@ var ErrNoEvent = errors.New("no such event")
 
 // Find returns the event whose _id is id (as a string or an ObjectID's
 // hex), or an error that wraps ErrNoEvent.
+// Each candidate is looked up by equality, which FerretDB hands to its
+// backend, where an $in of them would decode the whole collection.
 func (s *Store) Find(ctx context.Context, id string) (bson.Raw, error) {
-	raw, err := s.coll.FindOne(ctx, bson.D{
-		{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: idCandidates([]string{id})}}},
-	}).Raw()
-	if isNoDocuments(err) {
-		return nil, fmt.Errorf("%w: no event with _id %q", ErrNoEvent, id)
+	for _, candidate := range idCandidates([]string{id}) {
+		raw, err := s.coll.FindOne(ctx, bson.D{{Key: events.FieldID, Value: candidate}}).Raw()
+		if isNoDocuments(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("find event %q: %w", id, err)
+		}
+		return raw, nil
 	}
-	if err != nil {
-		return nil, fmt.Errorf("find event %q: %w", id, err)
-	}
-	return raw, nil
+	return nil, fmt.Errorf("%w: no event with _id %q", ErrNoEvent, id)
 }
 
 // SkipSelected marks skipped the FAILED events of a console preview's

@@ -6,13 +6,16 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/outboxrelay/outbox/console"
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/benchorder"
 	"github.com/outboxrelay/outbox/metrics"
+	"github.com/outboxrelay/outbox/mongo"
 	"github.com/outboxrelay/outbox/ops"
 	"github.com/outboxrelay/outbox/service"
 )
@@ -103,7 +106,25 @@ func (b *bench) consolePages(ctx context.Context) error {
 	}
 	srv := httptest.NewServer(con)
 	defer srv.Close()
-	for _, path := range []string{"/", "/events?status=FAILED", "/events?status=PUBLISHED", "/events?status=FAILED&error=NO_ROUTE", "/failures", "/held", "/api/overview"} {
+	failed, _, err := store.ListEvents(ctx, mongo.EventQuery{Status: events.StatusFailed, Limit: 1})
+	if err != nil || len(failed) == 0 {
+		return fmt.Errorf("console pages: read a FAILED event: %v", err)
+	}
+	id, ok := failed[0].Lookup(events.FieldID).ObjectIDOK()
+	if !ok {
+		return fmt.Errorf("console pages: the FAILED event's _id is no ObjectID")
+	}
+	oneFailed := "/events/" + id.Hex()
+	group := url.Values{"status": {"FAILED"}, "reason": {metrics.ReasonMaxAttempts},
+		"cause": {events.Cause(fmt.Sprintf("gave up after 5 attempts: broker nacked the message %d", 1))}}
+	// The pages an operator opens in an incident first, then the ones
+	// that read the PUBLISHED history by design.
+	for _, path := range []string{
+		"/", "/failures", "/held", "/audit", oneFailed, "/events?status=FAILED", "/events?" + group.Encode(),
+		"/events?status=FAILED&type=rare.type", "/events?status=FAILED&aggregate=" + benchorder.AggregateID(7),
+		"/events?status=PUBLISHED", "/events?status=PUBLISHED&type=rare.type", "/events?status=PUBLISHED&aggregate=" + benchorder.AggregateID(7),
+		"/events?status=FAILED&error=NO_ROUTE", "/api/overview",
+	} {
 		p, err := timePage(ctx, srv.URL+path)
 		if err != nil {
 			return err
