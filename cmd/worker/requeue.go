@@ -66,8 +66,8 @@ func requeueCommand(ctx context.Context, args []string, getenv func(string) stri
 	cfg, _, err := loadConfig("requeue", args, getenv, operatorCommand, func(fs *flag.FlagSet) {
 		named.define(fs, "`ID` of an event to requeue (repeatable; commas separate ids); a NEW event named so that is backing off before a retry is made due now", "requeued")
 		fs.StringVar(&idsFrom, "ids-from", "", "`FILE` of event _ids to requeue, one per line, exactly (commas and spaces are part of an id); - reads standard input")
-		fs.StringVar(&f.Type, "type", "", "requeue FAILED events of this `TYPE`")
-		fs.BoolVar(&f.All, "all", false, "requeue every FAILED event (asks first on a terminal; needs --yes otherwise)")
+		fs.StringVar(&f.Type, "type", "", "requeue FAILED events of this `TYPE` (not those skipped: name them with --id)")
+		fs.BoolVar(&f.All, "all", false, "requeue every FAILED event not skipped (asks first on a terminal; needs --yes otherwise)")
 		fs.BoolVar(&yes, "yes", false, "requeue every FAILED event with --all without asking")
 		fs.StringVar(&by, "by", "", "`NAME` of who requeues them, for the audit record (default: the user running the command)")
 		fs.StringVar(&reason, "reason", "", "`TEXT` saying why, for the audit record")
