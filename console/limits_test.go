@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/url"
 	"strings"
@@ -73,5 +74,29 @@ func TestActionsHaveADeadline(t *testing.T) {
 	}
 	if a := store.actions; len(a) != 1 || a[0].State != mongo.ActionFailed || !strings.Contains(a[0].Error, "ActionTimeout") {
 		t.Errorf("audit = %+v, want the requeue failed on its deadline", a)
+	}
+}
+
+// halfDone is a Writer whose requeue changes 3 events, says so, then
+// fails.
+type halfDone struct{ *fakeStore }
+
+func (h halfDone) Requeue(_ context.Context, f mongo.RequeueFilter, _ bool) (int, error) {
+	f.Progress(3)
+	return 3, errors.New("requeue events (3 done): connection reset")
+}
+
+// TestPartialFailureIsAudited: an action that fails half way is recorded
+// with what it did and why it stopped, and the operator is told both.
+func TestPartialFailureIsAudited(t *testing.T) {
+	t.Parallel()
+	store := newFakeStore(t)
+	srv, _ := serveConfig(t, console.Config{Token: token, Writer: halfDone{store}}, false)
+	code, body, _ := request(t, srv, http.MethodPost, "/events/evil-1/requeue", "ana", token, url.Values{"reason": {"x"}}, nil)
+	if code == http.StatusSeeOther || !strings.Contains(body, "connection reset") {
+		t.Errorf("a requeue that failed half way = %d, want the error shown: %s", code, body)
+	}
+	if a := store.actions; len(a) != 1 || a[0].State != mongo.ActionFailed || a[0].Count != 3 || !strings.Contains(a[0].Error, "connection reset") {
+		t.Errorf("audit = %+v, want failed with the 3 done and why", a)
 	}
 }
