@@ -69,7 +69,10 @@ func TestGroupRequeueActsOnThePreview(t *testing.T) {
 	store := mongotest.Store(t)
 	coll := store.Collection()
 	at := time.Now().UTC().Truncate(time.Millisecond).Add(-time.Hour)
-	mongotest.Insert(t, coll,
+	oid := bson.NewObjectID()
+	byOID := noRoute("g-oid", at.Add(3*time.Second))
+	byOID[0].Value = oid // an _id stored as an ObjectID goes through the form as one
+	mongotest.Insert(t, coll, byOID,
 		noRoute("g1", at), noRoute("g2", at.Add(time.Second)), noRoute("g3", at.Add(2*time.Second)),
 		noRoute("skipped", at, bson.E{Key: events.FieldSkippedAt, Value: at}, bson.E{Key: events.FieldSkippedBy, Value: "bo"}),
 		// What the old pattern of the group, literal parts with anything
@@ -79,8 +82,8 @@ func TestGroupRequeueActsOnThePreview(t *testing.T) {
 	c := realConsole(t, store, nil, 100)
 	rec := serve(t.Context(), c, http.MethodGet, "/requeue?"+groupQuery, nil)
 	body := rec.Body.String()
-	if rec.Code != http.StatusOK || !strings.Contains(body, "3 FAILED events") || !strings.Contains(body, "g1") {
-		t.Fatalf("preview = %d, want the 3 events of the group:\n%s", rec.Code, body)
+	if rec.Code != http.StatusOK || !strings.Contains(body, "4 FAILED events") || !strings.Contains(body, "g1") || !strings.Contains(body, oid.Hex()) {
+		t.Fatalf("preview = %d, want the 4 events of the group:\n%s", rec.Code, body)
 	}
 	// The FAILED set changes between the preview and the requeue.
 	mongotest.Insert(t, coll, noRoute("late", at.Add(-time.Minute)))
@@ -91,14 +94,14 @@ func TestGroupRequeueActsOnThePreview(t *testing.T) {
 	if rec.Code != http.StatusSeeOther {
 		t.Fatalf("requeue = %d: %s", rec.Code, rec.Body)
 	}
-	want := map[string]events.Status{"g1": events.StatusNew, "g2": events.StatusFailed, "g3": events.StatusNew,
+	want := map[string]events.Status{"g1": events.StatusNew, "g2": events.StatusFailed, "g3": events.StatusNew, oid.Hex(): events.StatusNew,
 		"skipped": events.StatusFailed, "lookalike": events.StatusFailed, "late": events.StatusFailed}
 	if diff := cmp.Diff(want, mongotest.Statuses(t, coll)); diff != "" {
 		t.Errorf("statuses after the group's requeue (-want +got):\n%s", diff)
 	}
 	actions, err := store.Actions(t.Context(), 10)
-	if err != nil || len(actions) != 1 || actions[0].Count != 2 || actions[0].State != mongo.ActionDone || actions[0].By != "ana (shared token)" {
-		t.Errorf("audit = %+v, %v; want one requeue of 2, done", actions, err)
+	if err != nil || len(actions) != 1 || actions[0].Count != 3 || actions[0].State != mongo.ActionDone || actions[0].By != "ana (shared token)" {
+		t.Errorf("audit = %+v, %v; want one requeue of 3, done", actions, err)
 	}
 }
 
