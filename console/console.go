@@ -264,6 +264,7 @@ func New(cfg Config) (*Console, error) {
 	c.route("/failures", "/api/failures", "failures", c.failures)
 	c.route("/held", "/api/held", "held", c.held)
 	c.route("/audit", "/api/audit", "audit", c.audit)
+	c.mux.HandleFunc("GET /api/published", func(w http.ResponseWriter, r *http.Request) { c.serveJSON(w, r, c.published) })
 	if c.writes() {
 		c.route("/requeue", "/api/requeue", "confirm", c.confirmRequeue)
 		c.mux.HandleFunc("POST /requeue", c.requeueSelection)

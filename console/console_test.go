@@ -246,7 +246,8 @@ func TestPages(t *testing.T) {
 		path string
 		want []string
 	}{
-		{"/outbox/", []string{"Overview", ">7<", "1m", "replica-a", "leader", "replica-gone", "gone", "42 published 0 min ago", `href="/outbox/events?status=FAILED"`}},
+		{"/outbox/", []string{"Overview", ">7<", "1m", "replica-a", "leader", "replica-gone", "gone", `data-src="/outbox/api/published"`, `href="/outbox/events?status=FAILED"`}},
+		{"/outbox/api/published", []string{`"publishedPerMinute":[0,`, `,42]`}},
 		{"/outbox/events?status=FAILED", []string{"evil-1", `href="/outbox/events/evil-1"`, "Older events", "after="}},
 		{"/outbox/events/evil-1", []string{"Failed attempts", "w-1", "returned", "max_attempts", "w-2", "worker requeue --id evil-1"}},
 		{"/outbox/failures", []string{"NO_ROUTE", "max_attempts", `status=FAILED`}},
@@ -308,7 +309,7 @@ func TestAPI(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &ov); err != nil {
 		t.Fatal(err)
 	}
-	if ov.Counts["NEW"] != 7 || ov.Leader != "replica-a" || ov.Unowned != 0 || len(ov.PublishedPerMinute) != 60 || ov.OldestNewAgeSeconds != 90 {
+	if ov.Counts["NEW"] != 7 || ov.Leader != "replica-a" || ov.Unowned != 0 || ov.OldestNewAgeSeconds != 90 {
 		t.Errorf("overview = %+v", ov)
 	}
 

@@ -64,7 +64,6 @@ var funcs = template.FuncMap{
 	"pathEscape": url.PathEscape,
 	"sub":        func(a, b int) int { return a - b },
 	"shellQuote": shellQuote,
-	"bars":       bars,
 	"list":       func(s ...string) []string { return s },
 	"short":      cut,
 	"ints":       ranges,
@@ -142,34 +141,6 @@ func ranges(ps []int) string {
 		i = j + 1
 	}
 	return strings.Join(parts, ", ")
-}
-
-// bar is one minute of the publish chart.
-type bar struct {
-	X, Y, H int
-	Title   string
-}
-
-// chartHeight is the publish chart's height in SVG units.
-const chartHeight = 60
-
-// bars lays out counts as the bars of an SVG chart, chartHeight high, one
-// unit wide each with a gap, the tallest the full height.
-func bars(counts []int64) []bar {
-	var top int64 = 1
-	for _, n := range counts {
-		top = max(top, n)
-	}
-	out := make([]bar, len(counts))
-	for i, n := range counts {
-		h := int(n * chartHeight / top)
-		if n > 0 {
-			h = max(h, 1)
-		}
-		ago := len(counts) - 1 - i
-		out[i] = bar{X: i * 5, Y: chartHeight - h, H: h, Title: fmt.Sprintf("%d published %d min ago", n, ago)}
-	}
-	return out
 }
 
 // shellQuote quotes s for a POSIX shell, so that a command the console

@@ -29,9 +29,7 @@ type Overview struct {
 	// HeldAggregates is nil where the sampler does not read them
 	// (ordering off).
 	HeldAggregates *int64 `json:"heldAggregates,omitempty"`
-	// PublishedPerMinute is the last hour, oldest minute first.
-	PublishedPerMinute []int64   `json:"publishedPerMinute"`
-	Replicas           []Replica `json:"replicas"`
+	Replicas []Replica `json:"replicas"`
 	// Leader is the replica that samples the gauges for all; "" while
 	// none leads.
 	Leader string `json:"leader"`
@@ -136,9 +134,6 @@ func (c *Console) overview(r *http.Request) (any, error) {
 	}
 	now := c.cfg.Now()
 	var err error
-	if ov.PublishedPerMinute, err = c.cfg.Store.PublishedPerMinute(r.Context(), now.Add(-59*time.Minute), now); err != nil {
-		return nil, err
-	}
 	// Read at each view, not sampled: a pause shows at once.
 	if ov.PausedTypes, err = c.cfg.Store.PausedTypes(r.Context()); err != nil {
 		return nil, err
@@ -151,6 +146,24 @@ func (c *Console) overview(r *http.Request) (any, error) {
 		ov.Replicas, ov.Leader, ov.Unowned = replicas(terms, members, now, c.cfg.TermLength)
 	}
 	return ov, nil
+}
+
+// Published is the publish chart's data: the events published in each
+// minute of the last hour, oldest minute first. The overview draws it
+// from /api/published once it is shown: on a database that cannot count
+// them from an index (FerretDB) the count reads the hour's PUBLISHED
+// events, and the overview must not wait for that.
+type Published struct {
+	PerMinute []int64 `json:"publishedPerMinute"`
+}
+
+func (c *Console) published(r *http.Request) (any, error) {
+	now := c.cfg.Now()
+	counts, err := c.cfg.Store.PublishedPerMinute(r.Context(), now.Add(-59*time.Minute), now)
+	if err != nil {
+		return nil, err
+	}
+	return Published{PerMinute: counts}, nil
 }
 
 // replicas groups the live terms by owner, with each member's last

@@ -42,8 +42,37 @@
           content.replaceWith(next);
         }
         shown.textContent = "refreshed " + new Date().toLocaleTimeString();
+        chart();
       })
       .catch(function () { shown.textContent = "refresh failed; retrying"; });
+  }
+  // chart draws the overview's publish chart from its own request, so
+  // that the page never waits for the count of the hour's publishes.
+  function chart() {
+    var svg = document.getElementById("chart");
+    if (!svg) { return; }
+    fetch(svg.dataset.src, { headers: { Accept: "application/json" }, credentials: "same-origin" })
+      .then(function (r) { return r.ok ? r.json() : Promise.reject(r.status); })
+      .then(function (d) {
+        var counts = d.publishedPerMinute || [];
+        var top = Math.max.apply(null, [1].concat(counts));
+        var ns = "http://www.w3.org/2000/svg";
+        while (svg.firstChild) { svg.removeChild(svg.firstChild); }
+        counts.forEach(function (n, i) {
+          var h = Math.floor(n * 60 / top);
+          if (n > 0) { h = Math.max(h, 1); }
+          var rect = document.createElementNS(ns, "rect");
+          rect.setAttribute("x", i * 5);
+          rect.setAttribute("y", 60 - h);
+          rect.setAttribute("width", 4);
+          rect.setAttribute("height", h);
+          var title = document.createElementNS(ns, "title");
+          title.textContent = n + " published " + (counts.length - 1 - i) + " min ago";
+          rect.appendChild(title);
+          svg.appendChild(rect);
+        });
+      })
+      .catch(function () { svg.setAttribute("aria-label", "The publish chart could not be read"); });
   }
   pause.addEventListener("click", toggle);
   document.addEventListener("keydown", function (e) {
@@ -57,6 +86,7 @@
     }
   });
   show();
+  chart();
   if (period > 0) {
     setInterval(function () {
       if (!paused && !document.hidden && !typing()) { refresh(); }
