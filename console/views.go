@@ -28,8 +28,8 @@ type Overview struct {
 	StaleProcessing     int64   `json:"staleProcessing"`
 	// HeldAggregates is nil where the sampler does not read them
 	// (ordering off).
-	HeldAggregates *int64 `json:"heldAggregates,omitempty"`
-	Replicas []Replica `json:"replicas"`
+	HeldAggregates *int64    `json:"heldAggregates,omitempty"`
+	Replicas       []Replica `json:"replicas"`
 	// Leader is the replica that samples the gauges for all; "" while
 	// none leads.
 	Leader string `json:"leader"`
