@@ -221,7 +221,9 @@ var ErrNoEvent = errors.New("no such event")
 // Each candidate is looked up by equality, which FerretDB hands to its
 // backend, where an $in of them would decode the whole collection.
 func (s *Store) Find(ctx context.Context, id string) (bson.Raw, error) {
-	for _, candidate := range idCandidates([]string{id}) {
+	candidates := idCandidates([]string{id})
+	slices.Reverse(candidates) // an ObjectID's hex is most likely an ObjectID
+	for _, candidate := range candidates {
 		raw, err := s.coll.FindOne(ctx, bson.D{{Key: events.FieldID, Value: candidate}}).Raw()
 		if isNoDocuments(err) {
 			continue

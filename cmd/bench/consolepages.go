@@ -106,6 +106,21 @@ func (b *bench) consolePages(ctx context.Context) error {
 		return err
 	}
 	defer func() { _ = sampler.Stop(context.WithoutCancel(ctx)) }()
+	// The pages are timed with the sampler's first sample and the
+	// sampler stopped: its counts are the worker's leader's job, not the
+	// pages', and on FerretDB its count of unknown statuses reads every
+	// document, which would slow each page timed beside it.
+	for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if _, ok := sampler.Latest(); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("console pages: the sampler took no sample in 5 minutes")
+		}
+	}
+	if err := sampler.Stop(ctx); err != nil {
+		return err
+	}
 	con, err := console.New(console.Config{Archetype: arch, Store: store, Samples: sampler, Owners: store.Owners(), TermLength: 30 * time.Second, FailedHolds: true})
 	if err != nil {
 		return err
