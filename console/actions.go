@@ -2,24 +2,30 @@ package console
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/mongo"
 )
 
-// Writer changes the outbox as the console's actions ask (mongo.Store).
+// Writer changes the outbox as the console's actions ask, and records
+// each action in the audit before and after it changes anything
+// (mongo.Store).
 type Writer interface {
 	Requeue(ctx context.Context, f mongo.RequeueFilter, dryRun bool) (int, error)
 	Skip(ctx context.Context, ids []string, by, reason string, at time.Time, dryRun bool) (int, error)
-	RecordAction(ctx context.Context, a mongo.Action) error
+	SkipSelected(ctx context.Context, ids []any, by, reason string, at time.Time) (int, error)
+	Select(ctx context.Context, sel mongo.Selection, limit int) ([]any, int, error)
+	StartAction(ctx context.Context, a mongo.Action) (bson.ObjectID, error)
+	ProgressAction(ctx context.Context, id bson.ObjectID, count int) error
+	FinishAction(ctx context.Context, id bson.ObjectID, state string, count int, errText string, at time.Time) error
 	Pause(ctx context.Context, p events.Pause) (bool, error)
 	Resume(ctx context.Context, typ string) (bool, error)
 }
@@ -33,72 +39,37 @@ const (
 	TokenMinLength = 16
 	// auditShown is how many actions the audit page lists.
 	auditShown = 200
+	// auditTimeout bounds the write that completes an action's record.
+	auditTimeout = 10 * time.Second
 )
-
-// authorized reports whether r gives the console's token as the password
-// of HTTP Basic authentication, and the user name it gives, which the
-// audit records as who acted. Tokens are compared by their SHA-256
-// digests, so that the comparison's time tells nothing of the token.
-func (c *Console) authorized(r *http.Request) (string, bool) {
-	user, pass, ok := r.BasicAuth()
-	if !ok {
-		return "", false
-	}
-	sent := sha256.Sum256([]byte(pass))
-	return user, subtle.ConstantTimeCompare(sent[:], c.token[:]) == 1
-}
-
-// sameOrigin reports whether a request that changes something comes from
-// the console's own pages: a browser says where a request comes from
-// (Sec-Fetch-Site, Origin), and a page of another site that makes the
-// operator's browser post here, credentials and all, is refused. A client
-// that is no browser sends neither, and had to give the token.
-func sameOrigin(r *http.Request) bool {
-	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" {
-		return false
-	}
-	origin := r.Header.Get("Origin")
-	if origin == "" {
-		return true
-	}
-	u, err := url.Parse(origin)
-	return err == nil && u.Host == r.Host
-}
-
-// actor is who acts: the user name of the request's authentication, or
-// "console" when it gave none.
-func actor(r *http.Request) string {
-	if user, _, ok := r.BasicAuth(); ok && strings.TrimSpace(user) != "" {
-		return strings.TrimSpace(user)
-	}
-	return "console"
-}
 
 // reasonOf is the form's reason, required: every action says why.
 func reasonOf(r *http.Request) (string, error) {
-	reason := strings.TrimSpace(r.PostFormValue("reason"))
+	reason := reasonValue(r)
 	if reason == "" {
 		return "", errBadRequest{"a reason is required: say why, for the audit"}
 	}
 	return reason, nil
 }
 
-// requeueEvent requeues one FAILED event.
+// reasonValue is the form's reason as the action records it.
+func reasonValue(r *http.Request) string { return strings.TrimSpace(r.PostFormValue("reason")) }
+
+// requeueEvent requeues one FAILED event, skipped or not: the operator
+// names it.
 func (c *Console) requeueEvent(w http.ResponseWriter, r *http.Request) {
-	c.act(w, r, func(reason string) (mongo.Action, error) {
-		id := r.PathValue("id")
-		n, err := c.cfg.Writer.Requeue(r.Context(), mongo.RequeueFilter{IDs: []string{id}}, false)
-		return mongo.Action{Name: "requeue", Target: "ids: " + id, Count: n, Reason: reason}, err
-	}, "/events/"+url.PathEscape(r.PathValue("id")))
+	id := r.PathValue("id")
+	c.act(w, r, mongo.Action{Name: "requeue", Target: "ids: " + id}, func(ctx context.Context, progress func(int)) (int, error) {
+		return c.cfg.Writer.Requeue(ctx, mongo.RequeueFilter{IDs: []string{id}, Progress: progress}, false)
+	}, "/events/"+url.PathEscape(id))
 }
 
 // skipEvent marks one FAILED event skipped.
 func (c *Console) skipEvent(w http.ResponseWriter, r *http.Request) {
-	c.act(w, r, func(reason string) (mongo.Action, error) {
-		id := r.PathValue("id")
-		n, err := c.cfg.Writer.Skip(r.Context(), []string{id}, actor(r), reason, c.cfg.Now(), false)
-		return mongo.Action{Name: "skip", Target: "ids: " + id, Count: n, Reason: reason}, err
-	}, "/events/"+url.PathEscape(r.PathValue("id")))
+	id := r.PathValue("id")
+	c.act(w, r, mongo.Action{Name: "skip", Target: "ids: " + id}, func(ctx context.Context, _ func(int)) (int, error) {
+		return c.cfg.Writer.Skip(ctx, []string{id}, actor(r), reasonValue(r), c.cfg.Now(), false)
+	}, "/events/"+url.PathEscape(id))
 }
 
 // typeOf is the form's event type, required.
@@ -112,27 +83,29 @@ func typeOf(r *http.Request, action string) (string, error) {
 
 // pauseType pauses the form's event type: the relay claims none of its
 // events until it is resumed. A type already paused keeps its first
-// record, and nothing is recorded.
+// record, and the action counts 0.
 func (c *Console) pauseType(w http.ResponseWriter, r *http.Request) {
-	c.act(w, r, func(reason string) (mongo.Action, error) {
-		typ, err := typeOf(r, "pause")
-		if err != nil {
-			return mongo.Action{}, err
-		}
-		changed, err := c.cfg.Writer.Pause(r.Context(), events.Pause{Type: typ, By: actor(r), Reason: reason, At: c.cfg.Now()})
-		return mongo.Action{Name: "pause", Target: "type: " + typ, Count: one(changed), Reason: reason}, err
+	typ, err := typeOf(r, "pause")
+	if err != nil {
+		c.refuse(w, r, err)
+		return
+	}
+	c.act(w, r, mongo.Action{Name: "pause", Target: "type: " + typ}, func(ctx context.Context, _ func(int)) (int, error) {
+		changed, err := c.cfg.Writer.Pause(ctx, events.Pause{Type: typ, By: actor(r), Reason: reasonValue(r), At: c.cfg.Now()})
+		return one(changed), err
 	}, "/")
 }
 
 // resumeType resumes the form's event type.
 func (c *Console) resumeType(w http.ResponseWriter, r *http.Request) {
-	c.act(w, r, func(reason string) (mongo.Action, error) {
-		typ, err := typeOf(r, "resume")
-		if err != nil {
-			return mongo.Action{}, err
-		}
-		changed, err := c.cfg.Writer.Resume(r.Context(), typ)
-		return mongo.Action{Name: "resume", Target: "type: " + typ, Count: one(changed), Reason: reason}, err
+	typ, err := typeOf(r, "resume")
+	if err != nil {
+		c.refuse(w, r, err)
+		return
+	}
+	c.act(w, r, mongo.Action{Name: "resume", Target: "type: " + typ}, func(ctx context.Context, _ func(int)) (int, error) {
+		changed, err := c.cfg.Writer.Resume(ctx, typ)
+		return one(changed), err
 	}, "/")
 }
 
@@ -144,72 +117,66 @@ func one(changed bool) int {
 	return 0
 }
 
-// Confirm is the data of the page that asks to confirm a group's requeue.
-type Confirm struct {
-	Cause     string `json:"cause"`
-	Count     int    `json:"count"`
-	PerSecond int    `json:"perSecond"`
-}
-
-// confirmRequeue counts the FAILED events of a cause, for the page that
-// asks to confirm their requeue.
-func (c *Console) confirmRequeue(r *http.Request) (any, error) {
-	cause := r.URL.Query().Get("cause")
-	if cause == "" {
-		return nil, errBadRequest{"cause is required: open this page from the failures page"}
-	}
-	n, err := c.cfg.Writer.Requeue(r.Context(), mongo.RequeueFilter{ErrorPattern: causePattern(cause)}, true)
-	if err != nil {
-		return nil, err
-	}
-	return Confirm{Cause: cause, Count: n, PerSecond: c.cfg.RequeuePerSecond}, nil
-}
-
-// requeueCause requeues the FAILED events of a cause, spread over time,
-// once the operator confirmed the count the confirmation page showed. A
-// count that changed since is asked again: the group is not what was
-// confirmed.
-func (c *Console) requeueCause(w http.ResponseWriter, r *http.Request) {
-	cause := r.PostFormValue("cause")
-	c.act(w, r, func(reason string) (mongo.Action, error) {
-		confirmed, err := strconv.Atoi(r.PostFormValue("count"))
-		if err != nil || cause == "" {
-			return mongo.Action{}, errBadRequest{"cause and count are required: confirm from the confirmation page"}
-		}
-		f := mongo.RequeueFilter{ErrorPattern: causePattern(cause), PerSecond: c.cfg.RequeuePerSecond, Now: c.cfg.Now()}
-		now, err := c.cfg.Writer.Requeue(r.Context(), f, true)
-		if err != nil {
-			return mongo.Action{}, err
-		}
-		if now != confirmed {
-			return mongo.Action{}, errBadRequest{fmt.Sprintf("the group has %d events now, not the %d confirmed: nothing was requeued; confirm again", now, confirmed)}
-		}
-		n, err := c.cfg.Writer.Requeue(r.Context(), f, false)
-		return mongo.Action{Name: "requeue", Target: "cause: " + cause, Count: n, Reason: reason}, err
-	}, "/audit")
-}
-
-// act runs an action and records it, then sends the browser to next. An
-// action that changed nothing is not recorded.
-func (c *Console) act(w http.ResponseWriter, r *http.Request, do func(reason string) (mongo.Action, error), next string) {
+// act runs an action audited whatever happens: its intent is recorded
+// before it changes anything (an intent that cannot be recorded stops
+// it), the count it reaches is written as it goes, and the record is
+// completed with the real count and how it ended, done, failed or
+// cancelled, on a context the request's end does not cancel. Then the
+// browser goes to next, or is told what went wrong.
+func (c *Console) act(w http.ResponseWriter, r *http.Request, a mongo.Action, do func(ctx context.Context, progress func(int)) (int, error), next string) {
 	reason, err := reasonOf(r)
-	var a mongo.Action
-	if err == nil {
-		a, err = do(reason)
-	}
-	if err == nil && a.Count > 0 {
-		a.At, a.By, a.Source = c.cfg.Now(), actor(r), "console"
-		if err = c.cfg.Writer.RecordAction(r.Context(), a); err != nil {
-			err = fmt.Errorf("the %s of %d events is done, but its audit record was not written: %w", a.Name, a.Count, err)
-		}
-	}
 	if err != nil {
-		c.cfg.Logger.Warn("console action failed", "path", r.URL.Path, "by", actor(r), "error", err)
-		c.render(w, status(err), "event", layout{Title: "Not done", Page: "error", Base: c.cfg.BasePath, Error: err.Error(), Writes: c.writes()})
+		c.refuse(w, r, err)
 		return
 	}
-	c.cfg.Logger.Info("console action", "action", a.Name, "target", a.Target, "count", a.Count, "by", a.By, "reason", a.Reason)
+	a.Reason, a.At, a.By, a.Source, a.From = reason, c.cfg.Now(), actor(r), "console", requesterOf(r).from
+	if !c.actions.allow(a.By) {
+		c.refuse(w, r, errTooMany{fmt.Sprintf("%s started more than %d actions in a minute: nothing was done; wait a minute", a.By, c.cfg.ActionsPerMinute)})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), c.cfg.ActionTimeout)
+	defer cancel()
+	r = r.WithContext(ctx)
+	id, err := c.cfg.Writer.StartAction(r.Context(), a)
+	if err != nil {
+		c.refuse(w, r, fmt.Errorf("nothing was done: the audit record of the %s could not be written: %w", a.Name, err))
+		return
+	}
+	keep := context.WithoutCancel(r.Context())
+	progress := func(done int) {
+		if err := c.cfg.Writer.ProgressAction(keep, id, done); err != nil {
+			c.cfg.Logger.Warn("console action's progress not recorded", "action", a.Name, "count", done, "error", err)
+		}
+	}
+	n, err := do(r.Context(), progress)
+	state := mongo.ActionDone
+	switch {
+	case err != nil && errors.Is(r.Context().Err(), context.DeadlineExceeded):
+		state = mongo.ActionFailed
+		err = fmt.Errorf("stopped after %s (ActionTimeout): %w", c.cfg.ActionTimeout, err)
+	case err != nil && r.Context().Err() != nil:
+		state = mongo.ActionCancelled
+	case err != nil:
+		state = mongo.ActionFailed
+	}
+	endCtx, cancel := context.WithTimeout(keep, auditTimeout)
+	defer cancel()
+	if ferr := c.cfg.Writer.FinishAction(endCtx, id, state, n, errText(err), c.cfg.Now()); ferr != nil {
+		ferr = fmt.Errorf("the %s changed %d events, but its audit record was not completed (it says started): %w", a.Name, n, ferr)
+		err = errors.Join(err, ferr)
+	}
+	if err != nil {
+		c.refuse(w, r, err)
+		return
+	}
+	c.cfg.Logger.Info("console action", "action", a.Name, "target", a.Target, "count", n, "by", a.By, "from", a.From, "reason", a.Reason)
 	http.Redirect(w, r, c.cfg.BasePath+next, http.StatusSeeOther)
+}
+
+// refuse answers an action that was not done, or not wholly, with why.
+func (c *Console) refuse(w http.ResponseWriter, r *http.Request, err error) {
+	c.cfg.Logger.Warn("console action failed", "path", r.URL.Path, "by", actor(r), "error", err)
+	c.render(w, status(err), "event", layout{Title: "Not done", Page: "error", Base: c.cfg.BasePath, Error: err.Error(), Writes: c.writes()})
 }
 
 // audit lists the last actions, newest first.

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -100,8 +101,8 @@ func TestRequeueAndSkipFromTheEventPage(t *testing.T) {
 		t.Fatalf("requeues %+v, skips %v; want evil-1 requeued once and skipped once", store.requeues, store.skips)
 	}
 	got := store.actions
-	if len(got) != 2 || got[1].By != "ana" || got[1].Name != "requeue" || got[1].Reason != "route added" || got[1].Source != "console" ||
-		got[1].Count != 1 || !got[1].At.Equal(now) || got[0].By != "bo" || got[0].Name != "skip" {
+	if len(got) != 2 || got[1].By != "ana (shared token)" || got[1].Name != "requeue" || got[1].Reason != "route added" || got[1].Source != "console" ||
+		got[1].Count != 1 || !got[1].At.Equal(now) || got[0].By != "bo (shared token)" || got[0].Name != "skip" {
 		t.Errorf("audit = %+v", got)
 	}
 	_, body, _ := request(t, srv, http.MethodGet, "/audit", "ana", token, nil, nil)
@@ -135,34 +136,79 @@ func TestCrossSiteRequestsAreRefused(t *testing.T) {
 	}
 }
 
-// TestGroupRequeueAsksToConfirmTheCount: the confirmation page shows how
-// many events a group's requeue touches; a count that changed since is
-// refused; the confirmed requeue is spread at the configured rate.
-func TestGroupRequeueAsksToConfirmTheCount(t *testing.T) {
+// selectionIn is the selection a preview page's form posts back.
+func selectionIn(t *testing.T, page string) string {
+	t.Helper()
+	m := regexp.MustCompile(`name="selection" value="([^"]+)"`).FindStringSubmatch(page)
+	if m == nil {
+		t.Fatalf("no selection in the preview page:\n%s", page)
+	}
+	return m[1]
+}
+
+// TestGroupRequeuePreviewsItsSelection: the preview of a group's requeue
+// chooses the group by its cause and reason as given, lists the events
+// it will touch, and is not refreshed; the requeue acts on the previewed
+// events, spread at the configured rate, and is audited with its count.
+func TestGroupRequeuePreviewsItsSelection(t *testing.T) {
 	t.Parallel()
 	srv, store := setupWrites(t)
 	store.matching = 12
-	const cause = `broker returned <n> NO_ROUTE for "…"`
-	code, body, _ := request(t, srv, http.MethodGet, "/requeue?cause="+url.QueryEscape(cause), "ana", token, nil, nil)
-	if code != http.StatusOK || !strings.Contains(body, "12 FAILED events") || !strings.Contains(body, "7 a second") {
-		t.Fatalf("confirmation page = %d; want the count and the rate:\n%s", code, body)
+	const cause = `broker returned <n> NO_ROUTE for "…" (.*)`
+	q := url.Values{"cause": {cause}, "reason": {"returned"}}
+	code, body, _ := request(t, srv, http.MethodGet, "/requeue?"+q.Encode(), "ana", token, nil, nil)
+	if code != http.StatusOK || !strings.Contains(body, "12 FAILED events") || !strings.Contains(body, "7 a second") ||
+		!strings.Contains(body, "e-0") || !strings.Contains(body, `data-refresh="0"`) {
+		t.Fatalf("preview page = %d; want the count, the rate, the first ids and no refresh:\n%s", code, body)
 	}
-	if len(store.requeues) != 0 {
-		t.Fatal("the confirmation page requeued")
+	if sel := store.selections; len(sel) != 1 || sel[0].Group == nil || sel[0].Group.Cause != cause || sel[0].Group.Reason != "returned" {
+		t.Errorf("selections = %+v, want the group by its cause and reason, literally", sel)
 	}
-	form := url.Values{"cause": {cause}, "count": {"10"}, "reason": {"route added"}}
-	if code, body, _ := request(t, srv, http.MethodPost, "/requeue", "ana", token, form, nil); code != http.StatusBadRequest || !strings.Contains(body, "12 events now, not the 10 confirmed") {
-		t.Errorf("a stale count = %d, want 400 saying so: %s", code, body)
+	if len(store.requeues) != 0 || len(store.actions) != 0 {
+		t.Fatal("the preview page acted")
 	}
-	form.Set("count", "12")
+	form := url.Values{"target": {"cause: x"}, "reason": {"route added"}}
+	if code, body, _ := request(t, srv, http.MethodPost, "/requeue", "ana", token, form, nil); code != http.StatusBadRequest || !strings.Contains(body, "preview the action again") {
+		t.Errorf("a requeue without a selection = %d, want 400 asking to preview: %s", code, body)
+	}
+	form.Set("selection", selectionIn(t, body))
+	store.matching = 30 // the group grew since: the requeue still acts on the preview
 	if code, _, h := request(t, srv, http.MethodPost, "/requeue", "ana", token, form, nil); code != http.StatusSeeOther || h.Get("Location") != "/audit" {
 		t.Errorf("confirmed requeue = %d to %q, want 303 to the audit", code, h.Get("Location"))
 	}
-	if len(store.requeues) != 1 || store.requeues[0].PerSecond != 7 || store.requeues[0].ErrorPattern == "" || !store.requeues[0].Now.Equal(now) {
-		t.Errorf("requeues = %+v, want one by the cause's pattern, 7 a second from now", store.requeues)
+	if r := store.requeues; len(r) != 1 || len(r[0].Selected) != 12 || r[0].Selected[11] != "e-11" || r[0].PerSecond != 7 || !r[0].Now.Equal(now) || r[0].Type != "" || r[0].All {
+		t.Errorf("requeues = %+v, want one of the 12 previewed ids, 7 a second from now", r)
 	}
-	if a := store.actions; len(a) != 1 || a[0].Count != 12 || a[0].Target != "cause: "+cause {
+	if a := store.actions; len(a) != 1 || a[0].Count != 12 || a[0].State != "done" || !strings.Contains(a[0].Target, "12 previewed") {
 		t.Errorf("audit = %+v", a)
+	}
+}
+
+// TestPreviewIsCapped: one action touches at most ActionMax events, the
+// oldest; a selection posted larger than that is refused.
+func TestPreviewIsCapped(t *testing.T) {
+	t.Parallel()
+	store := newFakeStore(t)
+	store.matching = 12
+	c, err := console.New(console.Config{
+		Store: store, Samples: samples{}, Writer: store, Token: token, ActionMax: 5,
+		Archetype: service.Archetype{Now: func() time.Time { return now }},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(c)
+	t.Cleanup(srv.Close)
+	_, body, _ := request(t, srv, http.MethodGet, "/requeue?cause=x&reason=", "ana", token, nil, nil)
+	if !strings.Contains(body, "the oldest 5 of the 12") {
+		t.Fatalf("a preview of more than ActionMax does not say it takes the oldest 5:\n%s", body)
+	}
+	sel := selectionIn(t, body)
+	if code, _, _ := request(t, srv, http.MethodPost, "/requeue", "ana", token, url.Values{"selection": {sel}, "reason": {"r"}}, nil); code != http.StatusSeeOther {
+		t.Errorf("the capped requeue = %d, want 303", code)
+	}
+	if r := store.requeues; len(r) != 1 || len(r[0].Selected) != 5 {
+		t.Errorf("requeues = %+v, want the 5 previewed", r)
 	}
 }
 
@@ -182,5 +228,39 @@ func TestReadOnlyShowsNoAction(t *testing.T) {
 	}
 	if code, _, _ := get(t, srv, "/outbox/audit"); code != http.StatusOK {
 		t.Errorf("the audit page on a read-only console = %d, want 200", code)
+	}
+}
+
+// TestSkipAGroupOrASelection: a group or the events selected on the list
+// are skipped as a requeue is done: previewed, then the previewed ones,
+// with a reason, audited.
+func TestSkipAGroupOrASelection(t *testing.T) {
+	t.Parallel()
+	srv, store := setupWrites(t)
+	store.matching = 3
+	_, body, _ := request(t, srv, http.MethodGet, "/events?status=FAILED", "ana", token, nil, nil)
+	if !strings.Contains(body, `type="checkbox" name="id" value="evil-1"`) || !strings.Contains(body, `formaction="/skip"`) {
+		t.Fatalf("the FAILED events list offers no selection:\n%s", body)
+	}
+	code, body, _ := request(t, srv, http.MethodGet, "/skip?id=evil-1&id=ok-2", "ana", token, nil, nil)
+	if code != http.StatusOK || !strings.Contains(body, "will be skipped") || !strings.Contains(body, "Skip these 3 events") {
+		t.Fatalf("skip preview = %d:\n%s", code, body)
+	}
+	if sel := store.selections; len(sel) != 1 || strings.Join(sel[0].IDs, ",") != "evil-1,ok-2" || sel[0].Group != nil {
+		t.Errorf("selections = %+v, want the two ids", sel)
+	}
+	form := url.Values{"selection": {selectionIn(t, body)}, "reason": {"compensated by hand"}}
+	if code, _, _ := request(t, srv, http.MethodPost, "/skip", "ana", token, form, nil); code != http.StatusSeeOther {
+		t.Errorf("skip = %d, want 303", code)
+	}
+	if strings.Join(store.skips, ",") != "e-0,e-1,e-2" {
+		t.Errorf("skipped %v, want the 3 previewed", store.skips)
+	}
+	if a := store.actions; len(a) != 1 || a[0].Name != "skip" || a[0].Count != 3 || a[0].Reason != "compensated by hand" {
+		t.Errorf("audit = %+v", a)
+	}
+	_, body, _ = request(t, srv, http.MethodGet, "/failures", "ana", token, nil, nil)
+	if !strings.Contains(body, `href="/skip?cause=`) {
+		t.Errorf("the failures page offers no skip of a group")
 	}
 }

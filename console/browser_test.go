@@ -161,7 +161,7 @@ func TestBrowserRequeueWithAReason(t *testing.T) {
 	auth := "Basic " + base64.StdEncoding.EncodeToString([]byte("ana:"+token))
 
 	var failedCount, status, audit, title, paused string
-	var attempts int
+	var attempts, bars int
 	shots := screenshots(t)
 	err = chromedp.Run(ctx,
 		scheme("light"),
@@ -169,6 +169,10 @@ func TestBrowserRequeueWithAReason(t *testing.T) {
 		network.SetExtraHTTPHeaders(network.Headers{"Authorization": auth}),
 		chromedp.Navigate(srv.URL+"/"),
 		chromedp.WaitVisible(`a.count.st-failed`),
+		// The publish chart is drawn from its own request: wait for it,
+		// so that nothing changes the page under the next steps.
+		chromedp.WaitReady(`#chart rect`),
+		chromedp.Evaluate(`document.querySelectorAll("#chart rect").length`, &bars),
 		chromedp.Text(`a.count.st-failed .n`, &failedCount),
 		shots.take("console-overview.png"),
 		chromedp.Click(`a.count.st-failed`),
@@ -185,6 +189,7 @@ func TestBrowserRequeueWithAReason(t *testing.T) {
 		chromedp.Text(`dd.st-new`, &status),
 		chromedp.Navigate(srv.URL+"/"),
 		chromedp.WaitVisible(`form[action="/pause"]`),
+		chromedp.WaitReady(`#chart rect`),
 		chromedp.SendKeys(`form[action="/pause"] input[name="type"]`, "order.shipped"),
 		chromedp.SendKeys(`form[action="/pause"] input[name="reason"]`, "warehouse API down"),
 		chromedp.Click(`form[action="/pause"] button`),
@@ -199,6 +204,9 @@ func TestBrowserRequeueWithAReason(t *testing.T) {
 	)
 	if err != nil {
 		t.Fatalf("browser: %v", err)
+	}
+	if bars != 60 {
+		t.Errorf("the publish chart has %d bars, want one a minute of the last hour", bars)
 	}
 	if strings.TrimSpace(failedCount) != "1" {
 		t.Errorf("the overview counts %q FAILED events, want 1", failedCount)
@@ -289,6 +297,7 @@ func TestBrowserDarkTheme(t *testing.T) {
 		scheme("dark"),
 		chromedp.Navigate(srv.URL+"/"),
 		chromedp.WaitVisible(`a.count.st-failed`),
+		chromedp.WaitReady(`#chart rect`),
 		chromedp.Evaluate(background, &dark),
 		shots.take("console-overview-dark.png"),
 		chromedp.Navigate(srv.URL+"/events/bad-1"),

@@ -5,9 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
-	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -16,64 +14,29 @@ import (
 	"github.com/outboxrelay/outbox/mongo"
 )
 
-// The parts of an error message that differ between events that failed
-// the same way, most specific first: quoted values, UUIDs, ObjectIDs and
-// other long hex, and numbers.
-var variable = []struct {
-	re   *regexp.Regexp
-	with string
-}{
-	{regexp.MustCompile(`"(?:[^"\\]|\\.)*"`), `"…"`},
-	{regexp.MustCompile(`'(?:[^'\\]|\\.)*'`), `'…'`},
-	{regexp.MustCompile(`(?i)\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b`), "<uuid>"},
-	{regexp.MustCompile(`(?i)\b[0-9a-f]{16,}\b`), "<hex>"},
-	{regexp.MustCompile(`\b\d+(?:\.\d+)?\b`), "<n>"},
-}
-
-// normalize is msg with what varies between events replaced, so that the
-// events that failed the same way share it.
-func normalize(msg string) string {
-	for _, v := range variable {
-		msg = v.re.ReplaceAllString(msg, v.with)
-	}
-	return msg
-}
-
-// placeholders split a normalized cause into its literal parts.
-var placeholders = regexp.MustCompile(`"…"|'…'|<uuid>|<hex>|<n>`)
-
-// causePattern is a regular expression that every lastError normalizing
-// to cause matches: its literal parts in order, anything between them.
-func causePattern(cause string) string {
-	parts := placeholders.Split(cause, -1)
-	for i, p := range parts {
-		parts[i] = regexp.QuoteMeta(p)
-	}
-	return "^" + strings.Join(parts, "(?s:.*?)") + "$"
-}
-
-// groupFailures groups FAILED events by the reason of their last attempt
-// and their normalized lastError, largest group first. Skipped events
-// are left out: an operator has dealt with them.
+// groupFailures groups FAILED events by their stored cause and reason
+// (mongo.Store.ClassifyFailed), largest group first; an event not
+// classified yet is grouped by the cause computed here, and its group says
+// so: its events are not selected by the group's link or action until
+// they are classified.
 func groupFailures(docs []bson.Raw) []FailureGroup {
 	type key struct{ reason, cause string }
 	groups := map[key]*FailureGroup{}
 	for _, d := range docs {
-		if _, skipped := d.Lookup(events.FieldSkippedAt).TimeOK(); skipped {
-			continue
-		}
 		row := rowOf(d)
-		reason := ""
-		if h := attemptsOf(d); len(h) > 0 {
-			reason = h[len(h)-1].Reason
+		k, classified := storedCause(d)
+		if !classified {
+			k = failureKey{reason: mongo.LastAttemptReason(d), cause: events.Cause(row.LastError)}
 		}
-		k := key{reason, normalize(row.LastError)}
-		g := groups[k]
+		g := groups[key(k)]
 		if g == nil {
-			g = &FailureGroup{Reason: reason, Cause: k.cause, Example: row.ID, Latest: row.CreatedAt}
-			groups[k] = g
+			g = &FailureGroup{Reason: k.reason, Cause: k.cause, Example: row.ID, Latest: row.CreatedAt}
+			groups[key(k)] = g
 		}
 		g.Count++
+		if !classified {
+			g.Unclassified++
+		}
 		if row.CreatedAt.After(g.Latest) {
 			g.Latest, g.Example = row.CreatedAt, row.ID
 		}
@@ -86,6 +49,20 @@ func groupFailures(docs []bson.Raw) []FailureGroup {
 		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Reason, b.Reason), cmp.Compare(a.Cause, b.Cause))
 	})
 	return out
+}
+
+// failureKey is a failure group's reason and cause.
+type failureKey struct{ reason, cause string }
+
+// storedCause is an event's stored reason and cause, and whether it has
+// them.
+func storedCause(d bson.Raw) (failureKey, bool) {
+	cause, ok := d.Lookup(events.FieldFailureCause).StringValueOK()
+	if !ok {
+		return failureKey{}, false
+	}
+	reason, _ := d.Lookup(events.FieldFailureReason).StringValueOK()
+	return failureKey{reason: reason, cause: cause}, true
 }
 
 // pageMark is a mongo.PageMark as the events page's cursor carries it.

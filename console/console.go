@@ -29,6 +29,8 @@ import (
 	"html/template"
 	"io/fs"
 	"net/http"
+	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
@@ -47,6 +49,7 @@ type Store interface {
 	ListEvents(ctx context.Context, q mongo.EventQuery) ([]bson.Raw, *mongo.PageMark, error)
 	Find(ctx context.Context, id string) (bson.Raw, error)
 	FailedSample(ctx context.Context, limit int) ([]bson.Raw, bool, error)
+	ClassifyFailed(ctx context.Context, limit int) (int, error)
 	Holders(ctx context.Context, now time.Time, failedHolds bool, limit int) ([]mongo.Holder, bool, error)
 	PublishedPerMinute(ctx context.Context, since, now time.Time) ([]int64, error)
 	Actions(ctx context.Context, limit int) ([]mongo.Action, error)
@@ -63,6 +66,17 @@ type OwnersReader interface {
 const (
 	PageSizeDefault = 50
 	RefreshDefault  = 5 * time.Second
+	// ActionMaxDefault is the most events one action touches.
+	ActionMaxDefault = 1000
+	// ActionMaxLimit bounds Config.ActionMax: a selection travels in the
+	// preview's form.
+	ActionMaxLimit = 10000
+	// ActionsPerMinuteDefault and SignInFailuresPerMinuteDefault are
+	// the rate limits of Config.
+	ActionsPerMinuteDefault        = 30
+	SignInFailuresPerMinuteDefault = 10
+	// ActionTimeoutDefault bounds an action's request.
+	ActionTimeoutDefault = 20 * time.Second
 	// requestTimeout bounds the queries of one request: a page that
 	// cannot be read in it says so rather than hold the connection.
 	requestTimeout = 15 * time.Second
@@ -102,15 +116,60 @@ type Config struct {
 	// type. Every action takes a reason and
 	// is recorded in the audit collection. Defaults to nil: read-only.
 	Writer Writer
-	// Token is the password every request must give, by HTTP Basic
-	// authentication (the user name is recorded as who acted), while
-	// Writer is set: at least TokenMinLength characters. Required with
-	// Writer.
+	// Token is a password shared by every operator, given by HTTP Basic
+	// authentication, at least TokenMinLength characters: when set,
+	// every request must give it (or be authenticated otherwise, below),
+	// page views included. The user name given is recorded as who acted,
+	// marked "(shared token)": it is whatever was typed. Defaults to "".
 	Token string
+	// Users are per-user credentials, by HTTP Basic authentication: each
+	// user name and the SHA-256 digest, in hex, of that user's own token.
+	// When set, every request must give one (or the shared Token).
+	Users map[string]string
+	// Identity, when set, tells who a request comes from as the
+	// application that mounts the console authenticated it; ok false
+	// refuses the request (401). It replaces Users and Token.
+	Identity func(r *http.Request) (user string, ok bool)
+	// IdentityHeader, when set, names the header in which a trusted
+	// proxy (TrustedProxies) passes the user it authenticated, such as
+	// oauth2-proxy's X-Forwarded-User. From any other address the
+	// header is ignored. Requires TrustedProxies.
+	IdentityHeader string
+	// TrustedProxies are the addresses of the reverse proxies in front
+	// of the console: only from them are X-Forwarded-For (the client's
+	// address, for the audit), X-Forwarded-Host and X-Forwarded-Proto
+	// (the host and scheme a POST's Origin is compared with, and the
+	// host AllowedHosts checks) and IdentityHeader believed.
+	TrustedProxies []netip.Prefix
+	// AllowedHosts are the Host names the console answers to: "name"
+	// on any port, "name:port", or "*" for any. A request for another
+	// is refused with 421, so that a page of another site whose name
+	// was rebound to the console's address (DNS rebinding) reads
+	// nothing. Defaults to none: any host (an application that mounts
+	// the console checks its own); `worker console` sets its address
+	// and localhost.
+	AllowedHosts []string
 	// RequeuePerSecond spreads a group's requeue over time, so many
 	// events a second (mongo.RequeueFilter.PerSecond). Defaults to
 	// RequeuePerSecondDefault.
 	RequeuePerSecond int
+	// ActionsPerMinute is the most actions one operator may start in a
+	// minute; more are refused with 429. Defaults to
+	// ActionsPerMinuteDefault.
+	ActionsPerMinute int
+	// SignInFailuresPerMinute is the most failed sign-ins one client
+	// address may make in a minute; past it every request from there is
+	// refused with 429 until the minute ends. Defaults to
+	// SignInFailuresPerMinuteDefault.
+	SignInFailuresPerMinute int
+	// ActionTimeout bounds an action's request: a requeue still running
+	// then stops, and its audit record says how far it got. Defaults to
+	// ActionTimeoutDefault; keep it below the server's write timeout.
+	ActionTimeout time.Duration
+	// ActionMax is the most events one action touches: a preview
+	// selects the oldest ActionMax of its events, and the rest wait for
+	// another action. Defaults to ActionMaxDefault.
+	ActionMax int
 	// Archetype is the logger and the clock: the database server's time,
 	// which ages and the held test compare with.
 	service.Archetype
@@ -127,6 +186,18 @@ func (c *Config) setDefaults() {
 	if c.RequeuePerSecond == 0 {
 		c.RequeuePerSecond = RequeuePerSecondDefault
 	}
+	if c.ActionMax == 0 {
+		c.ActionMax = ActionMaxDefault
+	}
+	if c.ActionsPerMinute == 0 {
+		c.ActionsPerMinute = ActionsPerMinuteDefault
+	}
+	if c.SignInFailuresPerMinute == 0 {
+		c.SignInFailuresPerMinute = SignInFailuresPerMinuteDefault
+	}
+	if c.ActionTimeout == 0 {
+		c.ActionTimeout = ActionTimeoutDefault
+	}
 	c.BasePath = strings.TrimRight(c.BasePath, "/")
 }
 
@@ -139,9 +210,15 @@ func (c Config) Validate() error {
 		rule.Check("PageSize", c.PageSize >= 1 && c.PageSize <= 500, c.PageSize, "1 to 500"),
 		rule.Check("Refresh", c.Refresh >= time.Second, c.Refresh, "at least 1s"),
 		rule.Check("BasePath", c.BasePath == "" || strings.HasPrefix(c.BasePath, "/"), c.BasePath, `"" or a path starting with "/"`),
-		rule.Check("Token", c.Writer == nil || len(c.Token) >= TokenMinLength, "<redacted>",
-			fmt.Sprintf("at least %d characters with Writer: the actions need authentication", TokenMinLength)),
+		rule.Check("Token", c.Token == "" || len(c.Token) >= TokenMinLength, "<redacted>", fmt.Sprintf("at least %d characters", TokenMinLength)),
+		rule.Check("Writer", c.Writer == nil || c.Token != "" || len(c.Users) > 0 || c.Identity != nil || c.IdentityHeader != "", "set",
+			"with Token, Users, Identity or IdentityHeader: the actions need authentication"),
+		rule.Check("IdentityHeader", c.IdentityHeader == "" || len(c.TrustedProxies) > 0, c.IdentityHeader, "set only with TrustedProxies: the header is believed from them alone"),
 		rule.Check("RequeuePerSecond", c.RequeuePerSecond >= 1, c.RequeuePerSecond, "at least 1"),
+		rule.Check("ActionMax", c.ActionMax >= 1 && c.ActionMax <= ActionMaxLimit, c.ActionMax, fmt.Sprintf("1 to %d", ActionMaxLimit)),
+		rule.Check("ActionsPerMinute", c.ActionsPerMinute >= 1, c.ActionsPerMinute, "at least 1"),
+		rule.Check("SignInFailuresPerMinute", c.SignInFailuresPerMinute >= 1, c.SignInFailuresPerMinute, "at least 1"),
+		rule.Check("ActionTimeout", c.ActionTimeout >= time.Second, c.ActionTimeout, "at least 1s"),
 	)
 }
 
@@ -153,7 +230,11 @@ type Console struct {
 	cfg   Config
 	mux   *http.ServeMux
 	pages map[string]*template.Template
-	token [sha256.Size]byte // the digest of Config.Token
+	token [sha256.Size]byte            // the digest of Config.Token
+	users map[string][sha256.Size]byte // Config.Users, decoded
+	// actions limits the actions of each operator, signIns the failed
+	// sign-ins of each client address.
+	actions, signIns *limiter
 }
 
 // New returns a console, or the first bad field of cfg.
@@ -164,6 +245,11 @@ func New(cfg Config) (*Console, error) {
 	}
 	c := &Console{cfg: cfg, mux: http.NewServeMux(), token: sha256.Sum256([]byte(cfg.Token))}
 	var err error
+	if c.users, err = userDigests(cfg.Users); err != nil {
+		return nil, err
+	}
+	c.actions = newLimiter(cfg.ActionsPerMinute, time.Minute, time.Now)
+	c.signIns = newLimiter(cfg.SignInFailuresPerMinute, time.Minute, time.Now)
 	if c.pages, err = parsePages(); err != nil {
 		return nil, err
 	}
@@ -178,9 +264,12 @@ func New(cfg Config) (*Console, error) {
 	c.route("/failures", "/api/failures", "failures", c.failures)
 	c.route("/held", "/api/held", "held", c.held)
 	c.route("/audit", "/api/audit", "audit", c.audit)
+	c.mux.HandleFunc("GET /api/published", func(w http.ResponseWriter, r *http.Request) { c.serveJSON(w, r, c.published) })
 	if c.writes() {
 		c.route("/requeue", "/api/requeue", "confirm", c.confirmRequeue)
-		c.mux.HandleFunc("POST /requeue", c.requeueCause)
+		c.mux.HandleFunc("POST /requeue", c.requeueSelection)
+		c.route("/skip", "/api/skip", "confirm", c.confirmSkip)
+		c.mux.HandleFunc("POST /skip", c.skipSelection)
 		c.mux.HandleFunc("POST /events/{id}/requeue", c.requeueEvent)
 		c.mux.HandleFunc("POST /events/{id}/skip", c.skipEvent)
 		c.mux.HandleFunc("POST /pause", c.pauseType)
@@ -195,8 +284,9 @@ func (c *Console) route(path, api, page string, data func(r *http.Request) (any,
 	c.mux.HandleFunc("GET "+api, func(w http.ResponseWriter, r *http.Request) { c.serveJSON(w, r, data) })
 }
 
-// ServeHTTP serves the console. Anything but GET and HEAD is refused:
-// the console changes nothing.
+// ServeHTTP serves the console to a request for an allowed host, from
+// someone it authenticated (when it authenticates). Read-only, anything
+// but GET and HEAD is refused.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	// No script, style or image from elsewhere, no framing: an event's
@@ -205,23 +295,38 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Cache-Control", "no-store")
-	if c.writes() {
-		if _, ok := c.authorized(r); !ok {
-			w.Header().Set("WWW-Authenticate", `Basic realm="outbox console", charset="UTF-8"`)
-			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "the console's actions are on: sign in with your name and the console's token"})
+	rq := c.requesterFrom(r)
+	if !c.hostAllowed(rq.host) {
+		writeJSON(w, http.StatusMisdirectedRequest, map[string]string{"error": "refused: this console does not answer to the host " + strconv.Quote(rq.host) + " (AllowedHosts)"})
+		return
+	}
+	if c.authenticates() {
+		client := clientKey(rq.from)
+		if c.signIns.blocked(client) {
+			writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": "too many failed sign-ins from this address: wait a minute"})
 			return
 		}
+		who, ok := c.identify(r)
+		if !ok {
+			if r.Header.Get("Authorization") != "" || c.cfg.IdentityHeader != "" && r.Header.Get(c.cfg.IdentityHeader) != "" {
+				c.signIns.allow(client) // a sign-in that failed, not a first request without one
+			}
+			c.unauthorized(w, r)
+			return
+		}
+		rq.who = who
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		switch {
 		case !c.writes():
 			writeJSON(w, http.StatusForbidden, map[string]string{"error": "the console is read-only: " + r.Method + " is refused"})
 			return
-		case !sameOrigin(r):
+		case !sameOrigin(r, rq):
 			writeJSON(w, http.StatusForbidden, map[string]string{"error": "refused: the request does not come from the console's own pages"})
 			return
 		}
 	}
+	r = withRequester(r, rq)
 	c.mux.ServeHTTP(w, r)
 }
 
@@ -238,12 +343,20 @@ type errBadRequest struct{ msg string }
 
 func (e errBadRequest) Error() string { return e.msg }
 
+// errTooMany makes an action answer 429.
+type errTooMany struct{ msg string }
+
+func (e errTooMany) Error() string { return e.msg }
+
 // status is the HTTP status of a page's error: the database's errors
 // are 503, for the page may work again in a moment.
 func status(err error) int {
 	var notFound errNotFound
 	var bad errBadRequest
+	var tooMany errTooMany
 	switch {
+	case errors.As(err, &tooMany):
+		return http.StatusTooManyRequests
 	case errors.As(err, &notFound):
 		return http.StatusNotFound
 	case errors.As(err, &bad):
@@ -269,8 +382,14 @@ func (c *Console) servePage(w http.ResponseWriter, r *http.Request, page string,
 		code = status(err)
 		c.cfg.Logger.Warn("console page failed", "path", r.URL.Path, "error", err)
 	}
+	refresh := int(c.cfg.Refresh / time.Second)
+	if page == "confirm" {
+		// A preview is what the operator confirms: it must not change,
+		// nor lose the reason typed, under their hands.
+		refresh = 0
+	}
 	c.render(w, code, page, layout{
-		Title: titles[page], Page: page, Base: c.cfg.BasePath, RefreshSeconds: int(c.cfg.Refresh / time.Second),
+		Title: titles[page], Page: page, Base: c.cfg.BasePath, RefreshSeconds: refresh,
 		Data: v, Error: errText(err), Query: r.URL.Query(), Writes: c.writes(),
 	})
 }
@@ -287,4 +406,14 @@ func errText(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// unauthorized asks for credentials: HTTP Basic, unless the identity
+// comes from the application or a proxy.
+func (c *Console) unauthorized(w http.ResponseWriter, r *http.Request) {
+	c.cfg.Logger.Warn("console request not authenticated", "path", r.URL.Path, "remote", r.RemoteAddr)
+	if c.cfg.Identity == nil && c.cfg.IdentityHeader == "" || len(c.users) > 0 || c.cfg.Token != "" {
+		w.Header().Set("WWW-Authenticate", `Basic realm="outbox console", charset="UTF-8"`)
+	}
+	writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "sign in: this console needs to know who you are"})
 }

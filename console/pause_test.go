@@ -46,7 +46,7 @@ func TestPauseAndResumeAType(t *testing.T) {
 	if code, _, _ := pause("bo", url.Values{"type": {"order.paid"}, "reason": {"again"}}, nil); code != http.StatusSeeOther {
 		t.Errorf("a second pause = %d, want 303", code)
 	}
-	if p := store.paused; len(p) != 1 || p[0].Type != "order.paid" || p[0].By != "ana" || p[0].Reason != "billing is down" || !p[0].At.Equal(now) {
+	if p := store.paused; len(p) != 1 || p[0].Type != "order.paid" || p[0].By != "ana (shared token)" || p[0].Reason != "billing is down" || !p[0].At.Equal(now) {
 		t.Errorf("paused = %+v, want order.paid by ana, now, with the reason", p)
 	}
 	_, body, _ := request(t, srv, http.MethodGet, "/", "ana", token, nil, nil)
@@ -62,9 +62,10 @@ func TestPauseAndResumeAType(t *testing.T) {
 		t.Errorf("still paused after the resume: %v", store.paused)
 	}
 	got := store.actions
-	if len(got) != 2 || got[1].Name != "pause" || got[1].By != "ana" || got[1].Target != "type: order.paid" || got[1].Count != 1 ||
-		got[1].Source != "console" || got[0].Name != "resume" || got[0].By != "bo" || got[0].Reason != "billing is back" {
-		t.Errorf("audit = %+v, want ana's pause then bo's resume, and not the second pause", got)
+	// Every action is recorded, one that changed nothing with a count of 0.
+	if len(got) != 3 || got[2].Name != "pause" || got[2].By != "ana (shared token)" || got[2].Target != "type: order.paid" || got[2].Count != 1 ||
+		got[2].Source != "console" || got[1].Count != 0 || got[1].By != "bo (shared token)" || got[0].Name != "resume" || got[0].By != "bo (shared token)" || got[0].Reason != "billing is back" {
+		t.Errorf("audit = %+v, want ana's pause, bo's second pause that changed nothing, then bo's resume", got)
 	}
 }
 

@@ -50,7 +50,20 @@ var funcs = template.FuncMap{
 		}
 		return template.URL(q.Encode()) //nolint:gosec // url.Values.Encode escaped every value
 	},
-	"bars":       bars,
+	// group is the query of a failure group's events, its cause and
+	// reason given even when empty, after a pair that has a value.
+	"group": func(k, v string, g FailureGroup) template.URL {
+		q := url.Values{"cause": {g.Cause}, "reason": {g.Reason}}
+		if v != "" {
+			q.Set(k, v)
+		}
+		return template.URL(q.Encode()) //nolint:gosec // url.Values.Encode escaped every value
+	},
+	// pathEscape makes an id one segment of a path: an id may hold a
+	// slash, a question mark or a dot segment.
+	"pathEscape": url.PathEscape,
+	"sub":        func(a, b int) int { return a - b },
+	"shellQuote": shellQuote,
 	"list":       func(s ...string) []string { return s },
 	"short":      cut,
 	"ints":       ranges,
@@ -130,30 +143,12 @@ func ranges(ps []int) string {
 	return strings.Join(parts, ", ")
 }
 
-// bar is one minute of the publish chart.
-type bar struct {
-	X, Y, H int
-	Title   string
-}
-
-// chartHeight is the publish chart's height in SVG units.
-const chartHeight = 60
-
-// bars lays out counts as the bars of an SVG chart, chartHeight high, one
-// unit wide each with a gap, the tallest the full height.
-func bars(counts []int64) []bar {
-	var top int64 = 1
-	for _, n := range counts {
-		top = max(top, n)
+// shellQuote quotes s for a POSIX shell, so that a command the console
+// prints runs with s as one argument whatever it holds: ids come from
+// producers. A plain id stays as it is.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:/@+=") == "" {
+		return s
 	}
-	out := make([]bar, len(counts))
-	for i, n := range counts {
-		h := int(n * chartHeight / top)
-		if n > 0 {
-			h = max(h, 1)
-		}
-		ago := len(counts) - 1 - i
-		out[i] = bar{X: i * 5, Y: chartHeight - h, H: h, Title: fmt.Sprintf("%d published %d min ago", n, ago)}
-	}
-	return out
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -2,6 +2,7 @@ package console
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -27,10 +28,8 @@ type Overview struct {
 	StaleProcessing     int64   `json:"staleProcessing"`
 	// HeldAggregates is nil where the sampler does not read them
 	// (ordering off).
-	HeldAggregates *int64 `json:"heldAggregates,omitempty"`
-	// PublishedPerMinute is the last hour, oldest minute first.
-	PublishedPerMinute []int64   `json:"publishedPerMinute"`
-	Replicas           []Replica `json:"replicas"`
+	HeldAggregates *int64    `json:"heldAggregates,omitempty"`
+	Replicas       []Replica `json:"replicas"`
 	// Leader is the replica that samples the gauges for all; "" while
 	// none leads.
 	Leader string `json:"leader"`
@@ -83,10 +82,12 @@ type EventDetail struct {
 type FailureGroup struct {
 	Reason string `json:"reason"`
 	// Cause is lastError with its ids, numbers and quoted values
-	// replaced (normalize), so that events that failed the same way
+	// replaced (events.Cause), so that events that failed the same way
 	// group together.
 	Cause string `json:"cause"`
 	Count int    `json:"count"`
+	// Unclassified counts the events whose cause is not stored yet.
+	Unclassified int `json:"unclassified,omitempty"`
 	// Example is the newest event of the group.
 	Example string    `json:"exampleId"`
 	Latest  time.Time `json:"latest,omitzero"`
@@ -133,9 +134,6 @@ func (c *Console) overview(r *http.Request) (any, error) {
 	}
 	now := c.cfg.Now()
 	var err error
-	if ov.PublishedPerMinute, err = c.cfg.Store.PublishedPerMinute(r.Context(), now.Add(-59*time.Minute), now); err != nil {
-		return nil, err
-	}
 	// Read at each view, not sampled: a pause shows at once.
 	if ov.PausedTypes, err = c.cfg.Store.PausedTypes(r.Context()); err != nil {
 		return nil, err
@@ -148,6 +146,24 @@ func (c *Console) overview(r *http.Request) (any, error) {
 		ov.Replicas, ov.Leader, ov.Unowned = replicas(terms, members, now, c.cfg.TermLength)
 	}
 	return ov, nil
+}
+
+// Published is the publish chart's data: the events published in each
+// minute of the last hour, oldest minute first. The overview draws it
+// from /api/published once it is shown: on a database that cannot count
+// them from an index (FerretDB) the count reads the hour's PUBLISHED
+// events, and the overview must not wait for that.
+type Published struct {
+	PerMinute []int64 `json:"publishedPerMinute"`
+}
+
+func (c *Console) published(r *http.Request) (any, error) {
+	now := c.cfg.Now()
+	counts, err := c.cfg.Store.PublishedPerMinute(r.Context(), now.Add(-59*time.Minute), now)
+	if err != nil {
+		return nil, err
+	}
+	return Published{PerMinute: counts}, nil
 }
 
 // replicas groups the live terms by owner, with each member's last
@@ -188,22 +204,22 @@ func replicas(terms []ownership.Term, members []ownership.Member, now time.Time,
 }
 
 // listStatuses are the statuses the events page lists.
-var listStatuses = []events.Status{events.StatusFailed, events.StatusNew, events.StatusProcessing, events.StatusPublished}
+var listStatuses = []events.Status{events.StatusFailed, events.StatusNew, events.StatusProcessing, events.StatusPublished, events.StatusUnknown}
 
 func (c *Console) events(r *http.Request) (any, error) {
 	q := r.URL.Query()
 	status := events.Status(cmp.Or(q.Get("status"), string(events.StatusFailed)))
 	if !slices.Contains(listStatuses, status) {
-		return nil, errBadRequest{fmt.Sprintf("status %q: want FAILED, NEW, PROCESSING or PUBLISHED", status)}
+		return nil, errBadRequest{fmt.Sprintf("status %q: want FAILED, NEW, PROCESSING, PUBLISHED or unknown", status)}
 	}
 	eq := mongo.EventQuery{
 		Status: status, Type: q.Get("type"), AggregateID: q.Get("aggregate"), ErrorText: q.Get("error"),
 		Limit: c.cfg.PageSize,
 	}
-	if cause := q.Get("cause"); cause != "" {
-		// The failures page's link to a group: the events whose
-		// lastError normalizes to cause.
-		eq.ErrorPattern = causePattern(cause)
+	if q.Has("cause") {
+		// The failures page's link to a group: the events whose stored
+		// cause and reason are these, compared as text.
+		eq.Group = &mongo.Group{Cause: q.Get("cause"), Reason: q.Get("reason")}
 	}
 	if age := q.Get("olderThan"); age != "" {
 		d, err := time.ParseDuration(age)
@@ -252,11 +268,21 @@ func (c *Console) event(r *http.Request) (any, error) {
 }
 
 func (c *Console) failures(r *http.Request) (any, error) {
+	c.classify(r.Context())
 	docs, capped, err := c.cfg.Store.FailedSample(r.Context(), failedSampleMax)
 	if err != nil {
 		return nil, err
 	}
 	return Failures{Groups: groupFailures(docs), Read: len(docs), Capped: capped}, nil
+}
+
+// classify stores the cause of the FAILED events not classified yet, up
+// to failedSampleMax of them. It fails quietly: a page still groups them,
+// by the cause it computes.
+func (c *Console) classify(ctx context.Context) {
+	if _, err := c.cfg.Store.ClassifyFailed(ctx, failedSampleMax); err != nil {
+		c.cfg.Logger.Warn("console could not store the causes of FAILED events", "error", err)
+	}
 }
 
 func (c *Console) held(r *http.Request) (any, error) {
@@ -346,7 +372,7 @@ func attemptsOf(doc bson.Raw) []events.AttemptError {
 var titles = map[string]string{
 	"overview": "Overview", "events": "Events", "event": "Event",
 	"failures": "Failures by cause", "held": "Held aggregates",
-	"audit": "Audit", "confirm": "Requeue a failure group",
+	"audit": "Audit", "confirm": "Preview an action",
 }
 
 // statusClass is the CSS class of a status.

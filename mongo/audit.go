@@ -16,7 +16,9 @@ const AuditSuffix = "_audit"
 // Action is one operator action on the outbox, as the audit collection
 // records it: who did what, when, why, to which events and how many.
 type Action struct {
-	At time.Time `bson:"at" json:"at"`
+	// ID is the record's _id, set by StartAction.
+	ID bson.ObjectID `bson:"_id,omitempty" json:"id,omitzero"`
+	At time.Time     `bson:"at" json:"at"`
 	// By is who acted: the console's signed-in operator, or the CLI's
 	// --by (default: the user running it).
 	By string `bson:"by" json:"by"`
@@ -34,18 +36,82 @@ type Action struct {
 	// Schema is the record's schema version, which RecordAction sets
 	// (SchemaVersion); 0 in records written before it existed.
 	Schema int `bson:"schema,omitempty" json:"-"`
+	// From is where the request came from: the client's address as the
+	// console saw it.
+	From string `bson:"from,omitempty" json:"from,omitempty"`
+	// State is ActionStarted from the moment the action is about to
+	// change something, then ActionDone, ActionFailed or
+	// ActionCancelled with the real Count. A record left started is an
+	// action whose end was never written (its process died).
+	State string `bson:"state,omitempty" json:"state,omitempty"`
+	// Error says why an action failed or stopped part way.
+	Error string `bson:"error,omitempty" json:"error,omitempty"`
+	// Ended is when the action ended; zero while it runs.
+	Ended time.Time `bson:"endedAt,omitzero" json:"endedAt,omitzero"`
 }
+
+// The states of an audited action.
+const (
+	ActionStarted   = "started"
+	ActionDone      = "done"
+	ActionFailed    = "failed"
+	ActionCancelled = "cancelled"
+)
 
 // audit names the audit collection next to the outbox collection.
 func (s *Store) audit() string { return s.coll.Name() + AuditSuffix }
 
-// RecordAction adds a to the audit collection, its free text bounded.
+// RecordAction adds a, an action already done, to the audit collection,
+// its free text bounded.
 func (s *Store) RecordAction(ctx context.Context, a Action) error {
+	if a.State == "" {
+		a.State, a.Ended = ActionDone, a.At
+	}
+	_, err := s.insertAction(ctx, a)
+	return err
+}
+
+// StartAction records the intent of a before it changes anything, as
+// started with a count of 0, and returns the record's id for
+// FinishAction. An action whose intent cannot be recorded must not run.
+func (s *Store) StartAction(ctx context.Context, a Action) (bson.ObjectID, error) {
+	a.State, a.Count, a.Ended = ActionStarted, 0, time.Time{}
+	return s.insertAction(ctx, a)
+}
+
+func (s *Store) insertAction(ctx context.Context, a Action) (bson.ObjectID, error) {
+	a.ID = bson.NewObjectID()
 	a.At = a.At.UTC().Truncate(time.Millisecond)
 	a.By, a.Reason, a.Target = truncateError(a.By), truncateError(a.Reason), truncateError(a.Target)
 	a.Schema = SchemaVersion
 	if _, err := s.coll.Database().Collection(s.audit()).InsertOne(ctx, a); err != nil {
-		return fmt.Errorf("record the %s of %d events in %s: %w", a.Name, a.Count, s.audit(), err)
+		return bson.ObjectID{}, fmt.Errorf("record the %s of %d events in %s: %w", a.Name, a.Count, s.audit(), err)
+	}
+	return a.ID, nil
+}
+
+// ProgressAction writes the count an action has changed so far, so that
+// a record whose end is never written still says it.
+func (s *Store) ProgressAction(ctx context.Context, id bson.ObjectID, count int) error {
+	_, err := s.coll.Database().Collection(s.audit()).UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: id}, {Key: "state", Value: ActionStarted}},
+		setOnly(bson.E{Key: "count", Value: count}))
+	if err != nil {
+		return fmt.Errorf("write the progress of action %s in %s: %w", id.Hex(), s.audit(), err)
+	}
+	return nil
+}
+
+// FinishAction completes the record StartAction wrote with how it ended:
+// state, the events it changed in all, and errText when it failed or was
+// cancelled.
+func (s *Store) FinishAction(ctx context.Context, id bson.ObjectID, state string, count int, errText string, at time.Time) error {
+	_, err := s.coll.Database().Collection(s.audit()).UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, setOnly(
+		bson.E{Key: "state", Value: state}, bson.E{Key: "count", Value: count},
+		bson.E{Key: "error", Value: truncateError(errText)}, bson.E{Key: "endedAt", Value: at.UTC().Truncate(time.Millisecond)},
+	))
+	if err != nil {
+		return fmt.Errorf("complete the record of action %s in %s: %w", id.Hex(), s.audit(), err)
 	}
 	return nil
 }

@@ -37,7 +37,7 @@ func TestActionsAreRecorded(t *testing.T) {
 
 // TestRequeueSpreadsOverTime: a requeue PerSecond a second makes the
 // oldest chunk due at once and each later chunk a second after the last;
-// a pattern of lastError chooses the events.
+// the selected events are the ones requeued.
 func TestRequeueSpreadsOverTime(t *testing.T) {
 	t.Parallel()
 	s, coll := setup(t)
@@ -46,7 +46,8 @@ func TestRequeueSpreadsOverTime(t *testing.T) {
 			field(events.FieldLastError, "returned 312 NO_ROUTE"), field(events.FieldRetryAt, ago(time.Hour))))
 	}
 	insert(t, coll, ev("other", events.StatusFailed, ago(time.Hour), field(events.FieldLastError, "nacked")))
-	n, err := s.Requeue(t.Context(), mongo.RequeueFilter{ErrorPattern: "^returned .* NO_ROUTE$", PerSecond: 2, Now: base}, false)
+	selected := []any{"a", "b", "c", "d", "e"}
+	n, err := s.Requeue(t.Context(), mongo.RequeueFilter{Selected: selected, PerSecond: 2, Now: base}, false)
 	if err != nil || n != 5 {
 		t.Fatalf("Requeue = %d, %v; want 5", n, err)
 	}
@@ -63,6 +64,41 @@ func TestRequeueSpreadsOverTime(t *testing.T) {
 		t.Errorf("due at %v, want %v", due, want)
 	}
 	if e := get(t, coll, "other"); e.Status != events.StatusFailed {
-		t.Errorf("an event of another cause was requeued")
+		t.Errorf("an event not selected was requeued")
+	}
+}
+
+// TestActionIntentThenEnd: an action's intent is recorded as started with
+// no count, its progress written as it goes, and its end completes the
+// same record.
+func TestActionIntentThenEnd(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t)
+	id, err := s.StartAction(t.Context(), mongo.Action{At: ago(time.Minute), By: "ana", Name: "requeue", Reason: "r", Target: "ids: e1", Count: 99, Source: "console", From: "10.0.0.7:5123"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func() mongo.Action {
+		t.Helper()
+		got, err := s.Actions(t.Context(), 10)
+		if err != nil || len(got) != 1 || got[0].ID != id {
+			t.Fatalf("Actions = %+v, %v; want the one record", got, err)
+		}
+		return got[0]
+	}
+	if a := read(); a.State != mongo.ActionStarted || a.Count != 0 || a.From != "10.0.0.7:5123" || !a.Ended.IsZero() {
+		t.Errorf("intent = %+v, want started, 0 events, from the client's address", a)
+	}
+	if err := s.ProgressAction(t.Context(), id, 40); err != nil {
+		t.Fatal(err)
+	}
+	if a := read(); a.Count != 40 || a.State != mongo.ActionStarted {
+		t.Errorf("after progress = %+v, want 40 and still started", a)
+	}
+	if err := s.FinishAction(t.Context(), id, mongo.ActionFailed, 57, "requeue events (57 done): timeout", ago(0)); err != nil {
+		t.Fatal(err)
+	}
+	if a := read(); a.Count != 57 || a.State != mongo.ActionFailed || !strings.Contains(a.Error, "timeout") || !a.Ended.Equal(ago(0)) {
+		t.Errorf("after the end = %+v, want failed with 57 and the error", a)
 	}
 }

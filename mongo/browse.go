@@ -8,7 +8,6 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/outboxrelay/outbox/events"
 )
@@ -19,39 +18,19 @@ import (
 // with an equality on status, bounded by a limit, and carries a
 // server-side time limit from ctx's deadline (see timedFind).
 
-// browseIndex orders the events of a status newest first with the _id
-// tiebreak of events created in the same millisecond, so that a page is
-// a range of index keys and the next one starts where it ended. Only the
-// console needs it: EnsureBrowseIndex creates it, not Prepare.
-const browseIndex = "outbox_browse"
-
-// EnsureBrowseIndex creates the console's index when it is missing. It
-// costs every write of an event's status one more index key, which is
-// why the worker does not create it.
-func (s *Store) EnsureBrowseIndex(ctx context.Context) error {
-	existing, err := s.indexNames(ctx)
-	if err != nil {
-		return err
-	}
-	if existing[browseIndex] {
-		return nil
-	}
-	keys := bson.D{{Key: events.FieldStatus, Value: 1}, {Key: events.FieldCreatedAt, Value: 1}, {Key: events.FieldID, Value: 1}}
-	if _, err := s.coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: keys, Options: options.Index().SetName(browseIndex)}); err != nil {
-		return fmt.Errorf("create index %s on %s: %w", browseIndex, s.coll.Name(), err)
-	}
-	return nil
-}
-
 // EventQuery selects a page of events of one status, newest first.
 type EventQuery struct {
-	Status events.Status // required
+	// Status is required; events.StatusUnknown lists the events whose
+	// status is none of events.Statuses.
+	Status events.Status
 	// Type, AggregateID and ErrorText narrow the page: an equality on
 	// type and on aggregateId, and a case-insensitive substring of
 	// lastError. Empty: no condition.
 	Type, AggregateID, ErrorText string
-	// ErrorPattern, when set, is a regular expression lastError matches.
-	ErrorPattern string
+	// Group, when set, keeps the events of a failure group: their stored
+	// cause and reason equal its own (Store.ClassifyFailed), and they are
+	// not skipped.
+	Group *Group
 	// CreatedBefore keeps events created before it; zero: no bound.
 	CreatedBefore time.Time
 	// After is the last event of the previous page; nil for the first.
@@ -75,18 +54,24 @@ func (s *Store) ListEvents(ctx context.Context, q EventQuery) ([]bson.Raw, *Page
 		return nil, nil, fmt.Errorf("list events: a status and a limit are required")
 	}
 	filter := bson.D{{Key: events.FieldStatus, Value: q.Status}}
+	if q.Status == events.StatusUnknown {
+		// The events counted as unknown: a status that is none of the
+		// four, or none at all.
+		filter = bson.D{{Key: events.FieldStatus, Value: bson.D{{Key: "$nin", Value: events.Statuses}}}}
+	}
 	if q.Type != "" {
 		filter = append(filter, bson.E{Key: events.FieldType, Value: q.Type})
 	}
 	if q.AggregateID != "" {
 		filter = append(filter, bson.E{Key: events.FieldAggregateID, Value: q.AggregateID})
 	}
+	if g := q.Group; g != nil {
+		filter = append(filter, bson.E{Key: events.FieldFailureCause, Value: g.Cause},
+			bson.E{Key: events.FieldFailureReason, Value: g.Reason}, bson.E{Key: events.FieldSkippedAt, Value: nil})
+	}
 	var and bson.A
 	if q.ErrorText != "" {
 		and = append(and, bson.D{{Key: events.FieldLastError, Value: bson.Regex{Pattern: regexp.QuoteMeta(q.ErrorText), Options: "i"}}})
-	}
-	if q.ErrorPattern != "" {
-		and = append(and, bson.D{{Key: events.FieldLastError, Value: bson.Regex{Pattern: q.ErrorPattern}}})
 	}
 	if !q.CreatedBefore.IsZero() {
 		and = append(and, bson.D{{Key: events.FieldCreatedAt, Value: bson.D{{Key: "$lt", Value: q.CreatedBefore}}}})
@@ -125,24 +110,19 @@ func (s *Store) ListEvents(ctx context.Context, q EventQuery) ([]bson.Raw, *Page
 	return docs, &PageMark{CreatedAt: at, ID: id}, nil
 }
 
-// FailedSample returns up to limit FAILED events, newest first,
-// projected to what grouping them by cause needs (type, aggregate,
-// lastError, skippedAt and the last attempt, or on FerretDB the whole
-// history), and whether there were more.
+// FailedSample returns up to limit FAILED events that are not skipped,
+// newest first, projected to what grouping them by cause needs (their
+// stored cause and reason, and for one not classified yet its lastError
+// and last attempt, or on FerretDB the whole history), and whether there
+// were more.
 func (s *Store) FailedSample(ctx context.Context, limit int) ([]bson.Raw, bool, error) {
-	// The last attempt only; FerretDB has no $slice projection, and gets
-	// the whole history, at most events.AttemptErrorsKept entries.
-	var history any = bson.D{{Key: "$slice", Value: -1}}
-	if s.ferret {
-		history = 1
-	}
 	cur, err := s.timedFind(ctx, findCommand{
-		filter: bson.D{{Key: events.FieldStatus, Value: events.StatusFailed}},
+		filter: bson.D{{Key: events.FieldStatus, Value: events.StatusFailed}, {Key: events.FieldSkippedAt, Value: nil}},
 		sort:   bson.D{{Key: events.FieldCreatedAt, Value: -1}, {Key: events.FieldID, Value: -1}},
 		projection: bson.D{
-			{Key: events.FieldType, Value: 1}, {Key: events.FieldAggregateType, Value: 1}, {Key: events.FieldAggregateID, Value: 1},
-			{Key: events.FieldLastError, Value: 1}, {Key: events.FieldSkippedAt, Value: 1}, {Key: events.FieldCreatedAt, Value: 1},
-			{Key: events.FieldAttemptErrors, Value: history},
+			{Key: events.FieldFailureCause, Value: 1}, {Key: events.FieldFailureReason, Value: 1},
+			{Key: events.FieldLastError, Value: 1}, {Key: events.FieldCreatedAt, Value: 1},
+			{Key: events.FieldAttemptErrors, Value: lastAttemptProjection(s.ferret)},
 		},
 		limit: limit + 1,
 	})

@@ -60,7 +60,7 @@ func TestListEventsPagesNewestFirst(t *testing.T) {
 	}
 }
 
-// TestListEventsFilters: type, aggregate, error text, error pattern and
+// TestListEventsFilters: type, aggregate, error text, failure group and
 // age each narrow the list.
 func TestListEventsFilters(t *testing.T) {
 	t.Parallel()
@@ -68,7 +68,11 @@ func TestListEventsFilters(t *testing.T) {
 	insert(t, coll,
 		withType(ev("a", events.StatusFailed, ago(time.Hour), field(events.FieldAggregateID, "o-1"), field(events.FieldLastError, "Broker NACKED it")), "order.paid"),
 		ev("b", events.StatusFailed, ago(time.Minute), field(events.FieldAggregateID, "o-2"), field(events.FieldLastError, `returned 312 NO_ROUTE for "x"`)),
-		ev("c", events.StatusFailed, ago(time.Second), field(events.FieldLastError, "returned 312 NO_ROUTE for x")),
+		ev("c", events.StatusFailed, ago(time.Second), field(events.FieldLastError, "returned 312 NO_ROUTE for x"),
+			field(events.FieldFailureCause, `returned <n> NO_ROUTE for .*`), field(events.FieldFailureReason, "returned")),
+		ev("d", events.StatusFailed, ago(time.Second), field(events.FieldLastError, "returned 312 NO_ROUTE for x"),
+			field(events.FieldFailureCause, `returned <n> NO_ROUTE for .*`), field(events.FieldFailureReason, "returned"),
+			field(events.FieldSkippedAt, ago(time.Second))),
 	)
 	for _, tt := range []struct {
 		name string
@@ -79,7 +83,8 @@ func TestListEventsFilters(t *testing.T) {
 		{"aggregate", mongo.EventQuery{AggregateID: "o-2"}, []string{"b"}},
 		{"error text, any case, taken literally", mongo.EventQuery{ErrorText: "broker nacked"}, []string{"a"}},
 		{"error text with regex characters", mongo.EventQuery{ErrorText: `for "x"`}, []string{"b"}},
-		{"error pattern", mongo.EventQuery{ErrorPattern: `^returned .* NO_ROUTE for "`}, []string{"b"}},
+		{"group: its cause as text, not skipped", mongo.EventQuery{Group: &mongo.Group{Cause: `returned <n> NO_ROUTE for .*`, Reason: "returned"}}, []string{"c"}},
+		{"group of another reason", mongo.EventQuery{Group: &mongo.Group{Cause: `returned <n> NO_ROUTE for .*`}}, nil},
 		{"older than", mongo.EventQuery{CreatedBefore: ago(30 * time.Second)}, []string{"b", "a"}},
 	} {
 		tt.q.Status, tt.q.Limit = events.StatusFailed, 10

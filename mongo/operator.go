@@ -16,15 +16,18 @@ import (
 // cut short the backoff of a NEW one (RetryNow).
 
 // RequeueFilter chooses FAILED events to move back to NEW. At least one of
-// IDs, Type, ErrorPattern and All must be set; All chooses every FAILED
-// event.
+// IDs, Selected, Type and All must be set; All chooses every FAILED
+// event. A skipped event is requeued only when IDs names it and nothing
+// else narrows the choice: an operator skipped it on purpose, and a
+// filter or a group that took it back would publish it after later
+// events of its aggregate went out.
 type RequeueFilter struct {
 	IDs  []string
 	Type string
-	// ErrorPattern is a regular expression lastError matches (a group of
-	// the console's failures page).
-	ErrorPattern string
-	All          bool
+	// Selected are the _ids, as stored, of the events a console preview
+	// showed (Store.Select): the requeue acts on them and no other.
+	Selected []any
+	All      bool
 	// PerSecond, when more than 0, spreads the requeued events over
 	// time, oldest first, PerSecond of them due each second (a retryAt a
 	// second apart per chunk from Now), so that requeueing thousands does
@@ -33,21 +36,27 @@ type RequeueFilter struct {
 	PerSecond int
 	// Now is the database's time, from which PerSecond's spread counts.
 	Now time.Time
+	// Progress, when set, is told the events requeued so far after each
+	// write, so that a requeue cut short still says what it did.
+	Progress func(done int)
 }
 
 func (f RequeueFilter) query() (bson.D, error) {
 	q := bson.D{{Key: events.FieldStatus, Value: events.StatusFailed}}
-	if len(f.IDs) == 0 && f.Type == "" && f.ErrorPattern == "" && !f.All {
+	if len(f.IDs) == 0 && f.Type == "" && len(f.Selected) == 0 && !f.All {
 		return nil, fmt.Errorf("requeue needs --id, --type or --all")
+	}
+	if len(f.IDs) == 0 || f.Type != "" || len(f.Selected) > 0 || f.All {
+		q = append(q, bson.E{Key: events.FieldSkippedAt, Value: nil})
 	}
 	if len(f.IDs) > 0 {
 		q = append(q, bson.E{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: idCandidates(f.IDs)}}})
 	}
+	if len(f.Selected) > 0 {
+		q = append(q, bson.E{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: f.Selected}}})
+	}
 	if f.Type != "" {
 		q = append(q, bson.E{Key: events.FieldType, Value: f.Type})
-	}
-	if f.ErrorPattern != "" {
-		q = append(q, bson.E{Key: events.FieldLastError, Value: bson.Regex{Pattern: f.ErrorPattern}})
 	}
 	return q, nil
 }
@@ -88,7 +97,14 @@ func (s *Store) Requeue(ctx context.Context, f RequeueFilter, dryRun bool) (int,
 	if err != nil {
 		return 0, fmt.Errorf("requeue events: %w", err)
 	}
+	f.progress(int(res.ModifiedCount))
 	return int(res.ModifiedCount), nil
+}
+
+func (f RequeueFilter) progress(done int) {
+	if f.Progress != nil {
+		f.Progress(done)
+	}
 }
 
 // requeueSpread requeues the events q matches f.PerSecond at a time,
@@ -118,12 +134,16 @@ func (s *Store) requeueSpread(ctx context.Context, q bson.D, f RequeueFilter) (i
 		if k > 0 {
 			due = f.Now.Add(time.Duration(k) * time.Second).UTC().Truncate(time.Millisecond)
 		}
-		filter := append(slices.Clone(q), bson.E{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: ids}}})
+		// The chunk's ids were read by q: its other conditions are
+		// checked again, its own _id condition gives way to the chunk's.
+		filter := slices.DeleteFunc(slices.Clone(q), func(e bson.E) bool { return e.Key == events.FieldID })
+		filter = append(filter, bson.E{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: ids}}})
 		res, err := s.coll.UpdateMany(ctx, filter, requeueUpdate(due))
 		if err != nil {
 			return total, fmt.Errorf("requeue events (%d done): %w", total, err)
 		}
 		total += int(res.ModifiedCount)
+		f.progress(total)
 	}
 	return total, nil
 }
@@ -146,6 +166,10 @@ func requeueUpdate(due time.Time) bson.D {
 		{Key: events.FieldSkippedBy, Value: ""},
 		{Key: events.FieldSkippedAt, Value: ""},
 		{Key: events.FieldSkipReason, Value: ""},
+		// Its cause is that of this failure; the next is classified
+		// anew.
+		{Key: events.FieldFailureCause, Value: ""},
+		{Key: events.FieldFailureReason, Value: ""},
 	}
 	if due.IsZero() {
 		unset = append(unset, bson.E{Key: events.FieldRetryAt, Value: ""})
@@ -194,17 +218,36 @@ var ErrNoEvent = errors.New("no such event")
 
 // Find returns the event whose _id is id (as a string or an ObjectID's
 // hex), or an error that wraps ErrNoEvent.
+// Each candidate is looked up by equality, which FerretDB hands to its
+// backend, where an $in of them would decode the whole collection.
 func (s *Store) Find(ctx context.Context, id string) (bson.Raw, error) {
-	raw, err := s.coll.FindOne(ctx, bson.D{
-		{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: idCandidates([]string{id})}}},
-	}).Raw()
-	if isNoDocuments(err) {
-		return nil, fmt.Errorf("%w: no event with _id %q", ErrNoEvent, id)
+	candidates := idCandidates([]string{id})
+	slices.Reverse(candidates) // an ObjectID's hex is most likely an ObjectID
+	for _, candidate := range candidates {
+		raw, err := s.coll.FindOne(ctx, bson.D{{Key: events.FieldID, Value: candidate}}).Raw()
+		if isNoDocuments(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("find event %q: %w", id, err)
+		}
+		return raw, nil
 	}
-	if err != nil {
-		return nil, fmt.Errorf("find event %q: %w", id, err)
+	return nil, fmt.Errorf("%w: no event with _id %q", ErrNoEvent, id)
+}
+
+// SkipSelected marks skipped the FAILED events of a console preview's
+// selection, their _ids as stored, that are not skipped yet, as Skip
+// does.
+func (s *Store) SkipSelected(ctx context.Context, ids []any, by, reason string, at time.Time) (int, error) {
+	if len(ids) == 0 {
+		return 0, nil
 	}
-	return raw, nil
+	return s.skip(ctx, bson.D{
+		{Key: events.FieldStatus, Value: events.StatusFailed},
+		{Key: events.FieldSkippedAt, Value: nil},
+		{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: ids}}},
+	}, by, reason, at)
 }
 
 // Skip marks the FAILED events named by ids (string or ObjectID hex) as
@@ -228,6 +271,11 @@ func (s *Store) Skip(ctx context.Context, ids []string, by, reason string, at ti
 		}
 		return int(n), nil
 	}
+	return s.skip(ctx, filter, by, reason, at)
+}
+
+// skip marks the events filter matches skipped by, at, for reason.
+func (s *Store) skip(ctx context.Context, filter bson.D, by, reason string, at time.Time) (int, error) {
 	res, err := s.coll.UpdateMany(ctx, filter, bson.D{{Key: "$set", Value: bson.D{
 		{Key: events.FieldSkippedBy, Value: by},
 		{Key: events.FieldSkippedAt, Value: at.UTC().Truncate(time.Millisecond)},

@@ -19,7 +19,6 @@ import (
 
 	"github.com/outboxrelay/outbox/broker"
 	"github.com/outboxrelay/outbox/claim"
-	"github.com/outboxrelay/outbox/console"
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/memlimit"
 	"github.com/outboxrelay/outbox/internal/redact"
@@ -62,17 +61,12 @@ type Config struct {
 	// HTTPToken is the bearer token POST /trigger requires; "" lets only
 	// loopback clients trigger.
 	HTTPToken string
-	// ConsoleAddr is where `worker console` listens; ConsoleWrites turns
-	// its actions on, behind ConsoleToken; ConsoleRequeueRate spreads a
-	// group's requeue.
-	ConsoleAddr        string
-	ConsoleWrites      bool
-	ConsoleToken       string
-	ConsoleRequeueRate int
-	ShutdownTimeout    time.Duration
-	WorkerID           string
-	LogLevel           slog.Level
-	LogFormat          string
+	// ConsoleConfig is what `worker console` reads (consoleconfig.go).
+	ConsoleConfig
+	ShutdownTimeout time.Duration
+	WorkerID        string
+	LogLevel        slog.Level
+	LogFormat       string
 	// PprofAddr is the loopback address of the profiler; "" is off.
 	PprofAddr string
 	// Ordering and OrderingAfterFailed are claim.Config's Ordering and
@@ -143,7 +137,7 @@ const (
 var ErrUsage = errors.New("usage")
 
 func settings() []setting {
-	return []setting{
+	return slices.Concat([]setting{
 		{env: "OUTBOX_MONGO_URI", flag: "mongo-uri", def: "mongodb://localhost:27017", forOperatorCommands: true,
 			usage: "MongoDB connection URI", parse: func(c *Config, v string) error { return parseMongoURI(&c.MongoURI, v) }},
 		{env: "OUTBOX_MONGO_DATABASE", flag: "mongo-database", def: mongo.DatabaseDefault, forOperatorCommands: true,
@@ -221,18 +215,7 @@ func settings() []setting {
 			usage: "wait: later events of an aggregate wait behind a FAILED one until it is requeued or skipped; continue: they flow", parse: func(c *Config, v string) error {
 				return oneOf(&c.OrderingAfterFailed, v, claim.AfterFailedWait, claim.AfterFailedContinue)
 			}},
-		{env: "OUTBOX_CONSOLE_ADDR", flag: "console-addr", def: "127.0.0.1:8090", forConsole: true,
-			usage: "address the console command serves the operator console on; it is read-only and has no authentication of its own, so keep it on loopback or behind a proxy that authenticates",
-			parse: func(c *Config, v string) error { return parseAddr(&c.ConsoleAddr, v) }},
-		{env: "OUTBOX_CONSOLE_WRITES", flag: "console-writes", def: "false", forConsole: true,
-			usage: "true turns the console's actions on (requeue, skip, requeue of a failure group, pause and resume of an event type, each with a reason and audited); it then needs OUTBOX_CONSOLE_TOKEN",
-			parse: func(c *Config, v string) error { return parseBool(&c.ConsoleWrites, v) }},
-		{env: "OUTBOX_CONSOLE_TOKEN", flag: "console-token", def: "", forConsole: true, secret: true,
-			usage: "password every console request gives by HTTP Basic authentication (the user name is recorded as who acted) while the actions are on. Prefer the variable: a flag shows in ps",
-			parse: parseConsoleToken},
-		{env: "OUTBOX_CONSOLE_REQUEUE_RATE", flag: "console-requeue-rate", def: strconv.Itoa(console.RequeuePerSecondDefault), forConsole: true,
-			usage: "events a second a failure group's requeue from the console makes due, oldest first, so that the relay and its consumers are not flooded",
-			parse: func(c *Config, v string) error { return parseIntBetween(&c.ConsoleRequeueRate, v, 1, 100000) }},
+	}, consoleSettings(), []setting{
 		{env: "OUTBOX_TRACE_PARENT", flag: "trace-parent", def: claim.TraceParentLink,
 			usage: "with tracing on (OTEL_TRACES_EXPORTER=otlp): link makes each publish span link to the producer's span stored with the event, in a trace of the relay's; child makes it that span's child too",
 			parse: func(c *Config, v string) error {
@@ -251,7 +234,7 @@ func settings() []setting {
 			parse: func(c *Config, v string) error { return oneOf(&c.Setup, v, setupAuto, setupCheck) }},
 		{env: "OUTBOX_PPROF_ADDR", flag: "pprof-addr", def: "",
 			usage: "loopback address such as 127.0.0.1:6060 on which Go's profiler serves /debug/pprof/; unset: off", parse: parsePprofAddr},
-	}
+	})
 }
 
 // defaultWorkerID is <hostname>-<pid>: unique per process, and it says
@@ -571,16 +554,6 @@ func parseHTTPToken(c *Config, v string) error {
 		}
 	}
 	c.HTTPToken = v
-	return nil
-}
-
-// parseConsoleToken accepts no token, or one long enough; the error
-// never shows it.
-func parseConsoleToken(c *Config, v string) error {
-	if v != "" && len(v) < console.TokenMinLength {
-		return fmt.Errorf("want at least %d characters (got %d)", console.TokenMinLength, len(v))
-	}
-	c.ConsoleToken = v
 	return nil
 }
 

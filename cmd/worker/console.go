@@ -29,8 +29,8 @@ func consoleCommand(ctx context.Context, args []string, getenv func(string) stri
 	if err != nil {
 		return err
 	}
-	if cfg.ConsoleWrites && cfg.ConsoleToken == "" {
-		return fmt.Errorf("%w: OUTBOX_CONSOLE_WRITES=true needs OUTBOX_CONSOLE_TOKEN: the console's actions are never open without authentication", ErrUsage)
+	if err := cfg.checkConsole(); err != nil {
+		return err
 	}
 	logger := newLogger(cfg, stderr)
 	client, err := driver.Connect(mongoClientOptions(cfg, "outbox-console"))
@@ -60,10 +60,13 @@ func consoleCommand(ctx context.Context, args []string, getenv func(string) stri
 	ccfg := console.Config{
 		Archetype: arch, Store: store, Samples: sampler, Owners: store.Owners(),
 		TermLength: cfg.StaleAfter / 2, FailedHolds: cfg.Ordering == claim.OrderingAggregate && cfg.OrderingAfterFailed == claim.AfterFailedWait,
-		RequeuePerSecond: cfg.ConsoleRequeueRate,
+		RequeuePerSecond: cfg.ConsoleRequeueRate, ActionMax: cfg.ConsoleActionMax,
+		ActionsPerMinute: cfg.ConsoleActionsPerMinute, SignInFailuresPerMinute: cfg.ConsoleSignInFailures,
+		Token: cfg.ConsoleToken, Users: cfg.ConsoleUsers, AllowedHosts: cfg.consoleHosts(),
+		TrustedProxies: cfg.ConsoleTrustedProxies, IdentityHeader: cfg.ConsoleIdentityHeader,
 	}
 	if cfg.ConsoleWrites {
-		ccfg.Writer, ccfg.Token = store, cfg.ConsoleToken
+		ccfg.Writer = store
 	}
 	con, err := console.New(ccfg)
 	if err != nil {
@@ -75,7 +78,7 @@ func consoleCommand(ctx context.Context, args []string, getenv func(string) stri
 		}
 	}
 	defer stopQuietly(clock, sampler)
-	return serveConsole(ctx, logger, cfg.ConsoleAddr, con, cfg.ConsoleWrites)
+	return serveConsole(ctx, logger, cfg.ConsoleAddr, con, cfg.ConsoleWrites, cfg.consoleAuthenticates())
 }
 
 // heldSource is the store where ordering holds aggregates, nil where it
@@ -116,25 +119,25 @@ func stopQuietly(services ...interface{ Stop(context.Context) error }) {
 	}
 }
 
-// serveConsole serves h on addr until ctx ends. Read-only, the console
-// has no authentication: on an address other hosts reach, it says so.
-// With writes it asks every request for the token; the token travels in
-// clear over plain HTTP, which is why a non-loopback address wants a
-// proxy that terminates TLS in front.
-func serveConsole(ctx context.Context, logger *slog.Logger, addr string, h http.Handler, writes bool) error {
+// serveConsole serves h on addr until ctx ends. Without authentication
+// on an address other hosts reach (OUTBOX_CONSOLE_INSECURE_OPEN), it
+// says so. Credentials travel in clear over plain HTTP, which is why a
+// non-loopback address wants a proxy that terminates TLS in front.
+func serveConsole(ctx context.Context, logger *slog.Logger, addr string, h http.Handler, writes, authenticates bool) error {
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("console: listen on OUTBOX_CONSOLE_ADDR %s: %w", addr, err)
 	}
-	if ap, err := netip.ParseAddrPort(ln.Addr().String()); (err != nil || !ap.Addr().Unmap().IsLoopback()) && !writes {
-		logger.Warn("the console listens on an address other hosts may reach; it is read-only but shows every event's payload and has no authentication: put it behind a proxy that authenticates",
+	if ap, err := netip.ParseAddrPort(ln.Addr().String()); (err != nil || !ap.Addr().Unmap().IsLoopback()) && !authenticates {
+		logger.Warn("the console listens on an address other hosts may reach without authentication, as OUTBOX_CONSOLE_INSECURE_OPEN=true allows; it shows every event's payload",
 			"addr", ln.Addr().String())
 	}
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
-		// A page's queries have 15 s (console.requestTimeout).
+		// A page's queries have 15 s (console.requestTimeout), an
+		// action console.ActionTimeoutDefault.
 		WriteTimeout: 30 * time.Second,
 		IdleTimeout:  60 * time.Second,
 	}

@@ -56,6 +56,18 @@ func TestConsoleCommand(t *testing.T) {
 		strings.Contains(body, "<script>alert") {
 		t.Errorf("GET /events/bad-1 = %d; want the history shown and the payload escaped:\n%s", code, body)
 	}
+	// DNS rebinding: a page of another site whose name now points at the
+	// console sends that name as Host, and reads nothing.
+	rebound, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/api/events?status=FAILED", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rebound.Host = "attacker.example"
+	if resp, err := http.DefaultClient.Do(rebound); err != nil || resp.StatusCode != http.StatusMisdirectedRequest {
+		t.Errorf("GET /api/events with Host attacker.example = %v, %v; want 421", resp, err)
+	} else {
+		_ = resp.Body.Close()
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/events/bad-1", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -157,7 +169,7 @@ func TestConsoleActions(t *testing.T) {
 	}
 	store := mongo.New(db.Client(), mongo.Config{Database: db.Name(), Collection: coll.Name()})
 	actions, err := store.Actions(ctx, 10)
-	if err != nil || len(actions) != 1 || actions[0].By != "ana" || actions[0].Reason != "the route exists now" || actions[0].Source != "console" {
+	if err != nil || len(actions) != 1 || actions[0].By != "ana (shared token)" || actions[0].Reason != "the route exists now" || actions[0].Source != "console" {
 		t.Errorf("audit = %+v, %v; want ana's requeue from the console", actions, err)
 	}
 	stopWorkers(t, p)

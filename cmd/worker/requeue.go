@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"golang.org/x/term"
 
@@ -64,8 +66,8 @@ func requeueCommand(ctx context.Context, args []string, getenv func(string) stri
 	cfg, _, err := loadConfig("requeue", args, getenv, operatorCommand, func(fs *flag.FlagSet) {
 		named.define(fs, "`ID` of an event to requeue (repeatable; commas separate ids); a NEW event named so that is backing off before a retry is made due now", "requeued")
 		fs.StringVar(&idsFrom, "ids-from", "", "`FILE` of event _ids to requeue, one per line, exactly (commas and spaces are part of an id); - reads standard input")
-		fs.StringVar(&f.Type, "type", "", "requeue FAILED events of this `TYPE`")
-		fs.BoolVar(&f.All, "all", false, "requeue every FAILED event (asks first on a terminal; needs --yes otherwise)")
+		fs.StringVar(&f.Type, "type", "", "requeue FAILED events of this `TYPE` (not those skipped: name them with --id)")
+		fs.BoolVar(&f.All, "all", false, "requeue every FAILED event not skipped (asks first on a terminal; needs --yes otherwise)")
 		fs.BoolVar(&yes, "yes", false, "requeue every FAILED event with --all without asking")
 		fs.StringVar(&by, "by", "", "`NAME` of who requeues them, for the audit record (default: the user running the command)")
 		fs.StringVar(&reason, "reason", "", "`TEXT` saying why, for the audit record")
@@ -110,29 +112,39 @@ func requeueCommand(ctx context.Context, args []string, getenv func(string) stri
 			}
 		}
 	}
-	n, err := inChunks(ctx, f, func(ctx context.Context, f mongo.RequeueFilter) (int, error) { return store.Requeue(ctx, f, dryRun) })
-	if err != nil {
-		return err
-	}
-	// Events named by id that are NEW and backing off before a retry are
-	// made due now: the only way to cut short a backoff (a far-future
-	// retryAt holds the event and its aggregate).
-	due, err := inChunks(ctx, f, func(ctx context.Context, f mongo.RequeueFilter) (int, error) { return store.RetryNow(ctx, f, dryRun) })
-	if err != nil {
-		return fmt.Errorf("after %d FAILED events requeued: %w", n, err)
+	var n, due int
+	change := func(ctx context.Context) (int, error) {
+		var err error
+		if n, err = inChunks(ctx, f, func(ctx context.Context, f mongo.RequeueFilter) (int, error) { return store.Requeue(ctx, f, dryRun) }); err != nil {
+			return n, err
+		}
+		// Events named by id that are NEW and backing off before a retry
+		// are made due now: the only way to cut short a backoff (a
+		// far-future retryAt holds the event and its aggregate).
+		due, err = inChunks(ctx, f, func(ctx context.Context, f mongo.RequeueFilter) (int, error) { return store.RetryNow(ctx, f, dryRun) })
+		if err != nil {
+			return n + due, fmt.Errorf("after %d FAILED events requeued: %w", n, err)
+		}
+		return n + due, nil
 	}
 	if dryRun {
+		if _, err := change(ctx); err != nil {
+			return err
+		}
 		fmt.Fprintf(stdout, "%d FAILED events would be requeued\n", n)
 		if due > 0 {
 			fmt.Fprintf(stdout, "%d NEW events backing off would be retried now\n", due)
 		}
 		return nil
 	}
+	if err := auditedCLIAction(ctx, store, stderr, mongo.Action{Name: "requeue", By: by, Reason: reason, Target: targetOf(f)}, change); err != nil {
+		return err
+	}
 	fmt.Fprintf(stdout, "requeued %d FAILED events to NEW\n", n)
 	if due > 0 {
 		fmt.Fprintf(stdout, "%d NEW events backing off are due now (retryAt cleared)\n", due)
 	}
-	return recordCLIAction(ctx, store, stderr, mongo.Action{Name: "requeue", By: by, Reason: reason, Target: targetOf(f), Count: n + due})
+	return nil
 }
 
 // targetOf says which events f chose, for the audit record.
@@ -158,24 +170,54 @@ func more(n int) string {
 	return fmt.Sprintf(" and %d more", n)
 }
 
-// recordCLIAction records an operator command's action in the audit
-// collection, by the user running it unless a.By names someone. An action
-// that changed nothing is not recorded. The action itself is done: a
-// record that cannot be written is said on stderr, and is the command's
-// error, for an action nobody can account for is one to notice.
+// recordCLIAction records an operator command's action, already done,
+// in the audit collection, by the user running it unless a.By names
+// someone. An action that changed nothing is not recorded. A record that
+// cannot be written is said on stderr, and is the command's error, for an
+// action nobody can account for is one to notice.
 func recordCLIAction(ctx context.Context, store *mongo.Store, stderr io.Writer, a mongo.Action) error {
 	if a.Count == 0 {
 		return nil
 	}
 	a.At, a.Source = serverNow(ctx, store), "cli"
-	if strings.TrimSpace(a.By) == "" {
-		a.By = whoRuns()
-	}
+	a.By = cmp.Or(strings.TrimSpace(a.By), whoRuns())
 	if err := store.RecordAction(ctx, a); err != nil {
 		fmt.Fprintf(stderr, "the %s is done, but its audit record was not written: %v\n", a.Name, err)
 		return err
 	}
 	return nil
+}
+
+// auditedCLIAction runs change audited whatever happens: its intent is
+// recorded first (a command whose intent cannot be recorded changes
+// nothing), then completed with the count change reached and how it
+// ended, even when the command's time ran out or it was interrupted.
+func auditedCLIAction(ctx context.Context, store *mongo.Store, stderr io.Writer, a mongo.Action, change func(ctx context.Context) (int, error)) error {
+	a.At, a.Source = serverNow(ctx, store), "cli"
+	a.By = cmp.Or(strings.TrimSpace(a.By), whoRuns())
+	id, err := store.StartAction(ctx, a)
+	if err != nil {
+		return fmt.Errorf("nothing was done: %w", err)
+	}
+	n, err := change(ctx)
+	state := mongo.ActionDone
+	switch {
+	case err != nil && ctx.Err() != nil:
+		state = mongo.ActionCancelled
+	case err != nil:
+		state = mongo.ActionFailed
+	}
+	end, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	errText := ""
+	if err != nil {
+		errText = err.Error()
+	}
+	if ferr := store.FinishAction(end, id, state, n, errText, a.At); ferr != nil {
+		fmt.Fprintf(stderr, "the %s changed %d events, but its audit record was not completed (it says started): %v\n", a.Name, n, ferr)
+		return errors.Join(err, ferr)
+	}
+	return err
 }
 
 // everyFailed reports whether f chooses every FAILED event: --all with

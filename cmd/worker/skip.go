@@ -42,18 +42,25 @@ func skipCommand(ctx context.Context, args []string, getenv func(string) string,
 		return err
 	}
 	defer closeFn()
-	n, err := store.Skip(ctx, ids, by, reason, time.Now(), dryRun)
-	if err != nil {
-		return err
-	}
 	if dryRun {
+		n, err := store.Skip(ctx, ids, by, reason, time.Now(), true)
+		if err != nil {
+			return err
+		}
 		fmt.Fprintf(stdout, "%d FAILED events would be skipped\n", n)
 		return nil
+	}
+	var n int
+	err = auditedCLIAction(ctx, store, stderr, mongo.Action{Name: "skip", By: by, Reason: reason, Target: targetOf(mongo.RequeueFilter{IDs: ids})},
+		func(ctx context.Context) (int, error) {
+			n, err = store.Skip(ctx, ids, by, reason, time.Now(), false)
+			return n, err
+		})
+	if err != nil {
+		return err
 	}
 	newLogger(cfg, stderr).Info("FAILED events skipped; later events of their aggregates flow",
 		"event_ids", []string(ids), "skipped", n, "skipped_by", by, "skip_reason", reason)
 	fmt.Fprintf(stdout, "skipped %d FAILED events (of %d named; events not FAILED or already skipped are left alone)\n", n, len(ids))
-	return recordCLIAction(ctx, store, stderr, mongo.Action{
-		Name: "skip", By: by, Reason: reason, Target: targetOf(mongo.RequeueFilter{IDs: ids}), Count: n,
-	})
+	return nil
 }

@@ -294,8 +294,8 @@ func toolsOutbox(ctx context.Context, t *testing.T, mongoURI string, db *driver.
 }
 
 // TestOperatorCommandsAreAudited: requeue and skip record who did what,
-// why and to how many events; a dry run and an action that changed
-// nothing record nothing.
+// why and to how many events, an action that changed nothing with a
+// count of 0; a dry run records nothing.
 func TestOperatorCommandsAreAudited(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
@@ -327,6 +327,7 @@ func TestOperatorCommandsAreAudited(t *testing.T) {
 	}
 	want := []rec{
 		{"skip", "bo", "obsolete", "ids: c", "cli", 1},
+		{"requeue", whoRuns(), "", "ids: a", "cli", 0},
 		{"requeue", "ana", "broker fixed", "ids: a, b", "cli", 2},
 	}
 	if diff := cmp.Diff(want, seen, cmp.AllowUnexported(rec{})); diff != "" {

@@ -1,6 +1,9 @@
 // Live refresh of the console's pages: every data-refresh seconds the page
 // is fetched again and its content replaced, unless the operator paused
-// it (button or key p), is typing in a form, or the tab is hidden.
+// it (button or key p), is typing in a form, or the tab is hidden. A page
+// that holds a form (an action, a selection) keeps it: only its parts
+// marked data-live are replaced. A page with data-refresh 0 (a preview)
+// is never refreshed.
 (function () {
   "use strict";
   var period = parseInt(document.body.dataset.refresh, 10) * 1000;
@@ -26,12 +29,50 @@
       .then(function (r) { return r.text(); })
       .then(function (html) {
         var next = new DOMParser().parseFromString(html, "text/html").getElementById("content");
-        if (next) {
-          document.getElementById("content").replaceWith(next);
-          shown.textContent = "refreshed " + new Date().toLocaleTimeString();
+        if (!next) { return; }
+        var content = document.getElementById("content");
+        if (content.querySelector("form.action, form.select")) {
+          // A page that holds a form keeps it, and what is typed or
+          // selected in it: only its live numbers are replaced.
+          content.querySelectorAll("[data-live]").forEach(function (el) {
+            var fresh = next.querySelector('[data-live="' + el.dataset.live + '"]');
+            if (fresh) { el.replaceWith(fresh); }
+          });
+        } else {
+          content.replaceWith(next);
         }
+        shown.textContent = "refreshed " + new Date().toLocaleTimeString();
+        chart();
       })
       .catch(function () { shown.textContent = "refresh failed; retrying"; });
+  }
+  // chart draws the overview's publish chart from its own request, so
+  // that the page never waits for the count of the hour's publishes.
+  function chart() {
+    var svg = document.getElementById("chart");
+    if (!svg) { return; }
+    fetch(svg.dataset.src, { headers: { Accept: "application/json" }, credentials: "same-origin" })
+      .then(function (r) { return r.ok ? r.json() : Promise.reject(r.status); })
+      .then(function (d) {
+        var counts = d.publishedPerMinute || [];
+        var top = Math.max.apply(null, [1].concat(counts));
+        var ns = "http://www.w3.org/2000/svg";
+        while (svg.firstChild) { svg.removeChild(svg.firstChild); }
+        counts.forEach(function (n, i) {
+          var h = Math.floor(n * 60 / top);
+          if (n > 0) { h = Math.max(h, 1); }
+          var rect = document.createElementNS(ns, "rect");
+          rect.setAttribute("x", i * 5);
+          rect.setAttribute("y", 60 - h);
+          rect.setAttribute("width", 4);
+          rect.setAttribute("height", h);
+          var title = document.createElementNS(ns, "title");
+          title.textContent = n + " published " + (counts.length - 1 - i) + " min ago";
+          rect.appendChild(title);
+          svg.appendChild(rect);
+        });
+      })
+      .catch(function () { svg.setAttribute("aria-label", "The publish chart could not be read"); });
   }
   pause.addEventListener("click", toggle);
   document.addEventListener("keydown", function (e) {
@@ -45,6 +86,7 @@
     }
   });
   show();
+  chart();
   if (period > 0) {
     setInterval(function () {
       if (!paused && !document.hidden && !typing()) { refresh(); }

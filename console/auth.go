@@ -1,0 +1,245 @@
+package console
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+)
+
+// Who may read and act, and from where. A request passes three checks
+// before any page sees it: its Host is one the console answers to
+// (AllowedHosts: a page of another site whose name was rebound to the
+// console's address carries its own name, and is refused), it is
+// authenticated when any authentication is configured (Identity, a
+// trusted proxy's IdentityHeader, Users or Token), and a request that
+// changes something comes from the console's own pages. X-Forwarded-*
+// headers are believed only from TrustedProxies.
+
+// requester is who sent a request and from where, as ServeHTTP
+// established it.
+type requester struct {
+	// who is the identity the audit records; "" on a console without
+	// authentication.
+	who string
+	// from is the client's address: the request's peer, or behind a
+	// trusted proxy the address it forwarded for.
+	from string
+	// host is the Host the client asked for: the request's, or behind a
+	// trusted proxy its X-Forwarded-Host.
+	host string
+	// proto is http or https as a trusted proxy says the client used
+	// it; "" when none says.
+	proto string
+}
+
+type requesterKey struct{}
+
+// requesterOf is the requester ServeHTTP stored in r's context.
+func requesterOf(r *http.Request) requester {
+	if v, ok := r.Context().Value(requesterKey{}).(requester); ok {
+		return v
+	}
+	return requester{who: "", from: r.RemoteAddr, host: r.Host}
+}
+
+// actor is who acts, for the audit: the authenticated identity, or
+// "console" on a console without authentication.
+func actor(r *http.Request) string {
+	if who := requesterOf(r).who; who != "" {
+		return who
+	}
+	return "console"
+}
+
+// authenticates reports whether the console asks who a request is from.
+func (c *Console) authenticates() bool {
+	return c.cfg.Identity != nil || c.cfg.IdentityHeader != "" || len(c.cfg.Users) > 0 || c.cfg.Token != ""
+}
+
+// peer is the address of the request's peer, without its port.
+func peer(r *http.Request) netip.Addr {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		a, _ := netip.ParseAddr(r.RemoteAddr)
+		return a.Unmap()
+	}
+	return ap.Addr().Unmap()
+}
+
+// trusted reports whether the request's peer is a trusted proxy.
+func (c *Console) trusted(r *http.Request) bool {
+	p := peer(r)
+	for _, prefix := range c.cfg.TrustedProxies {
+		if prefix.Contains(p) {
+			return true
+		}
+	}
+	return false
+}
+
+// requesterFrom reads where a request comes from: from a trusted proxy,
+// the client it forwarded for (the last address of X-Forwarded-For that
+// is not itself a trusted proxy), the Host and scheme it was asked for.
+func (c *Console) requesterFrom(r *http.Request) requester {
+	rq := requester{from: r.RemoteAddr, host: r.Host}
+	if !c.trusted(r) {
+		return rq
+	}
+	if h := lastValue(r.Header.Values("X-Forwarded-Host")); h != "" {
+		rq.host = h
+	}
+	if p := strings.ToLower(lastValue(r.Header.Values("X-Forwarded-Proto"))); p == "http" || p == "https" {
+		rq.proto = p
+	}
+	hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
+	for i := len(hops) - 1; i >= 0; i-- {
+		a, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+		if err != nil {
+			break
+		}
+		rq.from = a.String()
+		if !c.trustedAddr(a) {
+			break
+		}
+	}
+	return rq
+}
+
+func (c *Console) trustedAddr(a netip.Addr) bool {
+	for _, prefix := range c.cfg.TrustedProxies {
+		if prefix.Contains(a.Unmap()) {
+			return true
+		}
+	}
+	return false
+}
+
+// lastValue is the last comma-separated value of a header's lines: the
+// one the nearest proxy added.
+func lastValue(lines []string) string {
+	if len(lines) == 0 {
+		return ""
+	}
+	parts := strings.Split(lines[len(lines)-1], ",")
+	return strings.TrimSpace(parts[len(parts)-1])
+}
+
+// hostAllowed reports whether host is one the console answers to: any
+// when AllowedHosts is empty; otherwise an entry "name" allows the name
+// on any port, "name:port" that port only, and "*" any host.
+func (c *Console) hostAllowed(host string) bool {
+	if len(c.cfg.AllowedHosts) == 0 {
+		return true
+	}
+	name, port := splitHost(host)
+	for _, allowed := range c.cfg.AllowedHosts {
+		if allowed == "*" {
+			return true
+		}
+		an, ap := splitHost(allowed)
+		if strings.EqualFold(an, name) && (ap == "" || ap == port) {
+			return true
+		}
+	}
+	return false
+}
+
+// splitHost splits "name:port", "[v6]:port", "name" or "v6" into its
+// name, without brackets, and port.
+func splitHost(h string) (string, string) {
+	if name, port, err := net.SplitHostPort(h); err == nil {
+		return name, port
+	}
+	return strings.Trim(h, "[]"), ""
+}
+
+// identify tells who a request is from, and whether it may pass: the
+// embedding application's Identity; a trusted proxy's IdentityHeader;
+// HTTP Basic authentication as one of Users, by their own token; or as
+// anyone who knows the shared Token, whose user name is recorded with
+// "(shared token)", for it is whatever was typed.
+func (c *Console) identify(r *http.Request) (string, bool) {
+	if c.cfg.Identity != nil {
+		who, ok := c.cfg.Identity(r)
+		return strings.TrimSpace(who), ok && strings.TrimSpace(who) != ""
+	}
+	if c.cfg.IdentityHeader != "" && c.trusted(r) {
+		if who := strings.TrimSpace(r.Header.Get(c.cfg.IdentityHeader)); who != "" {
+			return who, true
+		}
+	}
+	user, pass, ok := r.BasicAuth()
+	if !ok {
+		return "", false
+	}
+	user = strings.TrimSpace(user)
+	sent := sha256.Sum256([]byte(pass))
+	if want, ok := c.users[user]; ok {
+		return user, subtle.ConstantTimeCompare(sent[:], want[:]) == 1
+	}
+	if c.cfg.Token != "" && subtle.ConstantTimeCompare(sent[:], c.token[:]) == 1 {
+		if user == "" {
+			user = "anonymous"
+		}
+		return user + " (shared token)", true
+	}
+	return "", false
+}
+
+// userDigests reads Config.Users: each user's token digest, from hex.
+func userDigests(users map[string]string) (map[string][sha256.Size]byte, error) {
+	out := make(map[string][sha256.Size]byte, len(users))
+	for name, digest := range users {
+		b, err := hex.DecodeString(digest)
+		if err != nil || len(b) != sha256.Size || strings.TrimSpace(name) == "" || strings.Contains(name, ":") {
+			return nil, errBadUser(name)
+		}
+		out[name] = [sha256.Size]byte(b)
+	}
+	return out, nil
+}
+
+type errBadUser string
+
+func (e errBadUser) Error() string {
+	return "console: Users: user " + `"` + string(e) + `"` + ": want a name without a colon and the SHA-256 of the user's token in hex (64 digits)"
+}
+
+// sameOrigin reports whether a request that changes something comes from
+// the console's own pages: a browser says where a request comes from
+// (Sec-Fetch-Site, Origin), and a page of another site that makes the
+// operator's browser post here, credentials and all, is refused. A client
+// that is no browser sends neither, and had to authenticate. The origin
+// is compared with the host and scheme the client asked for, which
+// behind a trusted proxy are its X-Forwarded-Host and -Proto.
+func sameOrigin(r *http.Request, rq requester) bool {
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" {
+		return false
+	}
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return true
+	}
+	u, err := url.Parse(origin)
+	return err == nil && strings.EqualFold(u.Host, rq.host) && (rq.proto == "" || u.Scheme == rq.proto)
+}
+
+// withRequester stores rq in r's context.
+func withRequester(r *http.Request, rq requester) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), requesterKey{}, rq))
+}
+
+// clientKey is a client's address without its port, which changes with
+// each connection.
+func clientKey(from string) string {
+	if host, _, err := net.SplitHostPort(from); err == nil {
+		return host
+	}
+	return from
+}
