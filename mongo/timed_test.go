@@ -3,6 +3,7 @@ package mongo_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,7 +40,8 @@ func TestPeriodicCommandsCarryMaxTimeMS(t *testing.T) {
 		call func(ctx context.Context) error
 		want []string // commands it must send
 	}{
-		{"Stats", func(ctx context.Context) error { _, err := s.Stats(ctx, ago(time.Minute)); return err }, []string{"aggregate", "count", "find"}},
+		// The size estimate is a count on MongoDB, collStats on FerretDB.
+		{"Stats", func(ctx context.Context) error { _, err := s.Stats(ctx, ago(time.Minute)); return err }, []string{"aggregate", "count|collStats", "find"}},
 		{"Held", func(ctx context.Context) error { _, err := s.Held(ctx, base, true); return err }, []string{"find"}},
 		{"RecoverStale", func(ctx context.Context) error {
 			_, _, err := s.RecoverStale(ctx, ago(time.Minute), base, 5)
@@ -66,9 +68,10 @@ func TestPeriodicCommandsCarryMaxTimeMS(t *testing.T) {
 				t.Errorf("%s sent %s with maxTimeMS %v (present %t), want 1 to %d ms: %s", c.name, sent.Name, ms, ok, periodicBudget.Milliseconds(), sent.Command)
 			}
 		}
-		for _, name := range c.want {
-			if !seen[name] {
-				t.Errorf("%s sent no %s (sent %v): the test no longer checks it", c.name, name, seen)
+		for _, want := range c.want {
+			name, other, _ := strings.Cut(want, "|")
+			if !seen[name] && !seen[other] {
+				t.Errorf("%s sent no %s (sent %v): the test no longer checks it", c.name, want, seen)
 			}
 		}
 	}
