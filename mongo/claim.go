@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -150,7 +151,7 @@ func (s *Store) claimRead(ctx context.Context, lease events.Lease, docs []bson.R
 		ids := idsOf(group.docs)
 		var n int
 		err := s.fencedWrite(ctx, limit, group.docs, func(ctx context.Context) (err error) {
-			n, err = s.claimIDs(ctx, lease, ids, group.null)
+			n, err = s.claimDocs(ctx, lease, group.docs, group.null)
 			return err
 		})
 		if errors.Is(err, events.ErrFenced) {
@@ -248,10 +249,54 @@ func idsOf(cs []events.Claimed) []any {
 // changed. With nullAttempts the events are those whose attempts is null,
 // which $inc refuses: the claim sets 1, guarded by attempts still null.
 func (s *Store) claimIDs(ctx context.Context, lease events.Lease, ids []any, nullAttempts bool) (int, error) {
+	return s.claimIn(ctx, lease, ids, -1, nullAttempts)
+}
+
+// partitionWritesMax is the most partitions a claim's write on FerretDB
+// names one by one (claimDocs).
+const partitionWritesMax = 16
+
+// claimDocs claims docs, as claimIDs. On FerretDB, which matches the $in
+// in Go against every document its equalities select, a batch that lies
+// in a few partitions is claimed with one update per partition, each with
+// an equality on it: FerretDB then decodes those partitions' lanes, not
+// every NEW event.
+func (s *Store) claimDocs(ctx context.Context, lease events.Lease, docs []events.Claimed, nullAttempts bool) (int, error) {
+	byPartition := map[int][]any{}
+	for _, c := range docs {
+		p, ok, err := events.StoredPartition(c.Doc)
+		if !ok || err != nil {
+			p = -1
+		}
+		byPartition[p] = append(byPartition[p], c.ID)
+	}
+	if s.splitClaim || len(byPartition) > partitionWritesMax {
+		return s.claimIDs(ctx, lease, idsOf(docs), nullAttempts)
+	}
+	n := 0
+	for _, p := range slices.Sorted(maps.Keys(byPartition)) {
+		won, err := s.claimIn(ctx, lease, byPartition[p], p, nullAttempts)
+		n += won
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// claimIn is claimIDs within partition (none: -1). The write is guarded by
+// status NEW, and by parked: an event parked since the read (by a claim
+// that has taken its partition since) waits with the rest of its
+// aggregate; both are equalities FerretDB pushes down.
+func (s *Store) claimIn(ctx context.Context, lease events.Lease, ids []any, partition int, nullAttempts bool) (int, error) {
 	filter := bson.D{
 		{Key: events.FieldStatus, Value: events.StatusNew},
-		{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: ids}}},
+		{Key: events.FieldParked, Value: bson.D{{Key: "$ne", Value: true}}},
 	}
+	if partition >= 0 {
+		filter = append(filter, bson.E{Key: events.FieldPartition, Value: int32(partition)})
+	}
+	filter = append(filter, bson.E{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: ids}}})
 	set := bson.D{
 		{Key: events.FieldStatus, Value: events.StatusProcessing},
 		{Key: events.FieldWorkerID, Value: lease.WorkerID},

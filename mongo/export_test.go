@@ -87,3 +87,11 @@ func DropReadAhead(s *Store) { s.ahead.drop() }
 func ReadFences(ctx context.Context, s *Store, ps []int) (map[int]int64, error) {
 	return s.readFences(ctx, ps)
 }
+
+// ReadsByPartition reports whether the store's next claim on FerretDB
+// reads its lane by partition (partitionreads.go).
+func ReadsByPartition(s *Store) bool {
+	s.partitionReads.mu.Lock()
+	defer s.partitionReads.mu.Unlock()
+	return !s.splitClaim && s.partitionReads.byPartition
+}

@@ -72,9 +72,15 @@ func (s *Store) readHead(ctx context.Context, now time.Time, limit events.ClaimL
 		// find that failed): there it would cost round trips.
 		r.aheadMax = aheadBatches * limit.Events
 	}
+	if !s.splitClaim && s.usePartitionReads(ctx, now) {
+		return h, r.readByPartition(ctx)
+	}
 	for {
 		next, err := r.page(ctx)
 		if err != nil || !next {
+			if !s.splitClaim {
+				s.partitionReads.readWhole(h, r.outside, err)
+			}
 			return h, err
 		}
 	}
@@ -97,6 +103,13 @@ type headReader struct {
 	// up to aheadMax documents.
 	full     bool
 	aheadMax int
+	// byPartition reads one partition's lane at a time, partition's
+	// (FerretDB, partitionreads.go).
+	byPartition bool
+	partition   int
+	// outside says the read met an event outside every lane: no stored
+	// partition, or one the claim does not trust.
+	outside bool
 }
 
 // What a claim's read makes of an event at the head.
@@ -208,12 +221,13 @@ func (r *headReader) take(doc bson.Raw) (full bool) {
 func (r *headReader) classify(doc bson.Raw) int {
 	p := events.Partition(doc)
 	_, stored, err := events.StoredPartition(doc)
+	r.outside = r.outside || err != nil || !stored
 	switch {
 	case err != nil:
 		// Misfiled (a stored partition not the hash's): failed by the
 		// claim that reads it (events.CheckManaged). On MongoDB that is
 		// the owner of the lane it names, the only one that reads it.
-		if owned := r.limit.Owned; !r.s.splitClaim && owned != nil && !owned[p] {
+		if owned := r.limit.Owned; !r.s.splitClaim && !r.byPartition && owned != nil && !owned[p] {
 			return headSkip
 		}
 		return headKeep
@@ -246,7 +260,11 @@ func (r *headReader) park(doc bson.Raw, key string, keyed bool, reason string) i
 	if keyed {
 		r.q.held[key] = true
 	}
-	r.h.parking.addPark(reason, rawID(doc.Lookup(events.FieldID)))
+	at := -1
+	if r.byPartition {
+		at = r.partition
+	}
+	r.h.parking.addPark(reason, at, rawID(doc.Lookup(events.FieldID)))
 	r.s.parked.add(parkedKeyOf(doc), typeOf(doc), reason)
 	return headParked
 }
@@ -268,6 +286,9 @@ func (r *headReader) filters() []bson.D {
 			f = append(f, bson.E{Key: events.FieldParked, Value: nil})
 		}
 		f = append(f, retryAt...)
+		if r.byPartition {
+			f = append(f, bson.E{Key: events.FieldPartition, Value: int32(r.partition)})
+		}
 		if r.s.splitClaim {
 			f = append(f, bson.E{Key: events.FieldPartition, Value: bson.D{{Key: "$in", Value: lanePartitions(r.limit.Owned)}}})
 		}

@@ -248,8 +248,10 @@ func (s *Store) misfiled(ctx context.Context) ([]bson.Raw, error) {
 // parking is what one claim's read found to park or to stamp.
 type parking struct {
 	// park lists the events to park, by reason (events.ParkedPaused,
-	// events.ParkedHeld).
-	park map[string][]any
+	// events.ParkedHeld), then by the partition they were read in, -1
+	// where the read was not by partition; parked counts them by reason.
+	park   map[string]map[int][]any
+	parked map[string]int
 	// stamp lists the events read without a stored partition, by the
 	// partition they hash to (MongoDB only: FerretDB's claims do not read
 	// by partition).
@@ -257,19 +259,44 @@ type parking struct {
 	stamped int
 }
 
-// parkMax bounds the events one claim parks for each reason, and stamps:
-// an $in of more ids costs FerretDB, which matches it in Go against every
-// NEW event, more than the reads it spares. The rest are read and left
-// out by the next claims, which park them in turn.
+// parkMax bounds the events one claim parks for each reason, and stamps,
+// where it did not read by partition: an $in of more ids costs FerretDB,
+// which matches it in Go against every NEW event, more than the reads it
+// spares. The rest are read and left out by the next claims, which park
+// them in turn. A read by partition (FerretDB, partitionreads.go) parks
+// what it met in each partition as it goes, with an equality on the
+// partition that leaves FerretDB that partition's lane to match: each
+// event it parks is one it read, once.
 const parkMax = 1000
 
-func (p *parking) addPark(reason string, id any) {
+func (p *parking) addPark(reason string, partition int, id any) {
 	if p.park == nil {
-		p.park = map[string][]any{}
+		p.park, p.parked = map[string]map[int][]any{}, map[string]int{}
 	}
-	if len(p.park[reason]) < parkMax {
-		p.park[reason] = append(p.park[reason], id)
+	if partition < 0 && p.parked[reason] >= parkMax {
+		return
 	}
+	if p.park[reason] == nil {
+		p.park[reason] = map[int][]any{}
+	}
+	p.park[reason][partition] = append(p.park[reason][partition], id)
+	if partition < 0 {
+		p.parked[reason]++
+	}
+}
+
+// writePartition parks what was met in partition, and forgets it.
+func (p *parking) writePartition(ctx context.Context, s *Store, partition int) error {
+	var errs []error
+	for _, reason := range slices.Sorted(maps.Keys(p.park)) {
+		if ids := p.park[reason][partition]; len(ids) > 0 {
+			errs = append(errs, s.park(ctx, reason, partition, ids))
+		}
+	}
+	for _, byPartition := range p.park {
+		delete(byPartition, partition)
+	}
+	return errors.Join(errs...)
 }
 
 func (p *parking) addStamp(partition int, id any) {
@@ -293,21 +320,36 @@ func (p *parking) write(ctx context.Context, s *Store) error {
 		errs = append(errs, s.stampPartitions(ctx, p.stamp))
 	}
 	for _, reason := range slices.Sorted(maps.Keys(p.park)) {
-		ids := p.park[reason]
-		filter := bson.D{
-			{Key: events.FieldStatus, Value: events.StatusNew},
-			{Key: events.FieldParked, Value: bson.D{{Key: "$ne", Value: true}}},
-			{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: ids}}},
-		}
-		update := setOnly(
-			bson.E{Key: events.FieldParked, Value: true},
-			bson.E{Key: events.FieldParkedFor, Value: reason},
-		)
-		if _, err := s.coll.UpdateMany(ctx, filter, update); err != nil {
-			errs = append(errs, fmt.Errorf("park %d events (%s): %w", len(ids), reason, err))
+		for _, partition := range slices.Sorted(maps.Keys(p.park[reason])) {
+			if err := s.park(ctx, reason, partition, p.park[reason][partition]); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// park parks the NEW events ids for reason. Events read by partition are
+// parked by partition: FerretDB pushes the equality down, and matches the
+// $in in Go against that partition's lane only, not against every NEW
+// event.
+func (s *Store) park(ctx context.Context, reason string, partition int, ids []any) error {
+	filter := bson.D{
+		{Key: events.FieldStatus, Value: events.StatusNew},
+		{Key: events.FieldParked, Value: bson.D{{Key: "$ne", Value: true}}},
+	}
+	if partition >= 0 {
+		filter = append(filter, bson.E{Key: events.FieldPartition, Value: int32(partition)})
+	}
+	filter = append(filter, bson.E{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: ids}}})
+	update := setOnly(
+		bson.E{Key: events.FieldParked, Value: true},
+		bson.E{Key: events.FieldParkedFor, Value: reason},
+	)
+	if _, err := s.coll.UpdateMany(ctx, filter, update); err != nil {
+		return fmt.Errorf("park %d events (%s): %w", len(ids), reason, err)
+	}
+	return nil
 }
 
 // stampPartitions stores the partition of events written without one, in

@@ -125,6 +125,9 @@ func (s *Store) unparkReleased(ctx context.Context, owned []bool, paused, failed
 		s.logger.Warn("could not unpark events; retried within a minute", "types", types, "aggregates", len(held), "error", err)
 		return
 	}
+	if n > 0 {
+		s.partitionReads.probeNow()
+	}
 	s.logger.Debug("unparked events", "types", types, "aggregates", len(held), "events", n)
 }
 

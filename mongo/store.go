@@ -103,19 +103,25 @@ type Store struct {
 	// ahead is what the last read of the lane kept past its batch, for
 	// the next claims of a drain (ahead.go).
 	ahead readAhead
+	// partitionReads says how the claims on FerretDB read their lane
+	// (partitionreads.go).
+	partitionReads partitionReads
 }
 
 // New returns a Store on client. It does no I/O: call Prepare before use.
 func New(client *mongo.Client, cfg Config) *Store {
 	cfg.setDefaults()
 	return &Store{
-		client:       client,
-		coll:         client.Database(cfg.Database).Collection(cfg.Collection),
-		logger:       cfg.Logger,
-		heldWindow:   heldWindow,
-		pausedCache:  pausedCache{maxAge: PausedTypesMaxAge},
-		readConcern:  cfg.ReadConcern.Level,
-		writeConcern: cfg.WriteConcern,
+		client:      client,
+		coll:        client.Database(cfg.Database).Collection(cfg.Collection),
+		logger:      cfg.Logger,
+		heldWindow:  heldWindow,
+		pausedCache: pausedCache{maxAge: PausedTypesMaxAge},
+		// A lane is read by partition until a read shows it small: a
+		// first read of a large lane whole may not finish.
+		partitionReads: partitionReads{byPartition: true},
+		readConcern:    cfg.ReadConcern.Level,
+		writeConcern:   cfg.WriteConcern,
 		txnOpts: options.Transaction().
 			SetReadPreference(readpref.Primary()).
 			SetReadConcern(cfg.ReadConcern).

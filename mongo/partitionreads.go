@@ -1,0 +1,245 @@
+package mongo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/outboxrelay/outbox/events"
+)
+
+// On FerretDB a find costs a decode of every document its equalities
+// match, whatever its sort and limit: one read of a lane of 50,000 NEW
+// events decodes all of them (about 6 s on this stack), and several
+// replicas doing it at once outlast the claim's read timeout, claim after
+// claim. The partition is stored on the event, and an equality on it is
+// pushed down to PostgreSQL, so a claim there reads a large lane one
+// owned partition at a time, each sorted on its own, until its batch is
+// full: it decodes about batch + what the partitions read hold ahead of
+// it, not the lane. Order is per aggregate, and an aggregate lives in one
+// partition, so partitions may be read in any order; the next claim starts
+// where this one stopped, so that every partition gets its turn.
+//
+// A small lane is read in one find, as before: sixty-four finds (one
+// replica owns every partition) would cost more than one decode of it. The
+// claim switches on what it read: a whole-lane read that did not reach
+// the end of the lane (or timed out) reads by partition next; a read by
+// partition that went through every owned partition and found fewer
+// documents than one whole read returns reads the whole lane next.
+//
+// Reading by partition leaves out the NEW events whose partition is not a
+// lane's: written without one, by a producer that does not use
+// events.Insert (FerretDB's claims cannot store it: no pipeline updates),
+// or misfiled. A probe looks for them at most once a parkedReload (one
+// unsorted find, which stops at the first it decodes); while it finds
+// some, claims read the whole lane, which claims them, or fails them.
+// The probe costs a decode of the NEW events when it finds none, so it is
+// not run on every claim: an event written without a partition while
+// claims read by partition waits for the next probe, and a later event of
+// its aggregate written with one may be claimed before it meanwhile. That
+// is FerretDB's alone (MongoDB's lane reads such events through null) and
+// only with producers that do not use events.Insert (docs/design.md).
+
+// probeMax bounds the time a probe takes from a claim.
+const probeMax = 10 * time.Second
+
+// partitionReads is what a store's claims on FerretDB know of their lane:
+// whether to read it by partition, where the next such read starts, and
+// what the last probe for events outside every partition found.
+type partitionReads struct {
+	mu          sync.Mutex
+	byPartition bool
+	next        int // the partition the next read by partition starts at
+	// outside says the last probe found NEW events outside every lane;
+	// probeDue is when the next probe runs (zero: now).
+	outside  bool
+	probeDue time.Time
+}
+
+// usePartitionReads reports whether a claim at now reads by partition,
+// probing first when a probe is due. A probe that fails is not retried
+// before the next is due: it failed for want of time, which a retry
+// would take from the claims again. Meanwhile what the last probe found
+// stands (at first, that there are none: a claim that cannot read the
+// lane whole must still go on).
+func (s *Store) usePartitionReads(ctx context.Context, now time.Time) bool {
+	pr := &s.partitionReads
+	pr.mu.Lock()
+	want, due := pr.byPartition, !now.Before(pr.probeDue)
+	pr.mu.Unlock()
+	if !want {
+		return false
+	}
+	if due {
+		outside, err := s.probeOutside(ctx)
+		pr.mu.Lock()
+		pr.probeDue = now.Add(parkedReload)
+		if err == nil {
+			pr.outside = outside
+		}
+		pr.mu.Unlock()
+		if err != nil {
+			s.logger.Debug("could not look for events outside every partition; the claims read by partition", "error", err)
+		}
+	}
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	return !pr.outside
+}
+
+// probeOutside reports whether a NEW event that is not parked has no
+// lane's partition (parked events are in no lane; unparked, the next
+// probe sees them). It has a quarter of the time the claim has left, and
+// at most probeMax: it decodes every unparked NEW event when it finds
+// none, and on a busy host the claim's own read comes first.
+func (s *Store) probeOutside(ctx context.Context) (bool, error) {
+	budget := probeMax
+	if deadline, ok := ctx.Deadline(); ok {
+		budget = min(budget, time.Until(deadline)/4)
+	}
+	ctx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
+	filter := bson.D{
+		{Key: events.FieldStatus, Value: events.StatusNew},
+		{Key: events.FieldParked, Value: bson.D{{Key: "$ne", Value: true}}},
+		{Key: events.FieldPartition, Value: bson.D{{Key: "$nin", Value: lanePartitions(nil)[1:]}}},
+	}
+	opts := options.Find().SetLimit(1).SetProjection(bson.D{{Key: events.FieldID, Value: 1}})
+	cur, err := s.coll.Find(ctx, filter, opts)
+	if err != nil {
+		return false, fmt.Errorf("find events outside every partition: %w", err)
+	}
+	defer cur.Close(ctx)
+	found := cur.Next(ctx)
+	if err := cur.Err(); err != nil {
+		return false, fmt.Errorf("read events outside every partition: %w", err)
+	}
+	return found, nil
+}
+
+// readWhole notes what a read of the whole lane met: a lane it did not
+// read to the end, or a read that timed out, is read by partition next.
+// outside says the read met an event outside every lane; one that met
+// none says nothing of the events its filter left out (backing off,
+// skipped), so only a probe clears it.
+func (pr *partitionReads) readWhole(h head, outside bool, err error) {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	pr.outside = pr.outside || outside
+	switch {
+	case err != nil:
+		pr.byPartition = pr.byPartition || isTimeout(err)
+	case !h.ended:
+		pr.byPartition = true
+	}
+}
+
+// probeNow makes the next claim that would read by partition probe
+// first: events unparked may be outside every lane.
+func (pr *partitionReads) probeNow() {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	pr.probeDue = time.Time{}
+}
+
+// readPartition notes that a read by partition went through partition
+// p: the next starts after it.
+func (pr *partitionReads) readPartition(p int) {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	pr.next = (p + 1) % events.Partitions
+}
+
+// readPartitions notes what a read by partition met: read documents in
+// all, having gone through every owned partition (all) or not, against
+// whole, what one read of the whole lane returns.
+func (pr *partitionReads) readPartitions(all bool, read, whole int) {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	if all && read < whole {
+		pr.byPartition = false
+	}
+}
+
+// start is the partition a read by partition starts at.
+func (pr *partitionReads) start() int {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	return pr.next
+}
+
+// deadlineShare is num/den of the way from now to ctx's deadline.
+func deadlineShare(ctx context.Context, num, den int) (time.Time, bool) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return time.Time{}, false
+	}
+	now := time.Now()
+	return now.Add(deadline.Sub(now) * time.Duration(num) / time.Duration(den)), true
+}
+
+// isTimeout reports whether err is a timeout of the client or the server.
+func isTimeout(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || mongo.IsTimeout(err)
+}
+
+// readByPartition reads the owned partitions' lanes one after the other,
+// from the one after where the last read stopped, until the batch is
+// full (and its read-ahead, from the partition that filled it), or every
+// owned partition has been read.
+func (r *headReader) readByPartition(ctx context.Context) error {
+	owned := ownedList(r.limit.Owned)
+	if owned == nil {
+		for p := range events.Partitions {
+			owned = append(owned, p)
+		}
+	}
+	first := r.s.partitionReads.start()
+	at := 0
+	for at < len(owned) && owned[at] < first {
+		at++
+	}
+	r.byPartition = true
+	last, visited := owned[at%len(owned)], 0
+	soft, hasSoft := deadlineShare(ctx, 1, 2)
+	for visited < len(owned) && !r.full && !r.h.more {
+		if visited > 0 && hasSoft && time.Now().After(soft) {
+			// Half the claim's time is gone: it claims what it found,
+			// and the next claim goes on from here (more).
+			r.h.more = true
+			break
+		}
+		last = owned[(at+visited)%len(owned)]
+		visited++
+		r.partition, r.after, r.pages, r.h.ended = last, nil, 0, false
+		for {
+			next, err := r.page(ctx)
+			if err != nil {
+				return err
+			}
+			if !next {
+				break
+			}
+		}
+		// What it met is parked at once, and the next read starts after
+		// it: a claim that runs out of time on a large lane leaves the
+		// partitions it read lighter for the next, never the same work,
+		// and its own write then matches their lanes without what it
+		// parked.
+		if err := r.h.parking.writePartition(ctx, r.s, last); err != nil && ctx.Err() == nil {
+			r.s.logger.Warn("could not park events the claim read; the next claim reads them again", "partition", last, "error", err)
+		}
+		r.s.partitionReads.readPartition(last)
+	}
+	// The lane ended only if the last partition read did and every other
+	// was read through before it.
+	r.h.ended = r.h.ended && visited == len(owned)
+	r.s.partitionReads.readPartitions(visited == len(owned), r.read+len(r.h.ahead), r.limit.Events+r.aheadMax)
+	return nil
+}

@@ -1,0 +1,122 @@
+package mongo_test
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	driver "go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/mongo"
+)
+
+// stamped is d with its partition stored, as events.Insert writes it.
+func stamped(d bson.D) bson.D {
+	return append(d, bson.E{Key: events.FieldPartition, Value: int32(events.Partition(toRaw(d)))})
+}
+
+func toRaw(d bson.D) bson.Raw {
+	b, err := bson.Marshal(d)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// TestLargeLaneIsReadByPartition: on FerretDB a claim reads a large lane
+// one owned partition at a time. Behind a paused head over every
+// partition it claims its healthy events, parks the paused events of the
+// partitions it read and only those; once the lane is small it reads it
+// whole again. On MongoDB (split) the lane is read as before, and the
+// claims agree.
+func TestLargeLaneIsReadByPartition(t *testing.T) {
+	t.Parallel()
+	eachClaimStrategy(t, func(t *testing.T, s *mongo.Store, coll *driver.Collection) {
+		owned := quarter()
+		var docs []bson.D
+		ownPaused := 0
+		for i := range 600 {
+			id := fmt.Sprintf("bulk%d", i)
+			docs = append(docs, stamped(laneEvent(id, "bulk.import", id, i)))
+			if owned[events.PartitionOf(events.Key("order", id))] {
+				ownPaused++
+			}
+		}
+		healthy := ownedAggregates("h", owned, 10)
+		want := make([]string, len(healthy))
+		for i, a := range healthy {
+			docs = append(docs, stamped(laneEvent("ok-"+a, "order.created", a, 5000+i)))
+			want[i] = "ok-" + a
+		}
+		insert(t, coll, docs...)
+		pause(t, s, "bulk.import")
+		limit := events.ClaimLimit{Events: 10, Ordered: true, FailedHolds: true, Owned: owned}
+		got := claimLane(t, s, "t1", limit)
+		slices.Sort(want)
+		slices.Sort(got)
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("first claim behind the paused head (-want +got):\n%s", diff)
+		}
+		for i := range 3 {
+			if got := claimLane(t, s, fmt.Sprint("t", i+2), limit); len(got) != 0 {
+				t.Errorf("claim %d took %v, want nothing (all paused)", i+2, got)
+			}
+		}
+		if diff := cmp.Diff(map[string]int{events.ParkedPaused: ownPaused}, parkedFor(t, coll)); diff != "" {
+			t.Errorf("parked (-want +got):\n%s", diff)
+		}
+		if mongo.ReadsByPartition(s) {
+			t.Errorf("the claims still read by partition once their lane held nothing")
+		}
+	})
+}
+
+// TestEventsOutsideEveryPartitionAreClaimed: an event written without a
+// partition, beside events written with one, is claimed in its
+// aggregate's order, first; an event whose stored partition is not a
+// lane's is failed, not left NEW for good.
+func TestEventsOutsideEveryPartitionAreClaimed(t *testing.T) {
+	t.Parallel()
+	eachClaimStrategy(t, func(t *testing.T, s *mongo.Store, coll *driver.Collection) {
+		var docs []bson.D
+		for i := range 200 {
+			id := fmt.Sprintf("s%d", i)
+			docs = append(docs, stamped(laneEvent(id, "order.created", id, 100+i)))
+		}
+		docs = append(docs,
+			laneEvent("x1", "order.created", "x", 0), // no partition
+			stamped(laneEvent("x2", "order.paid", "x", 1)),
+			append(laneEvent("far", "order.created", "far", 2), bson.E{Key: events.FieldPartition, Value: int32(99)}),
+		)
+		insert(t, coll, docs...)
+		var claimed []string
+		for i := range 40 {
+			got := claimLane(t, s, fmt.Sprint("t", i), events.ClaimLimit{Events: 10, Ordered: true, FailedHolds: true})
+			if len(got) == 0 {
+				break
+			}
+			claimed = append(claimed, got...)
+		}
+		if len(claimed) != 202 {
+			t.Errorf("claimed %d events, want 202", len(claimed))
+		}
+		x1, x2 := -1, -1
+		for i, id := range claimed {
+			switch id {
+			case "x1":
+				x1 = i
+			case "x2":
+				x2 = i
+			}
+		}
+		if x1 < 0 || x2 < 0 || x1 > x2 {
+			t.Errorf("x1 claimed at %d, x2 at %d; want both, x1 first", x1, x2)
+		}
+		if e := get(t, coll, "far"); e.Status != events.StatusFailed {
+			t.Errorf("far, stored in partition 99: %s, want FAILED", e.Status)
+		}
+	})
+}
