@@ -1,0 +1,62 @@
+package ownership
+
+// Giving partitions back: to balance the replicas, while the broker is not
+// ready, and on a clean stop (Release).
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// release gives partitions back by inserting their next term, expired as
+// it is written. The write lock keeps claims out until the partitions are
+// no longer this replica's. A release that loses means the partition was
+// already taken.
+func (m *Manager) release(ctx context.Context, ps []int, serverNow time.Time) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	terms := make([]Term, 0, len(ps))
+	for _, p := range ps {
+		if h, ok := m.owned[p]; ok {
+			terms = append(terms, Term{Partition: p, Term: h.term + 1, Owner: m.cfg.WorkerID, ExpiresAt: serverNow, Released: true})
+			m.sawHeld(m.claimsUntil(h, m.cfg.Local()))
+			delete(m.owned, p)
+		}
+	}
+	if len(terms) == 0 {
+		return nil
+	}
+	// Claims wait on the lock (Hold): the insert gets a deadline, a third
+	// of a term. A release that gives up is safe, only slower to hand the
+	// partitions over.
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.TermLength/3)
+	defer cancel()
+	if _, err := m.table.Insert(ctx, terms); err != nil {
+		// Not claimed in any more either way; the terms expire.
+		return fmt.Errorf("give back %d partitions: %w", len(terms), err)
+	}
+	m.cfg.Logger.Info("partitions given back to balance the replicas", "partitions", len(terms))
+	return nil
+}
+
+// Release gives back every partition this replica holds and removes its
+// heartbeat, so that the others take its share at once rather than after
+// its terms run out: for a clean stop, after the last claim and with the
+// ticks stopped.
+func (m *Manager) Release(ctx context.Context) error {
+	if ps := m.Owned(); len(ps) > 0 {
+		if err := m.release(ctx, ps, m.cfg.Now()); err != nil {
+			return err
+		}
+	}
+	if m.beatAt.IsZero() {
+		return nil // no heartbeat written: nothing to remove
+	}
+	if err := m.table.Prune(ctx, nil, []string{m.cfg.WorkerID}); err != nil {
+		return fmt.Errorf("remove heartbeat: %w", err)
+	}
+	m.beatAt, m.led, m.quiet = time.Time{}, false, 0
+	m.cfg.Metrics.PartitionsOwned.Set(0)
+	return nil
+}
