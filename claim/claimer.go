@@ -179,6 +179,10 @@ func (c *Claimer) runOnce(ctx context.Context) (more bool, err error) {
 		return false, nil
 	default:
 	}
+	// The events of a claim that failed go back to NEW whether or not
+	// the broker is ready: releasing them needs only the database, and
+	// left PROCESSING they would wait for recovery and lose an attempt.
+	c.abandoned.retry(ctx, c.store, c.now(), c.logger)
 	if err := c.pub.Ready(); err != nil {
 		c.paused.log(c.logger, err)
 		c.metrics.ClaimRuns.WithLabelValues(metrics.ClaimPaused).Inc()
@@ -186,7 +190,6 @@ func (c *Claimer) runOnce(ctx context.Context) (more bool, err error) {
 	}
 	c.paused.resume(c.logger)
 	lease := events.Lease{WorkerID: c.cfg.WorkerID, Token: newToken()}
-	c.abandoned.retry(ctx, c.store, c.now(), c.logger)
 	start := time.Now()
 	res, wrote, err := c.claim(ctx, &lease)
 	claimTook := time.Since(start)
