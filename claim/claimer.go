@@ -230,7 +230,7 @@ func (c *Claimer) runOnce(ctx context.Context) (more bool, err error) {
 	}
 	c.noteRejected(res.Rejected)
 	claimed, full := res.Claimed, res.More
-	c.metrics.ClaimBatchLimit.Set(float64(c.batch.succeeded(len(claimed) + len(res.Rejected))))
+	c.metrics.ClaimBatchLimit.Set(float64(c.batch.succeeded(len(claimed)+len(res.Rejected), !full)))
 	if len(claimed) == 0 {
 		c.metrics.ClaimRuns.WithLabelValues(metrics.ClaimIdle).Inc()
 		return full, nil
