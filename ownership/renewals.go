@@ -90,6 +90,12 @@ func (m *Manager) renewSince(ctx context.Context, before int64) error {
 	if m.cfg.Synced != nil && !m.cfg.Synced() {
 		return ErrClockUnsynced
 	}
+	// The renewal lock is held across the insert: without a deadline, a
+	// connection that stopped answering would hold the renewals job and
+	// the rounds behind it for good. A third of a term is when the next
+	// renewal falls due anyway.
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.TermLength/3)
+	defer cancel()
 	return m.renewHeld(ctx, m.now())
 }
 
