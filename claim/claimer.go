@@ -55,6 +55,13 @@ type Owner interface {
 	// Renew renews the partitions held, for a write that needs more time
 	// than Hold has left. Not called while a Hold is in progress.
 	Renew(ctx context.Context) error
+	// Wrote reports how a claim's write in partitions ended, before the
+	// Hold it ran under is done: an error that is not the fence's leaves
+	// the write in doubt (the server may still apply it), and the owner
+	// does not give those partitions away while it may land; an
+	// *events.FencedError, from the write or the read, names partitions
+	// another worker holds under a later tenure, which the owner drops.
+	Wrote(partitions []int, err error)
 }
 
 // Claimer claims, publishes and marks batches of events on a schedule.
@@ -336,6 +343,9 @@ func (c *Claimer) claim(ctx context.Context, lease *events.Lease) (res events.Cl
 		}
 		renewedBeside = rerr == nil
 	}
+	if errors.Is(err, events.ErrFenced) && c.cfg.Owner != nil {
+		c.cfg.Owner.Wrote(nil, err) // the read's raise of a fence was refused
+	}
 	if err != nil || len(docs) == 0 {
 		return events.ClaimResult{More: more}, time.Time{}, err
 	}
@@ -355,6 +365,11 @@ func (c *Claimer) claim(ctx context.Context, lease *events.Lease) (res events.Cl
 	c.writes.observe(len(docs), time.Since(start))
 	if err != nil {
 		c.abandoned.add(*lease, orderingKeys(docs), c.now())
+		if c.cfg.Owner != nil {
+			// Before the hold ends: a write in doubt keeps its partitions
+			// from being given away until it can no longer land.
+			c.cfg.Owner.Wrote(docPartitions(docs), err)
+		}
 	}
 	res.More = more
 	return res, wrote, err

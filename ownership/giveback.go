@@ -60,3 +60,47 @@ func (m *Manager) Release(ctx context.Context) error {
 	m.cfg.Metrics.PartitionsOwned.Set(0)
 	return nil
 }
+
+// dropFenced forgets the partitions whose claims the database's fence
+// refused (Wrote) and returns the terms that give them back: numbered at
+// the fence's tenure where it is above the term held, so that the next
+// owner's term, whoever takes it, is numbered above the fence. After the
+// owners collection was dropped, terms restart at 1 below the fences, and
+// a holder renewing them had every claim refused for good. The fence
+// refused every write of the tenure held, so no claim write of it can
+// land: the partitions are free at once. Call with mu held.
+func (m *Manager) dropFenced(serverNow time.Time) []Term {
+	var terms []Term
+	now := m.cfg.Local()
+	for p, h := range m.owned {
+		f := m.fenceOf(p)
+		if f <= h.since {
+			continue
+		}
+		m.sawHeld(m.claimsUntil(h, now))
+		delete(m.owned, p)
+		terms = append(terms, Term{Partition: p, Term: max(h.term+1, f), Owner: m.cfg.WorkerID, ExpiresAt: serverNow, Released: true})
+	}
+	return terms
+}
+
+// giveBackFenced inserts the terms dropFenced returned, and records those
+// won in latest, where the round's takes find them free.
+func (m *Manager) giveBackFenced(ctx context.Context, terms []Term, latest map[int]Term) error {
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.TermLength/3)
+	defer cancel()
+	won, err := m.table.Insert(ctx, terms)
+	if err != nil {
+		return fmt.Errorf("give back %d partitions the database's fence refused: %w", len(terms), err)
+	}
+	ps := make([]int, 0, len(terms))
+	for i, t := range terms {
+		if won[i] {
+			latest[t.Partition] = t
+		}
+		ps = append(ps, t.Partition)
+	}
+	m.cfg.Logger.Warn("partitions dropped: the database's fence refused their claims; their next term is numbered above the fence",
+		"partitions", ps)
+	return nil
+}

@@ -128,6 +128,9 @@ type Manager struct {
 	// every is the schedule's tick.
 	every time.Duration
 
+	// notes is what the claims reported (Wrote, reports.go).
+	notes notes
+
 	// health is what /readyz, /status and the sampler learn from the
 	// rounds: when this replica last held a partition, when a round last
 	// saw a leader, and the last round's error (health.go).

@@ -125,6 +125,7 @@ func (m *Manager) round(ctx context.Context) error {
 
 	m.mu.Lock()
 	m.dropLost(latest)
+	fenced := m.dropFenced(serverNow)
 	live := Live(me, latest, members, serverNow, m.cfg.TermLength, m.cfg.Margin)
 	share := Share(live)
 	excess := m.excess(share)
@@ -136,11 +137,16 @@ func (m *Manager) round(ctx context.Context) error {
 			return err
 		}
 	}
+	if len(fenced) > 0 {
+		if err := m.giveBackFenced(ctx, fenced, latest); err != nil {
+			return err
+		}
+	}
 	took, err := m.take(ctx, latest, share, at)
 	if err != nil {
 		return err
 	}
-	if len(excess) == 0 && took == 0 && live == m.live && !anyFree(latest, serverNow, m.cfg.Margin) {
+	if len(excess)+len(fenced) == 0 && took == 0 && live == m.live && !anyFree(latest, serverNow, m.cfg.Margin) {
 		m.quiet = min(quiet+1, quietShiftMax)
 	}
 	m.live = live
@@ -227,7 +233,9 @@ func (m *Manager) rest() bool {
 
 // take inserts the next term of free partitions, up to share, starting at
 // a point of the ring that depends on the worker id so that replicas
-// starting together mostly try different partitions.
+// starting together mostly try different partitions. The next term of a
+// partition whose fence refused this replica is numbered above the fence
+// (see Wrote).
 func (m *Manager) take(ctx context.Context, latest map[int]Term, share int, at instant) (int, error) {
 	serverNow := at.server
 	m.mu.RLock()
@@ -244,7 +252,7 @@ func (m *Manager) take(ctx context.Context, latest map[int]Term, share int, at i
 			if !isFree(t, ok, serverNow, m.cfg.Margin) {
 				continue
 			}
-			terms = append(terms, Term{Partition: p, Term: t.Term + 1, Owner: m.cfg.WorkerID, ExpiresAt: serverNow.Add(m.cfg.TermLength)})
+			terms = append(terms, Term{Partition: p, Term: max(t.Term, m.fenceOf(p)) + 1, Owner: m.cfg.WorkerID, ExpiresAt: serverNow.Add(m.cfg.TermLength)})
 			if len(terms) == need {
 				break
 			}

@@ -43,7 +43,8 @@ func (m *Manager) now() instant {
 
 // Hold returns the tenure of each partition this replica may claim in now
 // (Partitions entries, 0 where it may not): the term its unbroken
-// ownership began with, which renewals keep. It also returns how long it
+// ownership began with, which renewals keep. A partition whose claim the
+// database's fence refused (Wrote) is not returned. It also returns how long it
 // may claim in all of them, and a function to call once the claim's writes
 // are done: no partition is given away in between. A partition whose
 // deadline is less than Margin away is not returned. A partition whose
@@ -53,10 +54,12 @@ func (m *Manager) Hold() (terms []int64, validFor time.Duration, done func()) {
 	now := m.cfg.Local()
 	terms = make([]int64, events.Partitions)
 	validFor = -1
+	m.notes.mu.Lock()
+	defer m.notes.mu.Unlock()
 	for p, h := range m.owned {
 		left := h.deadline.Sub(now) - m.cfg.Margin
-		if left <= 0 {
-			continue
+		if left <= 0 || m.notes.fences[p] > h.since {
+			continue // ran out, or the database's fence holds a later tenure
 		}
 		terms[p] = h.since
 		if validFor < 0 || left < validFor {
