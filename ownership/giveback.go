@@ -13,16 +13,36 @@ import (
 // it is written. The write lock keeps claims out until the partitions are
 // no longer this replica's. A release that loses means the partition was
 // already taken.
+//
+// A partition in which a claim write of this replica may still land (it
+// ended without an answer less than a Margin ago, see Wrote) is given
+// back for later: its released term expires doubtMargins Margins after
+// the release, and the others take it a Margin before that (isFree), two
+// Margins after the release by their clocks: one for the tail of the
+// write, one for the two replicas' clock errors. Freed at once, a new
+// owner could read two events of an aggregate NEW, the late write take
+// the first, and the new owner claim and publish the second ahead of it.
 func (m *Manager) release(ctx context.Context, ps []int, serverNow time.Time) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	terms := make([]Term, 0, len(ps))
+	var later []int
+	now := m.cfg.Local()
 	for _, p := range ps {
 		if h, ok := m.owned[p]; ok {
-			terms = append(terms, Term{Partition: p, Term: h.term + 1, Owner: m.cfg.WorkerID, ExpiresAt: serverNow, Released: true})
-			m.sawHeld(m.claimsUntil(h, m.cfg.Local()))
+			m.sawHeld(m.claimsUntil(h, now))
 			delete(m.owned, p)
+			expires := serverNow
+			if m.inDoubt(p, now) {
+				expires = serverNow.Add(doubtMargins * m.cfg.Margin)
+				later = append(later, p)
+			}
+			terms = append(terms, Term{Partition: p, Term: h.term + 1, Owner: m.cfg.WorkerID, ExpiresAt: expires, Released: true})
 		}
+	}
+	if len(later) > 0 {
+		m.cfg.Logger.Warn("partitions given back for later: a claim write in them may still land; they are free two margins after the give-back",
+			"partitions", later, "margin", m.cfg.Margin.String())
 	}
 	if len(terms) == 0 {
 		return nil
@@ -60,6 +80,10 @@ func (m *Manager) Release(ctx context.Context) error {
 	m.cfg.Metrics.PartitionsOwned.Set(0)
 	return nil
 }
+
+// doubtMargins is how many Margins past the give-back a released term
+// with a claim write in doubt expires (see release).
+const doubtMargins = 3
 
 // dropFenced forgets the partitions whose claims the database's fence
 // refused (Wrote) and returns the terms that give them back: numbered at

@@ -1,10 +1,69 @@
 package ownership
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/outboxrelay/outbox/events"
 )
+
+// A give-back does not free a partition while a claim write of its owner
+// may still land: a claim's write in partition 7 ended without an answer
+// (a timeout: the server may still apply it), and a gives everything back
+// at once. The partitions with no write in doubt are free at once; 7 two
+// margins later (the write's tail, and the two clocks' errors): a new
+// owner that read 7's events as NEW while a's late write took the first of
+// an aggregate would otherwise claim and publish the second ahead of it.
+func TestGiveBackWaitsForAWriteInDoubt(t *testing.T) {
+	t.Parallel()
+	table, clock, a := startAlone(t)
+	b := newManager(t, table, clock, "b")
+	_, _, done := a.Hold()
+	a.Wrote([]int{7}, context.DeadlineExceeded)
+	done()
+	if err := a.Release(t.Context()); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if n := len(holding(a)); n != 0 {
+		t.Errorf("a after Release holds %d, want 0", n)
+	}
+	tick(t, b)
+	if got := holding(b); got[7] || len(got) != events.Partitions-1 {
+		t.Errorf("b at once after a's give-back holds 7: %t, %d partitions; want not 7, every other one", got[7], len(got))
+	}
+	clock.Advance(2*a.cfg.Margin - time.Millisecond)
+	tick(t, b)
+	if holding(b)[7] {
+		t.Error("b holds 7 less than two margins after a's give-back with a write in doubt")
+	}
+	clock.Advance(2 * time.Millisecond)
+	tick(t, b)
+	if !holding(b)[7] {
+		t.Error("b does not hold 7 two margins after a's give-back")
+	}
+}
+
+// The doubt lasts a margin from the write's end (the tail of a write the
+// server carries on with, as the time fence allows for it): a give-back
+// after that frees the partition at once again.
+func TestWriteInDoubtLastsAMargin(t *testing.T) {
+	t.Parallel()
+	table, clock, a := startAlone(t)
+	b := newManager(t, table, clock, "b")
+	_, _, done := a.Hold()
+	a.Wrote([]int{7}, context.DeadlineExceeded)
+	a.Wrote([]int{8}, nil) // a write that answered has landed
+	done()
+	clock.Advance(a.cfg.Margin + time.Millisecond)
+	if err := a.Release(t.Context()); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	tick(t, b)
+	if n := len(holding(b)); n != events.Partitions {
+		t.Errorf("b after a's give-back a margin past the write holds %d, want all %d", n, events.Partitions)
+	}
+}
 
 // A claim the database's fence refused drops its partition at once, and
 // the next term of it is numbered above the fence: after a dropped owners

@@ -1,12 +1,14 @@
 package ownership
 
-// What the claims report to the ownership: a claim the database's fence
-// refused (its partition is dropped, and its next term numbered above the
-// fence).
+// What the claims report to the ownership: a claim write that may still
+// land (its partitions are not given back while it may), and a claim the
+// database's fence refused (its partition is dropped, and its next term
+// numbered above the fence).
 
 import (
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/outboxrelay/outbox/events"
 )
@@ -16,14 +18,21 @@ import (
 // in progress.
 type notes struct {
 	mu sync.Mutex
+	// doubt holds, per partition, the local instant until which a claim
+	// write of this replica that ended without an answer may still land.
+	doubt map[int]time.Time
 	// fences holds, per partition, the highest tenure the database's
 	// fence refused this replica's claims under a later one of: the next
 	// term of it is numbered above.
 	fences map[int]int64
 }
 
-// Wrote is told how a claim's write in partitions ended (claim.Owner). An
-// *events.FencedError, from a claim's write or its
+// Wrote is told how a claim's write in partitions ended (claim.Owner). A
+// write that failed for any reason but the fence may still be applied by
+// the server after its client gave up on it (a timeout, a broken
+// connection): for a Margin from now, the tail of a write that the time
+// fence allows for too, a give-back of those partitions does not free
+// them (see release). An *events.FencedError, from a claim's write or its
 // read, names partitions another worker holds under a later tenure: Hold
 // stops returning them at once, the next round drops them, gives them
 // back under a term numbered at the fence's tenure, and every term this
@@ -44,6 +53,25 @@ func (m *Manager) Wrote(partitions []int, err error) {
 		}
 		return
 	}
+	if errors.Is(err, events.ErrFenced) {
+		return // nothing of it was written; without the tenures there is nothing to number above
+	}
+	until := m.cfg.Local().Add(m.cfg.Margin)
+	if m.notes.doubt == nil {
+		m.notes.doubt = map[int]time.Time{}
+	}
+	for _, p := range partitions {
+		if until.After(m.notes.doubt[p]) {
+			m.notes.doubt[p] = until
+		}
+	}
+}
+
+// inDoubt reports whether a claim write in partition p may still land.
+func (m *Manager) inDoubt(p int, now time.Time) bool {
+	m.notes.mu.Lock()
+	defer m.notes.mu.Unlock()
+	return now.Before(m.notes.doubt[p])
 }
 
 // fenceOf returns the tenure the database's fence refused this replica
