@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/service"
 )
 
 // A give-back does not free a partition while a claim write of its owner
@@ -88,5 +89,59 @@ func TestFencedPartitionIsTakenAboveTheFence(t *testing.T) {
 	}
 	if terms[8] != 1 {
 		t.Errorf("a's tenure of 8 = %d, want 1: only the refused partition changes hands", terms[8])
+	}
+}
+
+// A jump of the database clock's offset larger than a margin counts as
+// losing every partition for a term: b's clock jumps ahead by four margins
+// (a failover to a node whose clock is ahead) while a, paused, still
+// claims under its own monotonic deadline. b sees a's terms end early; it
+// must not take them while a's Hold still hands them out.
+func TestClockJumpTakesNothingForATerm(t *testing.T) {
+	t.Parallel()
+	table, clock, a := startAlone(t)
+	margin := a.cfg.Margin
+	var jump time.Duration
+	b, err := New(table, Config{WorkerID: "b", TermLength: term, Archetype: service.Archetype{
+		Now: func() time.Time { return clock.Now().Add(jump) }, Local: clock.Now, Logger: a.cfg.Logger}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tick(t, b) // b runs, and owns nothing: a holds every partition
+	clock.Advance(term - 5*margin/2)
+	_, valid, done := a.Hold()
+	done()
+	if valid <= 0 {
+		t.Fatal("a's Hold hands nothing out: the test does not test the case")
+	}
+	jump = 4 * margin
+	b.ClockJumped(small(margin))
+	b.ClockJumped(jump)
+	tick(t, b)
+	if n := checkDisjoint(t, a, b); len(holding(b)) != 0 {
+		t.Errorf("b after its clock jumped by %s holds %d partitions (%d held once), want none for a term", jump, len(holding(b)), n)
+	}
+	// A term after the jump, a's terms have run out by every clock: b takes.
+	clock.Advance(term)
+	tick(t, b)
+	if n := len(holding(b)); n != events.Partitions {
+		t.Errorf("b a term after the jump holds %d, want all %d", n, events.Partitions)
+	}
+}
+
+// small is a jump within the margin, which the fence's margins cover.
+func small(margin time.Duration) time.Duration { return margin / 2 }
+
+// A jump within the margin costs nothing.
+func TestSmallClockJumpKeepsThePartitions(t *testing.T) {
+	t.Parallel()
+	_, _, a := startAlone(t)
+	a.ClockJumped(-small(a.cfg.Margin))
+	if n := len(holding(a)); n != events.Partitions {
+		t.Errorf("a after a jump within the margin holds %d, want all %d", n, events.Partitions)
+	}
+	a.ClockJumped(-2 * a.cfg.Margin)
+	if n := len(holding(a)); n != 0 {
+		t.Errorf("a after a jump of two margins back holds %d, want none", n)
 	}
 }

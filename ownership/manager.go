@@ -128,7 +128,8 @@ type Manager struct {
 	// every is the schedule's tick.
 	every time.Duration
 
-	// notes is what the claims reported (Wrote, reports.go).
+	// notes is what the claims (Wrote) and the server clock
+	// (ClockJumped) reported (reports.go).
 	notes notes
 
 	// health is what /readyz, /status and the sampler learn from the

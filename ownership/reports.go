@@ -1,9 +1,10 @@
 package ownership
 
-// What the claims report to the ownership: a claim write that may still
-// land (its partitions are not given back while it may), and a claim the
-// database's fence refused (its partition is dropped, and its next term
-// numbered above the fence).
+// What the claims and the server clock report to the ownership: a claim
+// write that may still land (its partitions are not given back while it
+// may), a claim the database's fence refused (its partition is dropped,
+// and its next term numbered above the fence), and a jump of the server
+// clock's offset (every partition is lost for a term).
 
 import (
 	"errors"
@@ -13,7 +14,7 @@ import (
 	"github.com/outboxrelay/outbox/events"
 )
 
-// notes is what Wrote learned. Its lock is taken inside
+// notes is what Wrote and ClockJumped learned. Its lock is taken inside
 // mu, never the other way round: Wrote is called while a claim's Hold is
 // in progress.
 type notes struct {
@@ -25,6 +26,9 @@ type notes struct {
 	// fence refused this replica's claims under a later one of: the next
 	// term of it is numbered above.
 	fences map[int]int64
+	// jumpedUntil is the local instant until which this replica takes no
+	// partition, after a jump of the server clock's offset.
+	jumpedUntil time.Time
 }
 
 // Wrote is told how a claim's write in partitions ended (claim.Owner). A
@@ -80,4 +84,40 @@ func (m *Manager) fenceOf(p int) int64 {
 	m.notes.mu.Lock()
 	defer m.notes.mu.Unlock()
 	return m.notes.fences[p]
+}
+
+// ClockJumped is told the difference between the server's time a new
+// measurement of the server clock found and the time the last one had
+// predicted for that moment (mongo.Clock's OnJump). Within the Margin the
+// fence's margins cover it. A larger jump counts as losing every
+// partition: the terms this replica holds and the others' it sees were
+// timed against a server time that moved, so others may see its terms end
+// early (a jump ahead on their side) or it may see theirs end early. It
+// stops claiming at once and takes no partition for a term, by which time
+// a term written before the jump has ended by every clock.
+func (m *Manager) ClockJumped(jump time.Duration) {
+	if jump <= m.cfg.Margin && jump >= -m.cfg.Margin {
+		return
+	}
+	m.mu.Lock()
+	now := m.cfg.Local()
+	lost := len(m.owned)
+	for p, h := range m.owned {
+		m.sawHeld(m.claimsUntil(h, now))
+		delete(m.owned, p)
+	}
+	m.mu.Unlock()
+	m.notes.mu.Lock()
+	m.notes.jumpedUntil = now.Add(m.cfg.TermLength)
+	m.notes.mu.Unlock()
+	m.cfg.Logger.Warn("the database clock's offset jumped by more than the margin; claiming stops in every partition and none is taken for a term",
+		"jump", jump.String(), "margin", m.cfg.Margin.String(), "partitions", lost)
+}
+
+// jumped reports whether a jump of the server clock keeps this replica
+// from taking partitions now.
+func (m *Manager) jumped(now time.Time) bool {
+	m.notes.mu.Lock()
+	defer m.notes.mu.Unlock()
+	return now.Before(m.notes.jumpedUntil)
 }

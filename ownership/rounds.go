@@ -235,9 +235,13 @@ func (m *Manager) rest() bool {
 // a point of the ring that depends on the worker id so that replicas
 // starting together mostly try different partitions. The next term of a
 // partition whose fence refused this replica is numbered above the fence
-// (see Wrote).
+// (see Wrote). For a term after a jump of the server clock it takes
+// nothing (see ClockJumped).
 func (m *Manager) take(ctx context.Context, latest map[int]Term, share int, at instant) (int, error) {
 	serverNow := at.server
+	if m.jumped(m.cfg.Local()) {
+		return 0, nil
+	}
 	m.mu.RLock()
 	need := share - len(m.owned)
 	var terms []Term
