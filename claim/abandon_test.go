@@ -14,6 +14,7 @@ import (
 	"github.com/outboxrelay/outbox/internal/fakeclock"
 	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/mongo"
+	"github.com/outboxrelay/outbox/mongo/mongotest"
 	"github.com/outboxrelay/outbox/service"
 )
 
@@ -159,4 +160,54 @@ func TestAbandonedReleaseOutlastsTheStaleThreshold(t *testing.T) {
 	if len(a.pending) != 0 {
 		t.Errorf("lease kept %d thresholds after its claim", abandonForgetAfter)
 	}
+}
+
+// A claim whose write timed out and landed later is released while the
+// broker is not ready too: the run used to return before the release, and
+// recovery then freed the events a stale threshold later and charged them
+// an attempt.
+func TestFailedClaimIsReleasedWhileTheBrokerIsDown(t *testing.T) {
+	t.Parallel()
+	real := mongotest.Store(t)
+	store := &lateWriteStore{Store: real, land: make(chan func(), 1)}
+	coll := real.Collection()
+	clock := fakeclock.New(time.Now())
+	pub := &switchPublisher{}
+	c, _ := newClaimer(t, store, pub, Config{BatchSize: 10, Archetype: service.Archetype{Now: clock.Now}, StaleAfter: time.Minute})
+	insertEvents(t, coll, 10, "order.created")
+
+	if _, err := c.runOnce(t.Context()); !isTimeout(err) {
+		t.Fatalf("runOnce: %v, want the write's timeout", err)
+	}
+	(<-store.land)() // the server applies the claim after the first release
+	if n := inStatus(t, coll, events.StatusProcessing); n != 10 {
+		t.Fatalf("%d events PROCESSING after the late write, want 10", n)
+	}
+	pub.down.Store(true)
+	clock.Advance(abandonSettle)
+	runOnce(t, c) // paused: nothing to publish to
+	for id, d := range allEvents(t, coll) {
+		if d.Status != events.StatusNew || d.Attempts != 0 || d.ClaimToken != "" {
+			t.Errorf("event %s with the broker down: %s, attempts %d, token %q; want NEW with its attempt refunded", id, d.Status, d.Attempts, d.ClaimToken)
+		}
+	}
+}
+
+// switchPublisher is a broker that is down while down is set; it fails
+// every publish.
+type switchPublisher struct{ down atomic.Bool }
+
+func (p *switchPublisher) Ready() error {
+	if p.down.Load() {
+		return events.ErrUnavailable
+	}
+	return nil
+}
+
+func (p *switchPublisher) Publish(_ context.Context, msgs []events.Message) []error {
+	errs := make([]error, len(msgs))
+	for i := range errs {
+		errs[i] = events.ErrUnavailable
+	}
+	return errs
 }

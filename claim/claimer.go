@@ -55,6 +55,13 @@ type Owner interface {
 	// Renew renews the partitions held, for a write that needs more time
 	// than Hold has left. Not called while a Hold is in progress.
 	Renew(ctx context.Context) error
+	// Wrote reports how a claim's write in partitions ended, before the
+	// Hold it ran under is done: an error that is not the fence's leaves
+	// the write in doubt (the server may still apply it), and the owner
+	// does not give those partitions away while it may land; an
+	// *events.FencedError, from the write or the read, names partitions
+	// another worker holds under a later tenure, which the owner drops.
+	Wrote(partitions []int, err error)
 }
 
 // Claimer claims, publishes and marks batches of events on a schedule.
@@ -179,6 +186,10 @@ func (c *Claimer) runOnce(ctx context.Context) (more bool, err error) {
 		return false, nil
 	default:
 	}
+	// The events of a claim that failed go back to NEW whether or not
+	// the broker is ready: releasing them needs only the database, and
+	// left PROCESSING they would wait for recovery and lose an attempt.
+	c.abandoned.retry(ctx, c.store, c.now(), c.logger)
 	if err := c.pub.Ready(); err != nil {
 		c.paused.log(c.logger, err)
 		c.metrics.ClaimRuns.WithLabelValues(metrics.ClaimPaused).Inc()
@@ -186,7 +197,6 @@ func (c *Claimer) runOnce(ctx context.Context) (more bool, err error) {
 	}
 	c.paused.resume(c.logger)
 	lease := events.Lease{WorkerID: c.cfg.WorkerID, Token: newToken()}
-	c.abandoned.retry(ctx, c.store, c.now(), c.logger)
 	start := time.Now()
 	res, wrote, err := c.claim(ctx, &lease)
 	claimTook := time.Since(start)
@@ -227,7 +237,7 @@ func (c *Claimer) runOnce(ctx context.Context) (more bool, err error) {
 	}
 	c.noteRejected(res.Rejected)
 	claimed, full := res.Claimed, res.More
-	c.metrics.ClaimBatchLimit.Set(float64(c.batch.succeeded(len(claimed) + len(res.Rejected))))
+	c.metrics.ClaimBatchLimit.Set(float64(c.batch.succeeded(len(claimed)+len(res.Rejected), !full)))
 	if len(claimed) == 0 {
 		c.metrics.ClaimRuns.WithLabelValues(metrics.ClaimIdle).Inc()
 		return full, nil
@@ -333,6 +343,9 @@ func (c *Claimer) claim(ctx context.Context, lease *events.Lease) (res events.Cl
 		}
 		renewedBeside = rerr == nil
 	}
+	if errors.Is(err, events.ErrFenced) && c.cfg.Owner != nil {
+		c.cfg.Owner.Wrote(nil, err) // the read's raise of a fence was refused
+	}
 	if err != nil || len(docs) == 0 {
 		return events.ClaimResult{More: more}, time.Time{}, err
 	}
@@ -352,6 +365,11 @@ func (c *Claimer) claim(ctx context.Context, lease *events.Lease) (res events.Cl
 	c.writes.observe(len(docs), time.Since(start))
 	if err != nil {
 		c.abandoned.add(*lease, orderingKeys(docs), c.now())
+		if c.cfg.Owner != nil {
+			// Before the hold ends: a write in doubt keeps its partitions
+			// from being given away until it can no longer land.
+			c.cfg.Owner.Wrote(docPartitions(docs), err)
+		}
 	}
 	res.More = more
 	return res, wrote, err

@@ -2,6 +2,7 @@ package claim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -29,7 +30,7 @@ type fencedStore struct {
 func (s *fencedStore) ReadClaimable(_ context.Context, _ time.Time, limit events.ClaimLimit) ([]bson.Raw, bool, error) {
 	s.reads = append(s.reads, slices.Clone(limit.Tenures))
 	if s.readFenced {
-		return nil, false, fmt.Errorf("partitions [3]: %w", events.ErrFenced)
+		return nil, false, &events.FencedError{Fences: map[int]int64{3: 9}}
 	}
 	doc, err := bson.Marshal(bson.D{{Key: "_id", Value: "e-1"}, {Key: "type", Value: "t"}, {Key: "payload", Value: bson.D{}},
 		{Key: "status", Value: "NEW"}, {Key: "createdAt", Value: time.Now()}})
@@ -41,7 +42,7 @@ func (s *fencedStore) ReadClaimable(_ context.Context, _ time.Time, limit events
 
 func (s *fencedStore) ClaimRead(_ context.Context, _ events.Lease, _ []bson.Raw, limit events.ClaimLimit) (events.ClaimResult, error) {
 	s.writes = append(s.writes, slices.Clone(limit.Tenures))
-	return events.ClaimResult{}, fmt.Errorf("claim 1 events: partitions [3]: %w", events.ErrFenced)
+	return events.ClaimResult{}, fmt.Errorf("claim 1 events: %w", &events.FencedError{Fences: map[int]int64{3: 9}})
 }
 
 func (s *fencedStore) Abandon(_ context.Context, lease events.Lease) (int, error) {
@@ -89,6 +90,17 @@ func TestClaimFencedByTheDatabase(t *testing.T) {
 			}
 			if len(store.writes) != tc.wantWrites || len(store.abandoned) != tc.wantAbandoned {
 				t.Errorf("writes %d, leases abandoned %d; want %d and %d", len(store.writes), len(store.abandoned), tc.wantWrites, tc.wantAbandoned)
+			}
+			// The ownership is told, so that it drops partition 3 and
+			// takes it again above the fence.
+			var told *events.FencedError
+			for _, w := range owner.wrote {
+				if f := (*events.FencedError)(nil); errors.As(w.err, &f) {
+					told = f
+				}
+			}
+			if told == nil || told.Fences[3] != 9 {
+				t.Errorf("the owner was told %v, want the fence's refusal of partition 3 at tenure 9", owner.wrote)
 			}
 			want := make([]int64, events.Partitions)
 			for p := range want {

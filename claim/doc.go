@@ -3,7 +3,10 @@
 // for a retry, or FAILED.
 //
 // A worker claims only in the partitions it owns (Config.Owner, see package
-// ownership), so replicas never race for an event. With ordering on (the
+// ownership), so replicas never race for an event. It tells the owner of
+// a claim write that failed (Owner.Wrote): one that may still land keeps
+// its partitions from being given away meanwhile, and one the database's
+// fence refused drops its partition. With ordering on (the
 // default) the claim leaves out every aggregate that is held (an event of
 // it in flight, backing off, or FAILED), and a batch is published in
 // rounds, the r-th event of every aggregate in round r, so that no event

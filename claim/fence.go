@@ -171,6 +171,19 @@ func orderingKeys(docs []bson.Raw) []string {
 	return keys
 }
 
+// docPartitions returns the partitions of docs, each once.
+func docPartitions(docs []bson.Raw) []int {
+	var seen [events.Partitions]bool
+	var ps []int
+	for _, d := range docs {
+		if p := events.Partition(d); p < events.Partitions && !seen[p] {
+			seen[p] = true
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}
+
 // keepOwned keeps the documents of the partitions owned marks, in their
 // order. A partition is all or nothing, and with it every ordering key in
 // it, so what is kept of a key is still a prefix of its events.

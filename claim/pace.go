@@ -12,8 +12,8 @@ import (
 // batchLimit sizes claims by what the database has shown it can take:
 // additive increase, multiplicative decrease, as TCP sizes its window. A
 // claim or an outcome write that times out halves the next claim, down
-// to one event; each claim that succeeds at the limit grows it back by a
-// step. A database slow because it is overloaded serves smaller batches
+// to one event; each claim that succeeds at the limit, or finds all there
+// was, grows it back by a step. A database slow because it is overloaded serves smaller batches
 // faster; one slow because each round trip is long is served best by the
 // full batch, which the limit grows back to while nothing times out.
 type batchLimit struct {
@@ -48,12 +48,15 @@ func (b *batchLimit) timedOut() int {
 }
 
 // succeeded grows the limit by a step after a claim that took as many
-// events as it allowed; a claim that found fewer says nothing about a
-// larger one.
-func (b *batchLimit) succeeded(took int) int {
+// events as it allowed, or that found all there was to take (quiet): in a
+// quiet outbox the limit drifts back to the batch size over the ticks,
+// instead of staying below it, and Slow with it, until a backlog came. A
+// claim that took fewer and stopped at another bound (its bytes) says
+// nothing about a larger one.
+func (b *batchLimit) succeeded(took int, quiet bool) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if took >= b.cur {
+	if took >= b.cur || quiet {
 		b.cur = min(b.max, b.cur+b.step)
 	}
 	return b.cur

@@ -14,6 +14,7 @@ import (
 
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/fakeclock"
+	"github.com/outboxrelay/outbox/mongo/mongotest"
 	"github.com/outboxrelay/outbox/service"
 )
 
@@ -27,14 +28,17 @@ func TestBatchLimitHalvesOnTimeoutAndRegrowsBySteps(t *testing.T) {
 	if want := []int{250, 125, 62, 31}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("limits after 4 timeouts = %v, want %v", got, want)
 	}
-	if n := b.succeeded(10); n != 31 {
-		t.Errorf("limit after a claim that took 10 of 31 = %d, want 31: a short claim says nothing of a larger one", n)
+	if n := b.succeeded(10, false); n != 31 {
+		t.Errorf("limit after a claim that took 10 of 31 and stopped at a bound = %d, want 31: a short claim says nothing of a larger one", n)
 	}
-	if n := b.succeeded(31); n != 31+500/batchRegrowClaims {
+	if n := b.succeeded(31, false); n != 31+500/batchRegrowClaims {
 		t.Errorf("limit after a full claim = %d, want one step more, %d", n, 31+500/batchRegrowClaims)
 	}
+	if n := b.succeeded(0, true); n != 31+2*(500/batchRegrowClaims) {
+		t.Errorf("limit after a claim that found all there was = %d, want one step more, %d", n, 31+2*(500/batchRegrowClaims))
+	}
 	for range batchRegrowClaims + 1 {
-		b.succeeded(b.get())
+		b.succeeded(b.get(), false)
 	}
 	if n := b.get(); n != 500 {
 		t.Errorf("limit after %d full claims = %d, want back at the batch size 500 and no more", batchRegrowClaims+1, n)
@@ -435,4 +439,38 @@ func TestUnwrittenRefusalsAreCounted(t *testing.T) {
 	if got := testutil.ToFloat64(m.Unwritable); got != 1 {
 		t.Errorf("claim_refusals_unwritten_total = %v, want 1", got)
 	}
+}
+
+// After one timeout, a quiet outbox brings the batch limit back to the
+// batch size over its ticks: claims that find everything there was take
+// fewer events than the limit, and the limit grew only after a full one,
+// so Slow() stayed true and recovery, the sampler and retention kept
+// backing off for as long as the outbox stayed quiet.
+func TestBatchLimitDriftsBackOverQuietTicks(t *testing.T) {
+	t.Parallel()
+	store := mongotest.Store(t)
+	insertEvents(t, store.Collection(), 3, "order.created")
+	c, m := newClaimer(t, store, confirmAll{}, Config{BatchSize: 40})
+	c.shrink("claim", context.DeadlineExceeded)
+	if !c.Slow() {
+		t.Fatal("Slow() = false after a timeout: the test does not test the case")
+	}
+	for range 2 * batchRegrowClaims {
+		runOnce(t, c)
+	}
+	if c.Slow() || c.BatchLimit() != 40 {
+		t.Errorf("after %d quiet ticks: Slow() = %t, batch limit %d; want false, back at 40", 2*batchRegrowClaims, c.Slow(), c.BatchLimit())
+	}
+	if got := testutil.ToFloat64(m.ClaimBatchLimit); got != 40 {
+		t.Errorf("claim_batch_limit = %v, want 40", got)
+	}
+}
+
+// confirmAll is a broker that confirms every publish.
+type confirmAll struct{}
+
+func (confirmAll) Ready() error { return nil }
+
+func (confirmAll) Publish(_ context.Context, msgs []events.Message) []error {
+	return make([]error, len(msgs))
 }

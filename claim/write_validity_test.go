@@ -24,6 +24,7 @@ type scriptedOwner struct {
 	answers []ownerAnswer
 	calls   int
 	renews  int
+	wrote   []wrote
 }
 
 type ownerAnswer struct {
@@ -45,6 +46,16 @@ func (o *scriptedOwner) Hold() ([]int64, time.Duration, func()) {
 func (o *scriptedOwner) Renew(context.Context) error {
 	o.renews++
 	return nil
+}
+
+// Wrote records what the claims reported.
+func (o *scriptedOwner) Wrote(partitions []int, err error) {
+	o.wrote = append(o.wrote, wrote{partitions: partitions, err: err})
+}
+
+type wrote struct {
+	partitions []int
+	err        error
 }
 
 func allTerms(term int64) func(int) int64 { return func(int) int64 { return term } }

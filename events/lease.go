@@ -2,6 +2,8 @@ package events
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -89,6 +91,27 @@ type ClaimLimit struct {
 // ClaimLimit.Tenures): nothing of the refused write was committed. The
 // claimer treats it as a partition lost, not as a failure.
 var ErrFenced = errors.New("the database's fence refused the claim: another worker holds the partition under a later tenure")
+
+// FencedError is ErrFenced with what the fence said: the tenure each
+// refused partition's fence holds. The claimer hands it to the ownership,
+// which drops those partitions and numbers its next term of each above
+// the fence (a dropped owners collection restarts the terms below it).
+type FencedError struct {
+	// Fences maps each refused partition to its fence's tenure.
+	Fences map[int]int64
+}
+
+func (e *FencedError) Error() string {
+	ps := make([]int, 0, len(e.Fences))
+	for p := range e.Fences {
+		ps = append(ps, p)
+	}
+	slices.Sort(ps)
+	return fmt.Sprintf("partitions %v: %s", ps, ErrFenced)
+}
+
+// Is makes a FencedError match ErrFenced.
+func (e *FencedError) Is(target error) bool { return target == ErrFenced }
 
 // Held is the rule of ordered claiming: an ordering key is held while one
 // of its events is PROCESSING, NEW with a retryAt still to come (backing

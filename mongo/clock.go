@@ -57,6 +57,10 @@ type Clock struct {
 	failures                        int       // in a row, while never synced
 
 	job *schedule.Job // measures again every ClockSyncDefault (clockRetry until synced)
+
+	// onJump are told the jump of every measurement but the first (see
+	// OnJump).
+	onJump []func(jump time.Duration)
 }
 
 // NewClock returns a Clock that reads the time of client's server. Until
@@ -164,9 +168,33 @@ func (c *Clock) sample(ctx context.Context) clockSample {
 	return clockSample{server: hello.LocalTime, local: sent.Add(rtt / 2), wall: sentWall.Add(rtt / 2), rtt: rtt}
 }
 
-// keep makes s the clock's measurement.
+// OnJump registers f to be told, at every measurement after the first,
+// how far the server's time it found is from the time the measurement
+// before predicted for that moment (the old server time plus the
+// monotonic time since): a jump of the offset, after a failover to a node
+// whose clock differs or a step of the server's clock, and otherwise the
+// two measurements' small errors. f runs before Now moves to the new
+// measurement, so that what it stops (claims in partitions, recovery) is
+// stopped before a decision rests on the new time. Call it before Start.
+func (c *Clock) OnJump(f func(jump time.Duration)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.onJump = append(c.onJump, f)
+}
+
+// keep makes s the clock's measurement, first telling OnJump's listeners
+// how far it moved the server's time.
 func (c *Clock) keep(s clockSample) {
 	server, local, wall, best := s.server, s.local, s.wall, s.rtt
+	c.mu.Lock()
+	measured, listeners := c.synced, c.onJump
+	jump := server.Sub(c.syncServer.Add(local.Sub(c.syncLocal)))
+	c.mu.Unlock()
+	if measured {
+		for _, f := range listeners {
+			f(jump)
+		}
+	}
 	c.mu.Lock()
 	offset := server.Sub(wall)
 	changed := !c.synced || absDuration(offset-c.syncServer.Sub(c.syncWall)) > time.Second

@@ -2,6 +2,7 @@ package mongo_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -104,5 +105,35 @@ func TestClockUnsyncedUntilTheFirstSync(t *testing.T) {
 	}
 	if !clock.Synced() {
 		t.Error("not Synced after a Sync")
+	}
+}
+
+// A measurement tells OnJump how far the server's time moved from what the
+// last one predicted: about nothing while the clocks keep their rates, and
+// the jump when the time found moves (here the local monotonic clock,
+// which the prediction runs on, loses 10 s: the server's time seems 10 s
+// ahead, as after a failover to a node whose clock is ahead). The first
+// measurement predicts nothing and tells nothing.
+func TestClockReportsAJumpOfTheOffset(t *testing.T) {
+	t.Parallel()
+	var skew atomic.Int64
+	clock := mongo.NewClock(testenv.Client(t), nil)
+	mongo.SetLocalClock(clock, func() time.Time { return time.Now().Add(time.Duration(skew.Load())) })
+	var jumps []time.Duration
+	clock.OnJump(func(d time.Duration) { jumps = append(jumps, d) })
+	for range 2 {
+		if err := clock.Sync(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(jumps) != 1 || jumps[0] < -time.Second || jumps[0] > time.Second {
+		t.Fatalf("jumps after two measurements = %v, want one of about 0", jumps)
+	}
+	skew.Store(int64(-10 * time.Second))
+	if err := clock.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if len(jumps) != 2 || jumps[1] < 9*time.Second || jumps[1] > 11*time.Second {
+		t.Errorf("jumps after the local clock lost 10 s = %v, want a second one of about +10s", jumps)
 	}
 }

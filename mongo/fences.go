@@ -171,9 +171,9 @@ func (f *fences) plan(tenures []int64, owned []bool) (raise, refused []int) {
 
 // note records what the fences of ps answered: cur holds each one's tenure
 // as read after a write that did not match them all (nil: they all
-// matched). It returns the partitions whose fence is past tenures: held
-// by a later owner.
-func (f *fences) note(ps []int, tenures []int64, cur map[int]int64) (refused []int) {
+// matched). It returns the partitions whose fence is past tenures, held
+// by a later owner, each with its fence's tenure.
+func (f *fences) note(ps []int, tenures []int64, cur map[int]int64) (refused map[int]int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, p := range ps {
@@ -183,7 +183,10 @@ func (f *fences) note(ps []int, tenures []int64, cur map[int]int64) (refused []i
 			f.raised[p] = max(f.raised[p], tenures[p])
 		case ok && t > tenures[p]:
 			f.refused[p] = tenures[p]
-			refused = append(refused, p)
+			if refused == nil {
+				refused = map[int]int64{}
+			}
+			refused[p] = t
 		}
 	}
 	return refused
@@ -231,9 +234,10 @@ func (s *Store) refusal(ctx context.Context, ps []int, tenures []int64) error {
 		return err
 	}
 	if refused := s.fences.note(ps, tenures, cur); len(refused) > 0 {
+		err := &events.FencedError{Fences: refused}
 		s.logger.Warn("the database's fence refused a claim: another worker holds these partitions under a later tenure",
-			"partitions", refused)
-		return fmt.Errorf("partitions %v: %w", refused, events.ErrFenced)
+			"error", err)
+		return err
 	}
 	if len(cur) < len(ps) {
 		if _, err := s.ensureFences(ctx); err != nil {

@@ -51,19 +51,21 @@ func TestFencePlan(t *testing.T) {
 }
 
 // What the fences answered is recorded: a fence at the tenure is raised, a
-// fence past it refuses that tenure, a missing one neither.
+// fence past it refuses that tenure (and is returned with the fence's
+// tenure, for the ownership to number its next term above), a missing one
+// neither.
 func TestFenceNote(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name        string
 		cur         map[int]int64
-		wantRefused []int
+		wantRefused map[int]int64
 		wantRaised  map[int]int64
 		wantRefuse  map[int]int64
 	}{
 		{name: "all matched", cur: nil, wantRaised: map[int]int64{1: 4, 2: 4}},
 		{name: "one held by a later tenure", cur: map[int]int64{1: 4, 2: 9},
-			wantRefused: []int{2}, wantRaised: map[int]int64{1: 4}, wantRefuse: map[int]int64{2: 4}},
+			wantRefused: map[int]int64{2: 9}, wantRaised: map[int]int64{1: 4}, wantRefuse: map[int]int64{2: 4}},
 		{name: "one missing", cur: map[int]int64{1: 4}, wantRaised: map[int]int64{1: 4}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -128,6 +128,12 @@ func TestFenceRaiseOnFerretDB(t *testing.T) {
 	if !errors.Is(err, events.ErrFenced) {
 		t.Fatalf("a read under passed tenure 3 = %v, want ErrFenced", err)
 	}
+	// It says the fence's tenure, which the ownership numbers its next
+	// term above.
+	var fenced *events.FencedError
+	if !errors.As(err, &fenced) || fenced.Fences[p] != 8 {
+		t.Errorf("a read under passed tenure 3 = %v, want a FencedError naming partition %d's fence at 8", err, p)
+	}
 	if tenure, _ := fenceOf(t, a, p); tenure != 8 {
 		t.Errorf("fence after a refused raise = tenure %d, want 8", tenure)
 	}

@@ -22,9 +22,13 @@
 // partition a further Margin before the deadline. Another replica takes
 // the partition only Margin after the term's expiresAt, or at once if the
 // owner gave it back (the owner stopped claiming before it wrote that
-// term). The server's time is mongo.Clock's, which runs on the monotonic
+// term), unless a claim write of the owner in it ended without an answer
+// less than a Margin before: then two Margins after the give-back, so that
+// the write cannot land after the new owner's first read (Wrote). The server's time is mongo.Clock's, which runs on the monotonic
 // clock between measurements, and no partition is taken before the first
-// measurement (Config.Synced). Of the three margins between the owner's
+// measurement (Config.Synced). A measurement that finds the server's time
+// more than a Margin from what the last one predicted (ClockJumped) counts
+// as losing every partition for a term. Of the three margins between the owner's
 // last claim and a takeover, two cover the two replicas' clock
 // uncertainty and one the end of a write the server carries on with
 // after the claimer gave up on it.
@@ -41,5 +45,13 @@
 // its own insert and check read, never for a round's read, heartbeat or
 // takes, which through a slow database could outlast the rest of a term.
 // A round renews first too, when due, and a claim whose write needs more
-// time than its validity renews through Renew; the three are serialized.
+// time than its validity renews through Renew; the three are serialized,
+// and each has a deadline.
+//
+// Where the deployment has transactions, the database's fence may refuse
+// a claim of this replica (another holds the partition under a later
+// tenure, or the owners collection was dropped and the terms restarted
+// below the fences): the claimer reports it (Wrote), and the partition is
+// dropped and given back under a term numbered at the fence's tenure, so
+// that its next owner's tenure passes the fence.
 package ownership

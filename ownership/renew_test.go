@@ -228,3 +228,27 @@ func TestRenewBehindARenewalRenewsNothingMore(t *testing.T) {
 		t.Errorf("a Renew with no renewal before it sent %d inserts, want 1", n)
 	}
 }
+
+// A claim's Renew on a database that never answers gives up: it holds the
+// renewal lock, and the renewals job and the rounds would wait on it for
+// good.
+func TestRenewGivesUpOnAStalledDatabase(t *testing.T) {
+	t.Parallel()
+	table, clock, a := startAlone(t)
+	m, err := New(stallingTable{table}, Config{WorkerID: "a", TermLength: 3 * time.Second,
+		Archetype: service.Archetype{Now: clock.Now, Local: clock.Now, Logger: a.cfg.Logger}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.owned = a.owned
+	done := make(chan error, 1)
+	go func() { done <- m.Renew(t.Context()) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Renew on a stalled database: %v, want a deadline", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Renew still waiting on a stalled database after 30 s")
+	}
+}

@@ -115,11 +115,13 @@ func anyFree(latest map[int]Term, serverNow time.Time, margin time.Duration) boo
 }
 
 // isFree reports whether a partition whose latest term is t (ok: it has
-// one) may be taken at serverNow: it has no term, its owner gave it back,
-// or its term ended more than margin ago. A partition given back is free at
-// once: its owner stopped claiming in it before it wrote the release, under
-// the lock that waits for its claims, so no clock is involved; the margin
-// covers only an owner that may still believe its term runs.
+// one) may be taken at serverNow: it has no term, its term ended more than
+// margin ago, or its owner gave it back and the release's expiresAt is
+// less than margin away. A release expires as it is written, so it is free
+// at once, whatever the two clocks' small errors: its owner stopped
+// claiming in it before it wrote the release, under the lock that waits
+// for its claims. A release with a claim write in doubt expires later (see
+// Manager.release), and is free a margin before that.
 func isFree(t Term, ok bool, serverNow time.Time, margin time.Duration) bool {
-	return !ok || t.Released || serverNow.After(t.ExpiresAt.Add(margin))
+	return !ok || serverNow.After(t.ExpiresAt.Add(margin)) || (t.Released && !serverNow.Add(margin).Before(t.ExpiresAt))
 }

@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/outboxrelay/outbox/events"
@@ -70,11 +71,22 @@ type Config struct {
 	// so it yields for no longer than a claim may stand. Defaults to nil:
 	// never yields.
 	Yield func() bool
+	// Margin is the largest jump of the database clock's offset recovery
+	// goes on through (see ClockJumped): a claim stops publishing a
+	// twentieth of StaleAfter before recovery may take it back, so a jump
+	// within that cannot make recovery take back a claim still being
+	// published. The worker passes the ownership's margin, which is the
+	// same. Defaults to StaleAfter / MarginDivisorDefault.
+	Margin time.Duration
 }
+
+// MarginDivisorDefault makes Margin default to StaleAfter divided by it.
+const MarginDivisorDefault = 20
 
 func (c *Config) setDefaults() {
 	c.Schedule = cmp.Or(c.Schedule, ScheduleDefault)
 	c.StaleAfter = cmp.Or(c.StaleAfter, StaleAfterDefault)
+	c.Margin = cmp.Or(c.Margin, c.StaleAfter/MarginDivisorDefault)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, events.MaxAttemptsDefault)
 	c.Archetype = c.Archetype.WithDefaults()
 }
@@ -83,6 +95,7 @@ func (c *Config) setDefaults() {
 func (c Config) Validate() error {
 	return rule.First("recovery",
 		rule.Above("StaleAfter", c.StaleAfter, 0),
+		rule.Above("Margin", c.Margin, 0),
 		rule.AtLeast("MaxAttempts", c.MaxAttempts, 1),
 		schedule.Rule("Schedule", c.Schedule),
 	)
@@ -93,6 +106,27 @@ type Recoverer struct {
 	cfg   Config
 	store Store
 	job   *schedule.Job
+	// jumpedUntil is the local instant (unix nanoseconds) until which
+	// runs are left out after a jump of the database clock (ClockJumped).
+	jumpedUntil atomic.Int64
+}
+
+// ClockJumped is told how far a new measurement of the database clock
+// moved the server's time from what the last one predicted
+// (mongo.Clock's OnJump). A jump larger than Margin, either way, leaves
+// the runs out for StaleAfter: the processingAt of the claims written
+// before it was read on a server time that moved, and a jump ahead would
+// make healthy claims look stale, to be taken back while their workers
+// still publish them (duplicates). By StaleAfter after the jump every
+// such claim has been published or released by its worker, or is stale
+// by any clock.
+func (r *Recoverer) ClockJumped(jump time.Duration) {
+	if jump <= r.cfg.Margin && jump >= -r.cfg.Margin {
+		return
+	}
+	r.jumpedUntil.Store(r.cfg.Local().Add(r.cfg.StaleAfter).UnixNano())
+	r.cfg.Logger.Warn("the database clock's offset jumped by more than the margin; recovery leaves its runs out for the stale threshold",
+		"jump", jump.String(), "margin", r.cfg.Margin.String(), "stale_after", r.cfg.StaleAfter.String())
 }
 
 // New returns a Recoverer; Start runs it.
@@ -125,6 +159,10 @@ func (r *Recoverer) LastRun() time.Time { return r.job.LastRun() }
 func (r *Recoverer) Trigger() { r.job.Trigger() }
 
 func (r *Recoverer) runOnce(ctx context.Context) (bool, error) {
+	if r.cfg.Local().UnixNano() < r.jumpedUntil.Load() {
+		r.cfg.Metrics.RunsLeftOut.WithLabelValues("recovery").Inc()
+		return false, nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, runTimeout)
 	defer cancel()
 	now := r.cfg.Now().UTC()

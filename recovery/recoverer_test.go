@@ -15,6 +15,7 @@ import (
 	driver "go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/fakeclock"
 	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/metrics"
 	"github.com/outboxrelay/outbox/metrics/metricstest"
@@ -237,4 +238,44 @@ type countingStore struct{ runs atomic.Int32 }
 func (s *countingStore) RecoverStale(context.Context, time.Time, time.Time, int) (int, int, error) {
 	s.runs.Add(1)
 	return 0, 0, nil
+}
+
+// A jump of the database clock's offset larger than the margin leaves
+// recovery's runs out for the stale threshold: a claim 50 s old, healthy
+// at a 60 s threshold, looks 70 s old once this replica's view of the
+// server's time jumps 20 s ahead (a failover to a node whose clock is
+// ahead), and taking it back would publish it twice. A jump within the
+// margin leaves the runs as they are; after the threshold they run again.
+func TestClockJumpLeavesRunsOut(t *testing.T) {
+	t.Parallel()
+	store := mongotest.Store(t)
+	local := fakeclock.New(clock)
+	var jump time.Duration
+	m := metrics.New(nil)
+	r, err := New(store, Config{StaleAfter: time.Minute, Archetype: service.Archetype{Logger: discard, Metrics: m,
+		Now: func() time.Time { return clock.Add(jump) }, Local: local.Now}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mongotest.Insert(t, store.Collection(), processing("healthy", clock.Add(-50*time.Second), 1))
+	r.ClockJumped(r.cfg.Margin) // within the margin: nothing changes
+	jump = 20 * time.Second
+	r.ClockJumped(jump)
+	if _, err := r.runOnce(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := mongotest.Statuses(t, store.Collection())["healthy"]; got != events.StatusProcessing {
+		t.Errorf("a healthy claim after the clock jumped 20 s ahead: %s, want PROCESSING", got)
+	}
+	if got := testutil.ToFloat64(m.RunsLeftOut.WithLabelValues("recovery")); got != 1 {
+		t.Errorf("runs left out = %v, want 1", got)
+	}
+	local.Advance(time.Minute)
+	jump += time.Minute
+	if _, err := r.runOnce(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := mongotest.Statuses(t, store.Collection())["healthy"]; got != events.StatusNew {
+		t.Errorf("the claim, stale by any clock a threshold after the jump: %s, want NEW", got)
+	}
 }

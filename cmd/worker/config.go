@@ -6,16 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/url"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
-
-	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
-	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/outboxrelay/outbox/broker"
 	"github.com/outboxrelay/outbox/claim"
@@ -27,7 +22,6 @@ import (
 	"github.com/outboxrelay/outbox/ops"
 	"github.com/outboxrelay/outbox/recovery"
 	"github.com/outboxrelay/outbox/retention"
-	"github.com/outboxrelay/outbox/schedule"
 )
 
 // Config is every setting of the worker. Each comes from a flag, else from
@@ -180,19 +174,7 @@ func settings() []setting {
 			usage: "largest message body; a larger event becomes FAILED", parse: func(c *Config, v string) error {
 				return parseIntBetween(&c.MaxMessageBytes, v, 1, claim.MaxBodyBytesMax)
 			}},
-		{env: "OUTBOX_MESSAGE_FORMAT", flag: "message-format", def: events.FormatPlain,
-			usage: "plain: the message contract; cloudevents-binary: plus the CloudEvents attributes as headers (OUTBOX_CLOUDEVENTS_PREFIX); cloudevents-structured: the application/cloudevents+json envelope as the body",
-			parse: func(c *Config, v string) error {
-				return oneOf(&c.MessageFormat, v, events.FormatPlain, events.FormatCloudEventsBinary, events.FormatCloudEventsStructured)
-			}},
-		{env: "OUTBOX_CLOUDEVENTS_SOURCE", flag: "cloudevents-source", def: "",
-			usage: "CloudEvents source attribute of every message in a CloudEvents format, a URI-reference; unset: /outbox/<database>/<collection>",
-			parse: parseCloudEventsSource},
-		{env: "OUTBOX_CLOUDEVENTS_PREFIX", flag: "cloudevents-prefix", def: events.PrefixAMQP,
-			usage: "prefix of the attribute headers in cloudevents-binary: cloudEvents_ (AMQP binding; the Java SDK's Spring AMQP), cloudEvents: (AMQP binding 1.0.2; sdk-go) or ce- (Knative's RabbitMQ broker and source)",
-			parse: func(c *Config, v string) error {
-				return oneOf(&c.CloudEventsPrefix, v, events.PrefixAMQP, events.PrefixAMQPColon, events.PrefixKnative)
-			}},
+	}, formatSettings(), []setting{
 		{env: "OUTBOX_RETENTION", flag: "retention", def: retention.RetentionDefault.String(),
 			usage: "how long PUBLISHED events are kept; 0 keeps them", parse: parseRetention},
 		{env: "OUTBOX_HTTP_ADDR", flag: "http-addr", def: ":8080",
@@ -215,20 +197,7 @@ func settings() []setting {
 			usage: "wait: later events of an aggregate wait behind a FAILED one until it is requeued or skipped; continue: they flow", parse: func(c *Config, v string) error {
 				return oneOf(&c.OrderingAfterFailed, v, claim.AfterFailedWait, claim.AfterFailedContinue)
 			}},
-	}, consoleSettings(), []setting{
-		{env: "OUTBOX_TRACE_PARENT", flag: "trace-parent", def: claim.TraceParentLink,
-			usage: "with tracing on (OTEL_TRACES_EXPORTER=otlp): link makes each publish span link to the producer's span stored with the event, in a trace of the relay's; child makes it that span's child too",
-			parse: func(c *Config, v string) error {
-				return oneOf(&c.TraceParent, v, claim.TraceParentLink, claim.TraceParentChild)
-			}},
-		{env: "OUTBOX_TRACE_MESSAGE", flag: "trace-message", def: claim.TraceMessageProducer,
-			usage: "with tracing on: producer keeps the producer's stored trace context on each message; publish puts the publish span's in its place",
-			parse: func(c *Config, v string) error {
-				return oneOf(&c.TraceMessage, v, claim.TraceMessageProducer, claim.TraceMessagePublish)
-			}},
-		{env: "OUTBOX_TRACE_MONGO", flag: "trace-mongo", def: "false",
-			usage: "with tracing on, also trace every database command (a client span each, without the command's documents)",
-			parse: func(c *Config, v string) error { return parseBool(&c.TraceMongo, v) }},
+	}, consoleSettings(), traceSettings(), []setting{
 		{env: "OUTBOX_SETUP", flag: "setup", def: setupAuto,
 			usage: "what run does about a collection or index it needs and does not find: auto creates it (as worker setup does); check creates nothing and stops naming what is missing, for a role that may not create indexes (docs/upgrading.md)",
 			parse: func(c *Config, v string) error { return oneOf(&c.Setup, v, setupAuto, setupCheck) }},
@@ -407,18 +376,6 @@ func staleMargin(publishTimeout time.Duration) time.Duration {
 	return min(max(publishTimeout/3, 2*time.Second), 10*time.Second)
 }
 
-func parseCloudEventsSource(c *Config, v string) error {
-	if v == "" {
-		c.CloudEventsSource = "" // derived by validate
-		return nil
-	}
-	if err := events.CheckCloudEventsSource(v); err != nil {
-		return err
-	}
-	c.CloudEventsSource = v
-	return nil
-}
-
 func parseBatchBytes(c *Config, v string) error {
 	c.BatchBytesAuto = v == "auto"
 	if c.BatchBytesAuto {
@@ -459,92 +416,6 @@ func parseAMQPURL(c *Config, v string) error {
 	return nil
 }
 
-func nonEmpty(dst *string, v string) error {
-	if v == "" {
-		return errors.New("must not be empty")
-	}
-	*dst = v
-	return nil
-}
-
-func oneOf(dst *string, v string, allowed ...string) error {
-	for _, a := range allowed {
-		if v == a {
-			*dst = v
-			return nil
-		}
-	}
-	return fmt.Errorf("want one of %s", strings.Join(allowed, ", "))
-}
-
-func parseBool(dst *bool, v string) error {
-	b, err := strconv.ParseBool(v)
-	if err != nil {
-		return errors.New("want true or false")
-	}
-	*dst = b
-	return nil
-}
-
-func parseInt(dst *int, v string) error {
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		return errors.New("want a whole number")
-	}
-	*dst = n
-	return nil
-}
-
-func parseIntBetween(dst *int, v string, lo, hi int) error {
-	var n int
-	if err := parseInt(&n, v); err != nil {
-		return err
-	}
-	if n < lo || n > hi {
-		return fmt.Errorf("want %d to %d", lo, hi)
-	}
-	*dst = n
-	return nil
-}
-
-func parseDuration(dst *time.Duration, v string) error {
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		return errors.New("want a duration such as 30s, 5m or 168h")
-	}
-	*dst = d
-	return nil
-}
-
-// parseDurationAtLeast is parseDuration with a least value.
-func parseDurationAtLeast(dst *time.Duration, v string, least time.Duration) error {
-	var d time.Duration
-	if err := parseDuration(&d, v); err != nil {
-		return err
-	}
-	if d < least {
-		return fmt.Errorf("want at least %s", least)
-	}
-	*dst = d
-	return nil
-}
-
-func parseSchedule(dst *string, v string) error {
-	if _, err := schedule.Parse(v); err != nil {
-		return errors.New("want a cron schedule: five fields such as */2 * * * *, or @every 1s")
-	}
-	*dst = v
-	return nil
-}
-
-func parseAddr(dst *string, v string) error {
-	if _, _, err := net.SplitHostPort(v); err != nil {
-		return errors.New("want host:port or :port")
-	}
-	*dst = v
-	return nil
-}
-
 // parseHTTPToken accepts no token (only loopback clients may trigger) or
 // one that ops.Server takes.
 func parseHTTPToken(c *Config, v string) error {
@@ -567,45 +438,6 @@ func parsePprofAddr(c *Config, v string) error {
 	}
 	c.PprofAddr = v
 	return nil
-}
-
-func parseMongoURI(dst *string, v string) error {
-	u, err := url.Parse(v)
-	if err != nil || (u.Scheme != "mongodb" && u.Scheme != "mongodb+srv") || u.Host == "" {
-		return errors.New("want mongodb://host:port or mongodb+srv://host")
-	}
-	*dst = v
-	return nil
-}
-
-// parseWriteConcern accepts "majority" or a number of members from 1 to
-// 50. w: 0 is refused: an unacknowledged write would hide whether a claim
-// or a fenced mark took.
-func parseWriteConcern(dst *string, v string) error {
-	if v == "majority" {
-		*dst = v
-		return nil
-	}
-	if n, err := strconv.Atoi(v); err == nil && n >= 1 && n <= 50 {
-		*dst = strconv.Itoa(n)
-		return nil
-	}
-	return errors.New("want majority or a number of members from 1 to 50 (0, unacknowledged, is not allowed)")
-}
-
-// mongoReadConcern is the read concern of OUTBOX_MONGO_READ_CONCERN.
-func (c Config) mongoReadConcern() *readconcern.ReadConcern {
-	return &readconcern.ReadConcern{Level: c.MongoReadConcern}
-}
-
-// mongoWriteConcern is the write concern of OUTBOX_MONGO_WRITE_CONCERN and
-// OUTBOX_MONGO_JOURNAL.
-func (c Config) mongoWriteConcern() *writeconcern.WriteConcern {
-	wc := &writeconcern.WriteConcern{W: c.MongoWriteConcern, Journal: &c.MongoJournal}
-	if n, err := strconv.Atoi(c.MongoWriteConcern); err == nil {
-		wc.W = n
-	}
-	return wc
 }
 
 // redactSetting hides the passwords in a setting's value, which may be a

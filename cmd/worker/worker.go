@@ -159,10 +159,19 @@ func newWorker(cfg Config, logger *slog.Logger, tracer *telemetry.Provider) (*wo
 	recoverer, err := recovery.New(w.store, recovery.Config{
 		Archetype: arch, Yield: w.claimer.Slow,
 		Schedule: cfg.RecoverySchedule, StaleAfter: cfg.StaleAfter, MaxAttempts: cfg.MaxAttempts,
+		Margin: cfg.StaleAfter / 2 / ownership.MarginDivisorDefault,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
+	// A jump of the database clock's offset larger than the margin (a
+	// failover to a node whose clock differs) stops the claims in every
+	// partition for a term, and recovery for the stale threshold, before
+	// the new server time is used.
+	w.clock.OnJump(func(jump time.Duration) {
+		w.owner.ClockJumped(jump)
+		recoverer.ClockJumped(jump)
+	})
 	cleaner, err := retention.New(w.store, retention.Config{Archetype: arch, Yield: w.claimer.Slow, Retention: cfg.Retention})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
