@@ -293,10 +293,15 @@ func (p *parking) writePartition(ctx context.Context, s *Store, partition int) e
 			errs = append(errs, s.park(ctx, reason, partition, ids))
 		}
 	}
+	p.forget(partition)
+	return errors.Join(errs...)
+}
+
+// forget drops what was met in partition, unparked.
+func (p *parking) forget(partition int) {
 	for _, byPartition := range p.park {
 		delete(byPartition, partition)
 	}
-	return errors.Join(errs...)
 }
 
 func (p *parking) addStamp(partition int, id any) {

@@ -174,6 +174,26 @@ func (pr *partitionReads) start() int {
 	return pr.next
 }
 
+// parkPartitions parks what the read met in the partitions it read, in
+// the order it read them, one update each, until two thirds of the
+// read's time are gone; the rest is left to the next claims, which read
+// it again. Reading comes first, so that the events the claim may take
+// go out within its first claims, however much waits ahead of them; each
+// partition parked stays so, so that a claim that runs out of time
+// leaves the lane lighter for the next, never the same work.
+func (r *headReader) parkPartitions(ctx context.Context, read []int) {
+	stop, hasStop := deadlineShare(ctx, 2, 3)
+	for _, p := range read {
+		if hasStop && time.Now().After(stop) {
+			r.h.parking.forget(p)
+			continue
+		}
+		if err := r.h.parking.writePartition(ctx, r.s, p); err != nil && ctx.Err() == nil {
+			r.s.logger.Warn("could not park events the claim read; the next claim reads them again", "partition", p, "error", err)
+		}
+	}
+}
+
 // deadlineShare is num/den of the way from now to ctx's deadline.
 func deadlineShare(ctx context.Context, num, den int) (time.Time, bool) {
 	deadline, ok := ctx.Deadline()
@@ -207,11 +227,12 @@ func (r *headReader) readByPartition(ctx context.Context) error {
 	}
 	r.byPartition = true
 	last, visited := owned[at%len(owned)], 0
-	soft, hasSoft := deadlineShare(ctx, 1, 2)
+	soft, hasSoft := deadlineShare(ctx, 1, 3)
+	var read []int
 	for visited < len(owned) && !r.full && !r.h.more {
 		if visited > 0 && hasSoft && time.Now().After(soft) {
-			// Half the claim's time is gone: it claims what it found,
-			// and the next claim goes on from here (more).
+			// A third of the read's time is gone: it claims what it
+			// found, and the next claim goes on from here (more).
 			r.h.more = true
 			break
 		}
@@ -227,16 +248,10 @@ func (r *headReader) readByPartition(ctx context.Context) error {
 				break
 			}
 		}
-		// What it met is parked at once, and the next read starts after
-		// it: a claim that runs out of time on a large lane leaves the
-		// partitions it read lighter for the next, never the same work,
-		// and its own write then matches their lanes without what it
-		// parked.
-		if err := r.h.parking.writePartition(ctx, r.s, last); err != nil && ctx.Err() == nil {
-			r.s.logger.Warn("could not park events the claim read; the next claim reads them again", "partition", last, "error", err)
-		}
 		r.s.partitionReads.readPartition(last)
+		read = append(read, last)
 	}
+	r.parkPartitions(ctx, read)
 	// The lane ended only if the last partition read did and every other
 	// was read through before it.
 	r.h.ended = r.h.ended && visited == len(owned)
