@@ -139,13 +139,8 @@ func (s *Store) FailedSample(ctx context.Context, limit int) ([]bson.Raw, bool, 
 	return docs, false, nil
 }
 
-// Holder is an event that holds its aggregate: FAILED and not skipped
-// (where FAILED holds), NEW and backing off before a retry, or NEW and of
-// a paused type.
-type Holder struct {
-	Key string   // the ordering key (events.OrderingKey)
-	Doc bson.Raw // the holder, projected
-}
+// Holder is an event that holds its aggregate (events.Holder).
+type Holder = events.Holder
 
 // Holders returns up to limit events that hold their aggregates at now,
 // FAILED ones first, then those backing off, then those of paused types,

@@ -1,0 +1,127 @@
+package console_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/outboxrelay/outbox/console"
+	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/service"
+)
+
+// fakeLists is a console.ListSource of fixed lists, which counts the
+// triggers; ready false answers as before a first read.
+type fakeLists struct {
+	groups  events.FailureGroups
+	holders events.Holders
+	ready   bool
+
+	mu       sync.Mutex
+	triggers int
+}
+
+func (l *fakeLists) LatestGroups() (events.FailureGroups, bool) { return l.groups, l.ready }
+func (l *fakeLists) LatestHolders() (events.Holders, bool)      { return l.holders, l.ready }
+func (l *fakeLists) Trigger() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.triggers++
+}
+
+// setupLists returns a console with its actions on, over a fakeStore,
+// whose failures and held pages come from lists.
+func setupLists(t *testing.T, lists *fakeLists) (*httptest.Server, *fakeStore) {
+	t.Helper()
+	store := newFakeStore(t)
+	c, err := console.New(console.Config{
+		Store: store, Samples: samples{}, Lists: lists, Writer: store, Token: token, FailedHolds: true,
+		Archetype: service.Archetype{Now: func() time.Time { return now }},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(c)
+	t.Cleanup(srv.Close)
+	return srv, store
+}
+
+// TestListsServeTheIncidentPages: where a source keeps the failure
+// groups and the holders (the console's sampler), the failures and held
+// pages show what it last read, say when, and read no event; a holder
+// read while it backed off, whose retry is due since, says so.
+func TestListsServeTheIncidentPages(t *testing.T) {
+	t.Parallel()
+	holder, err := bson.Marshal(bson.D{{Key: "_id", Value: "kept-2"}, {Key: "type", Value: "order.paid"}, {Key: "status", Value: "NEW"},
+		{Key: "aggregateType", Value: "order"}, {Key: "aggregateId", Value: "kept"}, {Key: "retryAt", Value: now.Add(-time.Minute)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lists := &fakeLists{ready: true,
+		groups:  events.FailureGroups{At: now.Add(-10 * time.Second), Read: 7, Groups: []events.FailureGroup{{Reason: "max_attempts", Cause: "kept cause <n>", Count: 7, Example: "kept-1"}}},
+		holders: events.Holders{At: now.Add(-10 * time.Second), List: []events.Holder{{Key: "order/kept", Doc: holder}}},
+	}
+	srv, store := setupLists(t, lists)
+
+	var f console.Failures
+	_, body, _ := request(t, srv, http.MethodGet, "/api/failures", "ana", token, nil, nil)
+	if err := json.Unmarshal([]byte(body), &f); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Groups) != 1 || f.Groups[0].Cause != "kept cause <n>" || f.Read != 7 || !f.At.Equal(lists.groups.At) {
+		t.Errorf("failures = %+v, want the kept groups", f)
+	}
+	var h console.Held
+	_, body, _ = request(t, srv, http.MethodGet, "/api/held", "ana", token, nil, nil)
+	if err := json.Unmarshal([]byte(body), &h); err != nil {
+		t.Fatal(err)
+	}
+	if len(h.Aggregates) != 1 || h.Aggregates[0].Key != "order/kept" || !strings.Contains(h.Aggregates[0].Why, "backed off until") || !h.At.Equal(lists.holders.At) {
+		t.Errorf("held = %+v, want the kept holder, its retry due", h)
+	}
+	for _, page := range []string{"/failures", "/held"} {
+		if _, body, _ := request(t, srv, http.MethodGet, page, "ana", token, nil, nil); !strings.Contains(body, "on a schedule, not at each view") {
+			t.Errorf("%s does not say its list is read on a schedule", page)
+		}
+	}
+	store.mu.Lock()
+	reads := store.groupReads + store.holderReads
+	store.mu.Unlock()
+	if reads != 0 {
+		t.Errorf("the pages read the store %d times, want none: the source keeps the lists", reads)
+	}
+
+	// An action that changed FAILED events has the lists read again.
+	if code, _, _ := request(t, srv, http.MethodPost, "/events/evil-1/skip", "bo", token, url.Values{"reason": {"obsolete"}}, nil); code != http.StatusSeeOther {
+		t.Fatalf("skip = %d, want 303", code)
+	}
+	lists.mu.Lock()
+	defer lists.mu.Unlock()
+	if lists.triggers != 1 {
+		t.Errorf("triggers after a skip = %d, want 1", lists.triggers)
+	}
+}
+
+// TestListsBeforeTheirFirstRead: until the source has read its lists,
+// each view reads them from the store.
+func TestListsBeforeTheirFirstRead(t *testing.T) {
+	t.Parallel()
+	srv, store := setupLists(t, &fakeLists{})
+	for _, page := range []string{"/api/failures", "/api/held"} {
+		if code, body, _ := request(t, srv, http.MethodGet, page, "ana", token, nil, nil); code != http.StatusOK || !strings.Contains(body, "NO_ROUTE") {
+			t.Errorf("%s = %d %s, want the store's events", page, code, body)
+		}
+	}
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	if store.groupReads != 1 || store.holderReads != 1 {
+		t.Errorf("store reads: groups %d, holders %d; want one each", store.groupReads, store.holderReads)
+	}
+}

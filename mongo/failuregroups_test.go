@@ -1,0 +1,61 @@
+package mongo_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/outboxrelay/outbox/events"
+)
+
+// TestFailureGroupsGroupsByStoredCause: the FAILED events, not skipped,
+// grouped by the cause stored on them (stored first where missing),
+// largest group first, each with its newest event; bounded to the newest
+// limit, saying so.
+func TestFailureGroupsGroupsByStoredCause(t *testing.T) {
+	t.Parallel()
+	s, coll := setup(t)
+	newer := ev("c", events.StatusFailed, ago(time.Minute),
+		field(events.FieldLastError, `returned 312 NO_ROUTE for "c"`),
+		field(events.FieldAttemptErrors, bson.A{bson.D{{Key: "at", Value: ago(time.Minute)}, {Key: "reason", Value: "returned"}}}))
+	insert(t, coll,
+		failedWith("a", "returned", `returned 312 NO_ROUTE for "a"`),
+		failedWith("b", "returned", `returned 7 NO_ROUTE for "b"`),
+		newer,
+		failedWith("d", "max_attempts", "gave up after 5 attempts"),
+		failedWith("skipped", "returned", `returned 312 NO_ROUTE for "s"`, field(events.FieldSkippedAt, ago(time.Minute))),
+		ev("n", events.StatusNew, ago(time.Hour), field(events.FieldLastError, "x 1")),
+	)
+	at := time.Now().UTC().Truncate(time.Millisecond)
+	g, err := s.FailureGroups(t.Context(), at, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []events.FailureGroup{
+		{Reason: "returned", Cause: `returned <n> NO_ROUTE for "…"`, Count: 3, Example: "c"},
+		{Reason: "max_attempts", Cause: "gave up after <n> attempts", Count: 1, Example: "d"},
+	}
+	ignoreLatest := func(gs []events.FailureGroup) []events.FailureGroup {
+		out := append([]events.FailureGroup(nil), gs...)
+		for i := range out {
+			out[i].Latest = time.Time{}
+		}
+		return out
+	}
+	if diff := cmp.Diff(want, ignoreLatest(g.Groups)); diff != "" || g.Read != 4 || g.Capped || !g.At.Equal(at) {
+		t.Errorf("groups (-want +got):\n%s\nread %d, capped %v, at %v", diff, g.Read, g.Capped, g.At)
+	}
+	if !has(t, coll, "a", events.FieldFailureCause) {
+		t.Error("the causes were not stored: a group would not choose its events")
+	}
+	// Bounded: the newest 2 of the 4.
+	g, err = s.FailureGroups(t.Context(), at, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Read != 2 || !g.Capped {
+		t.Errorf("bounded to 2: read %d, capped %v; want 2, capped", g.Read, g.Capped)
+	}
+}
