@@ -44,6 +44,7 @@ type fakeStore struct {
 	holders     []mongo.Holder // Holders' answer, when set
 	groupReads  int            // the reads of the failure groups
 	holderReads int            // the reads of the held aggregates' holders
+	chartErr    error          // PublishedPerMinute's error, when set
 }
 
 func (f *fakeStore) Actions(context.Context, int) ([]mongo.Action, error) {
@@ -190,6 +191,9 @@ func (f *fakeStore) Holders(context.Context, time.Time, bool, int) ([]mongo.Hold
 }
 
 func (f *fakeStore) PublishedPerMinute(_ context.Context, since, to time.Time) ([]int64, error) {
+	if f.chartErr != nil {
+		return nil, f.chartErr
+	}
 	counts := make([]int64, int(to.Sub(since)/time.Minute)+1)
 	counts[len(counts)-1] = 42
 	return counts, f.err

@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/outboxrelay/outbox/console"
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/mongo"
 	"github.com/outboxrelay/outbox/service"
 )
 
@@ -123,5 +125,25 @@ func TestListsBeforeTheirFirstRead(t *testing.T) {
 	defer store.mu.Unlock()
 	if store.groupReads != 1 || store.holderReads != 1 {
 		t.Errorf("store reads: groups %d, holders %d; want one each", store.groupReads, store.holderReads)
+	}
+}
+
+// TestPublishChartUnavailable: where the database would read the whole
+// PUBLISHED history for the chart (mongo.ErrNoPublishChart), the
+// overview's chart request answers at once and says why.
+func TestPublishChartUnavailable(t *testing.T) {
+	t.Parallel()
+	srv, store := setup(t)
+	store.chartErr = fmt.Errorf("%w: the outbox holds about 200000 events", mongo.ErrNoPublishChart)
+	code, body, _ := get(t, srv, "/outbox/api/published")
+	var p console.Published
+	if err := json.Unmarshal([]byte(body), &p); err != nil {
+		t.Fatal(err)
+	}
+	if code != http.StatusOK || len(p.PerMinute) != 0 || !strings.Contains(p.Unavailable, "200000 events") {
+		t.Errorf("published = %d %s, want 200 with why there is no chart", code, body)
+	}
+	if _, body, _ := get(t, srv, "/outbox/"); !strings.Contains(body, `id="chart-note"`) {
+		t.Error("the overview has no place to say why there is no chart")
 	}
 }

@@ -142,11 +142,17 @@ func (c *Console) overview(r *http.Request) (any, error) {
 // events, and the overview must not wait for that.
 type Published struct {
 	PerMinute []int64 `json:"publishedPerMinute"`
+	// Unavailable says why there is no chart, where the database would
+	// read the whole PUBLISHED history for it (mongo.ErrNoPublishChart).
+	Unavailable string `json:"unavailable,omitempty"`
 }
 
 func (c *Console) published(r *http.Request) (any, error) {
 	now := c.cfg.Now()
 	counts, err := c.cfg.Store.PublishedPerMinute(r.Context(), now.Add(-59*time.Minute), now)
+	if errors.Is(err, mongo.ErrNoPublishChart) {
+		return Published{PerMinute: []int64{}, Unavailable: err.Error()}, nil
+	}
 	if err != nil {
 		return nil, err
 	}

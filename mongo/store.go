@@ -103,6 +103,10 @@ type Store struct {
 	// ahead is what the last read of the lane kept past its batch, for
 	// the next claims of a drain (ahead.go).
 	ahead readAhead
+	// chartMax and chartSize decide whether FerretDB draws the publish
+	// chart (publishchart.go).
+	chartMax  int64
+	chartSize sizeCache
 }
 
 // New returns a Store on client. It does no I/O: call Prepare before use.
@@ -113,6 +117,7 @@ func New(client *mongo.Client, cfg Config) *Store {
 		coll:         client.Database(cfg.Database).Collection(cfg.Collection),
 		logger:       cfg.Logger,
 		heldWindow:   heldWindow,
+		chartMax:     PublishChartFerretMax,
 		pausedCache:  pausedCache{maxAge: PausedTypesMaxAge},
 		readConcern:  cfg.ReadConcern.Level,
 		writeConcern: cfg.WriteConcern,
