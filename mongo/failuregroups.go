@@ -11,39 +11,56 @@ import (
 	"github.com/outboxrelay/outbox/events"
 )
 
-// FailureGroups stores the cause of the FAILED events not classified yet
-// (ClassifyFailed), then groups the newest limit FAILED events that are
-// not skipped by their stored cause and reason, largest group first, as
-// of now. It is the read the console keeps the failures page from, on a
-// schedule (ops.SamplerConfig.Failures), not at each view: on MongoDB it
-// reads the range of FAILED events it groups, on FerretDB it decodes
-// every FAILED event twice. A cause that cannot be stored (read-only
-// credentials) is computed here instead, and its group says so.
+// FailureGroups groups the newest limit FAILED events that are not
+// skipped by their stored cause and reason, largest group first, as of
+// now, storing first the cause of those that have none yet. It is the
+// read the console keeps the failures page from, on a schedule
+// (ops.SamplerConfig.Failures), not at each view: on MongoDB it reads
+// the range of FAILED events it groups, on FerretDB it decodes every
+// FAILED event once (and once more for each write of new causes). A
+// cause that cannot be stored (read-only credentials) is computed here
+// instead, and its group counts the event as unclassified.
 func (s *Store) FailureGroups(ctx context.Context, now time.Time, limit int) (events.FailureGroups, error) {
-	if _, err := s.ClassifyFailed(ctx, limit); err != nil {
-		if ctx.Err() != nil {
-			return events.FailureGroups{}, err
-		}
-		s.logger.Warn("could not store the causes of FAILED events; they are grouped by the cause computed for them", "error", err)
-	}
 	docs, capped, err := s.FailedSample(ctx, limit)
 	if err != nil {
 		return events.FailureGroups{}, err
 	}
-	return events.FailureGroups{At: now, Groups: GroupFailed(docs), Read: len(docs), Capped: capped}, nil
+	var missing []bson.Raw
+	for _, d := range docs {
+		if _, ok := storedCause(d); !ok {
+			missing = append(missing, d)
+		}
+	}
+	stored := false
+	if len(missing) > 0 {
+		if _, err := s.storeCauses(ctx, missing); err != nil {
+			if ctx.Err() != nil {
+				return events.FailureGroups{}, err
+			}
+			s.logger.Warn("could not store the causes of FAILED events; they are grouped by the cause computed for them", "error", err)
+		} else {
+			stored = true
+		}
+	}
+	return events.FailureGroups{At: now, Groups: groupFailed(docs, stored), Read: len(docs), Capped: capped}, nil
 }
 
 // GroupFailed groups FAILED events (as FailedSample projects them) by
 // their stored cause and reason, largest group first; an event not
 // classified yet is grouped by the cause computed here, and its group
 // counts it as unclassified.
-func GroupFailed(docs []bson.Raw) []events.FailureGroup {
+func GroupFailed(docs []bson.Raw) []events.FailureGroup { return groupFailed(docs, false) }
+
+// groupFailed is GroupFailed; with stored, the causes computed here were
+// just stored, and their events count as classified.
+func groupFailed(docs []bson.Raw, stored bool) []events.FailureGroup {
 	groups := map[failureKey]*events.FailureGroup{}
 	for _, d := range docs {
 		k, classified := storedCause(d)
 		if !classified {
 			lastError, _ := d.Lookup(events.FieldLastError).StringValueOK()
-			k = failureKey{reason: LastAttemptReason(d), cause: events.Cause(lastError)}
+			k = failureKey{reason: LastAttemptReason(d), cause: truncateError(events.Cause(lastError))}
+			classified = stored
 		}
 		at, _ := d.Lookup(events.FieldCreatedAt).TimeOK()
 		g := groups[k]

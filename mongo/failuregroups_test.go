@@ -8,6 +8,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/mongo/mongotest"
 )
 
 // TestFailureGroupsGroupsByStoredCause: the FAILED events, not skipped,
@@ -57,5 +58,45 @@ func TestFailureGroupsGroupsByStoredCause(t *testing.T) {
 	}
 	if g.Read != 2 || !g.Capped {
 		t.Errorf("bounded to 2: read %d, capped %v; want 2, capped", g.Read, g.Capped)
+	}
+}
+
+// TestFailureGroupsReadsOnceWhenNothingIsNew: the groups are one read of
+// the FAILED events; the causes of new failures are stored from that
+// read, with one write per cause, and a read with nothing new writes
+// nothing.
+func TestFailureGroupsReadsOnceWhenNothingIsNew(t *testing.T) {
+	t.Parallel()
+	s, rec := mongotest.RecordingStore(t)
+	insert(t, s.Collection(),
+		failedWith("a", "returned", `returned 312 NO_ROUTE for "a"`),
+		failedWith("b", "returned", `returned 7 NO_ROUTE for "b"`),
+		failedWith("c", "max_attempts", "gave up after 5 attempts"),
+	)
+	commands := func() map[string]int {
+		n := map[string]int{}
+		for _, sent := range rec.Take() {
+			n[sent.Name]++
+		}
+		return n
+	}
+	rec.Take()
+	g, err := s.FailureGroups(t.Context(), time.Now(), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := commands(); got["find"] != 1 || got["update"] != 2 {
+		t.Errorf("first read sent %v, want 1 find and 2 updates (one per new cause)", got)
+	}
+	for _, gr := range g.Groups {
+		if gr.Unclassified != 0 {
+			t.Errorf("group %+v counts events as unclassified whose cause was just stored", gr)
+		}
+	}
+	if _, err := s.FailureGroups(t.Context(), time.Now(), 100); err != nil {
+		t.Fatal(err)
+	}
+	if got := commands(); got["find"] != 1 || got["update"] != 0 {
+		t.Errorf("second read sent %v, want 1 find and no update", got)
 	}
 }
