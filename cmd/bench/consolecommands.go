@@ -115,7 +115,7 @@ func commandFilter(name string, cmd bson.Raw) bson.Raw {
 // else (null, $in, ranges, $or, regular expressions) it checks in Go on
 // every document the pushed part returns.
 func pushdown(filter bson.Raw) bson.D {
-	var out bson.D
+	out := bson.D{}
 	elems, _ := filter.Elements()
 	for _, e := range elems {
 		key := e.Key()
@@ -168,10 +168,6 @@ func countDecoded(ctx context.Context, db *driver.Database, cmds []PageCommand, 
 			continue
 		}
 		cmds[i].Pushdown = string(text)
-		if push == nil {
-			cmds[i].Pushdown = "{}"
-			push = bson.D{}
-		}
 		key := cmds[i].Collection + " " + cmds[i].Pushdown
 		n, ok := counted[key]
 		if !ok {
