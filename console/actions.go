@@ -163,7 +163,10 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, a mongo.Action, do
 	endCtx, cancel := context.WithTimeout(keep, auditTimeout)
 	defer cancel()
 	if n > 0 && c.cfg.Lists != nil && (a.Name == "requeue" || a.Name == "skip") {
-		c.cfg.Lists.Trigger() // the groups and holders changed: read them again soon
+		// The kept lists are out of date: read at each view until the
+		// source has read them again, which it does soon.
+		c.acted.Store(c.cfg.Now().UnixNano())
+		c.cfg.Lists.Trigger()
 	}
 	if ferr := c.cfg.Writer.FinishAction(endCtx, id, state, n, errText(err), c.cfg.Now()); ferr != nil {
 		ferr = fmt.Errorf("the %s changed %d events, but its audit record was not completed (it says started): %w", a.Name, n, ferr)

@@ -32,6 +32,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -99,11 +100,13 @@ type Config struct {
 	// Samples gives the counts, ages and held totals: the console sends
 	// no count query of its own (ops.Sampler). Required.
 	Samples ops.SampleSource
-	// Lists, when set, gives the failures page the failure groups and
-	// the held page the held aggregates' holders, which it keeps current
-	// on a schedule (the console's ops.Sampler with SamplerConfig.Failures
-	// and Holders): a view reads none of the events they come from.
-	// Unset, or before its first read of a list, each view reads it.
+	// Lists, when set, gives the failures page the failure groups, the
+	// FAILED list its first page and the held page the held aggregates'
+	// holders, which it keeps current on a schedule (the console's
+	// ops.Sampler with SamplerConfig.Failures and Holders): a view reads
+	// none of the events they come from. Unset, before its first read of
+	// a list, or when this console acted since that read, each view reads
+	// it.
 	Lists ListSource
 	// Owners, when set, gives the overview the replicas and the
 	// partitions each owns.
@@ -247,6 +250,10 @@ type Console struct {
 	// actions limits the actions of each operator, signIns the failed
 	// sign-ins of each client address.
 	actions, signIns *limiter
+	// acted is when this console last requeued or skipped events
+	// (UnixNano, by Config.Now): a list its source read before that is
+	// not shown (kept).
+	acted atomic.Int64
 }
 
 // New returns a console, or the first bad field of cfg.

@@ -67,13 +67,31 @@ func TestListsServeTheIncidentPages(t *testing.T) {
 		t.Fatal(err)
 	}
 	lists := &fakeLists{ready: true,
-		groups:  events.FailureGroups{At: now.Add(-10 * time.Second), Read: 7, Groups: []events.FailureGroup{{Reason: "max_attempts", Cause: "kept cause <n>", Count: 7, Example: "kept-1"}}},
+		groups: events.FailureGroups{At: now.Add(-10 * time.Second), Read: 7, Groups: []events.FailureGroup{{Reason: "max_attempts", Cause: "kept cause <n>", Count: 7, Example: "kept-1"}},
+			Newest: []bson.Raw{holder, holder}, NewestAll: true},
 		holders: events.Holders{At: now.Add(-10 * time.Second), List: []events.Holder{{Key: "order/kept", Doc: holder}}},
 	}
 	srv, store := setupLists(t, lists)
 
+	// The FAILED list's first page, from the groups' read.
+	var list console.EventList
+	_, body, _ := request(t, srv, http.MethodGet, "/api/events?status=FAILED", "ana", token, nil, nil)
+	if err := json.Unmarshal([]byte(body), &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Events) != 2 || list.Events[0].ID != "kept-2" || list.Next != "" || !list.At.Equal(lists.groups.At) {
+		t.Errorf("FAILED list = %+v, want the 2 kept events, no next page", list)
+	}
+	if store.query.Status != "" {
+		t.Errorf("the FAILED list's first page read the store (%+v)", store.query)
+	}
+	// A filter, or a page past the first, is read now.
+	if _, body, _ := request(t, srv, http.MethodGet, "/api/events?status=FAILED&type=order.paid", "ana", token, nil, nil); store.query.Type != "order.paid" {
+		t.Errorf("a filtered FAILED list did not read the store: %s", body)
+	}
+
 	var f console.Failures
-	_, body, _ := request(t, srv, http.MethodGet, "/api/failures", "ana", token, nil, nil)
+	_, body, _ = request(t, srv, http.MethodGet, "/api/failures", "ana", token, nil, nil)
 	if err := json.Unmarshal([]byte(body), &f); err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +106,7 @@ func TestListsServeTheIncidentPages(t *testing.T) {
 	if len(h.Aggregates) != 1 || h.Aggregates[0].Key != "order/kept" || !strings.Contains(h.Aggregates[0].Why, "backed off until") || !h.At.Equal(lists.holders.At) {
 		t.Errorf("held = %+v, want the kept holder, its retry due", h)
 	}
-	for _, page := range []string{"/failures", "/held"} {
+	for _, page := range []string{"/failures", "/held", "/events?status=FAILED"} {
 		if _, body, _ := request(t, srv, http.MethodGet, page, "ana", token, nil, nil); !strings.Contains(body, "on a schedule, not at each view") {
 			t.Errorf("%s does not say its list is read on a schedule", page)
 		}
@@ -105,9 +123,54 @@ func TestListsServeTheIncidentPages(t *testing.T) {
 		t.Fatalf("skip = %d, want 303", code)
 	}
 	lists.mu.Lock()
-	defer lists.mu.Unlock()
 	if lists.triggers != 1 {
 		t.Errorf("triggers after a skip = %d, want 1", lists.triggers)
+	}
+	lists.mu.Unlock()
+	// Until the source reads them again, the lists it read before the
+	// skip are not shown: each view reads them.
+	for _, page := range []string{"/api/failures", "/api/held", "/api/events?status=FAILED"} {
+		if code, _, _ := request(t, srv, http.MethodGet, page, "ana", token, nil, nil); code != http.StatusOK {
+			t.Errorf("%s after the skip = %d", page, code)
+		}
+	}
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	if store.groupReads != 1 || store.holderReads != 1 || store.query.Status != "FAILED" || store.query.Type != "" {
+		t.Errorf("after the skip: %d group reads, %d holder reads, last list query %+v; want each read once",
+			store.groupReads, store.holderReads, store.query)
+	}
+}
+
+// TestKeptFailedPageHasANextPage: a first page shorter than the kept
+// newest events links to the next page, which is read from the mark of
+// its last event.
+func TestKeptFailedPageHasANextPage(t *testing.T) {
+	t.Parallel()
+	store := newFakeStore(t)
+	lists := &fakeLists{ready: true, groups: events.FailureGroups{At: now, Newest: store.docs}}
+	c, err := console.New(console.Config{
+		Store: store, Samples: samples{}, Lists: lists, PageSize: 1,
+		Archetype: service.Archetype{Now: func() time.Time { return now }},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(c)
+	t.Cleanup(srv.Close)
+	var list console.EventList
+	_, body, _ := request(t, srv, http.MethodGet, "/api/events?status=FAILED", "", "", nil, nil)
+	if err := json.Unmarshal([]byte(body), &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Events) != 1 || list.Events[0].ID != "evil-1" || list.Next == "" {
+		t.Fatalf("first page = %+v, want evil-1 and a next page", list)
+	}
+	if code, _, _ := request(t, srv, http.MethodGet, "/api/events?status=FAILED&after="+list.Next, "", "", nil, nil); code != http.StatusOK {
+		t.Fatalf("next page = %d", code)
+	}
+	if m := store.query.After; m == nil || m.ID != "evil-1" || !m.CreatedAt.Equal(now.Add(-time.Hour)) {
+		t.Errorf("next page read after %+v, want evil-1's mark", m)
 	}
 }
 

@@ -64,7 +64,11 @@ type EventRow struct {
 
 // EventList is the events page's data.
 type EventList struct {
-	Status string     `json:"status"`
+	Status string `json:"status"`
+	// At is when the events were read, where the FAILED list's first
+	// page comes from the failure groups' read (Config.Lists); zero when
+	// read for this view.
+	At     time.Time  `json:"at,omitzero"`
 	Events []EventRow `json:"events"`
 	// Next is the cursor of the next page; "" on the last.
 	Next string `json:"next,omitempty"`
@@ -228,15 +232,21 @@ func (c *Console) events(r *http.Request) (any, error) {
 		}
 		eq.After = mark
 	}
-	docs, next, err := c.cfg.Store.ListEvents(r.Context(), eq)
-	if err != nil {
-		return nil, err
+	// The FAILED list's first page comes from the failure groups' read
+	// where it is kept; every other page is read now.
+	docs, next, at, kept := c.keptFailedPage(eq)
+	if !kept {
+		var err error
+		if docs, next, err = c.cfg.Store.ListEvents(r.Context(), eq); err != nil {
+			return nil, err
+		}
 	}
-	list := EventList{Status: string(status), Events: make([]EventRow, 0, len(docs))}
+	list := EventList{Status: string(status), At: at, Events: make([]EventRow, 0, len(docs))}
 	for _, d := range docs {
 		list.Events = append(list.Events, rowOf(d))
 	}
 	if next != nil {
+		var err error
 		if list.Next, err = encodeMark(*next); err != nil {
 			return nil, err
 		}
@@ -264,12 +274,51 @@ func (c *Console) event(r *http.Request) (any, error) {
 // on a schedule; without one, or before its first read, they are read
 // and grouped for this view.
 func (c *Console) failures(r *http.Request) (any, error) {
-	if c.cfg.Lists != nil {
-		if g, ok := c.cfg.Lists.LatestGroups(); ok {
-			return g, nil
-		}
+	if g, ok := c.keptGroups(); ok {
+		return g, nil
 	}
 	return c.cfg.Store.FailureGroups(r.Context(), c.cfg.Now(), ops.FailureGroupsLimit)
+}
+
+// keptGroups is the failure groups Config.Lists last read, unless it
+// read them before this console last acted.
+func (c *Console) keptGroups() (events.FailureGroups, bool) {
+	if c.cfg.Lists == nil {
+		return events.FailureGroups{}, false
+	}
+	g, ok := c.cfg.Lists.LatestGroups()
+	return g, ok && c.fresh(g.At)
+}
+
+// fresh reports whether a list read at at is newer than this console's
+// last action.
+func (c *Console) fresh(at time.Time) bool { return at.UnixNano() > c.acted.Load() }
+
+// keptFailedPage is the first page of the FAILED list, newest first,
+// from the failure groups' read (keptGroups), and the mark of the next
+// page; false where that read cannot give it.
+func (c *Console) keptFailedPage(eq mongo.EventQuery) ([]bson.Raw, *mongo.PageMark, time.Time, bool) {
+	if eq.Status != events.StatusFailed || eq.Type != "" || eq.AggregateID != "" || eq.ErrorText != "" ||
+		eq.Group != nil || !eq.CreatedBefore.IsZero() || eq.After != nil {
+		return nil, nil, time.Time{}, false
+	}
+	g, ok := c.keptGroups()
+	switch {
+	case !ok:
+		return nil, nil, time.Time{}, false
+	case len(g.Newest) <= eq.Limit && g.NewestAll:
+		return g.Newest, nil, g.At, true
+	case len(g.Newest) <= eq.Limit:
+		return nil, nil, time.Time{}, false
+	}
+	docs := g.Newest[:eq.Limit]
+	last := docs[len(docs)-1]
+	at, _ := last.Lookup(events.FieldCreatedAt).TimeOK()
+	var id any
+	if err := last.Lookup(events.FieldID).Unmarshal(&id); err != nil {
+		return nil, nil, time.Time{}, false
+	}
+	return docs, &mongo.PageMark{CreatedAt: at, ID: id}, g.At, true
 }
 
 // held is the held aggregates' holders its source keeps (Config.Lists),
@@ -280,6 +329,7 @@ func (c *Console) held(r *http.Request) (any, error) {
 	h, ok := events.Holders{}, false
 	if c.cfg.Lists != nil {
 		h, ok = c.cfg.Lists.LatestHolders()
+		ok = ok && c.fresh(h.At)
 	}
 	if !ok {
 		list, capped, err := c.cfg.Store.Holders(r.Context(), now, c.cfg.FailedHolds, ops.HoldersLimit)

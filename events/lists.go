@@ -40,6 +40,11 @@ type FailureGroups struct {
 	// Capped says there were more.
 	Read   int  `json:"read"`
 	Capped bool `json:"capped,omitempty"`
+	// Newest are the newest FAILED events of the same read, skipped
+	// ones too, as read, newest first, for the first page of the FAILED
+	// list; NewestAll says they are every FAILED event there was.
+	Newest    []bson.Raw `json:"-"`
+	NewestAll bool       `json:"-"`
 }
 
 // Holder is an event that holds its aggregate: FAILED and not skipped

@@ -110,19 +110,22 @@ func (s *Store) ListEvents(ctx context.Context, q EventQuery) ([]bson.Raw, *Page
 	return docs, &PageMark{CreatedAt: at, ID: id}, nil
 }
 
-// FailedSample returns up to limit FAILED events that are not skipped,
+// FailedSample returns up to limit FAILED events, skipped ones too,
 // newest first, projected to what grouping them by cause needs (their
 // stored cause and reason, and for one not classified yet its lastError
-// and last attempt, or on FerretDB the whole history), and whether there
-// were more.
+// and last attempt, or on FerretDB the whole history) and what a row of
+// the FAILED list shows, and whether there were more.
 func (s *Store) FailedSample(ctx context.Context, limit int) ([]bson.Raw, bool, error) {
 	cur, err := s.timedFind(ctx, findCommand{
-		filter: bson.D{{Key: events.FieldStatus, Value: events.StatusFailed}, {Key: events.FieldSkippedAt, Value: nil}},
+		filter: bson.D{{Key: events.FieldStatus, Value: events.StatusFailed}},
 		sort:   bson.D{{Key: events.FieldCreatedAt, Value: -1}, {Key: events.FieldID, Value: -1}},
 		projection: bson.D{
 			{Key: events.FieldFailureCause, Value: 1}, {Key: events.FieldFailureReason, Value: 1},
 			{Key: events.FieldLastError, Value: 1}, {Key: events.FieldCreatedAt, Value: 1},
 			{Key: events.FieldAttemptErrors, Value: lastAttemptProjection(s.ferret)},
+			{Key: events.FieldType, Value: 1}, {Key: events.FieldAggregateType, Value: 1}, {Key: events.FieldAggregateID, Value: 1},
+			{Key: events.FieldStatus, Value: 1}, {Key: events.FieldAttempts, Value: 1}, {Key: events.FieldRetryAt, Value: 1},
+			{Key: events.FieldFailedAt, Value: 1}, {Key: events.FieldSkippedAt, Value: 1},
 		},
 		limit: limit + 1,
 	})

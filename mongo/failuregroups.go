@@ -11,22 +11,33 @@ import (
 	"github.com/outboxrelay/outbox/events"
 )
 
-// FailureGroups groups the newest limit FAILED events that are not
-// skipped by their stored cause and reason, largest group first, as of
-// now, storing first the cause of those that have none yet. It is the
-// read the console keeps the failures page from, on a schedule
-// (ops.SamplerConfig.Failures), not at each view: on MongoDB it reads
-// the range of FAILED events it groups, on FerretDB it decodes every
-// FAILED event once (and once more for each write of new causes). A
-// cause that cannot be stored (read-only credentials) is computed here
-// instead, and its group counts the event as unclassified.
+// FailedPageMax is how many of the newest FAILED events FailureGroups
+// keeps as they were read, for the first page of the FAILED list (a
+// console's page is at most 500 events).
+const FailedPageMax = 501
+
+// FailureGroups groups the FAILED events that are not skipped, among the
+// newest limit FAILED events, by their stored cause and reason, largest
+// group first, as of now, storing first the cause of those that have
+// none yet; it keeps the newest FailedPageMax as read, skipped ones
+// too, for the first page of the FAILED list. It is the read the console
+// keeps the failures page from, on a schedule (ops.SamplerConfig.Failures),
+// not at each view: on MongoDB it reads the range of FAILED events it
+// groups, on FerretDB it decodes every FAILED event once (and once more
+// for each write of new causes). A cause that cannot be stored
+// (read-only credentials) is computed here instead, and its group counts
+// the event as unclassified.
 func (s *Store) FailureGroups(ctx context.Context, now time.Time, limit int) (events.FailureGroups, error) {
 	docs, capped, err := s.FailedSample(ctx, limit)
 	if err != nil {
 		return events.FailureGroups{}, err
 	}
-	var missing []bson.Raw
+	var missing, grouped []bson.Raw
 	for _, d := range docs {
+		if _, skipped := d.Lookup(events.FieldSkippedAt).TimeOK(); skipped {
+			continue
+		}
+		grouped = append(grouped, d)
 		if _, ok := storedCause(d); !ok {
 			missing = append(missing, d)
 		}
@@ -42,7 +53,11 @@ func (s *Store) FailureGroups(ctx context.Context, now time.Time, limit int) (ev
 			stored = true
 		}
 	}
-	return events.FailureGroups{At: now, Groups: groupFailed(docs, stored), Read: len(docs), Capped: capped}, nil
+	newest := docs[:min(len(docs), FailedPageMax)]
+	return events.FailureGroups{
+		At: now, Groups: groupFailed(grouped, stored), Read: len(grouped), Capped: capped,
+		Newest: newest, NewestAll: len(newest) == len(docs) && !capped,
+	}, nil
 }
 
 // GroupFailed groups FAILED events (as FailedSample projects them) by

@@ -51,13 +51,20 @@ func TestFailureGroupsGroupsByStoredCause(t *testing.T) {
 	if !has(t, coll, "a", events.FieldFailureCause) {
 		t.Error("the causes were not stored: a group would not choose its events")
 	}
-	// Bounded: the newest 2 of the 4.
+	// The newest FAILED events as read, the skipped one too, for the
+	// FAILED list's first page.
+	if len(g.Newest) != 5 || !g.NewestAll {
+		t.Errorf("newest = %d events, all %v; want the 5 FAILED, all", len(g.Newest), g.NewestAll)
+	}
+	// Bounded: the newest 2 of the 5, the skipped one (written last of
+	// those an hour old) among them and not grouped.
 	g, err = s.FailureGroups(t.Context(), at, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g.Read != 2 || !g.Capped {
-		t.Errorf("bounded to 2: read %d, capped %v; want 2, capped", g.Read, g.Capped)
+	if g.Read != 1 || !g.Capped || len(g.Newest) != 2 || g.NewestAll {
+		t.Errorf("bounded to 2: read %d, capped %v, newest %d, all %v; want 1 grouped, capped, 2 newest, not all",
+			g.Read, g.Capped, len(g.Newest), g.NewestAll)
 	}
 }
 
