@@ -184,10 +184,13 @@ func TestListsBeforeTheirFirstRead(t *testing.T) {
 			t.Errorf("%s = %d %s, want the store's events", page, code, body)
 		}
 	}
+	if _, body, _ := request(t, srv, http.MethodGet, "/failures", "ana", token, nil, nil); strings.Contains(body, "on a schedule") {
+		t.Error("groups read for the view say they were read on a schedule")
+	}
 	store.mu.Lock()
 	defer store.mu.Unlock()
-	if store.groupReads != 1 || store.holderReads != 1 {
-		t.Errorf("store reads: groups %d, holders %d; want one each", store.groupReads, store.holderReads)
+	if store.groupReads != 2 || store.holderReads != 1 {
+		t.Errorf("store reads: groups %d, holders %d; want one per view", store.groupReads, store.holderReads)
 	}
 }
 

@@ -277,7 +277,9 @@ func (c *Console) failures(r *http.Request) (any, error) {
 	if g, ok := c.keptGroups(); ok {
 		return g, nil
 	}
-	return c.cfg.Store.FailureGroups(r.Context(), c.cfg.Now(), ops.FailureGroupsLimit)
+	g, err := c.cfg.Store.FailureGroups(r.Context(), c.cfg.Now(), ops.FailureGroupsLimit)
+	g.At = time.Time{} // read for this view: the page says nothing of a schedule
+	return g, err
 }
 
 // keptGroups is the failure groups Config.Lists last read, unless it
@@ -292,7 +294,10 @@ func (c *Console) keptGroups() (events.FailureGroups, bool) {
 
 // fresh reports whether a list read at at is newer than this console's
 // last action.
-func (c *Console) fresh(at time.Time) bool { return at.UnixNano() > c.acted.Load() }
+func (c *Console) fresh(at time.Time) bool {
+	acted := c.acted.Load()
+	return acted == 0 || at.After(time.Unix(0, acted))
+}
 
 // keptFailedPage is the first page of the FAILED list, newest first,
 // from the failure groups' read (keptGroups), and the mark of the next

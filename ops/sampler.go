@@ -100,9 +100,10 @@ type SamplerConfig struct {
 	// sample (/status) and the paused-types gauge.
 	Paused PausedSource
 	// Failures, when set, keeps the failure groups current too
-	// (LatestGroups), for the console's failures page: read after the
-	// counts, under a time limit of their own, so that neither failing
-	// stops the other. The worker leaves it unset.
+	// (LatestGroups), for the console's failures page and the first page
+	// of its FAILED list: read before the counts, under a time limit of
+	// their own, so that neither failing stops the other. The worker
+	// leaves it unset.
 	Failures FailuresSource
 	// Holders, when set with Held, keeps the list of the held
 	// aggregates' holders current too (LatestHolders), for the console's
@@ -258,11 +259,14 @@ func (s *Sampler) runOnce(ctx context.Context) (bool, error) {
 			return false, nil
 		}
 	}
-	sample, err := s.sample(ctx)
+	// The console's lists first: after an action triggered this sample,
+	// its pages read at each view until they are read again, and the
+	// counts may take their whole time limit on a slow database.
 	var listsErr error
 	if active {
 		listsErr = s.readLists(ctx)
 	}
+	sample, err := s.sample(ctx)
 	if err != nil {
 		s.cfg.Metrics.JobErrors.WithLabelValues("sampler").Inc()
 		return false, errors.Join(err, listsErr)
