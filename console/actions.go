@@ -23,6 +23,7 @@ type Writer interface {
 	Skip(ctx context.Context, ids []string, by, reason string, at time.Time, dryRun bool) (int, error)
 	SkipSelected(ctx context.Context, ids []any, by, reason string, at time.Time) (int, error)
 	Select(ctx context.Context, sel mongo.Selection, limit int) ([]any, int, error)
+	ClassifyFailed(ctx context.Context, limit int) (int, error)
 	StartAction(ctx context.Context, a mongo.Action) (bson.ObjectID, error)
 	ProgressAction(ctx context.Context, id bson.ObjectID, count int) error
 	FinishAction(ctx context.Context, id bson.ObjectID, state string, count int, errText string, at time.Time) error
@@ -161,6 +162,12 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, a mongo.Action, do
 	}
 	endCtx, cancel := context.WithTimeout(keep, auditTimeout)
 	defer cancel()
+	if n > 0 && c.cfg.Lists != nil && (a.Name == "requeue" || a.Name == "skip") {
+		// The kept lists are out of date: read at each view until the
+		// source has read them again, which it does soon.
+		c.acted.Store(c.cfg.Now().UnixNano())
+		c.cfg.Lists.Trigger()
+	}
 	if ferr := c.cfg.Writer.FinishAction(endCtx, id, state, n, errText(err), c.cfg.Now()); ferr != nil {
 		ferr = fmt.Errorf("the %s changed %d events, but its audit record was not completed (it says started): %w", a.Name, n, ferr)
 		err = errors.Join(err, ferr)

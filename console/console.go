@@ -32,6 +32,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -48,12 +49,22 @@ import (
 type Store interface {
 	ListEvents(ctx context.Context, q mongo.EventQuery) ([]bson.Raw, *mongo.PageMark, error)
 	Find(ctx context.Context, id string) (bson.Raw, error)
-	FailedSample(ctx context.Context, limit int) ([]bson.Raw, bool, error)
-	ClassifyFailed(ctx context.Context, limit int) (int, error)
-	Holders(ctx context.Context, now time.Time, failedHolds bool, limit int) ([]mongo.Holder, bool, error)
+	FailureGroups(ctx context.Context, now time.Time, limit int) (events.FailureGroups, error)
+	Holders(ctx context.Context, now time.Time, failedHolds bool, limit int) ([]events.Holder, bool, error)
 	PublishedPerMinute(ctx context.Context, since, now time.Time) ([]int64, error)
 	Actions(ctx context.Context, limit int) ([]mongo.Action, error)
 	PausedTypes(ctx context.Context) ([]events.Pause, error)
+}
+
+// ListSource gives the lists of the incident pages it keeps current on
+// a schedule (ops.Sampler with ops.SamplerConfig.Failures and Holders):
+// the failure groups and the held aggregates' holders it last read,
+// each false before its first read. Trigger asks it to read them again
+// soon, after an action changed them.
+type ListSource interface {
+	LatestGroups() (events.FailureGroups, bool)
+	LatestHolders() (events.Holders, bool)
+	Trigger()
 }
 
 // OwnersReader reads the partition terms and the replicas' heartbeats
@@ -80,10 +91,6 @@ const (
 	// requestTimeout bounds the queries of one request: a page that
 	// cannot be read in it says so rather than hold the connection.
 	requestTimeout = 15 * time.Second
-	// failedSampleMax bounds the FAILED events the failures page groups.
-	failedSampleMax = 5000
-	// holdersMax bounds the held aggregates the held page lists.
-	holdersMax = 500
 )
 
 // Config configures a Console.
@@ -93,6 +100,14 @@ type Config struct {
 	// Samples gives the counts, ages and held totals: the console sends
 	// no count query of its own (ops.Sampler). Required.
 	Samples ops.SampleSource
+	// Lists, when set, gives the failures page the failure groups, the
+	// FAILED list its first page and the held page the held aggregates'
+	// holders, which it keeps current on a schedule (the console's
+	// ops.Sampler with SamplerConfig.Failures and Holders): a view reads
+	// none of the events they come from. Unset, before its first read of
+	// a list, or when this console acted since that read, each view reads
+	// it.
+	Lists ListSource
 	// Owners, when set, gives the overview the replicas and the
 	// partitions each owns.
 	Owners OwnersReader
@@ -235,6 +250,10 @@ type Console struct {
 	// actions limits the actions of each operator, signIns the failed
 	// sign-ins of each client address.
 	actions, signIns *limiter
+	// acted is when this console last requeued or skipped events
+	// (UnixNano, by Config.Now): a list its source read before that is
+	// not shown (kept).
+	acted atomic.Int64
 }
 
 // New returns a console, or the first bad field of cfg.

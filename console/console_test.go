@@ -34,14 +34,17 @@ type fakeStore struct {
 	query mongo.EventQuery // the last ListEvents query
 	err   error
 
-	mu         sync.Mutex
-	matching   int                   // the events a requeue filter matches
-	requeues   []mongo.RequeueFilter // the requeues done (not dry runs)
-	selections []mongo.Selection
-	skips      []string
-	actions    []mongo.Action
-	paused     []events.Pause
-	holders    []mongo.Holder // Holders' answer, when set
+	mu          sync.Mutex
+	matching    int                   // the events a requeue filter matches
+	requeues    []mongo.RequeueFilter // the requeues done (not dry runs)
+	selections  []mongo.Selection
+	skips       []string
+	actions     []mongo.Action
+	paused      []events.Pause
+	holders     []mongo.Holder // Holders' answer, when set
+	groupReads  int            // the reads of the failure groups
+	holderReads int            // the reads of the held aggregates' holders
+	chartErr    error          // PublishedPerMinute's error, when set
 }
 
 func (f *fakeStore) Actions(context.Context, int) ([]mongo.Action, error) {
@@ -168,11 +171,19 @@ func (f *fakeStore) Find(_ context.Context, id string) (bson.Raw, error) {
 	return nil, fmt.Errorf("%w: no event with _id %q", mongo.ErrNoEvent, id)
 }
 
-func (f *fakeStore) FailedSample(context.Context, int) ([]bson.Raw, bool, error) {
-	return f.docs, false, f.err
+// FailureGroups groups the fake's documents as the store groups what it
+// reads.
+func (f *fakeStore) FailureGroups(_ context.Context, at time.Time, _ int) (events.FailureGroups, error) {
+	f.mu.Lock()
+	f.groupReads++
+	f.mu.Unlock()
+	return events.FailureGroups{At: at, Groups: mongo.GroupFailed(f.docs), Read: len(f.docs)}, f.err
 }
 
 func (f *fakeStore) Holders(context.Context, time.Time, bool, int) ([]mongo.Holder, bool, error) {
+	f.mu.Lock()
+	f.holderReads++
+	f.mu.Unlock()
 	if f.holders != nil {
 		return f.holders, false, f.err
 	}
@@ -180,6 +191,9 @@ func (f *fakeStore) Holders(context.Context, time.Time, bool, int) ([]mongo.Hold
 }
 
 func (f *fakeStore) PublishedPerMinute(_ context.Context, since, to time.Time) ([]int64, error) {
+	if f.chartErr != nil {
+		return nil, f.chartErr
+	}
 	counts := make([]int64, int(to.Sub(since)/time.Minute)+1)
 	counts[len(counts)-1] = 42
 	return counts, f.err

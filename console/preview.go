@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/outboxrelay/outbox/mongo"
+	"github.com/outboxrelay/outbox/ops"
 )
 
 // A bulk action is previewed, then done: the preview page lists the
@@ -71,7 +72,12 @@ func (c *Console) preview(ctx context.Context, action string, q url.Values) (Pre
 		return Preview{}, err
 	}
 	if sel.Group != nil {
-		c.classify(ctx)
+		// A group is chosen by its stored cause: the events that failed
+		// since the groups were read get theirs first. Quietly: the
+		// preview says what it finds.
+		if _, err := c.cfg.Writer.ClassifyFailed(ctx, ops.FailureGroupsLimit); err != nil {
+			c.cfg.Logger.Warn("console could not store the causes of FAILED events", "error", err)
+		}
 	}
 	ids, total, err := c.cfg.Writer.Select(ctx, sel, c.cfg.ActionMax)
 	if err != nil {
@@ -190,7 +196,7 @@ func decodeSelection(s string) ([]any, error) {
 	return d.IDs, nil
 }
 
-// anyIDText is an _id as idText writes it.
+// anyIDText is an _id as mongo.IDText writes it.
 func anyIDText(id any) string {
 	switch v := id.(type) {
 	case bson.ObjectID:

@@ -2,7 +2,6 @@ package console
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/mongo"
+	"github.com/outboxrelay/outbox/ops"
 	"github.com/outboxrelay/outbox/ownership"
 )
 
@@ -64,7 +64,11 @@ type EventRow struct {
 
 // EventList is the events page's data.
 type EventList struct {
-	Status string     `json:"status"`
+	Status string `json:"status"`
+	// At is when the events were read, where the FAILED list's first
+	// page comes from the failure groups' read (Config.Lists); zero when
+	// read for this view.
+	At     time.Time  `json:"at,omitzero"`
 	Events []EventRow `json:"events"`
 	// Next is the cursor of the next page; "" on the last.
 	Next string `json:"next,omitempty"`
@@ -79,27 +83,11 @@ type EventDetail struct {
 }
 
 // FailureGroup is the FAILED events of one cause.
-type FailureGroup struct {
-	Reason string `json:"reason"`
-	// Cause is lastError with its ids, numbers and quoted values
-	// replaced (events.Cause), so that events that failed the same way
-	// group together.
-	Cause string `json:"cause"`
-	Count int    `json:"count"`
-	// Unclassified counts the events whose cause is not stored yet.
-	Unclassified int `json:"unclassified,omitempty"`
-	// Example is the newest event of the group.
-	Example string    `json:"exampleId"`
-	Latest  time.Time `json:"latest,omitzero"`
-}
+type FailureGroup = events.FailureGroup
 
-// Failures is the failures page's data.
-type Failures struct {
-	Groups []FailureGroup `json:"groups"`
-	// Read counts the FAILED events grouped; Capped says there were more.
-	Read   int  `json:"read"`
-	Capped bool `json:"capped,omitempty"`
-}
+// Failures is the failures page's data: the groups, when they were
+// read, how many FAILED events they hold and whether there were more.
+type Failures = events.FailureGroups
 
 // HeldAggregate is an aggregate whose later events wait behind Holder.
 type HeldAggregate struct {
@@ -112,6 +100,9 @@ type HeldAggregate struct {
 
 // Held is the held page's data.
 type Held struct {
+	// At is when the holders were read, where the console's sampler
+	// keeps them (Config.Lists); zero when read for this view.
+	At         time.Time       `json:"at,omitzero"`
 	Aggregates []HeldAggregate `json:"aggregates"`
 	Capped     bool            `json:"capped,omitempty"`
 	// PausedTypes are the event types an operator paused, by type: with
@@ -155,11 +146,17 @@ func (c *Console) overview(r *http.Request) (any, error) {
 // events, and the overview must not wait for that.
 type Published struct {
 	PerMinute []int64 `json:"publishedPerMinute"`
+	// Unavailable says why there is no chart, where the database would
+	// read the whole PUBLISHED history for it (mongo.ErrNoPublishChart).
+	Unavailable string `json:"unavailable,omitempty"`
 }
 
 func (c *Console) published(r *http.Request) (any, error) {
 	now := c.cfg.Now()
 	counts, err := c.cfg.Store.PublishedPerMinute(r.Context(), now.Add(-59*time.Minute), now)
+	if errors.Is(err, mongo.ErrNoPublishChart) {
+		return Published{PerMinute: []int64{}, Unavailable: err.Error()}, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -235,15 +232,21 @@ func (c *Console) events(r *http.Request) (any, error) {
 		}
 		eq.After = mark
 	}
-	docs, next, err := c.cfg.Store.ListEvents(r.Context(), eq)
-	if err != nil {
-		return nil, err
+	// The FAILED list's first page comes from the failure groups' read
+	// where it is kept; every other page is read now.
+	docs, next, at, kept := c.keptFailedPage(eq)
+	if !kept {
+		var err error
+		if docs, next, err = c.cfg.Store.ListEvents(r.Context(), eq); err != nil {
+			return nil, err
+		}
 	}
-	list := EventList{Status: string(status), Events: make([]EventRow, 0, len(docs))}
+	list := EventList{Status: string(status), At: at, Events: make([]EventRow, 0, len(docs))}
 	for _, d := range docs {
 		list.Events = append(list.Events, rowOf(d))
 	}
 	if next != nil {
+		var err error
 		if list.Next, err = encodeMark(*next); err != nil {
 			return nil, err
 		}
@@ -267,30 +270,80 @@ func (c *Console) event(r *http.Request) (any, error) {
 	return EventDetail{EventRow: rowOf(doc), Document: string(text), History: attemptsOf(doc)}, nil
 }
 
+// failures is the failure groups its source keeps (Config.Lists), read
+// on a schedule; without one, or before its first read, they are read
+// and grouped for this view.
 func (c *Console) failures(r *http.Request) (any, error) {
-	c.classify(r.Context())
-	docs, capped, err := c.cfg.Store.FailedSample(r.Context(), failedSampleMax)
-	if err != nil {
-		return nil, err
+	if g, ok := c.keptGroups(); ok {
+		return g, nil
 	}
-	return Failures{Groups: groupFailures(docs), Read: len(docs), Capped: capped}, nil
+	g, err := c.cfg.Store.FailureGroups(r.Context(), c.cfg.Now(), ops.FailureGroupsLimit)
+	g.At = time.Time{} // read for this view: the page says nothing of a schedule
+	return g, err
 }
 
-// classify stores the cause of the FAILED events not classified yet, up
-// to failedSampleMax of them. It fails quietly: a page still groups them,
-// by the cause it computes.
-func (c *Console) classify(ctx context.Context) {
-	if _, err := c.cfg.Store.ClassifyFailed(ctx, failedSampleMax); err != nil {
-		c.cfg.Logger.Warn("console could not store the causes of FAILED events", "error", err)
+// keptGroups is the failure groups Config.Lists last read, unless it
+// read them before this console last acted.
+func (c *Console) keptGroups() (events.FailureGroups, bool) {
+	if c.cfg.Lists == nil {
+		return events.FailureGroups{}, false
 	}
+	g, ok := c.cfg.Lists.LatestGroups()
+	return g, ok && c.fresh(g.At)
 }
 
+// fresh reports whether a list read at at is newer than this console's
+// last action.
+func (c *Console) fresh(at time.Time) bool {
+	acted := c.acted.Load()
+	return acted == 0 || at.After(time.Unix(0, acted))
+}
+
+// keptFailedPage is the first page of the FAILED list, newest first,
+// from the failure groups' read (keptGroups), and the mark of the next
+// page; false where that read cannot give it.
+func (c *Console) keptFailedPage(eq mongo.EventQuery) ([]bson.Raw, *mongo.PageMark, time.Time, bool) {
+	if eq.Status != events.StatusFailed || eq.Type != "" || eq.AggregateID != "" || eq.ErrorText != "" ||
+		eq.Group != nil || !eq.CreatedBefore.IsZero() || eq.After != nil {
+		return nil, nil, time.Time{}, false
+	}
+	g, ok := c.keptGroups()
+	switch {
+	case !ok:
+		return nil, nil, time.Time{}, false
+	case len(g.Newest) <= eq.Limit && g.NewestAll:
+		return g.Newest, nil, g.At, true
+	case len(g.Newest) <= eq.Limit:
+		return nil, nil, time.Time{}, false
+	}
+	docs := g.Newest[:eq.Limit]
+	last := docs[len(docs)-1]
+	at, _ := last.Lookup(events.FieldCreatedAt).TimeOK()
+	var id any
+	if err := last.Lookup(events.FieldID).Unmarshal(&id); err != nil {
+		return nil, nil, time.Time{}, false
+	}
+	return docs, &mongo.PageMark{CreatedAt: at, ID: id}, g.At, true
+}
+
+// held is the held aggregates' holders its source keeps (Config.Lists),
+// read on a schedule, or without one read for this view, and the paused
+// types, read at each view: a pause shows at once.
 func (c *Console) held(r *http.Request) (any, error) {
 	now := c.cfg.Now()
-	holders, capped, err := c.cfg.Store.Holders(r.Context(), now, c.cfg.FailedHolds, holdersMax)
-	if err != nil {
-		return nil, err
+	h, ok := events.Holders{}, false
+	if c.cfg.Lists != nil {
+		h, ok = c.cfg.Lists.LatestHolders()
+		ok = ok && c.fresh(h.At)
 	}
+	if !ok {
+		list, capped, err := c.cfg.Store.Holders(r.Context(), now, c.cfg.FailedHolds, ops.HoldersLimit)
+		if err != nil {
+			return nil, err
+		}
+		h = events.Holders{List: list, Capped: capped}
+	}
+	holders, capped := h.List, h.Capped
 	paused, err := c.cfg.Store.PausedTypes(r.Context())
 	if err != nil {
 		return nil, err
@@ -299,7 +352,7 @@ func (c *Console) held(r *http.Request) (any, error) {
 	for _, p := range paused {
 		byType[p.Type] = p
 	}
-	out := Held{Aggregates: make([]HeldAggregate, 0, len(holders)), Capped: capped, PausedTypes: paused}
+	out := Held{At: h.At, Aggregates: make([]HeldAggregate, 0, len(holders)), Capped: capped, PausedTypes: paused}
 	for _, h := range holders {
 		row := rowOf(h.Doc)
 		why := "FAILED: later events wait until it is requeued or skipped"
@@ -310,6 +363,9 @@ func (c *Console) held(r *http.Request) (any, error) {
 			why = "backing off before a retry, until " + row.RetryAt.UTC().Format(time.RFC3339)
 		case isPaused:
 			why = fmt.Sprintf("its type %s is paused (by %s: %s): later events wait until it is resumed", p.Type, p.By, p.Reason)
+		case !row.RetryAt.IsZero():
+			// read before its retryAt passed (Config.Lists)
+			why = "backed off until " + row.RetryAt.UTC().Format(time.RFC3339) + ": the relay retries it at its next claim"
 		default:
 			why = "NEW: its type was paused, and is no longer"
 		}
@@ -327,24 +383,12 @@ func rowOf(doc bson.Raw) EventRow {
 	attempts, _ := doc.Lookup(events.FieldAttempts).AsInt64OK()
 	_, skipped := doc.Lookup(events.FieldSkippedAt).TimeOK()
 	return EventRow{
-		ID: idText(doc.Lookup(events.FieldID)), Type: str(events.FieldType),
+		ID: mongo.IDText(doc.Lookup(events.FieldID)), Type: str(events.FieldType),
 		AggregateType: str(events.FieldAggregateType), AggregateID: str(events.FieldAggregateID),
 		Status: str(events.FieldStatus), CreatedAt: at(events.FieldCreatedAt), Attempts: attempts,
 		LastError: str(events.FieldLastError), RetryAt: at(events.FieldRetryAt), FailedAt: at(events.FieldFailedAt),
 		Skipped: skipped,
 	}
-}
-
-// idText is an _id as `worker show --id` and the message id take it:
-// an ObjectID's hex, a string as it is, anything else as Extended JSON.
-func idText(v bson.RawValue) string {
-	if oid, ok := v.ObjectIDOK(); ok {
-		return oid.Hex()
-	}
-	if s, ok := v.StringValueOK(); ok {
-		return s
-	}
-	return v.String()
 }
 
 // attemptsOf reads the attempt history leniently: entries that are not

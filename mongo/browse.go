@@ -110,19 +110,22 @@ func (s *Store) ListEvents(ctx context.Context, q EventQuery) ([]bson.Raw, *Page
 	return docs, &PageMark{CreatedAt: at, ID: id}, nil
 }
 
-// FailedSample returns up to limit FAILED events that are not skipped,
+// FailedSample returns up to limit FAILED events, skipped ones too,
 // newest first, projected to what grouping them by cause needs (their
 // stored cause and reason, and for one not classified yet its lastError
-// and last attempt, or on FerretDB the whole history), and whether there
-// were more.
+// and last attempt, or on FerretDB the whole history) and what a row of
+// the FAILED list shows, and whether there were more.
 func (s *Store) FailedSample(ctx context.Context, limit int) ([]bson.Raw, bool, error) {
 	cur, err := s.timedFind(ctx, findCommand{
-		filter: bson.D{{Key: events.FieldStatus, Value: events.StatusFailed}, {Key: events.FieldSkippedAt, Value: nil}},
+		filter: bson.D{{Key: events.FieldStatus, Value: events.StatusFailed}},
 		sort:   bson.D{{Key: events.FieldCreatedAt, Value: -1}, {Key: events.FieldID, Value: -1}},
 		projection: bson.D{
 			{Key: events.FieldFailureCause, Value: 1}, {Key: events.FieldFailureReason, Value: 1},
 			{Key: events.FieldLastError, Value: 1}, {Key: events.FieldCreatedAt, Value: 1},
 			{Key: events.FieldAttemptErrors, Value: lastAttemptProjection(s.ferret)},
+			{Key: events.FieldType, Value: 1}, {Key: events.FieldAggregateType, Value: 1}, {Key: events.FieldAggregateID, Value: 1},
+			{Key: events.FieldStatus, Value: 1}, {Key: events.FieldAttempts, Value: 1}, {Key: events.FieldRetryAt, Value: 1},
+			{Key: events.FieldFailedAt, Value: 1}, {Key: events.FieldSkippedAt, Value: 1},
 		},
 		limit: limit + 1,
 	})
@@ -139,13 +142,8 @@ func (s *Store) FailedSample(ctx context.Context, limit int) ([]bson.Raw, bool, 
 	return docs, false, nil
 }
 
-// Holder is an event that holds its aggregate: FAILED and not skipped
-// (where FAILED holds), NEW and backing off before a retry, or NEW and of
-// a paused type.
-type Holder struct {
-	Key string   // the ordering key (events.OrderingKey)
-	Doc bson.Raw // the holder, projected
-}
+// Holder is an event that holds its aggregate (events.Holder).
+type Holder = events.Holder
 
 // Holders returns up to limit events that hold their aggregates at now,
 // FAILED ones first, then those backing off, then those of paused types,
@@ -212,57 +210,6 @@ func (s *Store) Holders(ctx context.Context, now time.Time, failedHolds bool, li
 		return nil, false, err
 	}
 	return out, more, nil
-}
-
-// PublishedPerMinute counts the events published in each minute from
-// since to now, oldest first: one entry per minute, zero where none was.
-// On MongoDB the server groups the range of {status, publishedAt} by
-// minute ($dateTrunc, MongoDB 5.0 and later), which reads index keys
-// only; FerretDB has no $dateTrunc, so there the publish times of the
-// range are read and counted here.
-func (s *Store) PublishedPerMinute(ctx context.Context, since, now time.Time) ([]int64, error) {
-	since = since.Truncate(time.Minute)
-	counts := make([]int64, int(now.Sub(since)/time.Minute)+1)
-	match := bson.D{{Key: "$match", Value: bson.D{
-		{Key: events.FieldStatus, Value: events.StatusPublished},
-		{Key: events.FieldPublishedAt, Value: bson.D{{Key: "$gte", Value: since}}},
-	}}}
-	pipeline := bson.A{match, bson.D{{Key: "$group", Value: bson.D{
-		{Key: "_id", Value: bson.D{{Key: "$dateTrunc", Value: bson.D{{Key: "date", Value: "$" + events.FieldPublishedAt}, {Key: "unit", Value: "minute"}}}}},
-		{Key: "n", Value: bson.D{{Key: "$sum", Value: 1}}},
-	}}}}
-	if s.ferret {
-		pipeline = bson.A{match, bson.D{{Key: "$project", Value: bson.D{{Key: "_id", Value: 0}, {Key: events.FieldPublishedAt, Value: 1}}}}}
-	}
-	cmd := bson.D{{Key: "aggregate", Value: s.coll.Name()}, {Key: "pipeline", Value: pipeline}, {Key: "cursor", Value: bson.D{}}}
-	if s.readConcern != "" {
-		cmd = append(cmd, bson.E{Key: "readConcern", Value: bson.D{{Key: "level", Value: s.readConcern}}})
-	}
-	cur, err := s.coll.Database().RunCommandCursor(ctx, cmd)
-	if err != nil {
-		return nil, fmt.Errorf("count the events published per minute: %w", err)
-	}
-	defer cur.Close(ctx)
-	for cur.Next(ctx) {
-		// A minute and its count, or on FerretDB one publish time.
-		at, ok := cur.Current.Lookup("_id").TimeOK()
-		if !ok {
-			if at, ok = cur.Current.Lookup(events.FieldPublishedAt).TimeOK(); !ok {
-				continue
-			}
-		}
-		n := int64(1)
-		if v, err := cur.Current.LookupErr("n"); err == nil {
-			n, _ = v.AsInt64OK()
-		}
-		if i := int(at.Sub(since) / time.Minute); i >= 0 && i < len(counts) {
-			counts[i] += n
-		}
-	}
-	if err := cur.Err(); err != nil {
-		return nil, fmt.Errorf("count the events published per minute: %w", err)
-	}
-	return counts, nil
 }
 
 // rawAll reads every document of cur, each copied out of the cursor's

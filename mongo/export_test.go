@@ -24,6 +24,13 @@ func SetLocalClock(c *Clock, local func() time.Time) { c.wall, c.mono = local, l
 // can step the wall clock apart from the time that passes.
 func SetFakeClock(c *Clock, fake *fakeclock.Clock) { c.wall, c.mono = fake.Now, fake.Mono }
 
+// SetPublishChartMax sets the largest outbox whose publish chart FerretDB
+// draws, so that a test passes it with a few events.
+func SetPublishChartMax(s *Store, n int64) { s.chartMax = n }
+
+// IsFerretDB reports what Detect learnt: the server is FerretDB.
+func IsFerretDB(s *Store) bool { return s.ferret }
+
 // SetHeldWindow bounds Held's reads to n documents, so that a test reaches
 // the bound with a few events.
 func SetHeldWindow(s *Store, n int) { s.heldWindow = n }

@@ -39,12 +39,20 @@ func (s *Store) ClassifyFailed(ctx context.Context, limit int) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("read unclassified FAILED events: %w", err)
 	}
-	type group struct{ reason, cause string }
-	byGroup := map[group]bson.A{}
-	var order []group
+	return s.storeCauses(ctx, docs)
+}
+
+// storeCauses stores the cause of each of docs, FAILED events as
+// ClassifyFailed or FailedSample project them, with one write per cause,
+// and returns how many it stored. An event requeued or classified
+// meanwhile is left alone: each write is guarded by its status and by
+// the cause still missing.
+func (s *Store) storeCauses(ctx context.Context, docs []bson.Raw) (int, error) {
+	byGroup := map[failureKey]bson.A{}
+	var order []failureKey
 	for _, d := range docs {
 		lastError, _ := d.Lookup(events.FieldLastError).StringValueOK()
-		g := group{reason: LastAttemptReason(d), cause: events.Cause(lastError)}
+		g := failureKey{reason: LastAttemptReason(d), cause: events.Cause(lastError)}
 		if _, ok := byGroup[g]; !ok {
 			order = append(order, g)
 		}

@@ -106,6 +106,10 @@ type Store struct {
 	// partitionReads says how the claims on FerretDB read their lane
 	// (partitionreads.go).
 	partitionReads partitionReads
+	// chartMax and chartSize decide whether FerretDB draws the publish
+	// chart (publishchart.go).
+	chartMax  int64
+	chartSize sizeCache
 }
 
 // New returns a Store on client. It does no I/O: call Prepare before use.
@@ -116,6 +120,7 @@ func New(client *mongo.Client, cfg Config) *Store {
 		coll:        client.Database(cfg.Database).Collection(cfg.Collection),
 		logger:      cfg.Logger,
 		heldWindow:  heldWindow,
+		chartMax:    PublishChartFerretMax,
 		pausedCache: pausedCache{maxAge: PausedTypesMaxAge},
 		// A lane is read by partition until a read shows it small: a
 		// first read of a large lane whole may not finish.

@@ -7,6 +7,7 @@ package ops
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -28,6 +29,16 @@ type HeldSource interface {
 	Held(ctx context.Context, now time.Time, failedHolds bool) (events.HeldStats, error)
 }
 
+// FailuresSource groups the FAILED events by cause (mongo.Store).
+type FailuresSource interface {
+	FailureGroups(ctx context.Context, now time.Time, limit int) (events.FailureGroups, error)
+}
+
+// HoldersSource lists the events that hold their aggregates (mongo.Store).
+type HoldersSource interface {
+	Holders(ctx context.Context, now time.Time, failedHolds bool, limit int) ([]events.Holder, bool, error)
+}
+
 // PausedSource reads the event types an operator paused.
 type PausedSource interface {
 	PausedTypes(ctx context.Context) ([]events.Pause, error)
@@ -47,6 +58,12 @@ const (
 	// one: as often as the leader samples by default, so that however
 	// often /status is read, a replica adds at most one sample per period.
 	onDemandEvery = 15 * time.Second
+	// FailureGroupsLimit is how many FAILED events, the newest, a read
+	// of the failure groups groups.
+	FailureGroupsLimit = 5000
+	// HoldersLimit is how many held aggregates a read of their holders
+	// lists.
+	HoldersLimit = 500
 )
 
 // Sample is what one sample of the outbox found. /status answers from the
@@ -82,6 +99,16 @@ type SamplerConfig struct {
 	// Paused, when set, keeps the paused types current too: in the
 	// sample (/status) and the paused-types gauge.
 	Paused PausedSource
+	// Failures, when set, keeps the failure groups current too
+	// (LatestGroups), for the console's failures page and the first page
+	// of its FAILED list: read before the counts, under a time limit of
+	// their own, so that neither failing stops the other. The worker
+	// leaves it unset.
+	Failures FailuresSource
+	// Holders, when set with Held, keeps the list of the held
+	// aggregates' holders current too (LatestHolders), for the console's
+	// held page, as Failures does the groups.
+	Holders HoldersSource
 	// Active, when set, says whether this replica samples: the gauges
 	// describe the whole outbox, so one replica (the ownership leader)
 	// samples for all of them, and the others export none of them rather
@@ -118,6 +145,10 @@ type Sampler struct {
 	cfg  SamplerConfig
 	job  *schedule.Job
 	last atomic.Pointer[Sample]
+	// groups is the last read of the failure groups (Failures).
+	groups atomic.Pointer[events.FailureGroups]
+	// holders is the last read of the held aggregates' holders (Holders).
+	holders atomic.Pointer[events.Holders]
 	// wanted says that /status asked a replica that does not lead for a
 	// sample.
 	wanted atomic.Bool
@@ -167,6 +198,57 @@ func (s *Sampler) Latest() (Sample, bool) {
 
 func (s *Sampler) active() bool { return s.cfg.Active == nil || s.cfg.Active() }
 
+// LatestGroups returns the failure groups last read (SamplerConfig.Failures),
+// and false before the first read.
+func (s *Sampler) LatestGroups() (events.FailureGroups, bool) {
+	g := s.groups.Load()
+	if g == nil {
+		return events.FailureGroups{}, false
+	}
+	return *g, true
+}
+
+// LatestHolders returns the held aggregates' holders last read
+// (SamplerConfig.Holders), and false before the first read.
+func (s *Sampler) LatestHolders() (events.Holders, bool) {
+	h := s.holders.Load()
+	if h == nil {
+		return events.Holders{}, false
+	}
+	return *h, true
+}
+
+// readLists reads the lists the sampler keeps for the console (the
+// failure groups, the holders), each under sampleTimeout of its own.
+func (s *Sampler) readLists(ctx context.Context) error {
+	var errs []error
+	if s.cfg.Failures != nil {
+		rctx, cancel := context.WithTimeout(ctx, sampleTimeout)
+		g, err := s.cfg.Failures.FailureGroups(rctx, s.cfg.Now().UTC(), FailureGroupsLimit)
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("sample failure groups: %w", err))
+		} else {
+			s.groups.Store(&g)
+		}
+	}
+	if s.cfg.Holders != nil && s.cfg.Held != nil {
+		now := s.cfg.Now().UTC()
+		rctx, cancel := context.WithTimeout(ctx, sampleTimeout)
+		list, capped, err := s.cfg.Holders.Holders(rctx, now, s.cfg.FailedHolds, HoldersLimit)
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("sample held aggregates' holders: %w", err))
+		} else {
+			s.holders.Store(&events.Holders{At: now, List: list, Capped: capped})
+		}
+	}
+	if len(errs) > 0 {
+		s.cfg.Metrics.JobErrors.WithLabelValues("sampler").Inc()
+	}
+	return errors.Join(errs...)
+}
+
 func (s *Sampler) runOnce(ctx context.Context) (bool, error) {
 	active := s.active()
 	if !active {
@@ -177,17 +259,24 @@ func (s *Sampler) runOnce(ctx context.Context) (bool, error) {
 			return false, nil
 		}
 	}
+	// The console's lists first: after an action triggered this sample,
+	// its pages read at each view until they are read again, and the
+	// counts may take their whole time limit on a slow database.
+	var listsErr error
+	if active {
+		listsErr = s.readLists(ctx)
+	}
 	sample, err := s.sample(ctx)
 	if err != nil {
 		s.cfg.Metrics.JobErrors.WithLabelValues("sampler").Inc()
-		return false, err
+		return false, errors.Join(err, listsErr)
 	}
 	// The gauges first: once Latest has a sample, /metrics shows it too.
 	if active {
 		s.setGauges(sample)
 	}
 	s.last.Store(&sample)
-	return false, nil
+	return false, listsErr
 }
 
 // sample reads the outbox's figures under sampleTimeout.

@@ -7,9 +7,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	driver "go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/outboxrelay/outbox/console"
 	"github.com/outboxrelay/outbox/events"
@@ -37,6 +40,8 @@ type PageTimes struct {
 	// Error is why the page did not answer 200, when it did not: the
 	// stage goes on to the next page.
 	Error string `json:"error,omitempty"`
+	// Commands are the database commands of the page's last run.
+	Commands []PageCommand `json:"commands,omitempty"`
 }
 
 var consoleFig = figure[ConsolePages]{"consolePages"}
@@ -46,6 +51,14 @@ var consolePagesStage = stage{
 	steps: one("console pages", (*bench).consolePages), rows: consoleRows,
 	targets: func(*Results, addTarget) {},
 }
+
+// consoleGroupsRead names the read of the failure groups among the
+// pages: the console's sampler's, on its schedule, which no page waits
+// for.
+const (
+	consoleGroupsRead  = "(the failure groups' read, by the console's sampler every 15 s)"
+	consoleHoldersRead = "(the held aggregates' holders' read, by the console's sampler every 15 s)"
+)
 
 // consolePageRuns is how many times each page is fetched.
 const consolePageRuns = 5
@@ -62,10 +75,23 @@ func consoleRows(r *Results, add addRow) {
 	c := consoleFig.value(r)
 	for _, p := range c.Pages {
 		got := fmt.Sprintf("median %.0f ms of %d", p.MedianMs, len(p.RunsMs))
+		if len(p.Commands) > 0 {
+			got += fmt.Sprintf("; %d commands", len(p.Commands))
+			if decoded, ok := decodedSum(p.Commands); ok {
+				got += fmt.Sprintf(", %s documents decoded by FerretDB", thousands(int(decoded)))
+			}
+		}
 		if p.Error != "" {
 			got += "; " + p.Error
 		}
-		add(fmt.Sprintf("Console page %s (%s PUBLISHED, %s FAILED, %s NEW)", p.Path, thousands(c.Published), thousands(c.Failed), thousands(c.New)), got, "")
+		what := "Console page " + p.Path
+		switch p.Path {
+		case consoleGroupsRead:
+			what = "Console failure groups, read by its sampler, not a page"
+		case consoleHoldersRead:
+			what = "Console held aggregates' holders, read by its sampler, not a page"
+		}
+		add(fmt.Sprintf("%s (%s PUBLISHED, %s FAILED, %s NEW)", what, thousands(c.Published), thousands(c.Failed), thousands(c.New)), got, "")
 	}
 }
 
@@ -73,11 +99,22 @@ func consoleRows(r *Results, add addRow) {
 // the backlog's size in PUBLISHED history (the last hour of it), FAILED
 // events of five causes and NEW events waiting behind them.
 func (b *bench) consolePages(ctx context.Context) error {
-	coll, store, err := b.preparedCollection(ctx, "console")
+	coll, _, err := b.preparedCollection(ctx, "console")
 	if err != nil {
 		return err
 	}
 	defer dropQuietly(coll)
+	// The console's own client, whose commands are logged page by page.
+	cmdLog := newCommandLog()
+	client, err := driver.Connect(options.Client().ApplyURI(b.mongoURI).SetMaxPoolSize(20).SetAppName("outbox-bench-console").SetMonitor(cmdLog.monitor()))
+	if err != nil {
+		return fmt.Errorf("console pages: connect: %w", err)
+	}
+	defer func() { _ = client.Disconnect(context.WithoutCancel(ctx)) }()
+	store := b.store(client, client.Database(databaseName).Collection(coll.Name()))
+	if err := store.Detect(ctx); err != nil {
+		return err
+	}
 	if err := store.EnsureBrowseIndex(ctx); err != nil {
 		return err
 	}
@@ -105,7 +142,8 @@ func (b *bench) consolePages(ctx context.Context) error {
 	samples := knownCounts{Sample: ops.Sample{At: now, Stats: events.Stats{Counts: map[events.Status]int64{
 		events.StatusPublished: int64(c.Published), events.StatusFailed: int64(c.Failed), events.StatusNew: int64(c.New),
 	}}}}
-	con, err := console.New(console.Config{Archetype: arch, Store: store, Samples: samples, Owners: store.Owners(), TermLength: 30 * time.Second, FailedHolds: true})
+	lists := &knownLists{}
+	con, err := console.New(console.Config{Archetype: arch, Store: store, Samples: samples, Lists: lists, Owners: store.Owners(), TermLength: 30 * time.Second, FailedHolds: true})
 	if err != nil {
 		return err
 	}
@@ -122,6 +160,44 @@ func (b *bench) consolePages(ctx context.Context) error {
 	oneFailed := "/events/" + id.Hex()
 	group := url.Values{"status": {"FAILED"}, "reason": {metrics.ReasonMaxAttempts},
 		"cause": {events.Cause(fmt.Sprintf("gave up after 5 attempts: broker nacked the message %d", 1))}}
+	counted := map[string]int64{}
+	// measure times run consolePageRuns times, and logs the commands of
+	// the last run and, on FerretDB, the documents each decoded.
+	measure := func(path string, run func() error) {
+		p, err := timeRuns(func() error { cmdLog.take(); return run() })
+		if err != nil {
+			p.Error = err.Error()
+		}
+		p.Path = path
+		var filters []bson.Raw
+		p.Commands, filters = cmdLog.take()
+		if b.ferret {
+			countDecoded(ctx, b.db, p.Commands, filters, counted)
+		} else {
+			for i := range p.Commands {
+				p.Commands[i].Decoded = -1
+			}
+		}
+		c.Pages = append(c.Pages, p)
+		fmt.Fprintf(b.out, "   %s: median %.0f ms %v %s\n      %s\n", path, p.MedianMs, p.RunsMs, p.Error, describeCommands(p.Commands))
+	}
+	// The failure groups and the held aggregates' holders, read as the
+	// console's sampler reads them on its schedule
+	// (ops.SamplerConfig.Failures and Holders): no page waits for them.
+	measure(consoleGroupsRead, func() error {
+		g, err := store.FailureGroups(ctx, now, ops.FailureGroupsLimit)
+		if err == nil {
+			lists.groups.Store(&g)
+		}
+		return err
+	})
+	measure(consoleHoldersRead, func() error {
+		list, capped, err := store.Holders(ctx, now, true, ops.HoldersLimit)
+		if err == nil {
+			lists.holders.Store(&events.Holders{At: now, List: list, Capped: capped})
+		}
+		return err
+	})
 	// The pages an operator opens in an incident first, then the ones
 	// that read the PUBLISHED history by design.
 	for _, path := range []string{
@@ -130,43 +206,46 @@ func (b *bench) consolePages(ctx context.Context) error {
 		"/events?status=PUBLISHED", "/events?status=PUBLISHED&type=rare.type", "/events?status=PUBLISHED&aggregate=" + benchorder.AggregateID(7),
 		"/events?status=FAILED&error=NO_ROUTE", "/api/overview", "/api/published",
 	} {
-		p, err := timePage(ctx, srv.URL+path)
-		if err != nil {
-			p.Error = err.Error()
-		}
-		p.Path = path
-		c.Pages = append(c.Pages, p)
-		fmt.Fprintf(b.out, "   %s: median %.0f ms %v %s\n", path, p.MedianMs, p.RunsMs, p.Error)
+		measure(path, func() error { return fetchPage(ctx, srv.URL+path) })
 	}
 	consoleFig.set(b.res, c)
 	return nil
 }
 
-// timePage fetches url consolePageRuns times and times each answer. A
-// run that fails is timed too, and the page's error is the first one.
-func timePage(ctx context.Context, url string) (PageTimes, error) {
+// timeRuns runs run consolePageRuns times and times each. A run that
+// fails is timed too, and the error is the first one.
+func timeRuns(run func() error) (PageTimes, error) {
 	var p PageTimes
 	var first error
 	for range consolePageRuns {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return p, err
-		}
 		t0 := time.Now()
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return p, fmt.Errorf("console page %s: %w", url, err)
-		}
-		_, err = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
+		err := run()
 		d := time.Since(t0)
 		p.RunsMs = append(p.RunsMs, round(float64(d)/float64(time.Millisecond), 1))
-		if (err != nil || resp.StatusCode != http.StatusOK) && first == nil {
-			first = fmt.Errorf("run %d answered %d after %s (%v)", len(p.RunsMs), resp.StatusCode, d.Round(time.Millisecond), err)
+		if err != nil && first == nil {
+			first = fmt.Errorf("run %d failed after %s: %w", len(p.RunsMs), d.Round(time.Millisecond), err)
 		}
 	}
 	p.MedianMs = median(p.RunsMs)
 	return p, first
+}
+
+// fetchPage fetches url and reads its answer, an error unless it is 200.
+func fetchPage(ctx context.Context, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("console page %s: %w", url, err)
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("answered %d", resp.StatusCode)
+	}
+	return err
 }
 
 // failedDoc is a FAILED event of one of five causes, with its last attempt.
@@ -198,7 +277,45 @@ func failedDoc(i int, at time.Time) (bson.D, error) {
 	), nil
 }
 
+// decodedSum is the documents FerretDB decoded for cmds, and whether
+// every one was counted.
+func decodedSum(cmds []PageCommand) (int64, bool) {
+	var sum int64
+	for _, c := range cmds {
+		if c.Decoded < 0 && c.Pushdown != "" {
+			return 0, false
+		}
+		sum += max(c.Decoded, 0)
+	}
+	return sum, true
+}
+
 // knownCounts is a sample source of counts given.
 type knownCounts struct{ ops.Sample }
 
 func (k knownCounts) Latest() (ops.Sample, bool) { return k.Sample, true }
+
+// knownLists is a list source of the lists the bench read last, as the
+// console's sampler keeps them; none before the first read.
+type knownLists struct {
+	groups  atomic.Pointer[events.FailureGroups]
+	holders atomic.Pointer[events.Holders]
+}
+
+func (k *knownLists) LatestGroups() (events.FailureGroups, bool) {
+	g := k.groups.Load()
+	if g == nil {
+		return events.FailureGroups{}, false
+	}
+	return *g, true
+}
+
+func (k *knownLists) LatestHolders() (events.Holders, bool) {
+	h := k.holders.Load()
+	if h == nil {
+		return events.Holders{}, false
+	}
+	return *h, true
+}
+
+func (k *knownLists) Trigger() {}

@@ -53,12 +53,13 @@ func consoleCommand(ctx context.Context, args []string, getenv func(string) stri
 	sampler, err := ops.NewSampler(ops.SamplerConfig{
 		Archetype: arch, Store: store, StaleAfter: cfg.StaleAfter,
 		Held: heldSource(cfg, store), FailedHolds: cfg.OrderingAfterFailed == claim.AfterFailedWait, Paused: store,
+		Failures: store, Holders: store,
 	})
 	if err != nil {
 		return err
 	}
 	ccfg := console.Config{
-		Archetype: arch, Store: store, Samples: sampler, Owners: store.Owners(),
+		Archetype: arch, Store: store, Samples: sampler, Lists: sampler, Owners: store.Owners(),
 		TermLength: cfg.StaleAfter / 2, FailedHolds: cfg.Ordering == claim.OrderingAggregate && cfg.OrderingAfterFailed == claim.AfterFailedWait,
 		RequeuePerSecond: cfg.ConsoleRequeueRate, ActionMax: cfg.ConsoleActionMax,
 		ActionsPerMinute: cfg.ConsoleActionsPerMinute, SignInFailuresPerMinute: cfg.ConsoleSignInFailures,

@@ -54,6 +54,8 @@
     fetch(svg.dataset.src, { headers: { Accept: "application/json" }, credentials: "same-origin" })
       .then(function (r) { return r.ok ? r.json() : Promise.reject(r.status); })
       .then(function (d) {
+        var note = document.getElementById("chart-note");
+        if (note) { note.hidden = !d.unavailable; note.textContent = d.unavailable || ""; }
         var counts = d.publishedPerMinute || [];
         var top = Math.max.apply(null, [1].concat(counts));
         var ns = "http://www.w3.org/2000/svg";

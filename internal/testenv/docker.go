@@ -82,6 +82,18 @@ func ReplicaSet(t testing.TB) *mongo.Client {
 	return connect(t, replicaSetURI(ctx, t), "")
 }
 
+// ReplicaSetURI is ReplicaSet's server without its client, for a test
+// that connects with options of its own (a command monitor):
+// RequireDocker, then MongoImage as a single-node replica set, removed
+// in t.Cleanup.
+func ReplicaSetURI(t testing.TB) string {
+	t.Helper()
+	RequireDocker(t)
+	ctx, cancel := context.WithTimeout(t.Context(), containerStartTimeout)
+	defer cancel()
+	return replicaSetURI(ctx, t)
+}
+
 // Containers is the container suite's servers for tests that start the
 // worker: RequireDocker (skip, or fail when required), then MongoImage as a
 // single-node replica set and RabbitImage, both removed in t.Cleanup. It
