@@ -289,14 +289,7 @@ func (s *Store) claimDocs(ctx context.Context, lease events.Lease, docs []events
 // that has taken its partition since) waits with the rest of its
 // aggregate; both are equalities FerretDB pushes down.
 func (s *Store) claimIn(ctx context.Context, lease events.Lease, ids []any, partition int, nullAttempts bool) (int, error) {
-	filter := bson.D{
-		{Key: events.FieldStatus, Value: events.StatusNew},
-		{Key: events.FieldParked, Value: bson.D{{Key: "$ne", Value: true}}},
-	}
-	if partition >= 0 {
-		filter = append(filter, bson.E{Key: events.FieldPartition, Value: int32(partition)})
-	}
-	filter = append(filter, bson.E{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: ids}}})
+	filter := unparkedIn(partition, ids)
 	set := bson.D{
 		{Key: events.FieldStatus, Value: events.StatusProcessing},
 		{Key: events.FieldWorkerID, Value: lease.WorkerID},

@@ -334,11 +334,9 @@ func (p *parking) write(ctx context.Context, s *Store) error {
 	return errors.Join(errs...)
 }
 
-// park parks the NEW events ids for reason. Events read by partition are
-// parked by partition: FerretDB pushes the equality down, and matches the
-// $in in Go against that partition's lane only, not against every NEW
-// event.
-func (s *Store) park(ctx context.Context, reason string, partition int, ids []any) error {
+// unparkedIn selects the NEW events ids that are not parked, within
+// partition (none: -1): every equality FerretDB pushes down first.
+func unparkedIn(partition int, ids []any) bson.D {
 	filter := bson.D{
 		{Key: events.FieldStatus, Value: events.StatusNew},
 		{Key: events.FieldParked, Value: bson.D{{Key: "$ne", Value: true}}},
@@ -346,7 +344,15 @@ func (s *Store) park(ctx context.Context, reason string, partition int, ids []an
 	if partition >= 0 {
 		filter = append(filter, bson.E{Key: events.FieldPartition, Value: int32(partition)})
 	}
-	filter = append(filter, bson.E{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: ids}}})
+	return append(filter, bson.E{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: ids}}})
+}
+
+// park parks the NEW events ids for reason. Events read by partition are
+// parked by partition: FerretDB pushes the equality down, and matches the
+// $in in Go against that partition's lane only, not against every NEW
+// event.
+func (s *Store) park(ctx context.Context, reason string, partition int, ids []any) error {
+	filter := unparkedIn(partition, ids)
 	update := setOnly(
 		bson.E{Key: events.FieldParked, Value: true},
 		bson.E{Key: events.FieldParkedFor, Value: reason},

@@ -86,6 +86,23 @@ func parkedFor(t *testing.T, coll *driver.Collection) map[string]int {
 	return out
 }
 
+// pausedHead is n events of type bulk.import, one to an aggregate, each
+// made by with (nil: as it is), and how many of them owned marks.
+func pausedHead(n int, owned []bool, with func(bson.D) bson.D) (docs []bson.D, ownPaused int) {
+	for i := range n {
+		id := fmt.Sprintf("bulk%d", i)
+		d := laneEvent(id, "bulk.import", id, i)
+		if with != nil {
+			d = with(d)
+		}
+		docs = append(docs, d)
+		if owned[events.PartitionOf(events.Key("order", id))] {
+			ownPaused++
+		}
+	}
+	return docs, ownPaused
+}
+
 // TestPausedHeadDoesNotStarveTheLane: a replica that owns a quarter of the
 // partitions, behind a head of a paused type over every partition, claims
 // its healthy events with its first claim; the paused events of its own
@@ -94,15 +111,7 @@ func TestPausedHeadDoesNotStarveTheLane(t *testing.T) {
 	t.Parallel()
 	eachClaimStrategy(t, func(t *testing.T, s *mongo.Store, coll *driver.Collection) {
 		owned := quarter()
-		var docs []bson.D
-		ownPaused := 0
-		for i := range 2000 {
-			id := fmt.Sprintf("bulk%d", i)
-			docs = append(docs, laneEvent(id, "bulk.import", id, i))
-			if owned[events.PartitionOf(events.Key("order", id))] {
-				ownPaused++
-			}
-		}
+		docs, ownPaused := pausedHead(2000, owned, nil)
 		healthy := ownedAggregates("h", owned, 10)
 		for i, a := range healthy {
 			docs = append(docs, laneEvent("ok-"+a, "order.created", a, 5000+i))

@@ -36,15 +36,7 @@ func TestLargeLaneIsReadByPartition(t *testing.T) {
 	t.Parallel()
 	eachClaimStrategy(t, func(t *testing.T, s *mongo.Store, coll *driver.Collection) {
 		owned := quarter()
-		var docs []bson.D
-		ownPaused := 0
-		for i := range 600 {
-			id := fmt.Sprintf("bulk%d", i)
-			docs = append(docs, stamped(laneEvent(id, "bulk.import", id, i)))
-			if owned[events.PartitionOf(events.Key("order", id))] {
-				ownPaused++
-			}
-		}
+		docs, ownPaused := pausedHead(600, owned, stamped)
 		healthy := ownedAggregates("h", owned, 10)
 		want := make([]string, len(healthy))
 		for i, a := range healthy {
