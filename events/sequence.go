@@ -21,6 +21,26 @@ const FieldSequence = "sequence"
 // x-aggregate-id, so that consumers can check the order themselves.
 const HeaderSequence = "x-aggregate-sequence"
 
+// What a claim counts of the sequences it meets (outbox_sequence_anomalies_total):
+// none of them holds an event back but SequenceWaiting, which waits for
+// an earlier version.
+const (
+	// SequenceBehind is an event whose sequence is lower than one of its
+	// aggregate already published: it is published, late.
+	SequenceBehind = "behind"
+	// SequenceRepeat is an event whose sequence another event of its
+	// aggregate has, published or in its batch: both are published, in
+	// createdAt order.
+	SequenceRepeat = "repeat"
+	// SequenceMixed is an aggregate whose batch has events with and
+	// without a (valid) sequence: those without keep their createdAt place.
+	SequenceMixed = "mixed"
+	// SequenceWaiting is an event a claim left NEW because an earlier
+	// version of its aggregate cannot be claimed with it (backing off,
+	// parked, or past the claim's bounds).
+	SequenceWaiting = "waiting"
+)
+
 // ceSequence is the CloudEvents sequence extension's attribute: a string
 // whose lexicographic order is the events' order (sequenceString).
 const ceSequence = "sequence"

@@ -210,7 +210,8 @@ func (s *Store) claimRead(ctx context.Context, lease events.Lease, docs []bson.R
 }
 
 // unclaimBehind puts back to NEW, attempt refunded, the claimed events that
-// sort after the refused event of their key: the one-at-a-time claim
+// sort after the refused event of their key (by sequence where both carry
+// one, events.CompareInKey): the one-at-a-time claim
 // leaves them alone, but the batch update the server refused may have
 // claimed some of them before it stopped. It returns the events kept.
 func (s *Store) unclaimBehind(ctx context.Context, lease events.Lease, claimed []events.Claimed, refusedAt map[string]bson.Raw) ([]events.Claimed, error) {
@@ -221,7 +222,7 @@ func (s *Store) unclaimBehind(ctx context.Context, lease events.Lease, claimed [
 	kept := claimed[:0]
 	var behind []any
 	for _, c := range claimed {
-		if key, ok := events.OrderingKey(c.Doc); ok && refusedAt[key] != nil && events.CompareOrder(c.Doc, refusedAt[key]) > 0 {
+		if key, ok := events.OrderingKey(c.Doc); ok && refusedAt[key] != nil && events.CompareInKey(c.Doc, refusedAt[key]) > 0 {
 			behind = append(behind, c.ID)
 			continue
 		}

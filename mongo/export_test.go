@@ -87,3 +87,9 @@ func DropReadAhead(s *Store) { s.ahead.drop() }
 func ReadFences(ctx context.Context, s *Store, ps []int) (map[int]int64, error) {
 	return s.readFences(ctx, ps)
 }
+
+// SetSequenceAnomaly sets Config.SequenceAnomaly on a store made without.
+func SetSequenceAnomaly(s *Store, f func(kind string, n int)) { s.sequenceAnomaly = f }
+
+// SplitClaim reports whether s reads the lane by index (MongoDB's way).
+func SplitClaim(s *Store) bool { return s.splitClaim }

@@ -41,6 +41,11 @@ type Config struct {
 	// majority with the journal.
 	ReadConcern  *readconcern.ReadConcern
 	WriteConcern *writeconcern.WriteConcern
+	// SequenceAnomaly, when set, is told how many events (or aggregates)
+	// of each kind a claim found out of sequence: events.SequenceBehind,
+	// SequenceRepeat, SequenceMixed or SequenceWaiting (sequence.go).
+	// Defaults to nil: they are only logged.
+	SequenceAnomaly func(kind string, n int)
 }
 
 func (c *Config) setDefaults() {
@@ -103,19 +108,22 @@ type Store struct {
 	// ahead is what the last read of the lane kept past its batch, for
 	// the next claims of a drain (ahead.go).
 	ahead readAhead
+	// sequenceAnomaly is Config.SequenceAnomaly.
+	sequenceAnomaly func(kind string, n int)
 }
 
 // New returns a Store on client. It does no I/O: call Prepare before use.
 func New(client *mongo.Client, cfg Config) *Store {
 	cfg.setDefaults()
 	return &Store{
-		client:       client,
-		coll:         client.Database(cfg.Database).Collection(cfg.Collection),
-		logger:       cfg.Logger,
-		heldWindow:   heldWindow,
-		pausedCache:  pausedCache{maxAge: PausedTypesMaxAge},
-		readConcern:  cfg.ReadConcern.Level,
-		writeConcern: cfg.WriteConcern,
+		client:          client,
+		coll:            client.Database(cfg.Database).Collection(cfg.Collection),
+		logger:          cfg.Logger,
+		heldWindow:      heldWindow,
+		sequenceAnomaly: cfg.SequenceAnomaly,
+		pausedCache:     pausedCache{maxAge: PausedTypesMaxAge},
+		readConcern:     cfg.ReadConcern.Level,
+		writeConcern:    cfg.WriteConcern,
 		txnOpts: options.Transaction().
 			SetReadPreference(readpref.Primary()).
 			SetReadConcern(cfg.ReadConcern).
