@@ -39,6 +39,10 @@ const (
 	// version of its aggregate cannot be claimed with it (backing off,
 	// parked, or past the claim's bounds).
 	SequenceWaiting = "waiting"
+	// SequenceReordered is an event a claim puts after an event of its
+	// aggregate with a later createdAt, by their sequences: the
+	// producers' clocks disagreed with the versions.
+	SequenceReordered = "reordered"
 )
 
 // ceSequence is the CloudEvents sequence extension's attribute: a string

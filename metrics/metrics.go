@@ -101,7 +101,9 @@ var ReleasedReasons = []string{
 
 // SequenceKinds are the values of SequenceAnomalies' kind label, each
 // exported from the start at 0.
-var SequenceKinds = []string{events.SequenceBehind, events.SequenceRepeat, events.SequenceMixed, events.SequenceWaiting}
+var SequenceKinds = []string{
+	events.SequenceReordered, events.SequenceBehind, events.SequenceRepeat, events.SequenceMixed, events.SequenceWaiting,
+}
 
 // YieldingJobs are the periodic jobs that leave runs out while claims are
 // slow: the values of RunsLeftOut's label, each exported from the start.
@@ -126,7 +128,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		TraceDropped: s.Counter("trace_context_dropped_total",
 			"Events whose stored trace context (traceparent, tracestate) was not valid: each was published without one."),
 		SequenceAnomalies: s.CounterVec("sequence_anomalies_total",
-			"Events (mixed: aggregates) a claim found out of sequence, by kind: behind (lower than a version already published: published late), repeat (a version another event has: both published), mixed (an aggregate with events with and without a sequence), waiting (left NEW behind an earlier version that cannot be claimed now).", "kind"),
+			"Events (mixed: aggregates) a claim found out of sequence, by kind: reordered (put after an event of their aggregate with a later createdAt, by sequence), behind (lower than a version already published: published late), repeat (a version another event has: both published), mixed (an aggregate with events with and without a sequence), waiting (left NEW behind an earlier version that cannot be claimed now).", "kind"),
 		PublishLatency: s.Histogram("publish_latency_seconds", "Time from an event's createdAt to its broker confirm.",
 			[]float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900}),
 		ClaimBatchSize: s.Histogram("claim_batch_size", "Events claimed per claim.",

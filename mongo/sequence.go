@@ -52,7 +52,9 @@ type seqAggregate struct {
 //   - each aggregate's sequenced events are put in sequence order in the
 //     places they hold (events.SortBySequence).
 //
-// It counts, without holding anything back, the events whose sequence is
+// It counts the events it puts after an event of their aggregate with a
+// later createdAt (events.SequenceReordered), and, without holding
+// anything back, the events whose sequence is
 // lower than (events.SequenceBehind) or equal to (events.SequenceRepeat)
 // one already PUBLISHED of their aggregate or, for a repeat, another of
 // the batch, and the aggregates that mix events with and without one
@@ -117,6 +119,9 @@ func (s *Store) orderBySequence(ctx context.Context, now time.Time, limit events
 		}
 	}
 	out, dropped := arrangeBySequence(docs, aggs)
+	if n := reordered(out, aggs); n > 0 {
+		s.countSequence(events.SequenceReordered, n)
+	}
 	if len(want) > 0 || dropped > 0 {
 		// What the read kept past the batch may hold what was taken in,
 		// and sorts after what was left behind.
@@ -326,6 +331,26 @@ func arrangeBySequence(docs []bson.Raw, aggs map[string]*seqAggregate) ([]bson.R
 		kept = append(kept, doc)
 	}
 	return kept, dropped
+}
+
+// reordered counts the events of docs, as arranged, that go after an
+// event of their aggregate with a later createdAt (events.CompareOrder):
+// what the sequence changed of the order the clocks gave.
+func reordered(docs []bson.Raw, aggs map[string]*seqAggregate) int {
+	latest := map[string]bson.Raw{}
+	n := 0
+	for _, doc := range docs {
+		key, keyed := events.OrderingKey(doc)
+		if !keyed || aggs[key] == nil {
+			continue
+		}
+		if l := latest[key]; l != nil && events.CompareOrder(doc, l) < 0 {
+			n++
+			continue
+		}
+		latest[key] = doc
+	}
+	return n
 }
 
 // noteSequenceAnomalies counts and logs the batch's events whose sequence

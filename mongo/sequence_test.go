@@ -69,6 +69,7 @@ func claimOrdered(t *testing.T, s *mongo.Store, token string, n int) []string {
 func TestClaimTakesEarlierVersionIn(t *testing.T) {
 	t.Parallel()
 	eachClaimStrategy(t, func(t *testing.T, s *mongo.Store, coll *driver.Collection) {
+		counts := countSequences(s)
 		at := ago(time.Hour)
 		insert(t, coll,
 			ev("v2", events.StatusNew, at, seq("a", int64(2))...),
@@ -78,6 +79,10 @@ func TestClaimTakesEarlierVersionIn(t *testing.T) {
 		)
 		if diff := cmp.Diff([]string{"v1", "v2"}, claimOrdered(t, s, "t1", 1)); diff != "" {
 			t.Errorf("first claim (-want +got):\n%s", diff)
+		}
+		// v2 goes after v1, whose createdAt is later: counted, not silent.
+		if diff := cmp.Diff(map[string]int{events.SequenceReordered: 1}, counts.take()); diff != "" {
+			t.Errorf("counts (-want +got):\n%s", diff)
 		}
 		if diff := cmp.Diff([]string{"x"}, claimOrdered(t, s, "t2", 1)); diff != "" {
 			t.Errorf("second claim (-want +got):\n%s", diff) // v3 waits: its key is held
