@@ -41,6 +41,13 @@ func (s *Store) Claim(ctx context.Context, lease events.Lease, limit events.Clai
 // later event of an aggregate one of them holds; the paused types cost one
 // more find at most once per PausedTypesMaxAge (see findClaimable).
 //
+// With limit.Ordered, where the events read carry their aggregate's
+// version (events.FieldSequence), it returns each aggregate's in sequence
+// order, takes in the earlier versions the read did not reach (up to
+// limit's count and bytes again), and leaves out the later versions that
+// must wait for one it cannot take (see orderBySequence): two or three
+// more finds, only for such a batch.
+//
 // With limit.Tenures where the deployment has transactions, it first
 // raises the fence of each partition it reads in to the tenure held, once
 // per tenure (one update command; see raiseFences), and leaves out the
