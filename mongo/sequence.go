@@ -91,7 +91,6 @@ func (s *Store) orderBySequence(ctx context.Context, now time.Time, limit events
 	if err := errors.Join(err, pubErr); err != nil {
 		return nil, err
 	}
-	s.noteSequenceAnomalies(keys, aggs, published)
 
 	paused, err := s.pausedSet(ctx) // read by this claim already: cached
 	if err != nil {
@@ -118,13 +117,15 @@ func (s *Store) orderBySequence(ctx context.Context, now time.Time, limit events
 			return nil, err
 		}
 	}
+	s.noteSequenceAnomalies(keys, aggs, published)
 	out, dropped := arrangeBySequence(docs, aggs)
 	if n := reordered(out, aggs); n > 0 {
 		s.countSequence(events.SequenceReordered, n)
 	}
-	if len(want) > 0 || dropped > 0 {
-		// What the read kept past the batch may hold what was taken in,
-		// and sorts after what was left behind.
+	if len(want) > 0 {
+		// What the read kept past the batch may hold what was taken in.
+		// What was left behind needs no such care: a later version the
+		// read-ahead gives waits behind it as it did.
 		s.ahead.drop()
 	}
 	if dropped > 0 {
@@ -353,9 +354,12 @@ func reordered(docs []bson.Raw, aggs map[string]*seqAggregate) int {
 	return n
 }
 
-// noteSequenceAnomalies counts and logs the batch's events whose sequence
-// is behind or repeats one already published or another of the batch,
-// and the aggregates that mix events with and without a sequence.
+// noteSequenceAnomalies counts and logs the batch's events (and those it
+// took in) whose sequence is behind or repeats one already published or
+// another of the batch, and the aggregates that mix events with and
+// without a sequence. A version taken in is seen as behind only against
+// the published versions at or above the batch's lowest, which is all
+// the published read returns.
 func (s *Store) noteSequenceAnomalies(keys []string, aggs map[string]*seqAggregate, published map[string][]int64) {
 	var behind, repeat []any
 	mixed := 0
@@ -370,6 +374,11 @@ func (s *Store) noteSequenceAnomalies(keys []string, aggs map[string]*seqAggrega
 			top = max(top, p)
 		}
 		seen := map[int64]bool{}
+		for _, doc := range a.pulled {
+			if seq, _ := events.ValidSequence(doc); seq < top {
+				behind = append(behind, rawID(doc.Lookup(events.FieldID)))
+			}
+		}
 		for _, e := range a.batch {
 			switch {
 			case e.seq < top:
