@@ -33,40 +33,41 @@ const (
 
 // Metrics holds every collector the worker updates.
 type Metrics struct {
-	Claimed      prometheus.Counter
-	Published    prometheus.Counter
-	Failed       *prometheus.CounterVec
-	Released     *prometheus.CounterVec
-	Recovered    prometheus.Counter
-	Deleted      prometheus.Counter
-	LostClaims   prometheus.Counter
-	Skipped      prometheus.Counter
-	Unwritable   prometheus.Counter
-	TraceDropped prometheus.Counter
-	// SequenceAnomalies counts what claims met of the events' sequences,
-	// by kind (SequenceKinds).
-	SequenceAnomalies *prometheus.CounterVec
-	PublishLatency    prometheus.Histogram
-	ClaimBatchSize    prometheus.Histogram
-	ClaimBatchLimit   prometheus.Gauge
-	ClaimTrimmed      prometheus.Counter
-	ClaimFenced       prometheus.Counter
-	Events            *prometheus.GaugeVec
-	OldestNewAge      Sampled
-	StaleProcessing   Sampled
-	HeldAggregates    Sampled
-	OldestHeldAge     Sampled
-	PausedTypes       Sampled
-	BrokerConnected   prometheus.Gauge
-	PartitionsOwned   prometheus.Gauge
-	ClaimRuns         *prometheus.CounterVec
-	JobErrors         *prometheus.CounterVec
-	RunsLeftOut       *prometheus.CounterVec
-	DBCommands        *prometheus.CounterVec
+	Claimed         prometheus.Counter
+	Published       prometheus.Counter
+	Failed          *prometheus.CounterVec
+	Released        *prometheus.CounterVec
+	Recovered       prometheus.Counter
+	Deleted         prometheus.Counter
+	LostClaims      prometheus.Counter
+	Skipped         prometheus.Counter
+	Unwritable      prometheus.Counter
+	TraceDropped    prometheus.Counter
+	PublishLatency  prometheus.Histogram
+	ClaimBatchSize  prometheus.Histogram
+	ClaimBatchLimit prometheus.Gauge
+	ClaimTrimmed    prometheus.Counter
+	ClaimFenced     prometheus.Counter
+	Events          *prometheus.GaugeVec
+	OldestNewAge    Sampled
+	StaleProcessing Sampled
+	HeldAggregates  Sampled
+	OldestHeldAge   Sampled
+	PausedTypes     Sampled
+	BrokerConnected prometheus.Gauge
+	PartitionsOwned prometheus.Gauge
+	ClaimRuns       *prometheus.CounterVec
+	JobErrors       *prometheus.CounterVec
+	RunsLeftOut     *prometheus.CounterVec
+	DBCommands      *prometheus.CounterVec
 	// BuildInfo is 1, labelled with this binary's build (Prometheus'
 	// *_build_info convention): a query joins it to tell the versions of
 	// a rolling upgrade apart.
 	BuildInfo *prometheus.GaugeVec
+
+	// SequenceAnomalies counts what claims met of the events' sequences,
+	// by kind (SequenceKinds).
+	SequenceAnomalies *prometheus.CounterVec
 }
 
 // Jobs are the background jobs whose failed runs JobErrors counts: the

@@ -42,9 +42,9 @@ type Config struct {
 	ReadConcern  *readconcern.ReadConcern
 	WriteConcern *writeconcern.WriteConcern
 	// SequenceAnomaly, when set, is told how many events (or aggregates)
-	// of each kind a claim found out of sequence: events.SequenceBehind,
-	// SequenceRepeat, SequenceMixed or SequenceWaiting (sequence.go).
-	// Defaults to nil: they are only logged.
+	// of each kind a claim found out of sequence: events.SequenceReordered,
+	// SequenceBehind, SequenceRepeat, SequenceMixed or SequenceWaiting
+	// (sequence.go). Defaults to nil: behind and repeat are only logged.
 	SequenceAnomaly func(kind string, n int)
 }
 
@@ -116,18 +116,18 @@ type Store struct {
 func New(client *mongo.Client, cfg Config) *Store {
 	cfg.setDefaults()
 	return &Store{
-		client:          client,
-		coll:            client.Database(cfg.Database).Collection(cfg.Collection),
-		logger:          cfg.Logger,
-		heldWindow:      heldWindow,
-		sequenceAnomaly: cfg.SequenceAnomaly,
-		pausedCache:     pausedCache{maxAge: PausedTypesMaxAge},
-		readConcern:     cfg.ReadConcern.Level,
-		writeConcern:    cfg.WriteConcern,
+		client:       client,
+		coll:         client.Database(cfg.Database).Collection(cfg.Collection),
+		logger:       cfg.Logger,
+		heldWindow:   heldWindow,
+		pausedCache:  pausedCache{maxAge: PausedTypesMaxAge},
+		readConcern:  cfg.ReadConcern.Level,
+		writeConcern: cfg.WriteConcern,
 		txnOpts: options.Transaction().
 			SetReadPreference(readpref.Primary()).
 			SetReadConcern(cfg.ReadConcern).
 			SetWriteConcern(cfg.WriteConcern),
+		sequenceAnomaly: cfg.SequenceAnomaly,
 	}
 }
 
