@@ -265,6 +265,27 @@ func hostileCases(t *testing.T) []hostileCase {
 		// An aggregate id is a header value (long string): a long one is fine.
 		{name: "aggregateId-long", hostile: []hostileDoc{simple("aggregate-long", wantDeliveredOrFailed,
 			[][]string{any1("aggregateId")}, field(events.FieldAggregateID, strings.Repeat("a", 1000)))}},
+		// The aggregate's version: a value that is not a whole number of
+		// 0 or more is poison naming the field; it orders nothing, so the
+		// valid versions of its aggregate are not held behind it (with
+		// the default wait they are held by the FAILED event, as behind
+		// any poison one).
+		{name: "sequence-negative", hostile: []hostileDoc{simple("sequence-negative", wantFailed,
+			[][]string{any1(`"sequence"`), any1("0 or more"), any1("-3")},
+			field(events.FieldAggregateID, "h"), field(events.FieldSequence, int64(-3)))}},
+		{name: "sequence-not-a-number", hostile: []hostileDoc{simple("sequence-string", wantFailed,
+			[][]string{any1(`"sequence"`), any1("got string")},
+			field(events.FieldAggregateID, "h"), field(events.FieldSequence, "7"))}},
+		{name: "sequence-fraction", hostile: []hostileDoc{simple("sequence-fraction", wantFailed,
+			[][]string{any1(`"sequence"`), any1("double 2.5")},
+			field(events.FieldAggregateID, "h"), field(events.FieldSequence, 2.5))}},
+		// A repeat, and an aggregate that mixes events with and without a
+		// sequence: counted, never held.
+		{name: "sequence-repeat-and-mixed", hostile: []hostileDoc{
+			simple("sequence-2", wantDeliveredOrFailed, nil, field(events.FieldAggregateID, "h"), field(events.FieldSequence, int64(2))),
+			simple("sequence-2-again", wantDeliveredOrFailed, nil, field(events.FieldAggregateID, "h"), field(events.FieldSequence, int32(2))),
+			simple("sequence-none", wantDeliveredOrFailed, nil, field(events.FieldAggregateID, "h")),
+		}},
 	}
 }
 

@@ -38,7 +38,7 @@ var hostileFields = []string{
 	events.FieldID, events.FieldType, events.FieldPayload, events.FieldHeaders, events.FieldCreatedAt,
 	events.FieldAggregateType, events.FieldAggregateID, events.FieldAttempts, events.FieldWorkerID,
 	events.FieldClaimToken, events.FieldProcessingAt, events.FieldRetryAt, events.FieldLastError,
-	"extra",
+	"extra", events.FieldSequence,
 }
 
 // Shapes a field can take. A choice byte below shapeBase keeps the field
@@ -251,6 +251,17 @@ func hostileSeeds() map[string][]byte {
 		"last-error-huge":      one(events.FieldLastError, shHuge, 3),
 		"aggregate-type-regex": one(events.FieldAggregateType, shRegex, 0),
 		"extra-javascript":     one("extra", shJavaScript, 0),
+		// The aggregate's version: valid ones (a large int64, a whole
+		// double) and each kind of hostile one.
+		"sequence-int64":     one(events.FieldSequence, shInt64, 3),
+		"sequence-negative":  one(events.FieldSequence, shInt32, 1),
+		"sequence-string":    one(events.FieldSequence, shShort, 0),
+		"sequence-fraction":  one(events.FieldSequence, shDouble, 2),
+		"sequence-infinity":  one(events.FieldSequence, shDouble, 1),
+		"sequence-decimal":   one(events.FieldSequence, shDecimal, 4),
+		"sequence-document":  one(events.FieldSequence, shDocument, 1, 2, shInt32, 200),
+		"sequence-null":      one(events.FieldSequence, shNull, 0),
+		"sequence-timestamp": one(events.FieldSequence, shTimestamp, 5),
 		// A headers document reads, per field, a key index into
 		// hostileKeys, a shape and its parameter.
 		"headers-cc-string": one(events.FieldHeaders, shDocument, 1, 0, shShort, 0),
@@ -365,7 +376,8 @@ func readHostileCorpus(t *testing.T) map[string][]byte {
 }
 
 // ferretRefuses names the first value in doc that FerretDB v1.24.0 cannot
-// store: a Decimal128, a NaN, a MinKey or MaxKey, or JavaScript code.
+// store: a Decimal128, a NaN or an infinity, a MinKey or MaxKey, or
+// JavaScript code.
 func ferretRefuses(doc bson.Raw) string {
 	elems, err := doc.Elements()
 	if err != nil {
@@ -386,6 +398,9 @@ func ferretRefusesValue(v bson.RawValue) string {
 	case bson.TypeDouble:
 		if f, ok := v.DoubleOK(); ok && math.IsNaN(f) {
 			return "a NaN"
+		}
+		if f, ok := v.DoubleOK(); ok && math.IsInf(f, 0) {
+			return "an infinity" // refused with a write error
 		}
 	case bson.TypeEmbeddedDocument:
 		if d, ok := v.DocumentOK(); ok {

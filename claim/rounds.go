@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+
 	"github.com/outboxrelay/outbox/events"
 )
 
@@ -170,6 +172,9 @@ func (c *Claimer) pastDeadline(deadline time.Time, idx []int, outcomes []outcome
 func (c *Claimer) relay(ctx context.Context, lease events.Lease, claimed []events.Claimed, deadline time.Time) error {
 	if c.ordered() {
 		slices.SortStableFunc(claimed, func(a, b events.Claimed) int { return events.CompareOrder(a.Doc, b.Doc) })
+		// An aggregate's events that carry its version go in its order,
+		// whatever the clocks that stamped their createdAt.
+		events.SortBySequence(claimed, func(c events.Claimed) bson.Raw { return c.Doc })
 	}
 	outcomes := make([]outcome, len(claimed))
 	msgs := make([]*events.Message, len(claimed))

@@ -15,7 +15,7 @@ import (
 // contradict them: an event without an aggregateId has no subject, not
 // one from its headers. datacontenttype is the content_type property.
 var ownedAttributes = [...]string{ceSpecVersion, ceID, ceSource, ceType, ceTime, ceSubject,
-	ceDataContentType, ceTraceParent, ceTraceState}
+	ceDataContentType, ceTraceParent, ceTraceState, ceSequence}
 
 // withBinaryMode turns m, a plain message, into CloudEvents' binary
 // content mode: the attributes join its headers, each named prefix plus
@@ -58,6 +58,9 @@ func withBinaryMode(doc bson.Raw, m Message, source, prefix string) (Message, er
 	m.Headers[prefix+ceTime] = ce.time.Format(ceTimeLayout)
 	if ce.subject != "" {
 		m.Headers[prefix+ceSubject] = ce.subject
+	}
+	if ce.sequence != "" {
+		m.Headers[prefix+ceSequence] = ce.sequence
 	}
 	if ce.trace.Parent != "" {
 		m.Headers[prefix+ceTraceParent] = ce.trace.Parent

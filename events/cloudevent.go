@@ -27,6 +27,9 @@ const (
 	ceTraceState      = "tracestate"
 )
 
+// The sequence extension (ceSequence, in sequence.go) is the event's
+// sequence, where it has one.
+
 // ceTimeLayout writes a CloudEvents time: RFC 3339 in UTC, with the
 // milliseconds of createdAt when it has any.
 const ceTimeLayout = time.RFC3339Nano
@@ -35,6 +38,7 @@ const ceTimeLayout = time.RFC3339Nano
 type cloudEvent struct {
 	id, source, typ, subject string
 	time                     time.Time
+	sequence                 string       // the sequence extension; "": none
 	trace                    TraceContext // the distributed tracing extension; zero: none
 }
 
@@ -59,6 +63,9 @@ func newCloudEvent(doc bson.Raw, m Message, source string) (cloudEvent, error) {
 			return cloudEvent{}, err
 		}
 		ce.subject = s
+	}
+	if n, ok := m.Headers[HeaderSequence].(int64); ok {
+		ce.sequence = sequenceString(n)
 	}
 	return ce, nil
 }

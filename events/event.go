@@ -89,6 +89,12 @@ type Draft struct {
 	Payload any
 	// Headers are extra message headers. Optional.
 	Headers map[string]any
+	// Sequence is the aggregate's version after this change (0 or more),
+	// written as the event's sequence: the events of an aggregate that
+	// carry one are published in its order, whatever the clocks of the
+	// producers that wrote them (docs/ordering.md). Optional; nil writes
+	// none, and the event is ordered by createdAt.
+	Sequence *int64
 	// Trace is the W3C trace context the message carries on, so that its
 	// consumers continue the producer's trace. Insert takes it from its
 	// context when it is unset; one that is not Valid is left out.
@@ -142,6 +148,12 @@ func (d Draft) Document(now time.Time) (bson.D, error) {
 	}
 	if d.AggregateID != "" {
 		doc = append(doc, bson.E{Key: FieldAggregateID, Value: d.AggregateID})
+	}
+	if d.Sequence != nil {
+		if *d.Sequence < 0 {
+			return nil, fmt.Errorf("%w: sequence is %d; it must be 0 or more", ErrInvalidDraft, *d.Sequence)
+		}
+		doc = append(doc, bson.E{Key: FieldSequence, Value: *d.Sequence})
 	}
 	// The partition too, so that no claim has to store it (see FieldPartition).
 	doc = append(doc, bson.E{Key: FieldPartition, Value: partitionValue(draftPartition(id, d.AggregateType, d.AggregateID))})

@@ -35,8 +35,8 @@ type Message struct {
 	Type string
 	// Timestamp is the event's createdAt.
 	Timestamp time.Time
-	// Headers are the AMQP headers: x-aggregate-type and x-aggregate-id
-	// when set, and the event's own headers.
+	// Headers are the AMQP headers: x-aggregate-type, x-aggregate-id and
+	// x-aggregate-sequence when set, and the event's own headers.
 	Headers map[string]any
 	// Body is the payload as relaxed Extended JSON, or in
 	// FormatCloudEventsStructured the CloudEvents envelope holding it.
@@ -320,6 +320,13 @@ func messageHeaders(doc bson.Raw) (map[string]any, error) {
 		if s != "" {
 			headers[header] = s
 		}
+	}
+	n, ok, err := Sequence(doc)
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		headers[HeaderSequence] = n
 	}
 	if len(headers) == 0 {
 		return nil, nil

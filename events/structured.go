@@ -23,7 +23,7 @@ func withStructuredMode(doc bson.Raw, m Message, source string, maxBytes int) (M
 // document, as its data, or an *InvalidError when the envelope is longer
 // than maxBytes (0: no bound).
 func envelope(ce cloudEvent, data []byte, maxBytes int) ([]byte, error) {
-	b := make([]byte, 0, 256+len(ce.id)+len(ce.source)+len(ce.typ)+len(ce.subject)+
+	b := make([]byte, 0, 256+len(ce.id)+len(ce.source)+len(ce.typ)+len(ce.subject)+len(ce.sequence)+
 		len(ce.trace.Parent)+len(ce.trace.State)+len(data))
 	b = appendMember(b, '{', ceSpecVersion, CloudEventsSpecVersion)
 	b = appendMember(b, ',', ceID, ce.id)
@@ -34,6 +34,9 @@ func envelope(ce cloudEvent, data []byte, maxBytes int) ([]byte, error) {
 	b = append(b, '"')
 	if ce.subject != "" {
 		b = appendMember(b, ',', ceSubject, ce.subject)
+	}
+	if ce.sequence != "" {
+		b = appendMember(b, ',', ceSequence, ce.sequence)
 	}
 	b = appendMember(b, ',', ceDataContentType, ContentType)
 	if ce.trace.Parent != "" {

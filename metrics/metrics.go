@@ -6,6 +6,7 @@ package metrics
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/buildinfo"
 	"github.com/outboxrelay/outbox/internal/promset"
 )
@@ -63,6 +64,10 @@ type Metrics struct {
 	// *_build_info convention): a query joins it to tell the versions of
 	// a rolling upgrade apart.
 	BuildInfo *prometheus.GaugeVec
+
+	// SequenceAnomalies counts what claims met of the events' sequences,
+	// by kind (SequenceKinds).
+	SequenceAnomalies *prometheus.CounterVec
 }
 
 // Jobs are the background jobs whose failed runs JobErrors counts: the
@@ -95,6 +100,12 @@ var ReleasedReasons = []string{
 	ReasonNacked, ReasonReturned, ReasonUnconfirmed, ReasonBrokerUnavailable, ReasonError, ReasonHeldBack,
 }
 
+// SequenceKinds are the values of SequenceAnomalies' kind label, each
+// exported from the start at 0.
+var SequenceKinds = []string{
+	events.SequenceReordered, events.SequenceBehind, events.SequenceRepeat, events.SequenceMixed, events.SequenceWaiting,
+}
+
 // YieldingJobs are the periodic jobs that leave runs out while claims are
 // slow: the values of RunsLeftOut's label, each exported from the start.
 var YieldingJobs = []string{"recovery", "retention", "sampler"}
@@ -117,6 +128,8 @@ func New(reg prometheus.Registerer) *Metrics {
 			"Events a claim refused (invalid, or refused by the server) whose FAILED write failed too: each stays NEW, holds its aggregate, and the next claim tries again."),
 		TraceDropped: s.Counter("trace_context_dropped_total",
 			"Events whose stored trace context (traceparent, tracestate) was not valid: each was published without one."),
+		SequenceAnomalies: s.CounterVec("sequence_anomalies_total",
+			"Events (mixed: aggregates) a claim found out of sequence, by kind: reordered (put after an event of their aggregate with a later createdAt, by sequence), behind (lower than a version already published: published late), repeat (a version another event has: both published), mixed (an aggregate with events with and without a sequence), waiting (left NEW behind an earlier version that cannot be claimed now).", "kind"),
 		PublishLatency: s.Histogram("publish_latency_seconds", "Time from an event's createdAt to its broker confirm.",
 			[]float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900}),
 		ClaimBatchSize: s.Histogram("claim_batch_size", "Events claimed per claim.",
@@ -168,6 +181,9 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	for _, command := range DBCommands() {
 		m.DBCommands.WithLabelValues(command)
+	}
+	for _, kind := range SequenceKinds {
+		m.SequenceAnomalies.WithLabelValues(kind)
 	}
 	if err := s.Register(reg); err != nil {
 		panic(err) // one Metrics per registry: a wiring bug

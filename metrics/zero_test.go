@@ -31,6 +31,9 @@ func TestLabelledCountersExportedAtZero(t *testing.T) {
 		"outbox_job_errors_total":        metrics.Jobs,
 		"outbox_job_runs_left_out_total": metrics.YieldingJobs,
 		"outbox_db_commands_total":       metrics.DBCommands(),
+
+		// The sequence checks (mongo/sequence.go).
+		"outbox_sequence_anomalies_total": metrics.SequenceKinds,
 	}
 
 	// Every *prometheus.CounterVec field of Metrics must be listed above.

@@ -42,6 +42,13 @@ func (s *Store) Claim(ctx context.Context, lease events.Lease, limit events.Clai
 // later event of an aggregate one of them holds; the paused types cost one
 // more find at most once per PausedTypesMaxAge (see findClaimable).
 //
+// With limit.Ordered, where the events read carry their aggregate's
+// version (events.FieldSequence), it returns each aggregate's in sequence
+// order, takes in the earlier versions the read did not reach (up to
+// limit's count and bytes again), and leaves out the later versions that
+// must wait for one it cannot take (see orderBySequence): two or three
+// more finds, only for such a batch.
+//
 // With limit.Tenures where the deployment has transactions, it first
 // raises the fence of each partition it reads in to the tenure held, once
 // per tenure (one update command; see raiseFences), and leaves out the
@@ -211,7 +218,8 @@ func (s *Store) claimRead(ctx context.Context, lease events.Lease, docs []bson.R
 }
 
 // unclaimBehind puts back to NEW, attempt refunded, the claimed events that
-// sort after the refused event of their key: the one-at-a-time claim
+// sort after the refused event of their key (by sequence where both carry
+// one, events.CompareInKey): the one-at-a-time claim
 // leaves them alone, but the batch update the server refused may have
 // claimed some of them before it stopped. It returns the events kept.
 func (s *Store) unclaimBehind(ctx context.Context, lease events.Lease, claimed []events.Claimed, refusedAt map[string]bson.Raw) ([]events.Claimed, error) {
@@ -222,7 +230,7 @@ func (s *Store) unclaimBehind(ctx context.Context, lease events.Lease, claimed [
 	kept := claimed[:0]
 	var behind []any
 	for _, c := range claimed {
-		if key, ok := events.OrderingKey(c.Doc); ok && refusedAt[key] != nil && events.CompareOrder(c.Doc, refusedAt[key]) > 0 {
+		if key, ok := events.OrderingKey(c.Doc); ok && refusedAt[key] != nil && events.CompareInKey(c.Doc, refusedAt[key]) > 0 {
 			behind = append(behind, c.ID)
 			continue
 		}

@@ -102,3 +102,9 @@ func ReadsByPartition(s *Store) bool {
 	defer s.partitionReads.mu.Unlock()
 	return !s.splitClaim && s.partitionReads.byPartition
 }
+
+// SetSequenceAnomaly sets Config.SequenceAnomaly on a store made without.
+func SetSequenceAnomaly(s *Store, f func(kind string, n int)) { s.sequenceAnomaly = f }
+
+// SplitClaim reports whether s reads the lane by index (MongoDB's way).
+func SplitClaim(s *Store) bool { return s.splitClaim }

@@ -51,8 +51,9 @@ func (s *Store) findClaimable(ctx context.Context, now time.Time, limit events.C
 	}
 	if !limit.Ordered {
 		docs, more, err = s.findUnordered(ctx, now, limit)
-	} else {
-		docs, more, err = s.findOrdered(ctx, now, limit)
+	} else if docs, more, err = s.findOrdered(ctx, now, limit); err == nil {
+		// Where events carry their aggregate's version (sequence.go).
+		docs, err = s.orderBySequence(ctx, now, limit, docs)
 	}
 	if err != nil {
 		return nil, false, err

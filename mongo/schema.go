@@ -56,7 +56,14 @@ var outboxIndexes = []indexSpec{
 	{"outbox_stale", bson.D{{Key: events.FieldStatus, Value: 1}, {Key: events.FieldProcessingAt, Value: 1}}},
 	// Retention: PUBLISHED events by publish time.
 	{retentionIndex, bson.D{{Key: events.FieldStatus, Value: 1}, {Key: events.FieldPublishedAt, Value: 1}}},
+	// The sequence checks of a claim whose batch has events with a
+	// sequence (sequence.go): an aggregate's NEW events below, and its
+	// PUBLISHED events at or above, a version.
+	{sequenceIndex, bson.D{{Key: events.FieldStatus, Value: 1}, {Key: events.FieldAggregateID, Value: 1}, {Key: events.FieldSequence, Value: 1}}},
 }
+
+// sequenceIndex serves the claim's sequence checks.
+const sequenceIndex = "outbox_sequence"
 
 // schema is every collection and index of the outbox: what worker setup
 // creates, and, of it, what worker run checks (forRun).

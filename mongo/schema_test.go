@@ -38,7 +38,7 @@ func TestSetupCreatesWhatIsMissingOnce(t *testing.T) {
 	for _, want := range []string{
 		"created collection " + db.Name() + ".events\n",
 		"created index outbox_claim {status: 1, createdAt: 1} on " + db.Name() + ".events",
-		"created index outbox_claim_order", "created index outbox_claim_lane", "created index outbox_claim_retry", "created index outbox_stale", "created index outbox_retention",
+		"created index outbox_claim_order", "created index outbox_claim_lane", "created index outbox_claim_retry", "created index outbox_stale", "created index outbox_retention", "created index outbox_sequence",
 		"created collection " + db.Name() + ".events_owners",
 		"created collection " + db.Name() + ".events_paused",
 		"created collection " + db.Name() + ".events_audit",
@@ -106,8 +106,8 @@ func TestPrepareRunCreates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(done) != 8 { // the outbox, its 6 indexes, the owners
-		t.Errorf("PrepareRun created %d things, want 8:\n%s", len(done), strings.Join(done, "\n"))
+	if len(done) != 9 { // the outbox, its 7 indexes, the owners
+		t.Errorf("PrepareRun created %d things, want 9:\n%s", len(done), strings.Join(done, "\n"))
 	}
 	if missing, err := s.Missing(t.Context()); err != nil || len(missing) != 0 {
 		t.Errorf("Missing after PrepareRun = %v, %v; want none", missing, err)

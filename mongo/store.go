@@ -41,6 +41,11 @@ type Config struct {
 	// majority with the journal.
 	ReadConcern  *readconcern.ReadConcern
 	WriteConcern *writeconcern.WriteConcern
+	// SequenceAnomaly, when set, is told how many events (or aggregates)
+	// of each kind a claim found out of sequence: events.SequenceReordered,
+	// SequenceBehind, SequenceRepeat, SequenceMixed or SequenceWaiting
+	// (sequence.go). Defaults to nil: behind and repeat are only logged.
+	SequenceAnomaly func(kind string, n int)
 }
 
 func (c *Config) setDefaults() {
@@ -110,6 +115,8 @@ type Store struct {
 	// chart (publishchart.go).
 	chartMax  int64
 	chartSize sizeCache
+	// sequenceAnomaly is Config.SequenceAnomaly.
+	sequenceAnomaly func(kind string, n int)
 }
 
 // New returns a Store on client. It does no I/O: call Prepare before use.
@@ -131,6 +138,7 @@ func New(client *mongo.Client, cfg Config) *Store {
 			SetReadPreference(readpref.Primary()).
 			SetReadConcern(cfg.ReadConcern).
 			SetWriteConcern(cfg.WriteConcern),
+		sequenceAnomaly: cfg.SequenceAnomaly,
 	}
 }
 

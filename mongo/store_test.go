@@ -127,6 +127,7 @@ func TestPrepare(t *testing.T) {
 		"outbox_claim_order": "status:1,retryAt:1,createdAt:1,_id:1",
 		"outbox_stale":       "status:1,processingAt:1",
 		"outbox_retention":   "status:1,publishedAt:1",
+		"outbox_sequence":    "status:1,aggregateId:1,sequence:1",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("indexes after three Prepares (-want +got):\n%s", diff)

@@ -148,12 +148,17 @@ func hotDoc(i int, base time.Time) (bson.D, error) {
 
 // inversions counts the events of order (message ids of the hot
 // aggregate, in order of first delivery) that came after a later event.
-func inversions(order []string) (int, error) {
+func inversions(order []string) (int, error) { return inversionsOf(hotIDPrefix, order) }
+
+// inversionsOf counts the events of order (message ids of one aggregate,
+// prefix and the event's position, in order of first delivery) that came
+// after a later event.
+func inversionsOf(prefix string, order []string) (int, error) {
 	latest, count := -1, 0
 	for _, id := range order {
-		pos, err := strconv.Atoi(strings.TrimPrefix(id, hotIDPrefix))
-		if err != nil || !strings.HasPrefix(id, hotIDPrefix) {
-			return 0, errors.Join(fmt.Errorf("message id %q is not one of the hot aggregate's", id), err)
+		pos, err := strconv.Atoi(strings.TrimPrefix(id, prefix))
+		if err != nil || !strings.HasPrefix(id, prefix) {
+			return 0, errors.Join(fmt.Errorf("message id %q is not one of the aggregate's (%s)", id, prefix), err)
 		}
 		if pos < latest {
 			count++

@@ -53,6 +53,7 @@ type config struct {
 	LatencyFor   time.Duration
 	ClaimNew     int
 	HotEvents    int
+	SkewEvents   int
 	ClaimRuns    int
 	Published    int
 	InsertBudget time.Duration
@@ -113,6 +114,7 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	fs.Float64Var(&c.LatencyRate, "latency-rate", 50, "events/s written during the latency runs")
 	fs.DurationVar(&c.LatencyFor, "latency-for", 20*time.Second, "length of each latency run")
 	fs.IntVar(&c.HotEvents, "hot-events", 10000, "events of the single aggregate of the hot-aggregate stage")
+	fs.IntVar(&c.SkewEvents, "skew-events", 400, "versions of the one aggregate the skewed-producers stage's two producers write")
 	fs.IntVar(&c.ClaimNew, "claim-new", 2000, "NEW events in the collection when claim latency is measured")
 	fs.IntVar(&c.ClaimRuns, "claim-runs", 7, "claims per claim-latency figure (the median is reported)")
 	fs.IntVar(&c.Published, "published", 200000, "PUBLISHED events inserted for the second claim-latency figure")
@@ -164,6 +166,8 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 		return config{}, errors.New("-latency-rate and -latency-for must be positive")
 	case c.HotEvents < 1:
 		return config{}, fmt.Errorf("-hot-events %d: want at least 1", c.HotEvents)
+	case c.SkewEvents < 2:
+		return config{}, fmt.Errorf("-skew-events %d: want at least 2", c.SkewEvents)
 	case c.LatencyBacklog < 1:
 		return config{}, fmt.Errorf("-db-latency-backlog %d: want at least 1", c.LatencyBacklog)
 	case c.PausedHead < 1 || c.HeldHead < 1 || c.StarveHealthy < starveReplicas || c.StarveHealthy > 99999 || c.StarveTimeout <= 0:

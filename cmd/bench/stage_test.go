@@ -133,7 +133,7 @@ func TestStagesSelection(t *testing.T) {
 	t.Parallel()
 	all := stages()
 	keys := stageKeys(all)
-	want := []string{"raw-broker", "publish", "raw-db", "drain", "drain-unordered", "hot-aggregate", "latency", "claim",
+	want := []string{"raw-broker", "publish", "raw-db", "drain", "drain-unordered", "hot-aggregate", "skewed-producers", "latency", "claim",
 		"retention", "claim-backoff", "held-aggregates", "large-docs", "inbox", "console", "tracing",
 		"db-latency-100ms", "db-latency-600ms", "backlog-20k", "backlog-50k", "paused-head", "held-head"}
 	if diff := cmp.Diff(want, keys); diff != "" {

@@ -16,6 +16,7 @@ func stages() []stage {
 		samplerStage,
 		profileStage,
 		hotAggregateStage,
+		skewedProducersStage,
 		latencyStage,
 		memoryStage,
 		claimStage,

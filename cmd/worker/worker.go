@@ -98,7 +98,9 @@ func newWorker(cfg Config, logger *slog.Logger, tracer *telemetry.Provider) (*wo
 		return nil, fmt.Errorf("%w: invalid OUTBOX_MONGO_URI %q: %v", ErrUsage, redact.URL(cfg.MongoURI), err)
 	}
 	w := &worker{cfg: cfg, logger: logger, client: client, tracer: tracer}
-	w.store = mongo.New(client, mongoStoreConfig(cfg, logger))
+	storeCfg := mongoStoreConfig(cfg, logger)
+	storeCfg.SequenceAnomaly = func(kind string, n int) { m.SequenceAnomalies.WithLabelValues(kind).Add(float64(n)) }
+	w.store = mongo.New(client, storeCfg)
 	// Every age the worker reports, recovery's stale test, retention's
 	// cutoff, leases and terms read the database server's clock: the
 	// times they compare with were written against it (or by producers),
