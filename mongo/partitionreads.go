@@ -226,7 +226,7 @@ func (r *headReader) readByPartition(ctx context.Context) error {
 		at++
 	}
 	r.byPartition = true
-	last, visited := owned[at%len(owned)], 0
+	visited := 0
 	soft, hasSoft := deadlineShare(ctx, 1, 3)
 	var read []int
 	for visited < len(owned) && !r.full && !r.h.more {
@@ -236,7 +236,7 @@ func (r *headReader) readByPartition(ctx context.Context) error {
 			r.h.more = true
 			break
 		}
-		last = owned[(at+visited)%len(owned)]
+		last := owned[(at+visited)%len(owned)]
 		visited++
 		r.partition, r.after, r.pages, r.h.ended = last, nil, 0, false
 		for {
