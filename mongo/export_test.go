@@ -95,6 +95,14 @@ func ReadFences(ctx context.Context, s *Store, ps []int) (map[int]int64, error) 
 	return s.readFences(ctx, ps)
 }
 
+// ReadByPartition makes the store's next claim on FerretDB read its lane
+// by partition, as after a whole read that timed out.
+func ReadByPartition(s *Store) {
+	s.partitionReads.mu.Lock()
+	defer s.partitionReads.mu.Unlock()
+	s.partitionReads.byPartition = true
+}
+
 // ReadsByPartition reports whether the store's next claim on FerretDB
 // reads its lane by partition (partitionreads.go).
 func ReadsByPartition(s *Store) bool {

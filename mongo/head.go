@@ -79,7 +79,7 @@ func (s *Store) readHead(ctx context.Context, now time.Time, limit events.ClaimL
 		next, err := r.page(ctx)
 		if err != nil || !next {
 			if !s.splitClaim {
-				s.partitionReads.readWhole(h, r.outside, err)
+				s.partitionReads.readWhole(r.outside, err)
 			}
 			return h, err
 		}

@@ -26,12 +26,12 @@ import (
 // partition, so partitions may be read in any order; the next claim starts
 // where this one stopped, so that every partition gets its turn.
 //
-// A small lane is read in one find, as before: sixty-four finds (one
-// replica owns every partition) would cost more than one decode of it. The
-// claim switches on what it read: a whole-lane read that did not reach
-// the end of the lane (or timed out) reads by partition next; a read by
-// partition that went through every owned partition and found fewer
-// documents than one whole read returns reads the whole lane next.
+// A lane is read in one find, as before, until such a read times out:
+// sixty-four finds (one replica owns every partition) cost more round
+// trips than one, and a whole read keeps the claim oldest first across
+// partitions. A read by partition that went through every owned
+// partition and found fewer documents than one whole read returns reads
+// the whole lane next.
 //
 // Reading by partition leaves out the NEW events whose partition is not a
 // lane's: written without one, by a producer that does not use
@@ -123,19 +123,19 @@ func (s *Store) probeOutside(ctx context.Context) (bool, error) {
 	return found, nil
 }
 
-// readWhole notes what a read of the whole lane met: a lane it did not
-// read to the end, or a read that timed out, is read by partition next.
-// outside says the read met an event outside every lane; one that met
-// none says nothing of the events its filter left out (backing off,
-// skipped), so only a probe clears it.
-func (pr *partitionReads) readWhole(h head, outside bool, err error) {
+// readWhole notes what a read of the whole lane met: one that timed out
+// is read by partition next, since the next whole read would cost as
+// much. Only a timeout: a whole read keeps the claim oldest first across
+// partitions and costs one round trip, which a slow link makes worth
+// more than the decoding a read by partition spares. outside says the
+// read met an event outside every lane; one that met none says nothing
+// of the events its filter left out (backing off, skipped), so only a
+// probe clears it.
+func (pr *partitionReads) readWhole(outside bool, err error) {
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
 	pr.outside = pr.outside || outside
-	switch {
-	case err != nil:
-		pr.byPartition = pr.byPartition || isTimeout(err)
-	case !h.ended:
+	if err != nil && isTimeout(err) {
 		pr.byPartition = true
 	}
 }

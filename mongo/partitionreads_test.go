@@ -26,8 +26,8 @@ func toRaw(d bson.D) bson.Raw {
 	return b
 }
 
-// TestLargeLaneIsReadByPartition: on FerretDB a claim reads a large lane
-// one owned partition at a time. Behind a paused head over every
+// TestLargeLaneIsReadByPartition: on FerretDB a claim reads its lane one
+// owned partition at a time once a whole read has timed out. Behind a paused head over every
 // partition it claims its healthy events, parks the paused events of the
 // partitions it read and only those; once the lane is small it reads it
 // whole again. On MongoDB (split) the lane is read as before, and the
@@ -45,6 +45,7 @@ func TestLargeLaneIsReadByPartition(t *testing.T) {
 		}
 		insert(t, coll, docs...)
 		pause(t, s, "bulk.import")
+		mongo.ReadByPartition(s) // as after a whole read that timed out
 		limit := events.ClaimLimit{Events: 10, Ordered: true, FailedHolds: true, Owned: owned}
 		got := claimLane(t, s, "t1", limit)
 		slices.Sort(want)
@@ -84,6 +85,7 @@ func TestEventsOutsideEveryPartitionAreClaimed(t *testing.T) {
 			append(laneEvent("far", "order.created", "far", 2), bson.E{Key: events.FieldPartition, Value: int32(99)}),
 		)
 		insert(t, coll, docs...)
+		mongo.ReadByPartition(s)
 		var claimed []string
 		for i := range 40 {
 			got := claimLane(t, s, fmt.Sprint("t", i), events.ClaimLimit{Events: 10, Ordered: true, FailedHolds: true})

@@ -123,17 +123,14 @@ type Store struct {
 func New(client *mongo.Client, cfg Config) *Store {
 	cfg.setDefaults()
 	return &Store{
-		client:      client,
-		coll:        client.Database(cfg.Database).Collection(cfg.Collection),
-		logger:      cfg.Logger,
-		heldWindow:  heldWindow,
-		chartMax:    PublishChartFerretMax,
-		pausedCache: pausedCache{maxAge: PausedTypesMaxAge},
-		// A lane is read by partition until a read shows it small: a
-		// first read of a large lane whole may not finish.
-		partitionReads: partitionReads{byPartition: true},
-		readConcern:    cfg.ReadConcern.Level,
-		writeConcern:   cfg.WriteConcern,
+		client:       client,
+		coll:         client.Database(cfg.Database).Collection(cfg.Collection),
+		logger:       cfg.Logger,
+		heldWindow:   heldWindow,
+		chartMax:     PublishChartFerretMax,
+		pausedCache:  pausedCache{maxAge: PausedTypesMaxAge},
+		readConcern:  cfg.ReadConcern.Level,
+		writeConcern: cfg.WriteConcern,
 		txnOpts: options.Transaction().
 			SetReadPreference(readpref.Primary()).
 			SetReadConcern(cfg.ReadConcern).

@@ -194,6 +194,7 @@ func TestMetricsEndpoint(t *testing.T) {
 			metrics.ReasonBrokerUnavailable, metrics.ReasonError, metrics.ReasonHeldBack},
 		"job":    metrics.Jobs,
 		"result": metrics.ClaimOutcomes,
+		"kind":   metrics.SequenceKinds,
 		// outbox_build_info: one series, this binary's build.
 		"version": {buildinfo.Read().Version}, "revision": {buildinfo.Read().Revision}, "goversion": {buildinfo.Read().GoVersion},
 		"command": {"find", "getMore", "update", "delete", "insert", "aggregate", "count", "commitTransaction",
