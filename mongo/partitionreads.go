@@ -140,6 +140,13 @@ func (pr *partitionReads) readWhole(outside bool, err error) {
 	}
 }
 
+// reading reports whether the claims read by partition now.
+func (pr *partitionReads) reading() bool {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	return pr.byPartition && !pr.outside
+}
+
 // probeNow makes the next claim that would read by partition probe
 // first: events unparked may be outside every lane.
 func (pr *partitionReads) probeNow() {
