@@ -196,6 +196,12 @@ func (s *Sampler) Latest() (Sample, bool) {
 	return *last, true
 }
 
+// fresh reports whether the last sample is younger than onDemandEvery.
+func (s *Sampler) fresh() bool {
+	last := s.last.Load()
+	return last != nil && s.cfg.Now().Sub(last.At) < onDemandEvery
+}
+
 func (s *Sampler) active() bool { return s.cfg.Active == nil || s.cfg.Active() }
 
 // LatestGroups returns the failure groups last read (SamplerConfig.Failures),
@@ -254,8 +260,10 @@ func (s *Sampler) runOnce(ctx context.Context) (bool, error) {
 	if !active {
 		s.clear()
 		// Not leading: a sample only for /status, when it asked, and not
-		// while claims are slow.
-		if !s.wanted.Swap(false) || (s.cfg.Yield != nil && s.cfg.Yield()) {
+		// while claims are slow, nor when the last is younger than
+		// onDemandEvery (a request made while a sample ran triggers
+		// another run, which that sample already answers).
+		if !s.wanted.Swap(false) || (s.cfg.Yield != nil && s.cfg.Yield()) || s.fresh() {
 			return false, nil
 		}
 	}
