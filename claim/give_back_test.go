@@ -77,8 +77,8 @@ func heldBy(t *testing.T, coll *driver.Collection, l events.Lease, ids []string)
 	return out
 }
 
-// The interleaving of issue 31: a's claim write of x1 ends without an
-// answer; a's broker goes away and a gives its partitions back; b takes
+// A give-back with a write in doubt: a's claim write of x1 ends without
+// an answer; a's broker goes away and a gives its partitions back; b takes
 // them and reads x1 and x2 NEW; a's write lands and takes x1; b's write
 // wins x2 alone, and b would publish x2 before x1. The give-back must not
 // free x1's partition while a's write may land: b claims nothing of the
