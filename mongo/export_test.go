@@ -14,6 +14,10 @@ import (
 // claim MongoDB uses is tested on FerretDB too.
 func SetSplitClaim(s *Store, split bool) { s.splitClaim = split }
 
+// SetOnePassStats chooses how Stats counts, so that the counts by index
+// MongoDB uses are tested on FerretDB too.
+func SetOnePassStats(s *Store, onePass bool) { s.onePassStats = onePass }
+
 // SetLocalClock replaces the local clock a Clock measures against, so that
 // a test can skew it. local must behave as time.Now does: its intervals
 // (Sub) are those of the monotonic clock, as time.Now().Add(skew)'s are.

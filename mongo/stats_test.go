@@ -7,13 +7,32 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	driver "go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/mongo"
 )
+
+// statsStrategies are Stats's two ways to count: by index (MongoDB) and
+// in one read of the backlog (FerretDB). Both run here.
+var statsStrategies = []struct {
+	name    string
+	onePass bool
+}{{"by index", false}, {"in one pass", true}}
 
 func TestStats(t *testing.T) {
 	t.Parallel()
-	s, coll := setup(t)
+	for _, strategy := range statsStrategies {
+		t.Run(strategy.name, func(t *testing.T) {
+			t.Parallel()
+			s, coll := setup(t)
+			mongo.SetOnePassStats(s, strategy.onePass)
+			testStats(t, s, coll)
+		})
+	}
+}
+
+func testStats(t *testing.T, s *mongo.Store, coll *driver.Collection) {
 
 	st, err := s.Stats(t.Context(), base)
 	if err != nil {
@@ -78,34 +97,37 @@ func TestStatsUnknownStatus(t *testing.T) {
 		{"missing", unsetStatus},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			s, coll := setup(t)
-			odd := ev("odd", events.StatusNew, ago(time.Hour))
-			for i := range odd {
-				if odd[i].Key == events.FieldStatus {
-					odd[i].Value = tt.status
+		for _, strategy := range statsStrategies {
+			t.Run(tt.name+"/"+strategy.name, func(t *testing.T) {
+				t.Parallel()
+				s, coll := setup(t)
+				mongo.SetOnePassStats(s, strategy.onePass)
+				odd := ev("odd", events.StatusNew, ago(time.Hour))
+				for i := range odd {
+					if odd[i].Key == events.FieldStatus {
+						odd[i].Value = tt.status
+					}
 				}
-			}
-			if tt.status == unsetStatus {
-				odd = slices.DeleteFunc(odd, func(e bson.E) bool { return e.Key == events.FieldStatus })
-			}
-			insert(t, coll, odd,
-				ev("n1", events.StatusNew, ago(time.Minute)),
-				ev("d1", events.StatusPublished, ago(time.Hour), field(events.FieldPublishedAt, ago(time.Hour))),
-			)
-			st, err := s.Stats(t.Context(), ago(time.Minute))
-			if err != nil {
-				t.Fatalf("Stats: %v", err)
-			}
-			want := map[events.Status]int64{
-				events.StatusNew: 1, events.StatusProcessing: 0, events.StatusPublished: 1, events.StatusFailed: 0,
-				events.StatusUnknown: 1,
-			}
-			if diff := cmp.Diff(want, st.Counts); diff != "" {
-				t.Errorf("Counts with status %#v (-want +got):\n%s", tt.status, diff)
-			}
-		})
+				if tt.status == unsetStatus {
+					odd = slices.DeleteFunc(odd, func(e bson.E) bool { return e.Key == events.FieldStatus })
+				}
+				insert(t, coll, odd,
+					ev("n1", events.StatusNew, ago(time.Minute)),
+					ev("d1", events.StatusPublished, ago(time.Hour), field(events.FieldPublishedAt, ago(time.Hour))),
+				)
+				st, err := s.Stats(t.Context(), ago(time.Minute))
+				if err != nil {
+					t.Fatalf("Stats: %v", err)
+				}
+				want := map[events.Status]int64{
+					events.StatusNew: 1, events.StatusProcessing: 0, events.StatusPublished: 1, events.StatusFailed: 0,
+					events.StatusUnknown: 1,
+				}
+				if diff := cmp.Diff(want, st.Counts); diff != "" {
+					t.Errorf("Counts with status %#v (-want +got):\n%s", tt.status, diff)
+				}
+			})
+		}
 	}
 }
 

@@ -81,8 +81,11 @@ type Store struct {
 	splitClaim bool
 	// ferret is a FerretDB server: it accepts $push's $slice and ignores
 	// it (trimAttempts), and knows no $dateTrunc (PublishedPerMinute).
-	ferret  bool
-	skipped skipSet
+	ferret bool
+	// onePassStats counts the backlog in one read (countInOnePass), where
+	// the counts by index would each read all of it: on FerretDB.
+	onePassStats bool
+	skipped      skipSet
 	// largestDoc is the largest document the last claim read, in bytes,
 	// or a guess after a claim's find failed: it bounds the claim's
 	// reply batches (see findBatch).
@@ -176,7 +179,7 @@ func (s *Store) Detect(ctx context.Context) error {
 	if err := errors.Join(txnErr, ferretErr); err != nil {
 		return err
 	}
-	s.txn, s.splitClaim, s.ferret = txn, !ferret, ferret
+	s.txn, s.splitClaim, s.ferret, s.onePassStats = txn, !ferret, ferret, ferret
 	return nil
 }
 

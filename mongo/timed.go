@@ -31,6 +31,9 @@ type findCommand struct {
 	limit int
 	// hint names the index; FerretDB ignores it.
 	hint string
+	// batch is how many documents a reply of a find without a limit
+	// carries; the server's default (101, then 16 MiB) when 0.
+	batch int
 }
 
 // timedFind runs find on the outbox collection with a server-side time
@@ -48,6 +51,8 @@ func (s *Store) timedFind(ctx context.Context, f findCommand) (*mongo.Cursor, er
 	}
 	if f.limit > 0 {
 		cmd = append(cmd, bson.E{Key: "limit", Value: int64(f.limit)}, bson.E{Key: "batchSize", Value: int64(oneBatch(f.limit))})
+	} else if f.batch > 0 {
+		cmd = append(cmd, bson.E{Key: "batchSize", Value: int64(f.batch)})
 	}
 	if s.readConcern != "" {
 		// RunCommand sends no read concern of the client's: the find

@@ -41,7 +41,16 @@ func TestPeriodicCommandsCarryMaxTimeMS(t *testing.T) {
 		want []string // commands it must send
 	}{
 		// The size estimate is a count on MongoDB, collStats on FerretDB.
-		{"Stats", func(ctx context.Context) error { _, err := s.Stats(ctx, ago(time.Minute)); return err }, []string{"aggregate", "count|collStats", "find"}},
+		{"Stats by index", func(ctx context.Context) error {
+			mongo.SetOnePassStats(s, false)
+			_, err := s.Stats(ctx, ago(time.Minute))
+			return err
+		}, []string{"aggregate", "count|collStats", "find"}},
+		{"Stats in one pass", func(ctx context.Context) error {
+			mongo.SetOnePassStats(s, true)
+			_, err := s.Stats(ctx, ago(time.Minute))
+			return err
+		}, []string{"count|collStats", "find"}},
 		{"Held", func(ctx context.Context) error { _, err := s.Held(ctx, base, true); return err }, []string{"find"}},
 		{"RecoverStale", func(ctx context.Context) error {
 			_, _, err := s.RecoverStale(ctx, ago(time.Minute), base, 5)
