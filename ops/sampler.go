@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -74,8 +75,10 @@ type Sample struct {
 	At    time.Time
 	Stats events.Stats
 	// Held is the held aggregates, when the sampler reads them
-	// (SamplerConfig.Held).
-	Held *events.HeldStats
+	// (SamplerConfig.Held), as of HeldAt: an earlier sample's, when this
+	// one's read of them failed, or nil before the first.
+	Held   *events.HeldStats
+	HeldAt time.Time
 	// Paused is the paused event types, by type, when the sampler reads
 	// them (SamplerConfig.Paused); nil otherwise.
 	Paused []events.Pause
@@ -287,31 +290,57 @@ func (s *Sampler) runOnce(ctx context.Context) (bool, error) {
 	return false, listsErr
 }
 
-// sample reads the outbox's figures under sampleTimeout.
+// sample reads the outbox's figures, each of its reads (the counts, the
+// held aggregates, the paused types) under a sampleTimeout of its own, so
+// that a slow one leaves the others their time. The counts are the
+// sample: without them it fails. A held read that fails gives way: the
+// sample keeps the last one read (Sample.HeldAt says when), as the
+// gauges do, and says why in the log.
 func (s *Sampler) sample(ctx context.Context) (Sample, error) {
 	now := s.cfg.Now().UTC()
-	ctx, cancel := context.WithTimeout(ctx, sampleTimeout)
-	defer cancel()
-	st, err := s.cfg.Store.Stats(ctx, now.Add(-s.cfg.StaleAfter))
+	st, err := within(ctx, func(ctx context.Context) (events.Stats, error) {
+		return s.cfg.Store.Stats(ctx, now.Add(-s.cfg.StaleAfter))
+	})
 	if err != nil {
 		return Sample{}, fmt.Errorf("sample outbox stats: %w", err)
 	}
 	sample := Sample{At: now, Stats: st}
 	if s.cfg.Held != nil {
-		h, err := s.cfg.Held.Held(ctx, now, s.cfg.FailedHolds)
-		if err != nil {
-			return Sample{}, fmt.Errorf("sample held aggregates: %w", err)
-		}
-		sample.Held = &h
+		s.sampleHeld(ctx, &sample)
 	}
 	if s.cfg.Paused != nil {
-		p, err := s.cfg.Paused.PausedTypes(ctx)
+		p, err := within(ctx, s.cfg.Paused.PausedTypes)
 		if err != nil {
 			return Sample{}, fmt.Errorf("sample paused types: %w", err)
 		}
 		sample.Paused = p
 	}
 	return sample, nil
+}
+
+// sampleHeld reads the held aggregates into sample, or keeps the last
+// sample's when the read fails (or none, before the first).
+func (s *Sampler) sampleHeld(ctx context.Context, sample *Sample) {
+	h, err := within(ctx, func(ctx context.Context) (events.HeldStats, error) {
+		return s.cfg.Held.Held(ctx, sample.At, s.cfg.FailedHolds)
+	})
+	if err == nil {
+		sample.Held, sample.HeldAt = &h, sample.At
+		return
+	}
+	s.cfg.Metrics.JobErrors.WithLabelValues("sampler").Inc()
+	if last := s.last.Load(); last != nil && last.Held != nil {
+		sample.Held, sample.HeldAt = last.Held, last.HeldAt
+	}
+	s.cfg.Logger.WarnContext(ctx, "sampler: held aggregates not read; the last read stands",
+		slog.Time("readAt", sample.HeldAt), slog.String("error", err.Error()))
+}
+
+// within runs read under sampleTimeout.
+func within[T any](ctx context.Context, read func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(ctx, sampleTimeout)
+	defer cancel()
+	return read(ctx)
 }
 
 // setGauges exports a sample.

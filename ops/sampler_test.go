@@ -176,9 +176,46 @@ func TestSamplerKeepsTheLastSample(t *testing.T) {
 		got, ok = s.Latest()
 		return ok
 	})
-	want := ops.Sample{At: clock.Now(), Stats: store.stats, Held: &events.HeldStats{Aggregates: 2}}
+	want := ops.Sample{At: clock.Now(), Stats: store.stats, Held: &events.HeldStats{Aggregates: 2}, HeldAt: clock.Now()}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Latest (-want +got):\n%s", diff)
+	}
+}
+
+// A held read that fails gives way: the sample still has the counts, and
+// keeps the last held figures with the time they were read, so that a
+// slow held read on a large backlog does not fail every sample.
+func TestSamplerKeepsTheLastHeldWhenItsReadFails(t *testing.T) {
+	t.Parallel()
+	first := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	clock := fakeclock.New(first)
+	store := &fakeStore{stats: events.Stats{Counts: map[events.Status]int64{events.StatusNew: 7}}, held: events.HeldStats{Aggregates: 2}}
+	m := metrics.New(nil)
+	s := startSampler(t, ops.SamplerConfig{Store: store, Held: store, Schedule: "@every 1h", Archetype: service.Archetype{Now: clock.Now, Metrics: m}})
+	eventually(t, "the first sample", func() bool { _, ok := s.Latest(); return ok })
+
+	store.mu.Lock()
+	store.heldErr = context.DeadlineExceeded
+	store.held = events.HeldStats{Aggregates: 99} // never read
+	store.stats = events.Stats{Counts: map[events.Status]int64{events.StatusNew: 5}}
+	store.mu.Unlock()
+	clock.Advance(time.Minute)
+	s.Trigger()
+	var got ops.Sample
+	eventually(t, "the second sample", func() bool {
+		got, _ = s.Latest()
+		return got.At.Equal(first.Add(time.Minute))
+	})
+	want := ops.Sample{At: first.Add(time.Minute), Stats: events.Stats{Counts: map[events.Status]int64{events.StatusNew: 5}},
+		Held: &events.HeldStats{Aggregates: 2}, HeldAt: first}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Latest after a failed held read (-want +got):\n%s", diff)
+	}
+	if n := testutil.ToFloat64(m.JobErrors.WithLabelValues("sampler")); n != 1 {
+		t.Errorf("sampler job errors = %v, want 1 (the held read)", n)
+	}
+	if got := sampled(m.HeldAggregates); got != 2 {
+		t.Errorf("held aggregates gauge = %v, want the last read, 2", got)
 	}
 }
 

@@ -324,12 +324,15 @@ func (s *Server) unowned() string {
 // statusBody is the JSON of GET /status.
 type statusBody struct {
 	statusLocal
-	Counts               map[string]int64 `json:"counts"`
-	OldestNewAgeSeconds  float64          `json:"oldestNewAgeSeconds"`
-	StaleProcessing      int64            `json:"staleProcessing"`
-	HeldAggregates       int64            `json:"heldAggregates"`
-	HeldCapped           bool             `json:"heldCapped,omitempty"`
-	OldestHeldAgeSeconds float64          `json:"oldestHeldAgeSeconds"`
+	Counts              map[string]int64 `json:"counts"`
+	OldestNewAgeSeconds float64          `json:"oldestNewAgeSeconds"`
+	StaleProcessing     int64            `json:"staleProcessing"`
+	HeldAggregates      int64            `json:"heldAggregates"`
+	HeldCapped          bool             `json:"heldCapped,omitempty"`
+	// HeldSampledAt is when the held figures were read, when that was
+	// before SampledAt (the sample's read of them failed).
+	HeldSampledAt        *time.Time `json:"heldSampledAt,omitempty"`
+	OldestHeldAgeSeconds float64    `json:"oldestHeldAgeSeconds"`
 	// PausedTypes are the event types an operator paused, by type.
 	PausedTypes      []events.Pause `json:"pausedTypes"`
 	SampledAt        time.Time      `json:"sampledAt"`
@@ -415,6 +418,9 @@ func (s *Server) status(w http.ResponseWriter, _ *http.Request) {
 	if held := sample.Held; held != nil {
 		body.HeldAggregates = held.Aggregates
 		body.HeldCapped = held.Capped
+		if sample.HeldAt.Before(sample.At) {
+			body.HeldSampledAt = timeOrNil(sample.HeldAt.UTC())
+		}
 		body.OldestHeldAgeSeconds = held.OldestAge(sample.At).Seconds()
 	}
 	writeJSON(w, http.StatusOK, body)

@@ -1,6 +1,7 @@
 package ops_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"io"
@@ -31,14 +32,15 @@ type fakeStore struct {
 	stats       events.Stats
 	staleBefore time.Time // as last asked by Stats
 	held        events.HeldStats
-	failedHolds bool // as last asked by Held
+	heldErr     error // Held's own error, besides statsErr
+	failedHolds bool  // as last asked by Held
 }
 
 func (s *fakeStore) Held(_ context.Context, _ time.Time, failedHolds bool) (events.HeldStats, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.failedHolds = failedHolds
-	return s.held, s.statsErr
+	return s.held, cmp.Or(s.heldErr, s.statsErr)
 }
 
 func (s *fakeStore) Ping(context.Context) error {
