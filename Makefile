@@ -132,9 +132,9 @@ bench-doc: ## Rewrite the table in docs/performance.md (and results/bench.txt, b
 	$(GO) run ./cmd/bench -replot results/bench.json -doc docs/performance.md
 
 .PHONY: bench-slow
-bench-slow: $(if $(BASELINE),baseline-worker) ## Only the opt-in large-backlog stages (20,000 and 50,000 events; 30+ min on FerretDB); writes results/slow/
+bench-slow: $(if $(BASELINE),baseline-worker) ## Only the opt-in large-backlog stages (20,000 events, 20,000 beside two busy loops, 50,000; 45+ min on FerretDB); writes results/slow/
 	$(GO) build -o $(BIN)/worker ./cmd/worker
-	$(GO) run ./cmd/bench -worker $(BIN)/worker -out results/slow -only backlog-20k,backlog-50k $(BASELINE_FLAG) $(BENCH_FLAGS)
+	$(GO) run ./cmd/bench -worker $(BIN)/worker -out results/slow -only backlog-20k,backlog-20k-busy,backlog-50k $(BASELINE_FLAG) $(BENCH_FLAGS)
 
 .PHONY: baseline-worker
 baseline-worker: ## Build bin/worker-baseline from BASELINE=<git rev>

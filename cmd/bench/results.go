@@ -199,6 +199,9 @@ type SlowRun struct {
 	RatioMin float64 `json:"ratioMin,omitempty"`
 	// Workers are this build's worker, then the -baseline one if any.
 	Workers []SlowWorker `json:"workers"`
+	// BusyLoops is how many processes spun on the host's cores beside the
+	// raw loops and the workers (a busy host); 0 on a quiet one.
+	BusyLoops int `json:"busyLoops,omitempty"`
 }
 
 // SlowWorker is one worker process relaying a slow stage's backlog.
@@ -218,6 +221,9 @@ type SlowWorker struct {
 	// the unsorted one's.
 	Ratio         float64 `json:"ratioToRawLoop"`
 	RatioUnsorted float64 `json:"ratioToUnsortedRawLoop,omitempty"`
+	// Timeouts are the claims' and the sampler's, from the worker's log
+	// and metrics (nil in runs from before they were read).
+	Timeouts *Timeouts `json:"timeouts,omitempty"`
 	WorkerCost
 }
 

@@ -37,6 +37,8 @@ type slowStage struct {
 	// ratioMin is the least worker rate, as a share of the sorted raw
 	// loop's through the same path, that the target accepts.
 	ratioMin float64
+	// busy is how many busy loops spin beside the whole stage (busyLoops).
+	busy int
 }
 
 // slowRatioMin is the target's least ratio in runs that did not record
@@ -96,6 +98,11 @@ func (c config) slowStages() []slowStage {
 			why: "20,000 events at the worker's defaults; FerretDB reads every NEW event on each claim, so this takes minutes",
 		},
 		{
+			key: "backlog-20k-busy", name: "backlog of 20,000 events beside two busy loops",
+			backlog: 20000, ratioMin: 0.7, busy: 2,
+			why: "20,000 events at the worker's defaults on a busy host: a loop spins on each of two cores beside the raw loops and the workers",
+		},
+		{
 			key: "backlog-50k", name: "backlog of 50,000 events",
 			backlog: 50000, ratioMin: 0.9,
 			why: "50,000 events at the worker's defaults; on FerretDB the raw loop alone takes several minutes",
@@ -125,7 +132,14 @@ func (b *bench) slowDB(ctx context.Context, s slowStage) error {
 
 	readings := &tableReadings{b: b}
 	defer readings.drop()
-	run := SlowRun{Key: s.key, Name: s.name, LatencyMs: s.latency.Milliseconds(), Backlog: s.backlog, WorkerEnv: s.env, RatioMin: s.ratioMin}
+	run := SlowRun{Key: s.key, Name: s.name, LatencyMs: s.latency.Milliseconds(), Backlog: s.backlog, WorkerEnv: s.env, RatioMin: s.ratioMin, BusyLoops: s.busy}
+	if s.busy > 0 {
+		stop, err := busyLoops(s.busy)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	if run.Raw, err = b.slowRaw(ctx, client, s, true, readings); err != nil {
 		return err
 	}
@@ -283,10 +297,15 @@ func (b *bench) slowWorker(ctx context.Context, s slowStage, uri string, bin Wor
 	}
 
 	claims := 0
-	if m, err := w.metricsAfter(ctx, float64(out.Events)); err == nil {
+	m, metricsErr := w.metricsAfter(ctx, float64(out.Events))
+	if metricsErr == nil {
 		out.DBCommands, claims = m.commands, m.readClaims()
 	}
 	st, stopErr := w.stop(stopTimeout)
+	if t, err := loggedTimeouts(w.LogPath()); err == nil && metricsErr == nil {
+		t.SamplerErrors, t.SamplerLeftOut = int(m.jobErrors["sampler"]), int(m.leftOut["sampler"])
+		out.Timeouts = &t
+	}
 	tr.end(out.Events, claims)
 	_, out.Deliveries = cons.snapshot()
 	out.Seconds = round(elapsed.Seconds(), 2)
@@ -307,6 +326,9 @@ func slowRows(r *Results, key string, add addRow) {
 		if run.LatencyMs > 0 {
 			path = fmt.Sprintf("database +%d ms per round trip (proxy)", run.LatencyMs)
 		}
+		if run.BusyLoops > 0 {
+			path += fmt.Sprintf(", %d busy loops beside", run.BusyLoops)
+		}
 		env := prefixed(", ", strings.Join(run.WorkerEnv, " "))
 		add(fmt.Sprintf("Slow database, %s events, %s: raw loop (find %d, claim, mark) through the same path", thousands(run.Backlog), path, claim.BatchSizeDefault),
 			run.Raw.describe("events"), "")
@@ -324,6 +346,9 @@ func slowRows(r *Results, key string, add addRow) {
 				result += fmt.Sprintf("; %.2fx the unsorted raw loop", w.RatioUnsorted)
 			}
 			add(fmt.Sprintf("Slow database, %s events, %s: 1 worker at its defaults%s (%s)", thousands(run.Backlog), path, env, w.Build), result, target)
+			if w.Timeouts != nil {
+				add(fmt.Sprintf("Slow database, %s events, %s: timeouts (%s)", thousands(run.Backlog), path, w.Build), w.Timeouts.describe(), "")
+			}
 		}
 		if w, ok := currentOf(run.Workers); ok {
 			add(fmt.Sprintf("Slow database, %s events, %s: every event delivered (this build)", thousands(run.Backlog), path),
@@ -345,8 +370,20 @@ func slowTargets(r *Results, key string, add addTarget) {
 		least := cmp.Or(run.RatioMin, slowRatioMin)
 		add(targetSlowRatio(run), fmt.Sprintf(">= %.1fx", least),
 			fmt.Sprintf("%.2fx (%.0f of %.0f events/s)", w.Ratio, w.PerSecond, run.Raw.PerSecond), w.AllDelivered && w.Ratio >= least)
+		if t := w.Timeouts; run.BusyLoops > 0 && t != nil {
+			add(run.Name+": no claim times out twice at the same size", "0",
+				fmt.Sprintf("%d of %d timeouts", t.Repeats, t.Claims), t.Repeats == 0)
+			runs := sampleRuns(w.Seconds) - t.SamplerLeftOut
+			add(run.Name+": the sampler's runs finish or give way", "fewer failed than taken",
+				fmt.Sprintf("%d failed of about %d taken", t.SamplerErrors, runs), t.SamplerErrors < runs)
+		}
 	}
 }
+
+// sampleRuns is about how many samples a worker at its default schedule
+// (ops.SampleScheduleDefault, every 15 s, and one at start) takes in
+// seconds.
+func sampleRuns(seconds float64) int { return int(seconds/15) + 1 }
 
 // describe is the worker's figures in one line, for the table and the
 // progress output.

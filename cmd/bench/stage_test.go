@@ -135,11 +135,11 @@ func TestStagesSelection(t *testing.T) {
 	keys := stageKeys(all)
 	want := []string{"raw-broker", "publish", "raw-db", "drain", "drain-unordered", "hot-aggregate", "skewed-producers", "latency", "claim",
 		"retention", "claim-backoff", "held-aggregates", "large-docs", "inbox", "console", "tracing",
-		"db-latency-100ms", "db-latency-600ms", "backlog-20k", "backlog-50k", "paused-head", "held-head"}
+		"db-latency-100ms", "db-latency-600ms", "backlog-20k", "backlog-20k-busy", "backlog-50k", "paused-head", "held-head"}
 	if diff := cmp.Diff(want, keys); diff != "" {
 		t.Errorf("stage keys (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{"backlog-20k", "backlog-50k", "paused-head", "held-head"}, optInKeys(all)); diff != "" {
+	if diff := cmp.Diff([]string{"backlog-20k", "backlog-20k-busy", "backlog-50k", "paused-head", "held-head"}, optInKeys(all)); diff != "" {
 		t.Errorf("opt-in stages (-want +got):\n%s", diff)
 	}
 	only, err := parseOnly("backlog-50k", all)
@@ -163,7 +163,7 @@ func TestStagesSelection(t *testing.T) {
 			ran = append(ran, s.key)
 		}
 	}
-	if slices.Contains(ran, "backlog-20k") || slices.Contains(ran, "backlog-50k") || slices.Contains(ran, "paused-head") ||
+	if slices.Contains(ran, "backlog-20k") || slices.Contains(ran, "backlog-20k-busy") || slices.Contains(ran, "backlog-50k") || slices.Contains(ran, "paused-head") ||
 		slices.Contains(ran, "held-head") || !slices.Contains(ran, "db-latency-600ms") {
 		t.Errorf("the default run selects %v: want every stage but the large backlogs and the starvation stages", ran)
 	}
@@ -185,8 +185,8 @@ func TestStagesOwnDistinctFigures(t *testing.T) {
 			t.Errorf("figure %q owned by stages %q", k, o)
 		}
 	}
-	if o := owners[slowFig.key]; len(o) != 4 {
-		t.Errorf("figure %q owned by %q: want the four slow-database stages", slowFig.key, o)
+	if o := owners[slowFig.key]; len(o) != 5 {
+		t.Errorf("figure %q owned by %q: want the five slow-database stages", slowFig.key, o)
 	}
 	for _, k := range []string{"startedAt", "totalSeconds", "machine", "config", "stages", "targets"} {
 		if _, ok := owners[k]; ok {

@@ -32,6 +32,7 @@ func stages() []stage {
 		// On FerretDB each of these takes from several minutes to over
 		// half an hour: make bench-slow runs them.
 		slowDBStage("backlog-20k", true),
+		slowDBStage("backlog-20k-busy", true),
 		slowDBStage("backlog-50k", true),
 		// Four replicas behind a head they may not take: opt-in, minutes
 		// per build on FerretDB at the sizes (make

@@ -104,7 +104,7 @@ func (w *workerProc) waitReady(ctx context.Context, timeout time.Duration) error
 }
 
 // metricLine matches a sample of a counter the harness reads.
-var metricLine = regexp.MustCompile(`^(outbox_db_commands_total|outbox_events_published_total|outbox_claim_runs_total)(?:\{(?:command|result)="([^"]*)"\})? ([0-9.e+]+)$`)
+var metricLine = regexp.MustCompile(`^(outbox_db_commands_total|outbox_events_published_total|outbox_claim_runs_total|outbox_job_errors_total|outbox_job_runs_left_out_total)(?:\{(?:command|result|job)="([^"]*)"\})? ([0-9.e+]+)$`)
 
 // workerMetrics are the counters the harness reads from a worker.
 type workerMetrics struct {
@@ -113,6 +113,9 @@ type workerMetrics struct {
 	// the claim runs, by outcome (claimed, idle, ...). Each lists only
 	// what is above 0.
 	commands, claimRuns map[string]float64
+	// jobErrors and leftOut are the periodic jobs' failed runs and runs
+	// left out, by job.
+	jobErrors, leftOut map[string]float64
 }
 
 // readClaims are the claim runs that read the outbox: those that claimed
@@ -152,7 +155,7 @@ func (w *workerProc) metrics(ctx context.Context) (workerMetrics, error) {
 		_, err := httpGet(ctx, "http://"+w.addr+"/metrics", pw)
 		pw.CloseWithError(err)
 	}()
-	m := workerMetrics{commands: map[string]float64{}, claimRuns: map[string]float64{}}
+	m := workerMetrics{commands: map[string]float64{}, claimRuns: map[string]float64{}, jobErrors: map[string]float64{}, leftOut: map[string]float64{}}
 	sc := bufio.NewScanner(pr)
 	for sc.Scan() {
 		line := metricLine.FindStringSubmatch(sc.Text())
@@ -168,6 +171,10 @@ func (w *workerProc) metrics(ctx context.Context) (workerMetrics, error) {
 			// 0; the reports list those that happened.
 		case line[1] == "outbox_claim_runs_total":
 			m.claimRuns[line[2]] = v
+		case line[1] == "outbox_job_errors_total":
+			m.jobErrors[line[2]] = v
+		case line[1] == "outbox_job_runs_left_out_total":
+			m.leftOut[line[2]] = v
 		default:
 			m.commands[line[2]] = v
 		}
