@@ -265,7 +265,7 @@ func (r *headReader) park(doc bson.Raw, key string, keyed bool, reason string) i
 		at = r.partition
 	}
 	r.h.parking.addPark(reason, at, rawID(doc.Lookup(events.FieldID)))
-	r.s.parked.add(parkedKeyOf(doc), typeOf(doc), reason)
+	r.s.parked.add(parkedKeyOf(doc), typeOf(doc), reason, stamped(doc))
 	return headParked
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -34,7 +33,7 @@ import (
 // parked field a producer wrote itself.
 const parkedReload = time.Minute
 
-// unparkChunk bounds the aggregates one unpark write names.
+// unparkChunk bounds the aggregates one unpark step names.
 const unparkChunk = 200
 
 // parkedKeys is what a store knows of the parked events of the partitions
@@ -53,6 +52,9 @@ type parkedKeys struct {
 type parkedKey struct {
 	paused map[string]bool
 	held   bool
+	// unstamped says that an event of it was parked without a stored
+	// partition: unparking it takes a step of its own (noPartition).
+	unstamped bool
 }
 
 // stillPaused reports whether a type k's events were parked for is paused.
@@ -85,8 +87,9 @@ func (c *parkedKeys) holds(key string) bool {
 	return ok && len(key) > 0 && key[0] != unkeyedPrefix[0]
 }
 
-// add notes an event of key and type typ parked for reason.
-func (c *parkedKeys) add(key, typ, reason string) {
+// add notes an event of key and type typ parked for reason, with a
+// stored partition or not (stamped).
+func (c *parkedKeys) add(key, typ, reason string, stamped bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.keys == nil {
@@ -102,17 +105,33 @@ func (c *parkedKeys) add(key, typ, reason string) {
 	} else {
 		k.held = true
 	}
+	k.unstamped = k.unstamped || !stamped
+}
+
+// stamped reports whether doc has a stored partition.
+func stamped(doc bson.Raw) bool {
+	_, ok, _ := events.StoredPartition(doc)
+	return ok
+}
+
+// release is what parkedKeys.released found that nothing holds any more.
+type release struct {
+	// types are the types resumed, whose events parked for them unpark
+	// by type; held the keys with events parked behind a hold, which
+	// unpark by key.
+	types, held []string
+	// unstamped are the types and keys above with events parked without
+	// a stored partition.
+	unstamped map[string]bool
 }
 
 // released takes out of the cache the keys that nothing holds any more:
 // no type of theirs is paused, and no FAILED event holds them (failed).
-// It returns the types their paused events were parked for, which unpark
-// by type, and the keys with events parked behind a hold, which unpark by
-// key.
-func (c *parkedKeys) released(paused, failed map[string]bool) (types, held []string) {
+func (c *parkedKeys) released(paused, failed map[string]bool) release {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	resumed := map[string]bool{}
+	r := release{unstamped: map[string]bool{}}
 	for key, k := range c.keys {
 		if failed[key] || k.stillPaused(paused) {
 			continue
@@ -120,13 +139,16 @@ func (c *parkedKeys) released(paused, failed map[string]bool) (types, held []str
 		delete(c.keys, key)
 		for t := range k.paused {
 			resumed[t] = true
+			r.unstamped[t] = r.unstamped[t] || k.unstamped
 		}
 		if k.held {
-			held = append(held, key)
+			r.held = append(r.held, key)
+			r.unstamped[key] = k.unstamped
 		}
 	}
-	slices.Sort(held)
-	return slices.Sorted(maps.Keys(resumed)), held
+	slices.Sort(r.held)
+	r.types = slices.Sorted(maps.Keys(resumed))
+	return r
 }
 
 // toLoad returns the owned partitions whose parked events are not known
@@ -197,6 +219,7 @@ func (s *Store) loadParked(ctx context.Context, owned []bool, now time.Time) (fu
 	proj := options.Find().SetProjection(bson.D{
 		{Key: events.FieldAggregateType, Value: 1}, {Key: events.FieldAggregateID, Value: 1},
 		{Key: events.FieldType, Value: 1}, {Key: events.FieldParkedFor, Value: 1},
+		{Key: events.FieldPartition, Value: 1},
 	}).SetBatchSize(heldBatch)
 	cur, err := s.coll.Find(ctx, filter, proj)
 	if err != nil {
@@ -210,7 +233,7 @@ func (s *Store) loadParked(ctx context.Context, owned []bool, now time.Time) (fu
 	for cur.Next(ctx) {
 		if p := events.Partition(cur.Current); want[p] {
 			reason, _ := cur.Current.Lookup(events.FieldParkedFor).StringValueOK()
-			s.parked.add(parkedKeyOf(cur.Current), typeOf(cur.Current), reason)
+			s.parked.add(parkedKeyOf(cur.Current), typeOf(cur.Current), reason, stamped(cur.Current))
 		}
 	}
 	if err := cur.Err(); err != nil {
@@ -386,69 +409,6 @@ func (s *Store) stampPartitions(ctx context.Context, byPartition map[int][]any) 
 		return fmt.Errorf("store the partition of %d events: %w", len(ids), err)
 	}
 	return nil
-}
-
-// unpark puts back in their lane the parked events nothing holds any
-// more (parkedKeys.released): those parked for a resumed type, by type
-// (an equality FerretDB pushes down), and those parked behind a hold, by
-// key, in the partitions owned. It returns how many it moved. What it
-// unparks that is still held, a claim parks again.
-func (s *Store) unpark(ctx context.Context, owned []bool, types, held []string) (int, error) {
-	s.ahead.drop() // what it unparks may sort before a read-ahead's
-	moved := 0
-	write := func(what string, filter bson.D) error {
-		filter = append(bson.D{
-			{Key: events.FieldStatus, Value: events.StatusNew},
-			{Key: events.FieldParked, Value: true},
-		}, filter...)
-		if owned != nil && s.splitClaim {
-			// FerretDB's claims store no partition: the keys are enough.
-			filter = append(filter, bson.E{Key: events.FieldPartition, Value: bson.D{{Key: "$in", Value: lanePartitions(owned)}}})
-		}
-		res, err := s.coll.UpdateMany(ctx, filter, unparkUpdate)
-		if err != nil {
-			return fmt.Errorf("unpark %s: %w", what, err)
-		}
-		moved += int(res.ModifiedCount)
-		return nil
-	}
-	for _, typ := range types {
-		if err := write("the events of type "+typ, bson.D{
-			{Key: events.FieldParkedFor, Value: events.ParkedPaused}, {Key: events.FieldType, Value: typ},
-		}); err != nil {
-			return moved, err
-		}
-	}
-	for chunk := range slices.Chunk(held, unparkChunk) {
-		var or bson.A
-		for _, key := range chunk {
-			or = append(or, keyFilter(key))
-		}
-		if err := write(fmt.Sprintf("the events of %d aggregates", len(chunk)), bson.D{{Key: "$or", Value: or}}); err != nil {
-			return moved, err
-		}
-	}
-	return moved, nil
-}
-
-// unparkUpdate takes an event out of parking.
-var unparkUpdate = bson.D{{Key: "$unset", Value: bson.D{
-	{Key: events.FieldParked, Value: ""},
-	{Key: events.FieldParkedFor, Value: ""},
-}}}
-
-// keyFilter selects the events of a parkedKeys key.
-func keyFilter(key string) bson.D {
-	if typ, ok := strings.CutPrefix(key, unkeyedPrefix); ok {
-		return bson.D{{Key: events.FieldType, Value: typ}, {Key: events.FieldAggregateID, Value: bson.D{{Key: "$in", Value: bson.A{nil, ""}}}}}
-	}
-	typ, id, _ := strings.Cut(key, "\x00")
-	if typ == "" {
-		// aggregateType absent or not a string: the id alone, which may
-		// unpark more than the key; a claim parks again what is held.
-		return bson.D{{Key: events.FieldAggregateID, Value: id}}
-	}
-	return bson.D{{Key: events.FieldAggregateType, Value: typ}, {Key: events.FieldAggregateID, Value: id}}
 }
 
 // ownedList lists the partitions owned marks, nil for every partition.

@@ -113,25 +113,6 @@ func (s *Store) readLane(ctx context.Context, now time.Time, limit events.ClaimL
 	return h.docs, h.more, nil
 }
 
-// unparkReleased unparks the events of the aggregates that nothing holds
-// any more: a type resumed, a FAILED event requeued or skipped.
-func (s *Store) unparkReleased(ctx context.Context, owned []bool, paused, failed map[string]bool) {
-	types, held := s.parked.released(paused, failed)
-	if len(types) == 0 && len(held) == 0 {
-		return
-	}
-	n, err := s.unpark(ctx, owned, types, held)
-	if err != nil {
-		// Forgotten by the cache, they come back with its next full read.
-		s.logger.Warn("could not unpark events; retried within a minute", "types", types, "aggregates", len(held), "error", err)
-		return
-	}
-	if n > 0 {
-		s.partitionReads.probeNow()
-	}
-	s.logger.Debug("unparked events", "types", types, "aggregates", len(held), "events", n)
-}
-
 // noNew reports whether the owned partitions have no NEW event at all,
 // parked, due or not: one find of one document, unsorted, so that
 // FerretDB stops at the first it decodes.

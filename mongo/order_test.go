@@ -109,7 +109,17 @@ func TestClaimOwnedPartitions(t *testing.T) {
 
 func TestHeldStats(t *testing.T) {
 	t.Parallel()
-	s, coll := setup(t)
+	for _, strategy := range statsStrategies {
+		t.Run(strategy.name, func(t *testing.T) {
+			t.Parallel()
+			s, coll := setup(t)
+			mongo.SetOnePassStats(s, strategy.onePass)
+			testHeldStats(t, s, coll)
+		})
+	}
+}
+
+func testHeldStats(t *testing.T, s *mongo.Store, coll *driver.Collection) {
 	at := ago(time.Hour)
 	insert(t, coll,
 		ev("p1", events.StatusProcessing, at, agg("in-flight")...),

@@ -108,6 +108,8 @@ type Store struct {
 	// parked is what the claims know of the parked events of the
 	// partitions they own (lane.go).
 	parked parkedKeys
+	// unparking is the unpark steps still to write (unpark.go).
+	unparking unparkQueue
 	// ahead is what the last read of the lane kept past its batch, for
 	// the next claims of a drain (ahead.go).
 	ahead readAhead

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	driver "go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/mongo"
@@ -125,7 +126,17 @@ func maxTimeMS(cmd bson.Raw) (int64, bool) {
 // oldest first, and says when the count it gives is a lower bound.
 func TestHeldStopsAtItsWindow(t *testing.T) {
 	t.Parallel()
-	s, coll := setup(t)
+	for _, strategy := range statsStrategies {
+		t.Run(strategy.name, func(t *testing.T) {
+			t.Parallel()
+			s, coll := setup(t)
+			mongo.SetOnePassStats(s, strategy.onePass)
+			testHeldStopsAtItsWindow(t, s, coll)
+		})
+	}
+}
+
+func testHeldStopsAtItsWindow(t *testing.T, s *mongo.Store, coll *driver.Collection) {
 	mongo.SetHeldWindow(s, 4)
 	at := ago(time.Hour)
 	var docs []bson.D
