@@ -58,6 +58,13 @@ func EnsureFences(ctx context.Context, s *Store) error {
 // them (0) or none after the first (a long time).
 func SetPausedMaxAge(s *Store, d time.Duration) { s.pausedCache.maxAge = d }
 
+// SetUnparkStepsMax bounds the unpark steps a claim writes, so that a
+// test sees an unpark spread over claims whatever the time they take.
+func SetUnparkStepsMax(s *Store, n int) { s.unparkStepsMax = n }
+
+// QueuedUnparkSteps is how many unpark steps wait for the next claims.
+func QueuedUnparkSteps(s *Store) int { return s.unparking.len() }
+
 // ForgetParked makes the next claim read the parked events again, as it
 // does every parkedReload and after a restart.
 func ForgetParked(s *Store) {

@@ -152,6 +152,55 @@ func TestPausedHeadDoesNotStarveTheLane(t *testing.T) {
 	})
 }
 
+// TestResumeUnparksAStepAClaim: a resume unparks the type's parked events
+// one owned partition a step, a claim's share of steps at a time, so that
+// no write rewrites them all at once; the events parked without a stored
+// partition (written without one, parked by FerretDB's claims) are a step
+// of their own. Every paused event of the replica's partitions is claimed
+// in the end, none of the others.
+func TestResumeUnparksAStepAClaim(t *testing.T) {
+	t.Parallel()
+	eachClaimStrategy(t, func(t *testing.T, s *mongo.Store, coll *driver.Collection) {
+		owned := quarter()
+		docs, ownPaused := pausedHead(400, owned, nil)
+		insert(t, coll, docs...)
+		pause(t, s, "bulk.import")
+		limit := events.ClaimLimit{Events: 500, Ordered: true, FailedHolds: true, Owned: owned}
+		if got := claimLane(t, s, "t1", limit); len(got) != 0 {
+			t.Fatalf("claim behind the paused head took %v, want nothing", got)
+		}
+		if diff := cmp.Diff(map[string]int{events.ParkedPaused: ownPaused}, parkedFor(t, coll)); diff != "" {
+			t.Fatalf("parked (-want +got):\n%s", diff)
+		}
+		if ok, err := s.Resume(t.Context(), "bulk.import"); err != nil || !ok {
+			t.Fatalf("Resume = %t, %v", ok, err)
+		}
+		mongo.SetPausedMaxAge(s, 0)
+		mongo.SetUnparkStepsMax(s, 1)
+		claimLane(t, s, "r0", limit)
+		// A step per owned partition, and one for the events parked
+		// without a stored partition where the claims store none.
+		queued := mongo.QueuedUnparkSteps(s)
+		if queued == 0 || queued > events.Partitions/4 {
+			t.Errorf("after the first claim since the resume %d unpark steps wait, want up to the %d owned partitions' (and a sweep)", queued, events.Partitions/4)
+		}
+		claimed := 0
+		for i := 1; i < 200; i++ {
+			n := len(claimLane(t, s, fmt.Sprint("r", i), limit))
+			claimed += n
+			if n == 0 && mongo.QueuedUnparkSteps(s) == 0 {
+				break
+			}
+		}
+		if claimed != ownPaused {
+			t.Errorf("after the resume the replica claimed %d events, want its %d paused ones", claimed, ownPaused)
+		}
+		if got := parkedFor(t, coll); len(got) != 0 {
+			t.Errorf("parked at the end: %v, want none", got)
+		}
+	})
+}
+
 // TestFailedHeadsParkTheirAggregates: events waiting behind FAILED events
 // are parked by the claim that meets them, healthy events behind them go
 // out with the first claim, an event that arrives later for a held

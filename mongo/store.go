@@ -108,8 +108,10 @@ type Store struct {
 	// parked is what the claims know of the parked events of the
 	// partitions they own (lane.go).
 	parked parkedKeys
-	// unparking is the unpark steps still to write (unpark.go).
-	unparking unparkQueue
+	// unparking is the unpark steps still to write (unpark.go), at
+	// most unparkStepsMax a claim where it is above 0 (tests).
+	unparking      unparkQueue
+	unparkStepsMax int
 	// ahead is what the last read of the lane kept past its batch, for
 	// the next claims of a drain (ahead.go).
 	ahead readAhead

@@ -53,6 +53,13 @@ type unparkQueue struct {
 	steps []unparkStep
 }
 
+// len is how many steps are queued.
+func (q *unparkQueue) len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.steps)
+}
+
 func (q *unparkQueue) add(steps []unparkStep) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -152,15 +159,15 @@ func (s *Store) unparkReleased(ctx context.Context, owned []bool, paused, failed
 }
 
 // unpark writes the queued steps, in order, until its share of ctx's time
-// is spent, and returns how many events it moved. A step in a partition
+// is spent (one step at least), and returns how many events it moved. A step in a partition
 // no longer owned is dropped: the partition's owner reads its parked
 // events again, and unparks them itself.
 func (s *Store) unpark(ctx context.Context, owned []bool) (int, error) {
 	stop, hasStop := deadlineShare(ctx, unparkShareNum, unparkShareDen)
-	moved := 0
+	moved, written := 0, 0
 	for {
 		step, ok := s.unparking.next()
-		if !ok || (hasStop && time.Now().After(stop)) {
+		if !ok {
 			return moved, nil
 		}
 		if step.partition != noPartition && owned != nil && !owned[step.partition] {
@@ -173,6 +180,12 @@ func (s *Store) unpark(ctx context.Context, owned []bool) (int, error) {
 		}
 		moved += n
 		s.unparking.done()
+		written++
+		// At least one step a claim, however short its time: the
+		// queue always moves.
+		if hasStop && time.Now().After(stop) || written == s.unparkStepsMax {
+			return moved, nil
+		}
 	}
 }
 
