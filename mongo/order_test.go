@@ -109,14 +109,7 @@ func TestClaimOwnedPartitions(t *testing.T) {
 
 func TestHeldStats(t *testing.T) {
 	t.Parallel()
-	for _, strategy := range statsStrategies {
-		t.Run(strategy.name, func(t *testing.T) {
-			t.Parallel()
-			s, coll := setup(t)
-			mongo.SetOnePassStats(s, strategy.onePass)
-			testHeldStats(t, s, coll)
-		})
-	}
+	eachStatsStrategy(t, testHeldStats)
 }
 
 func testHeldStats(t *testing.T, s *mongo.Store, coll *driver.Collection) {

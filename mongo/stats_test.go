@@ -13,23 +13,9 @@ import (
 	"github.com/outboxrelay/outbox/mongo"
 )
 
-// statsStrategies are Stats's two ways to count: by index (MongoDB) and
-// in one read of the backlog (FerretDB). Both run here.
-var statsStrategies = []struct {
-	name    string
-	onePass bool
-}{{"by index", false}, {"in one pass", true}}
-
 func TestStats(t *testing.T) {
 	t.Parallel()
-	for _, strategy := range statsStrategies {
-		t.Run(strategy.name, func(t *testing.T) {
-			t.Parallel()
-			s, coll := setup(t)
-			mongo.SetOnePassStats(s, strategy.onePass)
-			testStats(t, s, coll)
-		})
-	}
+	eachStatsStrategy(t, testStats)
 }
 
 func testStats(t *testing.T, s *mongo.Store, coll *driver.Collection) {
@@ -97,11 +83,9 @@ func TestStatsUnknownStatus(t *testing.T) {
 		{"missing", unsetStatus},
 	}
 	for _, tt := range tests {
-		for _, strategy := range statsStrategies {
-			t.Run(tt.name+"/"+strategy.name, func(t *testing.T) {
-				t.Parallel()
-				s, coll := setup(t)
-				mongo.SetOnePassStats(s, strategy.onePass)
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			eachStatsStrategy(t, func(t *testing.T, s *mongo.Store, coll *driver.Collection) {
 				odd := ev("odd", events.StatusNew, ago(time.Hour))
 				for i := range odd {
 					if odd[i].Key == events.FieldStatus {
@@ -127,7 +111,7 @@ func TestStatsUnknownStatus(t *testing.T) {
 					t.Errorf("Counts with status %#v (-want +got):\n%s", tt.status, diff)
 				}
 			})
-		}
+		})
 	}
 }
 

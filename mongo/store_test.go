@@ -159,11 +159,25 @@ func TestPrepare(t *testing.T) {
 // uses and the single find FerretDB uses must claim the same events.
 func eachClaimStrategy(t *testing.T, test func(t *testing.T, s *mongo.Store, coll *driver.Collection)) {
 	t.Helper()
-	for _, split := range []bool{false, true} {
-		t.Run(fmt.Sprintf("split=%t", split), func(t *testing.T) {
+	eachStrategy(t, "split", mongo.SetSplitClaim, test)
+}
+
+// eachStatsStrategy runs test on a store that counts by index (MongoDB)
+// and on one that counts in one read of the backlog (FerretDB).
+func eachStatsStrategy(t *testing.T, test func(t *testing.T, s *mongo.Store, coll *driver.Collection)) {
+	t.Helper()
+	eachStrategy(t, "onePass", mongo.SetOnePassStats, test)
+}
+
+// eachStrategy runs test, in parallel, on a store of its own with set
+// false, then true.
+func eachStrategy(t *testing.T, name string, set func(*mongo.Store, bool), test func(t *testing.T, s *mongo.Store, coll *driver.Collection)) {
+	t.Helper()
+	for _, on := range []bool{false, true} {
+		t.Run(fmt.Sprintf("%s=%t", name, on), func(t *testing.T) {
 			t.Parallel()
 			s, coll := setup(t)
-			mongo.SetSplitClaim(s, split)
+			set(s, on)
 			test(t, s, coll)
 		})
 	}

@@ -126,14 +126,7 @@ func maxTimeMS(cmd bson.Raw) (int64, bool) {
 // oldest first, and says when the count it gives is a lower bound.
 func TestHeldStopsAtItsWindow(t *testing.T) {
 	t.Parallel()
-	for _, strategy := range statsStrategies {
-		t.Run(strategy.name, func(t *testing.T) {
-			t.Parallel()
-			s, coll := setup(t)
-			mongo.SetOnePassStats(s, strategy.onePass)
-			testHeldStopsAtItsWindow(t, s, coll)
-		})
-	}
+	eachStatsStrategy(t, testHeldStopsAtItsWindow)
 }
 
 func testHeldStopsAtItsWindow(t *testing.T, s *mongo.Store, coll *driver.Collection) {
