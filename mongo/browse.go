@@ -215,7 +215,7 @@ func (s *Store) Holders(ctx context.Context, now time.Time, failedHolds bool, li
 // rawAll reads every document of cur, each copied out of the cursor's
 // buffer, and closes it.
 func rawAll(ctx context.Context, cur *mongo.Cursor) ([]bson.Raw, error) {
-	defer cur.Close(ctx)
+	defer closeCursor(ctx, cur)
 	var docs []bson.Raw
 	for cur.Next(ctx) {
 		docs = append(docs, append(bson.Raw(nil), cur.Current...))

@@ -374,7 +374,7 @@ func (s *Store) findLeased(ctx context.Context, lease events.Lease, limit int) (
 	if err != nil {
 		return nil, fmt.Errorf("find claimed events: %w", err)
 	}
-	defer cur.Close(ctx)
+	defer closeCursor(ctx, cur)
 	var out []events.Claimed
 	for cur.Next(ctx) {
 		doc := make(bson.Raw, len(cur.Current))

@@ -121,7 +121,7 @@ func (s *Store) readFences(ctx context.Context, ps []int) (map[int]int64, error)
 	if err != nil {
 		return nil, fmt.Errorf("read the fences: %w", err)
 	}
-	defer cur.Close(ctx)
+	defer closeCursor(ctx, cur)
 	out := make(map[int]int64, len(ps))
 	for cur.Next(ctx) {
 		var d struct {

@@ -144,7 +144,7 @@ func (r *headReader) page(ctx context.Context) (next bool, err error) {
 	var cursors []*cursorHead
 	defer func() {
 		for _, c := range cursors {
-			_ = c.cur.Close(ctx)
+			closeCursor(ctx, c.cur)
 		}
 	}()
 	for _, f := range r.filters() {

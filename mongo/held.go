@@ -174,7 +174,7 @@ func (s *Store) eachKey(ctx context.Context, f findCommand, fn func(key string, 
 	if err != nil {
 		return 0, fmt.Errorf("find held aggregates: %w", err)
 	}
-	defer cur.Close(ctx)
+	defer closeCursor(ctx, cur)
 	read := 0
 	for cur.Next(ctx) {
 		read++

@@ -225,7 +225,7 @@ func (s *Store) loadParked(ctx context.Context, owned []bool, now time.Time) (fu
 	if err != nil {
 		return full, fmt.Errorf("find parked events: %w", err)
 	}
-	defer cur.Close(ctx)
+	defer closeCursor(ctx, cur)
 	want := make([]bool, events.Partitions)
 	for _, p := range ps {
 		want[p] = true

@@ -179,7 +179,7 @@ func (s *Store) DeletePublished(ctx context.Context, before time.Time, limit int
 			latest = at
 		}
 	}
-	_ = cur.Close(ctx)
+	closeCursor(ctx, cur)
 	if err := cur.Err(); err != nil || len(ids) == 0 {
 		return 0, err
 	}

@@ -126,7 +126,7 @@ func (s *Store) noNew(ctx context.Context, owned []bool) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("find events to claim: %w", err)
 	}
-	defer cur.Close(ctx)
+	defer closeCursor(ctx, cur)
 	found := cur.Next(ctx)
 	if err := cur.Err(); err != nil {
 		return false, fmt.Errorf("read events to claim: %w", err)
@@ -195,7 +195,7 @@ func (s *Store) readHeld(ctx context.Context, q heldQuery, proj *options.FindOpt
 	if err != nil {
 		return fmt.Errorf("find held aggregates: %w", err)
 	}
-	defer cur.Close(ctx)
+	defer closeCursor(ctx, cur)
 	for cur.Next(ctx) {
 		doc := cur.Current
 		key, ok := events.OrderingKey(doc)

@@ -71,7 +71,7 @@ func (o *Owners) Read(ctx context.Context) ([]ownership.Term, []ownership.Member
 	if err != nil {
 		return nil, nil, fmt.Errorf("find owners: %w", err)
 	}
-	defer cur.Close(ctx)
+	defer closeCursor(ctx, cur)
 	return o.readOwners(ctx, cur)
 }
 

@@ -115,7 +115,7 @@ func (s *Store) probeOutside(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("find events outside every partition: %w", err)
 	}
-	defer cur.Close(ctx)
+	defer closeCursor(ctx, cur)
 	found := cur.Next(ctx)
 	if err := cur.Err(); err != nil {
 		return false, fmt.Errorf("read events outside every partition: %w", err)

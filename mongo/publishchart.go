@@ -60,7 +60,7 @@ func (s *Store) PublishedPerMinute(ctx context.Context, since, now time.Time) ([
 	if err != nil {
 		return nil, fmt.Errorf("count the events published per minute: %w", err)
 	}
-	defer cur.Close(ctx)
+	defer closeCursor(ctx, cur)
 	for cur.Next(ctx) {
 		// A minute and its count, or on FerretDB one publish time.
 		at, ok := cur.Current.Lookup("_id").TimeOK()

@@ -211,7 +211,7 @@ func (s *Store) missingSequences(ctx context.Context, ids []string, highest int6
 	if err != nil {
 		return fmt.Errorf("find earlier versions: %w", err)
 	}
-	defer cur.Close(ctx)
+	defer closeCursor(ctx, cur)
 	for cur.Next(ctx) {
 		doc := cur.Current
 		key, keyed := events.OrderingKey(doc)
@@ -236,7 +236,7 @@ func (s *Store) publishedSequences(ctx context.Context, ids []string, lowest int
 	if err != nil {
 		return nil, fmt.Errorf("find published versions: %w", err)
 	}
-	defer cur.Close(ctx)
+	defer closeCursor(ctx, cur)
 	out := map[string][]int64{}
 	for cur.Next(ctx) {
 		key, keyed := events.OrderingKey(cur.Current)
@@ -272,7 +272,7 @@ func (s *Store) pullIn(ctx context.Context, now time.Time, paused map[string]boo
 	if err != nil {
 		return fmt.Errorf("find earlier versions to claim: %w", err)
 	}
-	defer cur.Close(ctx)
+	defer closeCursor(ctx, cur)
 	got := map[string]bson.Raw{}
 	for cur.Next(ctx) {
 		if claimableNow(cur.Current, now, paused) {

@@ -122,7 +122,7 @@ func (s *Store) countInOnePass(ctx context.Context, staleBefore time.Time) (even
 	if err != nil {
 		return events.Stats{}, fmt.Errorf("count the events not published: %w", err)
 	}
-	defer cur.Close(ctx)
+	defer closeCursor(ctx, cur)
 	for cur.Next(ctx) {
 		countEvent(&st, cur.Current, staleBefore)
 	}

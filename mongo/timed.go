@@ -3,6 +3,7 @@ package mongo
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -98,3 +99,17 @@ func (s *Store) timedDistinct(ctx context.Context, key string, filter bson.D) ([
 	}
 	return values, nil
 }
+
+// closeCursor closes cur under a time limit of its own, since ctx may be
+// what ran out: a cursor left open keeps the server's query running (on
+// FerretDB its PostgreSQL query and connection, seen active eight minutes
+// after the sampler gave up on it) until the server times the cursor out,
+// minutes later, while the next run starts the same query again.
+func closeCursor(ctx context.Context, cur *mongo.Cursor) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cursorCloseTimeout)
+	defer cancel()
+	_ = cur.Close(ctx)
+}
+
+// cursorCloseTimeout bounds the killCursors of closeCursor.
+const cursorCloseTimeout = 5 * time.Second
