@@ -133,8 +133,12 @@ func (s *Store) countInOnePass(ctx context.Context, staleBefore time.Time) (even
 }
 
 // passBatch is how many projected events (a few dozen bytes each) a
-// reply of countInOnePass carries: 20,000 in two round trips.
-const passBatch = 10000
+// reply of a one-pass read carries: all of them, in the find's own reply,
+// so that the find's maxTimeMS bounds the whole pass. FerretDB applies
+// maxTimeMS until the find's first reply only: a pass read in batches of
+// 10,000 ran on in its getMores for minutes after the sampler had given
+// up on it, beside the next sample's.
+const passBatch = 1 << 20
 
 // countEvent adds one event of countInOnePass's read to st, as
 // countByIndex's commands would count it.
