@@ -54,6 +54,10 @@ const (
 	// time limit (maxTimeMS), so that a sample given up on stops costing
 	// the database too.
 	sampleTimeout = 10 * time.Second
+	// sampleTimeoutGrowth is how many times SamplerConfig.Timeout a
+	// read's time grows to at most after reads that ran out of it
+	// (Sampler.grant).
+	sampleTimeoutGrowth = 8
 	// onDemandEvery is how old the last sample of a replica that does not
 	// sample on schedule may be before a /status request asks for a new
 	// one: as often as the leader samples by default, so that however
@@ -121,6 +125,9 @@ type SamplerConfig struct {
 	// Archetype is the logger, the metrics (which receive the gauges) and
 	// the clock ages and the stale threshold are measured with.
 	service.Archetype
+	// Timeout is the time each read of a sample has at first (see
+	// Sampler.grant). Defaults to 10 s.
+	Timeout time.Duration
 	// Yield, when set, says that claims are slow: scheduled samples are
 	// then left out, more and more of them (schedule.Config.Yield), and a
 	// replica that does not lead takes none for /status. Defaults to nil:
@@ -130,6 +137,7 @@ type SamplerConfig struct {
 
 func (c *SamplerConfig) setDefaults() {
 	c.Schedule = cmp.Or(c.Schedule, SampleScheduleDefault)
+	c.Timeout = cmp.Or(c.Timeout, sampleTimeout)
 	c.Archetype = c.Archetype.WithDefaults()
 }
 
@@ -138,6 +146,7 @@ func (c SamplerConfig) Validate() error {
 	return rule.First("ops sampler",
 		rule.Required("Store", c.Store != nil),
 		rule.Above("StaleAfter", c.StaleAfter, 0),
+		rule.Above("Timeout", c.Timeout, 0),
 		schedule.Rule("Schedule", c.Schedule),
 	)
 }
@@ -155,6 +164,10 @@ type Sampler struct {
 	// wanted says that /status asked a replica that does not lead for a
 	// sample.
 	wanted atomic.Bool
+	// limit is each read's time in the next sample, ranOut whether a
+	// read of this one ran out of it (see grant).
+	limit  atomic.Int64
+	ranOut atomic.Bool
 }
 
 // NewSampler returns a Sampler; Start runs it.
@@ -291,14 +304,15 @@ func (s *Sampler) runOnce(ctx context.Context) (bool, error) {
 }
 
 // sample reads the outbox's figures, each of its reads (the counts, the
-// held aggregates, the paused types) under a sampleTimeout of its own, so
+// held aggregates, the paused types) under a time limit of its own (grant), so
 // that a slow one leaves the others their time. The counts are the
 // sample: without them it fails. A held read that fails gives way: the
 // sample keeps the last one read (Sample.HeldAt says when), as the
 // gauges do, and says why in the log.
 func (s *Sampler) sample(ctx context.Context) (Sample, error) {
+	defer s.adapt()
 	now := s.cfg.Now().UTC()
-	st, err := within(ctx, func(ctx context.Context) (events.Stats, error) {
+	st, err := within(ctx, s, func(ctx context.Context) (events.Stats, error) {
 		return s.cfg.Store.Stats(ctx, now.Add(-s.cfg.StaleAfter))
 	})
 	if err != nil {
@@ -309,7 +323,7 @@ func (s *Sampler) sample(ctx context.Context) (Sample, error) {
 		s.sampleHeld(ctx, &sample)
 	}
 	if s.cfg.Paused != nil {
-		p, err := within(ctx, s.cfg.Paused.PausedTypes)
+		p, err := within(ctx, s, s.cfg.Paused.PausedTypes)
 		if err != nil {
 			return Sample{}, fmt.Errorf("sample paused types: %w", err)
 		}
@@ -321,7 +335,7 @@ func (s *Sampler) sample(ctx context.Context) (Sample, error) {
 // sampleHeld reads the held aggregates into sample, or keeps the last
 // sample's when the read fails (or none, before the first).
 func (s *Sampler) sampleHeld(ctx context.Context, sample *Sample) {
-	h, err := within(ctx, func(ctx context.Context) (events.HeldStats, error) {
+	h, err := within(ctx, s, func(ctx context.Context) (events.HeldStats, error) {
 		return s.cfg.Held.Held(ctx, sample.At, s.cfg.FailedHolds)
 	})
 	if err == nil {
@@ -336,11 +350,44 @@ func (s *Sampler) sampleHeld(ctx context.Context, sample *Sample) {
 		slog.Time("readAt", sample.HeldAt), slog.String("error", err.Error()))
 }
 
-// within runs read under sampleTimeout.
-func within[T any](ctx context.Context, read func(context.Context) (T, error)) (T, error) {
-	ctx, cancel := context.WithTimeout(ctx, sampleTimeout)
+// within runs read under the sample's time limit (grant), and notes a
+// read that ran out of it.
+func within[T any](ctx context.Context, s *Sampler, read func(context.Context) (T, error)) (T, error) {
+	rctx, cancel := context.WithTimeout(ctx, s.grant())
 	defer cancel()
-	return read(ctx)
+	v, err := read(rctx)
+	if err != nil && rctx.Err() != nil && ctx.Err() == nil {
+		s.ranOut.Store(true)
+	}
+	return v, err
+}
+
+// grant is the time a read of the sample may take: SamplerConfig.Timeout,
+// twice as long after each sample with a read that ran out of it, up to
+// sampleTimeoutGrowth times as long, and back by halves after samples
+// without. A database
+// that cannot count the backlog in 10 s (FerretDB decodes every
+// unpublished event to count them: behind 50,000, beside four replicas'
+// claims, that took longer) then gets the time it needs, rather than fail
+// every run; the runs come no oftener than the schedule, one at a time,
+// and yield to slow claims.
+func (s *Sampler) grant() time.Duration {
+	if d := time.Duration(s.limit.Load()); d > 0 {
+		return d
+	}
+	return s.cfg.Timeout
+}
+
+// adapt sets the next sample's grant from whether a read of this one ran
+// out of its time.
+func (s *Sampler) adapt() {
+	d := s.grant()
+	if s.ranOut.Swap(false) {
+		d = min(2*d, sampleTimeoutGrowth*s.cfg.Timeout)
+	} else {
+		d = max(d/2, s.cfg.Timeout)
+	}
+	s.limit.Store(int64(d))
 }
 
 // setGauges exports a sample.

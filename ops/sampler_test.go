@@ -3,6 +3,8 @@ package ops_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -275,5 +277,66 @@ func TestSamplerYieldsWhileClaimsAreSlow(t *testing.T) {
 	left := testutil.ToFloat64(m.RunsLeftOut.WithLabelValues("sampler"))
 	if n := float64(store.calls.Load()); n >= left {
 		t.Errorf("%v samples taken while %v were left out, want fewer taken (the gap doubles)", n, left)
+	}
+}
+
+// slowStats is a store whose Stats run out of their time while slow is
+// set, and records the time each call was given.
+type slowStats struct {
+	fakeStore
+	mu    sync.Mutex
+	slow  bool
+	given []time.Duration
+}
+
+func (s *slowStats) Stats(ctx context.Context, staleBefore time.Time) (events.Stats, error) {
+	deadline, _ := ctx.Deadline()
+	s.mu.Lock()
+	s.given = append(s.given, time.Until(deadline))
+	slow := s.slow
+	s.mu.Unlock()
+	if slow {
+		<-ctx.Done()
+		return events.Stats{}, ctx.Err()
+	}
+	return s.fakeStore.Stats(ctx, staleBefore)
+}
+
+// A sample whose read ran out of its time gives the next sample's reads
+// twice as long, up to eight times the configured time, and a sample that
+// finished gives back half: counting a large backlog on a slow database
+// finishes in time once, instead of failing every run.
+func TestSamplerGivesASlowReadMoreTime(t *testing.T) {
+	t.Parallel()
+	store := &slowStats{slow: true}
+	const base = 40 * time.Millisecond
+	s := startSampler(t, ops.SamplerConfig{Store: store, Schedule: "@every 1h", Timeout: base})
+	calls := func() int {
+		store.mu.Lock()
+		defer store.mu.Unlock()
+		return len(store.given)
+	}
+	for want := 1; want <= 5; want++ {
+		if want > 1 {
+			s.Trigger()
+		}
+		eventually(t, fmt.Sprintf("sample %d", want), func() bool { return calls() >= want })
+	}
+	store.mu.Lock()
+	store.slow = false
+	store.mu.Unlock()
+	for want := 6; want <= 7; want++ {
+		s.Trigger()
+		eventually(t, fmt.Sprintf("sample %d", want), func() bool { return calls() >= want })
+	}
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	// Each slow sample doubles the next one's time, to 8x; the two that
+	// finished get 8x, then 4x.
+	for i, growth := range []int{1, 2, 4, 8, 8, 8, 4} {
+		want := time.Duration(growth) * base
+		if got := store.given[i]; got > want || got < want-want/4 {
+			t.Errorf("sample %d's read was given %s, want about %s", i+1, got, want)
+		}
 	}
 }
