@@ -8,10 +8,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/outboxrelay/outbox/console"
-	"github.com/outboxrelay/outbox/service"
 )
 
 const token = "0123456789abcdef-token"
@@ -20,16 +18,7 @@ const token = "0123456789abcdef-token"
 func setupWrites(t *testing.T) (*httptest.Server, *fakeStore) {
 	t.Helper()
 	store := newFakeStore(t)
-	c, err := console.New(console.Config{
-		Store: store, Samples: samples{}, Writer: store, Token: token, RequeuePerSecond: 7,
-		Archetype: service.Archetype{Now: func() time.Time { return now }},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(c)
-	t.Cleanup(srv.Close)
-	return srv, store
+	return serveFake(t, store, console.Config{Token: token, RequeuePerSecond: 7}, true), store
 }
 
 // request sends method to path as user with password pass (no
@@ -190,15 +179,7 @@ func TestPreviewIsCapped(t *testing.T) {
 	t.Parallel()
 	store := newFakeStore(t)
 	store.matching = 12
-	c, err := console.New(console.Config{
-		Store: store, Samples: samples{}, Writer: store, Token: token, ActionMax: 5,
-		Archetype: service.Archetype{Now: func() time.Time { return now }},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(c)
-	t.Cleanup(srv.Close)
+	srv := serveFake(t, store, console.Config{Token: token, ActionMax: 5}, true)
 	_, body, _ := request(t, srv, http.MethodGet, "/requeue?cause=x&reason=", "ana", token, nil, nil)
 	if !strings.Contains(body, "the oldest 5 of the 12") {
 		t.Fatalf("a preview of more than ActionMax does not say it takes the oldest 5:\n%s", body)

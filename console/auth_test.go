@@ -9,10 +9,8 @@ import (
 	"net/url"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/outboxrelay/outbox/console"
-	"github.com/outboxrelay/outbox/service"
 )
 
 // serveConfig serves a console of cfg over a fakeStore with one FAILED
@@ -21,18 +19,7 @@ func serveConfig(t *testing.T, cfg console.Config, writes bool) (*httptest.Serve
 	t.Helper()
 	store := newFakeStore(t)
 	store.matching = 1
-	cfg.Store, cfg.Samples = store, samples{}
-	cfg.Archetype = service.Archetype{Now: func() time.Time { return now }}
-	if writes {
-		cfg.Writer = store
-	}
-	c, err := console.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(c)
-	t.Cleanup(srv.Close)
-	return srv, store
+	return serveFake(t, store, cfg, writes), store
 }
 
 // hostRequest sends a GET of path with Host host.

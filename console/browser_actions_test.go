@@ -2,7 +2,6 @@ package console_test
 
 import (
 	"encoding/base64"
-	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -34,15 +33,10 @@ func TestBrowserPreviewThenAct(t *testing.T) {
 		mongotest.Event("other", events.StatusFailed, at, bson.E{Key: events.FieldLastError, Value: "nacked"}),
 	)
 	const token = "browser-test-token-0123"
-	c, err := console.New(console.Config{
+	srv := startConsole(t, console.Config{
 		Store: store, Samples: samples{}, Writer: store, Token: token, AllowedHosts: []string{"127.0.0.1"},
 		Archetype: service.Archetype{Logger: quiet}, Refresh: time.Hour,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(c)
-	t.Cleanup(srv.Close)
 	u, err := url.Parse(srv.URL)
 	if err != nil {
 		t.Fatal(err)

@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"fmt"
 	"log/slog"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -148,22 +147,17 @@ func TestBrowserRequeueWithAReason(t *testing.T) {
 	ctx := browser(t)
 	store, sampler := outboxWithAFailure(t)
 	const token = "browser-test-token-0123"
-	c, err := console.New(console.Config{
+	srv := startConsole(t, console.Config{
 		Store: store, Samples: sampler, Owners: store.Owners(), TermLength: 30 * time.Second, FailedHolds: true,
 		Writer: store, Token: token, Archetype: service.Archetype{Logger: quiet},
 		Refresh: time.Hour, // no live refresh replaces a node the test is about to use
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(c)
-	t.Cleanup(srv.Close)
 	auth := "Basic " + base64.StdEncoding.EncodeToString([]byte("ana:"+token))
 
 	var failedCount, status, audit, title, paused string
 	var attempts, bars int
 	shots := screenshots(t)
-	err = chromedp.Run(ctx,
+	err := chromedp.Run(ctx,
 		scheme("light"),
 		network.Enable(),
 		network.SetExtraHTTPHeaders(network.Headers{"Authorization": auth}),
@@ -234,15 +228,10 @@ func TestBrowserReadOnly(t *testing.T) {
 	t.Parallel()
 	ctx := browser(t)
 	store, sampler := outboxWithAFailure(t)
-	c, err := console.New(console.Config{Store: store, Samples: sampler, FailedHolds: true, Archetype: service.Archetype{Logger: quiet}, Refresh: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(c)
-	t.Cleanup(srv.Close)
+	srv := startConsole(t, console.Config{Store: store, Samples: sampler, FailedHolds: true, Archetype: service.Archetype{Logger: quiet}, Refresh: time.Hour})
 	var forms, forged int
 	shots := screenshots(t)
-	err = chromedp.Run(ctx,
+	err := chromedp.Run(ctx,
 		scheme("light"),
 		chromedp.Navigate(srv.URL+"/failures"),
 		chromedp.WaitVisible(`main table`),
@@ -277,19 +266,14 @@ func TestBrowserDarkTheme(t *testing.T) {
 	t.Parallel()
 	ctx := browser(t)
 	store, sampler := outboxWithAFailure(t)
-	c, err := console.New(console.Config{
+	srv := startConsole(t, console.Config{
 		Store: store, Samples: sampler, Owners: store.Owners(), TermLength: 30 * time.Second, FailedHolds: true,
 		Archetype: service.Archetype{Logger: quiet}, Refresh: time.Hour,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(c)
-	t.Cleanup(srv.Close)
 	background := `getComputedStyle(document.body).backgroundColor`
 	var light, dark, held string
 	shots := screenshots(t)
-	err = chromedp.Run(ctx,
+	err := chromedp.Run(ctx,
 		scheme("light"),
 		chromedp.Navigate(srv.URL+"/"),
 		chromedp.WaitVisible(`a.count.st-failed`),

@@ -21,6 +21,7 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"embed"
@@ -192,27 +193,13 @@ type Config struct {
 
 func (c *Config) setDefaults() {
 	c.Archetype = c.Archetype.WithDefaults()
-	if c.PageSize == 0 {
-		c.PageSize = PageSizeDefault
-	}
-	if c.Refresh == 0 {
-		c.Refresh = RefreshDefault
-	}
-	if c.RequeuePerSecond == 0 {
-		c.RequeuePerSecond = RequeuePerSecondDefault
-	}
-	if c.ActionMax == 0 {
-		c.ActionMax = ActionMaxDefault
-	}
-	if c.ActionsPerMinute == 0 {
-		c.ActionsPerMinute = ActionsPerMinuteDefault
-	}
-	if c.SignInFailuresPerMinute == 0 {
-		c.SignInFailuresPerMinute = SignInFailuresPerMinuteDefault
-	}
-	if c.ActionTimeout == 0 {
-		c.ActionTimeout = ActionTimeoutDefault
-	}
+	c.PageSize = cmp.Or(c.PageSize, PageSizeDefault)
+	c.Refresh = cmp.Or(c.Refresh, RefreshDefault)
+	c.RequeuePerSecond = cmp.Or(c.RequeuePerSecond, RequeuePerSecondDefault)
+	c.ActionMax = cmp.Or(c.ActionMax, ActionMaxDefault)
+	c.ActionsPerMinute = cmp.Or(c.ActionsPerMinute, ActionsPerMinuteDefault)
+	c.SignInFailuresPerMinute = cmp.Or(c.SignInFailuresPerMinute, SignInFailuresPerMinuteDefault)
+	c.ActionTimeout = cmp.Or(c.ActionTimeout, ActionTimeoutDefault)
 	c.BasePath = strings.TrimRight(c.BasePath, "/")
 }
 

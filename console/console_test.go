@@ -223,6 +223,31 @@ func (owners) Read(context.Context) ([]ownership.Term, []ownership.Member, error
 	return terms, []ownership.Member{{WorkerID: "replica-a", SeenAt: now}, {WorkerID: "replica-gone", SeenAt: now.Add(-time.Hour)}}, nil
 }
 
+// startConsole serves the console cfg makes at the root of a test
+// server that closes with the test.
+func startConsole(t *testing.T, cfg console.Config) *httptest.Server {
+	t.Helper()
+	c, err := console.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(c)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// serveFake serves a console of cfg over store, whose events' ages
+// count from the tests' time now; store is its Writer too when writes.
+func serveFake(t *testing.T, store *fakeStore, cfg console.Config, writes bool) *httptest.Server {
+	t.Helper()
+	cfg.Store, cfg.Samples = store, samples{}
+	cfg.Archetype = service.Archetype{Now: func() time.Time { return now }}
+	if writes {
+		cfg.Writer = store
+	}
+	return startConsole(t, cfg)
+}
+
 // setup returns a console over a fakeStore, mounted under /outbox.
 func setup(t *testing.T) (*httptest.Server, *fakeStore) {
 	t.Helper()

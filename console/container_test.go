@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"strconv"
@@ -89,16 +88,11 @@ func TestContainerConsolePagesExamineWhatTheyReturn(t *testing.T) {
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	failedID := fillContainerOutbox(ctx, t, store, now, containerHistory(t))
 
-	c, err := console.New(console.Config{
+	srv := startConsole(t, console.Config{
 		Store: store, Samples: samples{}, Writer: store, Token: token, FailedHolds: true,
 		Owners: store.Owners(), TermLength: 30 * time.Second,
 		Archetype: service.Archetype{Now: func() time.Time { return now }},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(c)
-	t.Cleanup(srv.Close)
 
 	group := url.Values{"status": {"FAILED"}, "reason": {"max_attempts"}, "cause": {`broker returned <n> NO_ROUTE for "…"`}}
 	pages := []string{

@@ -16,7 +16,6 @@ import (
 	"github.com/outboxrelay/outbox/console"
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/mongo"
-	"github.com/outboxrelay/outbox/service"
 )
 
 // fakeLists is a console.ListSource of fixed lists, which counts the
@@ -43,16 +42,7 @@ func (l *fakeLists) Trigger() {
 func setupLists(t *testing.T, lists *fakeLists) (*httptest.Server, *fakeStore) {
 	t.Helper()
 	store := newFakeStore(t)
-	c, err := console.New(console.Config{
-		Store: store, Samples: samples{}, Lists: lists, Writer: store, Token: token, FailedHolds: true,
-		Archetype: service.Archetype{Now: func() time.Time { return now }},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(c)
-	t.Cleanup(srv.Close)
-	return srv, store
+	return serveFake(t, store, console.Config{Lists: lists, Token: token, FailedHolds: true}, true), store
 }
 
 // TestListsServeTheIncidentPages: where a source keeps the failure
@@ -149,15 +139,7 @@ func TestKeptFailedPageHasANextPage(t *testing.T) {
 	t.Parallel()
 	store := newFakeStore(t)
 	lists := &fakeLists{ready: true, groups: events.FailureGroups{At: now, Newest: store.docs}}
-	c, err := console.New(console.Config{
-		Store: store, Samples: samples{}, Lists: lists, PageSize: 1,
-		Archetype: service.Archetype{Now: func() time.Time { return now }},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(c)
-	t.Cleanup(srv.Close)
+	srv := serveFake(t, store, console.Config{Lists: lists, PageSize: 1}, false)
 	var list console.EventList
 	_, body, _ := request(t, srv, http.MethodGet, "/api/events?status=FAILED", "", "", nil, nil)
 	if err := json.Unmarshal([]byte(body), &list); err != nil {

@@ -2,6 +2,7 @@ package events
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 	"math"
 	"strings"
@@ -49,17 +50,31 @@ func withoutAMQP10(t *testing.T, prefix string, headers map[string]any) map[stri
 	return rest
 }
 
+// badName is the error of a header that readers of prefix take for the
+// extension name, which CloudEvents does not allow: the reason is the
+// same under every prefix, so the cases below give only what differs.
+func badName(header, name, prefix string) *InvalidError {
+	return &InvalidError{Field: "headers." + header, Reason: fmt.Sprintf("is read as the CloudEvents extension %q (prefix %q), but CloudEvents names are lower-case letters and digits only, and readers reject the whole event; rename the header, or use another prefix", name, prefix)}
+}
+
+// badPrefix is the error of a header that AMQP readers take for the
+// extension name, though it spells their prefix otherwise.
+func badPrefix(header, name string) *InvalidError {
+	return &InvalidError{Field: "headers." + header, Reason: fmt.Sprintf(`is read as the CloudEvents extension %q, but spells the prefix otherwise than "cloudEvents_": the AMQP binding has a message name all its attributes with one prefix`, name)}
+}
+
 // An event header that the prefix's readers take for an attribute the
 // relay owns never reaches the message; one they take for an extension
 // is checked as they will read it; the others pass as they are.
 func TestFormatBinaryEventHeaders(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
+	type headerCase struct {
 		name, prefix string
 		headers      bson.D
 		want         map[string]any // the headers besides ceHeaders' ones
 		wantErr      *InvalidError
-	}{
+	}
+	tests := []headerCase{
 		{
 			name: "owned attributes cannot be forged, in any case", prefix: PrefixAMQP,
 			headers: bson.D{
@@ -76,16 +91,6 @@ func TestFormatBinaryEventHeaders(t *testing.T) {
 				"tenant_id": "acme", "ce-tenant_id": "not read by AMQP readers"},
 		},
 		{
-			name: "an extension with the other separator", prefix: PrefixAMQP,
-			headers: bson.D{{Key: "cloudEvents:region", Value: "eu"}},
-			wantErr: &InvalidError{Field: "headers.cloudEvents:region", Reason: `is read as the CloudEvents extension "region", but spells the prefix otherwise than "cloudEvents_": the AMQP binding has a message name all its attributes with one prefix`},
-		},
-		{
-			name: "an extension with the prefix in another case", prefix: PrefixAMQP,
-			headers: bson.D{{Key: "CloudEvents_region", Value: "eu"}},
-			wantErr: &InvalidError{Field: "headers.CloudEvents_region", Reason: `is read as the CloudEvents extension "region", but spells the prefix otherwise than "cloudEvents_": the AMQP binding has a message name all its attributes with one prefix`},
-		},
-		{
 			name: "extensions of the colon prefix, of CloudEvents' types", prefix: PrefixAMQPColon,
 			headers: bson.D{
 				{Key: "cloudEvents:tenant", Value: "acme"}, {Key: "cloudEvents:retries", Value: int32(3)},
@@ -95,16 +100,6 @@ func TestFormatBinaryEventHeaders(t *testing.T) {
 			},
 			want: map[string]any{"cloudEvents:tenant": "acme", "cloudEvents:retries": int32(3), "cloudEvents:big": int64(math.MaxInt32), "cloudEvents:ok": true,
 				"cloudEvents:blob": []byte{1, 2}, "cloudEvents:due": time.Date(2024, 1, 2, 3, 4, 5, 6e6, time.UTC)},
-		},
-		{
-			name: "an extension name with an underscore", prefix: PrefixAMQP,
-			headers: bson.D{{Key: "cloudEvents_tenant_id", Value: "acme"}},
-			wantErr: &InvalidError{Field: "headers.cloudEvents_tenant_id", Reason: `is read as the CloudEvents extension "tenant_id" (prefix "cloudEvents_"), but CloudEvents names are lower-case letters and digits only, and readers reject the whole event; rename the header, or use another prefix`},
-		},
-		{
-			name: "an upper-case extension name", prefix: PrefixAMQPColon,
-			headers: bson.D{{Key: "cloudEvents:Tenant", Value: "acme"}},
-			wantErr: &InvalidError{Field: "headers.cloudEvents:Tenant", Reason: `is read as the CloudEvents extension "Tenant" (prefix "cloudEvents:"), but CloudEvents names are lower-case letters and digits only, and readers reject the whole event; rename the header, or use another prefix`},
 		},
 		{
 			name: "an extension of a type CloudEvents has not", prefix: PrefixAMQP,
@@ -124,7 +119,7 @@ func TestFormatBinaryEventHeaders(t *testing.T) {
 		{
 			name: "two bad headers: the first by name is named", prefix: PrefixAMQP,
 			headers: bson.D{{Key: "cloudEvents_z_z", Value: "1"}, {Key: "cloudEvents_a_a", Value: "1"}, {Key: "cloudEvents_m_m", Value: "1"}},
-			wantErr: &InvalidError{Field: "headers.cloudEvents_a_a", Reason: `is read as the CloudEvents extension "a_a" (prefix "cloudEvents_"), but CloudEvents names are lower-case letters and digits only, and readers reject the whole event; rename the header, or use another prefix`},
+			wantErr: badName("cloudEvents_a_a", "a_a", "cloudEvents_"),
 		},
 		{
 			name: "Knative reads every header but x- ones, lower-cased, without ce-", prefix: PrefixKnative,
@@ -135,16 +130,22 @@ func TestFormatBinaryEventHeaders(t *testing.T) {
 			},
 			want: map[string]any{"Tenant": "acme", "ce-Region": "eu", "x-retry_count": 1.5, "ratio": 0.5},
 		},
-		{
-			name: "Knative: an extension name with an underscore", prefix: PrefixKnative,
-			headers: bson.D{{Key: "tenant_id", Value: "acme"}},
-			wantErr: &InvalidError{Field: "headers.tenant_id", Reason: `is read as the CloudEvents extension "tenant_id" (prefix "ce-"), but CloudEvents names are lower-case letters and digits only, and readers reject the whole event; rename the header, or use another prefix`},
-		},
-		{
-			name: "Knative: the prefix alone", prefix: PrefixKnative,
-			headers: bson.D{{Key: "ce-", Value: "x"}},
-			wantErr: &InvalidError{Field: "headers.ce-", Reason: `is read as the CloudEvents extension "" (prefix "ce-"), but CloudEvents names are lower-case letters and digits only, and readers reject the whole event; rename the header, or use another prefix`},
-		},
+	}
+	// An event whose one header the prefix's readers take for an
+	// extension under a name CloudEvents does not allow: a row each, as
+	// only the header and the name read differ.
+	for _, m := range []struct {
+		name, prefix, header string
+		wantErr              *InvalidError
+	}{
+		{"an extension with the other separator", PrefixAMQP, "cloudEvents:region", badPrefix("cloudEvents:region", "region")},
+		{"an extension with the prefix in another case", PrefixAMQP, "CloudEvents_region", badPrefix("CloudEvents_region", "region")},
+		{"an extension name with an underscore", PrefixAMQP, "cloudEvents_tenant_id", badName("cloudEvents_tenant_id", "tenant_id", "cloudEvents_")},
+		{"an upper-case extension name", PrefixAMQPColon, "cloudEvents:Tenant", badName("cloudEvents:Tenant", "Tenant", "cloudEvents:")},
+		{"Knative: an extension name with an underscore", PrefixKnative, "tenant_id", badName("tenant_id", "tenant_id", "ce-")},
+		{"Knative: the prefix alone", PrefixKnative, "ce-", badName("ce-", "", "ce-")},
+	} {
+		tests = append(tests, headerCase{name: m.name, prefix: m.prefix, headers: bson.D{{Key: m.header, Value: "acme"}}, wantErr: m.wantErr})
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -238,10 +238,7 @@ func TestNoPartitionBeforeTheClockSyncs(t *testing.T) {
 		t.Errorf("Unowned's error = %v, want ErrClockUnsynced: readiness says why", err)
 	}
 	synced = true
-	tick(t, a)
-	if n := len(holding(a)); n != events.Partitions {
-		t.Errorf("a holds %d partitions once the clock synced, want %d", n, events.Partitions)
-	}
+	tickTakesAll(t, a, "once the clock synced")
 }
 
 // A round renews before it reads the owners and writes its heartbeat:

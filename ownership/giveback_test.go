@@ -18,17 +18,9 @@ import (
 // an aggregate would otherwise claim and publish the second ahead of it.
 func TestGiveBackWaitsForAWriteInDoubt(t *testing.T) {
 	t.Parallel()
-	table, clock, a := startAlone(t)
-	b := newManager(t, table, clock, "b")
-	_, _, done := a.Hold()
-	a.Wrote([]int{7}, context.DeadlineExceeded)
-	done()
-	if err := a.Release(t.Context()); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
-	if n := len(holding(a)); n != 0 {
-		t.Errorf("a after Release holds %d, want 0", n)
-	}
+	clock, a, b := startWithNewcomer(t)
+	wrote(a, []int{7}, context.DeadlineExceeded)
+	release(t, a)
 	tick(t, b)
 	if got := holding(b); got[7] || len(got) != events.Partitions-1 {
 		t.Errorf("b at once after a's give-back holds 7: %t, %d partitions; want not 7, every other one", got[7], len(got))
@@ -50,20 +42,12 @@ func TestGiveBackWaitsForAWriteInDoubt(t *testing.T) {
 // after that frees the partition at once again.
 func TestWriteInDoubtLastsAMargin(t *testing.T) {
 	t.Parallel()
-	table, clock, a := startAlone(t)
-	b := newManager(t, table, clock, "b")
-	_, _, done := a.Hold()
-	a.Wrote([]int{7}, context.DeadlineExceeded)
-	a.Wrote([]int{8}, nil) // a write that answered has landed
-	done()
+	clock, a, b := startWithNewcomer(t)
+	wrote(a, []int{7}, context.DeadlineExceeded)
+	wrote(a, []int{8}, nil) // a write that answered has landed
 	clock.Advance(a.cfg.Margin + time.Millisecond)
-	if err := a.Release(t.Context()); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
-	tick(t, b)
-	if n := len(holding(b)); n != events.Partitions {
-		t.Errorf("b after a's give-back a margin past the write holds %d, want all %d", n, events.Partitions)
-	}
+	release(t, a)
+	tickTakesAll(t, b, "after a's give-back a margin past the write")
 }
 
 // A claim the database's fence refused drops its partition at once, and
@@ -73,9 +57,7 @@ func TestWriteInDoubtLastsAMargin(t *testing.T) {
 func TestFencedPartitionIsTakenAboveTheFence(t *testing.T) {
 	t.Parallel()
 	_, _, a := startAlone(t)
-	_, _, done := a.Hold()
-	a.Wrote(nil, &events.FencedError{Fences: map[int]int64{7: 57}})
-	done()
+	wrote(a, nil, &events.FencedError{Fences: map[int]int64{7: 57}})
 	terms, _, done := a.Hold()
 	done()
 	if terms[7] != 0 {
@@ -123,10 +105,7 @@ func TestClockJumpTakesNothingForATerm(t *testing.T) {
 	}
 	// A term after the jump, a's terms have run out by every clock: b takes.
 	clock.Advance(term)
-	tick(t, b)
-	if n := len(holding(b)); n != events.Partitions {
-		t.Errorf("b a term after the jump holds %d, want all %d", n, events.Partitions)
-	}
+	tickTakesAll(t, b, "a term after the jump")
 }
 
 // small is a jump within the margin, which the fence's margins cover.

@@ -124,6 +124,45 @@ func startAloneOn[T Table](t *testing.T, view func(*memTable) T) (T, *fakeclock.
 	return table, clock, a
 }
 
+// startWithNewcomer is startAlone with a second replica, "b", on the
+// same table and clock, which has run no round yet: the one that takes
+// what a gives back.
+func startWithNewcomer(t *testing.T) (*fakeclock.Clock, *Manager, *Manager) {
+	t.Helper()
+	table, clock, a := startAlone(t)
+	return clock, a, newManager(t, table, clock, "b")
+}
+
+// wrote tells m how a claim's write in partitions ended (nil: it
+// landed), as a claimer does while it holds the terms it wrote under.
+func wrote(m *Manager, partitions []int, err error) {
+	_, _, done := m.Hold()
+	m.Wrote(partitions, err)
+	done()
+}
+
+// release gives back everything m holds, and fails the test unless m
+// may claim in no partition at once, before any other replica's round.
+func release(t *testing.T, m *Manager) {
+	t.Helper()
+	if err := m.Release(t.Context()); err != nil {
+		t.Fatalf("%s: Release: %v", m.cfg.WorkerID, err)
+	}
+	if n := len(holding(m)); n != 0 {
+		t.Errorf("%s after Release holds %d, want 0", m.cfg.WorkerID, n)
+	}
+}
+
+// tickTakesAll runs a round of m, and fails the test unless m then holds
+// every partition; when says at what point of the test, for the message.
+func tickTakesAll(t *testing.T, m *Manager, when string) {
+	t.Helper()
+	tick(t, m)
+	if n := len(holding(m)); n != events.Partitions {
+		t.Errorf("%s %s holds %d partitions, want all %d", m.cfg.WorkerID, when, n, events.Partitions)
+	}
+}
+
 func tick(t *testing.T, ms ...*Manager) {
 	t.Helper()
 	for _, m := range ms {
@@ -287,19 +326,10 @@ func TestDatabaseOutageStopsClaiming(t *testing.T) {
 
 func TestReleaseFreesAtOnce(t *testing.T) {
 	t.Parallel()
-	table, clock, a := startAlone(t)
-	b := newManager(t, table, clock, "b")
-	if err := a.Release(t.Context()); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
-	if n := len(holding(a)); n != 0 {
-		t.Errorf("a after Release holds %d", n)
-	}
+	_, a, b := startWithNewcomer(t)
+	release(t, a)
 	// No margin to wait: a stopped claiming before it wrote the release.
-	tick(t, b)
-	if n := len(holding(b)); n != events.Partitions {
-		t.Errorf("b at once after a's release holds %d, want %d", n, events.Partitions)
-	}
+	tickTakesAll(t, b, "at once after a's release")
 }
 
 func TestPrunable(t *testing.T) {
@@ -333,10 +363,7 @@ func TestNotReadyGivesBack(t *testing.T) {
 		t.Errorf("a, not ready, holds %d", n)
 	}
 	clock.Advance(term / 8)
-	tick(t, b)
-	if n := len(holding(b)); n != events.Partitions {
-		t.Errorf("b holds %d after a gave back, want %d", n, events.Partitions)
-	}
+	tickTakesAll(t, b, "after a gave back")
 	// a is back: it gets its share again.
 	ready = nil
 	for range 3 {

@@ -115,11 +115,11 @@ func (stallingTable) Insert(ctx context.Context, _ []Term) ([]bool, error) {
 	return nil, ctx.Err()
 }
 
-// No lock is held across I/O without a deadline: a release whose insert
-// the database never answers gives up after a third of a term, so that the
-// claims waiting on the lock go on, without the partitions it gave back.
-func TestReleaseGivesUpOnAStalledDatabase(t *testing.T) {
-	t.Parallel()
+// stalledAlone returns a replica that holds every partition, as
+// startAlone's "a" does, on a stallingTable, and with a term of 3 s, so
+// that a third of it, which bounds each write, ends soon.
+func stalledAlone(t *testing.T) *Manager {
+	t.Helper()
 	table, clock, a := startAlone(t)
 	m, err := New(stallingTable{table}, Config{WorkerID: "a", TermLength: 3 * time.Second,
 		Archetype: service.Archetype{Now: clock.Now, Local: clock.Now, Logger: a.cfg.Logger}})
@@ -127,16 +127,32 @@ func TestReleaseGivesUpOnAStalledDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.owned = a.owned
+	return m
+}
+
+// givesUp fails the test unless call, on a stalled database, ends with
+// a deadline of its own within 30 s: the test's context has none.
+func givesUp(t *testing.T, name string, call func(context.Context) error) {
+	t.Helper()
 	done := make(chan error, 1)
-	go func() { done <- m.Release(context.Background()) }()
+	go func() { done <- call(t.Context()) }()
 	select {
 	case err := <-done:
 		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("Release on a stalled database: %v, want a deadline", err)
+			t.Errorf("%s on a stalled database: %v, want a deadline", name, err)
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatal("Release still waiting on a stalled database after 30 s")
+		t.Fatalf("%s still waiting on a stalled database after 30 s", name)
 	}
+}
+
+// No lock is held across I/O without a deadline: a release whose insert
+// the database never answers gives up after a third of a term, so that the
+// claims waiting on the lock go on, without the partitions it gave back.
+func TestReleaseGivesUpOnAStalledDatabase(t *testing.T) {
+	t.Parallel()
+	m := stalledAlone(t)
+	givesUp(t, "Release", m.Release)
 	if n := len(holding(m)); n != 0 {
 		t.Errorf("%d partitions still claimable after the release gave up, want none", n)
 	}
@@ -234,21 +250,5 @@ func TestRenewBehindARenewalRenewsNothingMore(t *testing.T) {
 // good.
 func TestRenewGivesUpOnAStalledDatabase(t *testing.T) {
 	t.Parallel()
-	table, clock, a := startAlone(t)
-	m, err := New(stallingTable{table}, Config{WorkerID: "a", TermLength: 3 * time.Second,
-		Archetype: service.Archetype{Now: clock.Now, Local: clock.Now, Logger: a.cfg.Logger}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.owned = a.owned
-	done := make(chan error, 1)
-	go func() { done <- m.Renew(t.Context()) }()
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("Renew on a stalled database: %v, want a deadline", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Renew still waiting on a stalled database after 30 s")
-	}
+	givesUp(t, "Renew", stalledAlone(t).Renew)
 }

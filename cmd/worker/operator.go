@@ -53,6 +53,28 @@ func openStore(ctx context.Context, cfg Config, stderr io.Writer) (context.Conte
 	return ctx, store, closeFn, nil
 }
 
+// startOperator is how an operator command starts: it reads the
+// settings and the command's own flags (flags defines them), has check
+// refuse a bad use of the flags (nil checks nothing), and only then
+// opens the store as openStore does, so that a usage error is told at
+// once rather than after the wait for a database. The caller defers
+// closeFn. (requeue, whose checks read a file and the terminal, calls
+// loadConfig and openStore itself.)
+func startOperator(ctx context.Context, name string, args []string, getenv func(string) string, stderr io.Writer,
+	flags func(*flag.FlagSet), check func() error) (context.Context, Config, *mongo.Store, func(), error) {
+	cfg, _, err := loadConfig(name, args, getenv, operatorCommand, flags)
+	if err != nil {
+		return nil, Config{}, nil, nil, err
+	}
+	if check != nil {
+		if err := check(); err != nil {
+			return nil, Config{}, nil, nil, err
+		}
+	}
+	ctx, store, closeFn, err := openStore(ctx, cfg, stderr)
+	return ctx, cfg, store, closeFn, err
+}
+
 // serverNow is the database server's time, so that `worker stats` reports
 // the same ages as the workers' /status and metrics whatever the clock of
 // the machine it runs on says; the local time if it cannot be read.

@@ -23,29 +23,27 @@ func pauseCommand(ctx context.Context, name string, args []string, getenv func(s
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		typ, args = args[0], args[1:]
 	}
-	cfg, _, err := loadConfig(name, args, getenv, operatorCommand, func(fs *flag.FlagSet) {
+	ctx, cfg, store, closeFn, err := startOperator(ctx, name, args, getenv, stderr, func(fs *flag.FlagSet) {
 		fs.StringVar(&typeFlag, "type", "", "the event `TYPE` to "+name+" (or give it as the first argument)")
 		fs.StringVar(&by, "by", "", "`NAME` of who does it, for the audit record (default: the user running the command)")
 		fs.StringVar(&reason, "reason", "", "`TEXT` saying why, for the audit record (required)")
+	}, func() error {
+		switch {
+		case typ != "" && typeFlag != "" && typ != typeFlag:
+			return fmt.Errorf("%w: %s: two types given, %q and --type %q; %s takes one", ErrUsage, name, typ, typeFlag, name)
+		case typ == "" && typeFlag == "":
+			return fmt.Errorf("%w: %s needs an event type: worker %s TYPE --reason TEXT", ErrUsage, name, name)
+		case strings.TrimSpace(reason) == "":
+			return fmt.Errorf("%w: %s needs --reason TEXT (why, for the audit record)", ErrUsage, name)
+		}
+		return nil
 	})
 	if err != nil {
 		return err
 	}
-	switch {
-	case typ != "" && typeFlag != "" && typ != typeFlag:
-		return fmt.Errorf("%w: %s: two types given, %q and --type %q; %s takes one", ErrUsage, name, typ, typeFlag, name)
-	case typ == "" && typeFlag == "":
-		return fmt.Errorf("%w: %s needs an event type: worker %s TYPE --reason TEXT", ErrUsage, name, name)
-	case strings.TrimSpace(reason) == "":
-		return fmt.Errorf("%w: %s needs --reason TEXT (why, for the audit record)", ErrUsage, name)
-	}
+	defer closeFn()
 	typ = cmp.Or(typ, typeFlag)
 	by = cmp.Or(strings.TrimSpace(by), whoRuns())
-	ctx, store, closeFn, err := openStore(ctx, cfg, stderr)
-	if err != nil {
-		return err
-	}
-	defer closeFn()
 	var changed bool
 	if resume {
 		changed, err = store.Resume(ctx, typ)

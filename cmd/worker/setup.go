@@ -25,13 +25,9 @@ const (
 // collections and indexes; the relay can then run as one that may not.
 func setupCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var console bool
-	cfg, _, err := loadConfig("setup", args, getenv, operatorCommand, func(fs *flag.FlagSet) {
+	ctx, cfg, store, closeFn, err := startOperator(ctx, "setup", args, getenv, stderr, func(fs *flag.FlagSet) {
 		fs.BoolVar(&console, "console", false, "also create the index of the console's event lists (outbox_browse), which every status write then maintains")
-	})
-	if err != nil {
-		return err
-	}
-	ctx, store, closeFn, err := openStore(ctx, cfg, stderr)
+	}, nil)
 	if err != nil {
 		return err
 	}

@@ -12,16 +12,14 @@ import (
 // showCommand is `worker show --id ID`.
 func showCommand(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer, stderr io.Writer) error {
 	var id string
-	cfg, _, err := loadConfig("show", args, getenv, operatorCommand, func(fs *flag.FlagSet) {
+	ctx, _, store, closeFn, err := startOperator(ctx, "show", args, getenv, stderr, func(fs *flag.FlagSet) {
 		fs.StringVar(&id, "id", "", "`ID` of the event")
+	}, func() error {
+		if id == "" {
+			return fmt.Errorf("%w: show needs --id", ErrUsage)
+		}
+		return nil
 	})
-	if err != nil {
-		return err
-	}
-	if id == "" {
-		return fmt.Errorf("%w: show needs --id", ErrUsage)
-	}
-	ctx, store, closeFn, err := openStore(ctx, cfg, stderr)
 	if err != nil {
 		return err
 	}

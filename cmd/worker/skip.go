@@ -19,29 +19,26 @@ func skipCommand(ctx context.Context, args []string, getenv func(string) string,
 		named      namedEvents
 		by, reason string
 	)
-	cfg, _, err := loadConfig("skip", args, getenv, operatorCommand, func(fs *flag.FlagSet) {
+	ctx, cfg, store, closeFn, err := startOperator(ctx, "skip", args, getenv, stderr, func(fs *flag.FlagSet) {
 		named.define(fs, "`ID` of a FAILED event to skip (repeatable; commas separate ids)", "skipped")
 		fs.StringVar(&by, "by", "", "`NAME` of who skips them (recorded as skippedBy)")
 		fs.StringVar(&reason, "reason", "", "`TEXT` saying why (recorded as skipReason)")
+	}, func() error {
+		switch {
+		case len(named.ids) == 0:
+			return fmt.Errorf("%w: skip needs --id", ErrUsage)
+		case strings.TrimSpace(by) == "":
+			return fmt.Errorf("%w: skip needs --by NAME (who skips)", ErrUsage)
+		case strings.TrimSpace(reason) == "":
+			return fmt.Errorf("%w: skip needs --reason TEXT (why)", ErrUsage)
+		}
+		return nil
 	})
 	if err != nil {
 		return err
 	}
-	ids, dryRun := named.ids, named.dryRun
-	switch {
-	case len(ids) == 0:
-		return fmt.Errorf("%w: skip needs --id", ErrUsage)
-	case strings.TrimSpace(by) == "":
-		return fmt.Errorf("%w: skip needs --by NAME (who skips)", ErrUsage)
-	case strings.TrimSpace(reason) == "":
-		return fmt.Errorf("%w: skip needs --reason TEXT (why)", ErrUsage)
-	}
-	ids = distinct(ids)
-	ctx, store, closeFn, err := openStore(ctx, cfg, stderr)
-	if err != nil {
-		return err
-	}
 	defer closeFn()
+	ids, dryRun := distinct(named.ids), named.dryRun
 	if dryRun {
 		n, err := store.Skip(ctx, ids, by, reason, time.Now(), true)
 		if err != nil {

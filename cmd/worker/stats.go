@@ -16,13 +16,9 @@ import (
 // statsCommand is `worker stats`.
 func statsCommand(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer, stderr io.Writer) error {
 	var asJSON bool
-	cfg, _, err := loadConfig("stats", args, getenv, operatorCommand, func(fs *flag.FlagSet) {
+	ctx, cfg, store, closeFn, err := startOperator(ctx, "stats", args, getenv, stderr, func(fs *flag.FlagSet) {
 		fs.BoolVar(&asJSON, "json", false, "print JSON")
-	})
-	if err != nil {
-		return err
-	}
-	ctx, store, closeFn, err := openStore(ctx, cfg, stderr)
+	}, nil)
 	if err != nil {
 		return err
 	}
