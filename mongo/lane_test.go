@@ -103,6 +103,25 @@ func pausedHead(n int, owned []bool, with func(bson.D) bson.D) (docs []bson.D, o
 	return docs, ownPaused
 }
 
+// pausedLane inserts a paused head of n events (pausedHead, each made by
+// with) and behind it ten healthy events in owned partitions (made by with
+// too), and pauses the head's type. It returns how many paused events
+// owned marks, and the healthy events' ids, oldest first.
+func pausedLane(t *testing.T, s *mongo.Store, coll *driver.Collection, n int, owned []bool, with func(bson.D) bson.D) (ownPaused int, healthy []string) {
+	t.Helper()
+	if with == nil {
+		with = func(d bson.D) bson.D { return d }
+	}
+	docs, ownPaused := pausedHead(n, owned, with)
+	for i, a := range ownedAggregates("h", owned, 10) {
+		docs = append(docs, with(laneEvent("ok-"+a, "order.created", a, 5000+i)))
+		healthy = append(healthy, "ok-"+a)
+	}
+	insert(t, coll, docs...)
+	pause(t, s, "bulk.import")
+	return ownPaused, healthy
+}
+
 // TestPausedHeadDoesNotStarveTheLane: a replica that owns a quarter of the
 // partitions, behind a head of a paused type over every partition, claims
 // its healthy events with its first claim; the paused events of its own
@@ -111,19 +130,9 @@ func TestPausedHeadDoesNotStarveTheLane(t *testing.T) {
 	t.Parallel()
 	eachClaimStrategy(t, func(t *testing.T, s *mongo.Store, coll *driver.Collection) {
 		owned := quarter()
-		docs, ownPaused := pausedHead(2000, owned, nil)
-		healthy := ownedAggregates("h", owned, 10)
-		for i, a := range healthy {
-			docs = append(docs, laneEvent("ok-"+a, "order.created", a, 5000+i))
-		}
-		insert(t, coll, docs...)
-		pause(t, s, "bulk.import")
+		ownPaused, want := pausedLane(t, s, coll, 2000, owned, nil)
 		limit := events.ClaimLimit{Events: 10, Ordered: true, FailedHolds: true, Owned: owned}
 		got := claimLane(t, s, "t1", limit)
-		want := make([]string, len(healthy))
-		for i, a := range healthy {
-			want[i] = "ok-" + a
-		}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("first claim behind the paused head (-want +got):\n%s", diff)
 		}

@@ -36,15 +36,7 @@ func TestLargeLaneIsReadByPartition(t *testing.T) {
 	t.Parallel()
 	eachClaimStrategy(t, func(t *testing.T, s *mongo.Store, coll *driver.Collection) {
 		owned := quarter()
-		docs, ownPaused := pausedHead(600, owned, stamped)
-		healthy := ownedAggregates("h", owned, 10)
-		want := make([]string, len(healthy))
-		for i, a := range healthy {
-			docs = append(docs, stamped(laneEvent("ok-"+a, "order.created", a, 5000+i)))
-			want[i] = "ok-" + a
-		}
-		insert(t, coll, docs...)
-		pause(t, s, "bulk.import")
+		ownPaused, want := pausedLane(t, s, coll, 600, owned, stamped)
 		mongo.ReadByPartition(s) // as after a whole read that timed out
 		limit := events.ClaimLimit{Events: 10, Ordered: true, FailedHolds: true, Owned: owned}
 		got := claimLane(t, s, "t1", limit)

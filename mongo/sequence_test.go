@@ -38,6 +38,17 @@ func (c *sequenceCounts) take() map[string]int {
 	return out
 }
 
+// withSequences runs test on each claim strategy (eachClaimStrategy),
+// with the store's sequence counts, once docs are inserted.
+func withSequences(t *testing.T, docs []bson.D, test func(t *testing.T, s *mongo.Store, coll *driver.Collection, counts *sequenceCounts)) {
+	t.Helper()
+	eachClaimStrategy(t, func(t *testing.T, s *mongo.Store, coll *driver.Collection) {
+		counts := countSequences(s)
+		insert(t, coll, docs...)
+		test(t, s, coll, counts)
+	})
+}
+
 // seq is the fields of an event of aggregate a with sequence n.
 func seq(a string, n any) []bson.E {
 	return append(agg(a), field(events.FieldSequence, n))
@@ -68,15 +79,13 @@ func claimOrdered(t *testing.T, s *mongo.Store, token string, n int) []string {
 // the read-ahead does not give it again.
 func TestClaimTakesEarlierVersionIn(t *testing.T) {
 	t.Parallel()
-	eachClaimStrategy(t, func(t *testing.T, s *mongo.Store, coll *driver.Collection) {
-		counts := countSequences(s)
-		at := ago(time.Hour)
-		insert(t, coll,
-			ev("v2", events.StatusNew, at, seq("a", int64(2))...),
-			ev("x", events.StatusNew, at.Add(time.Millisecond), agg("b")...),
-			ev("v1", events.StatusNew, at.Add(2*time.Second), seq("a", int32(1))...),
-			ev("v3", events.StatusNew, at.Add(3*time.Second), seq("a", 3.0)...),
-		)
+	at := ago(time.Hour)
+	withSequences(t, []bson.D{
+		ev("v2", events.StatusNew, at, seq("a", int64(2))...),
+		ev("x", events.StatusNew, at.Add(time.Millisecond), agg("b")...),
+		ev("v1", events.StatusNew, at.Add(2*time.Second), seq("a", int32(1))...),
+		ev("v3", events.StatusNew, at.Add(3*time.Second), seq("a", 3.0)...),
+	}, func(t *testing.T, s *mongo.Store, coll *driver.Collection, counts *sequenceCounts) {
 		if diff := cmp.Diff([]string{"v1", "v2"}, claimOrdered(t, s, "t1", 1)); diff != "" {
 			t.Errorf("first claim (-want +got):\n%s", diff)
 		}
@@ -97,17 +106,15 @@ func TestClaimTakesEarlierVersionIn(t *testing.T) {
 // are claimed, in version order.
 func TestClaimWaitsForEarlierVersion(t *testing.T) {
 	t.Parallel()
-	eachClaimStrategy(t, func(t *testing.T, s *mongo.Store, coll *driver.Collection) {
-		counts := countSequences(s)
-		at := ago(time.Hour)
-		insert(t, coll,
-			ev("a2", events.StatusNew, at, seq("a", int64(2))...),
-			ev("a-plain", events.StatusNew, at.Add(time.Millisecond), agg("a")...),
-			ev("b2", events.StatusNew, at.Add(2*time.Millisecond), seq("b", int64(2))...),
-			ev("u", events.StatusNew, at.Add(3*time.Millisecond)),
-			ev("a1", events.StatusNew, at.Add(time.Second), append(seq("a", int64(1)), field(events.FieldRetryAt, base.Add(time.Minute)), field(events.FieldAttempts, 1))...),
-			withType(ev("b1", events.StatusNew, at.Add(time.Second), seq("b", int64(1))...), "order.paid"),
-		)
+	at := ago(time.Hour)
+	withSequences(t, []bson.D{
+		ev("a2", events.StatusNew, at, seq("a", int64(2))...),
+		ev("a-plain", events.StatusNew, at.Add(time.Millisecond), agg("a")...),
+		ev("b2", events.StatusNew, at.Add(2*time.Millisecond), seq("b", int64(2))...),
+		ev("u", events.StatusNew, at.Add(3*time.Millisecond)),
+		ev("a1", events.StatusNew, at.Add(time.Second), append(seq("a", int64(1)), field(events.FieldRetryAt, base.Add(time.Minute)), field(events.FieldAttempts, 1))...),
+		withType(ev("b1", events.StatusNew, at.Add(time.Second), seq("b", int64(1))...), "order.paid"),
+	}, func(t *testing.T, s *mongo.Store, coll *driver.Collection, counts *sequenceCounts) {
 		if ok, err := s.Pause(t.Context(), events.Pause{Type: "order.paid", By: "ana", Reason: "test", At: base}); err != nil || !ok {
 			t.Fatalf("Pause = %t, %v", ok, err)
 		}
@@ -142,21 +149,19 @@ func TestClaimWaitsForEarlierVersion(t *testing.T) {
 // it becomes a message).
 func TestClaimCountsSequenceAnomalies(t *testing.T) {
 	t.Parallel()
-	eachClaimStrategy(t, func(t *testing.T, s *mongo.Store, coll *driver.Collection) {
-		counts := countSequences(s)
-		at := ago(time.Hour)
-		insert(t, coll,
-			ev("a5", events.StatusPublished, at, seq("a", int64(5))...),
-			ev("a3", events.StatusNew, at.Add(time.Millisecond), seq("a", int64(3))...),
-			ev("b2", events.StatusPublished, at, seq("b", int64(2))...),
-			ev("b2-again", events.StatusNew, at.Add(time.Millisecond), seq("b", int64(2))...),
-			ev("c4", events.StatusNew, at.Add(2*time.Millisecond), seq("c", int64(4))...),
-			ev("c4-again", events.StatusNew, at.Add(3*time.Millisecond), seq("c", int64(4))...),
-			ev("d-bad", events.StatusNew, at.Add(4*time.Second), seq("d", "1")...),
-			ev("d2", events.StatusNew, at.Add(4*time.Millisecond), seq("d", int64(2))...),
-			ev("e-neg", events.StatusNew, at.Add(5*time.Second), seq("e", int64(-1))...),
-			ev("e0", events.StatusNew, at.Add(5*time.Millisecond), seq("e", int64(0))...),
-		)
+	at := ago(time.Hour)
+	withSequences(t, []bson.D{
+		ev("a5", events.StatusPublished, at, seq("a", int64(5))...),
+		ev("a3", events.StatusNew, at.Add(time.Millisecond), seq("a", int64(3))...),
+		ev("b2", events.StatusPublished, at, seq("b", int64(2))...),
+		ev("b2-again", events.StatusNew, at.Add(time.Millisecond), seq("b", int64(2))...),
+		ev("c4", events.StatusNew, at.Add(2*time.Millisecond), seq("c", int64(4))...),
+		ev("c4-again", events.StatusNew, at.Add(3*time.Millisecond), seq("c", int64(4))...),
+		ev("d-bad", events.StatusNew, at.Add(4*time.Second), seq("d", "1")...),
+		ev("d2", events.StatusNew, at.Add(4*time.Millisecond), seq("d", int64(2))...),
+		ev("e-neg", events.StatusNew, at.Add(5*time.Second), seq("e", int64(-1))...),
+		ev("e0", events.StatusNew, at.Add(5*time.Millisecond), seq("e", int64(0))...),
+	}, func(t *testing.T, s *mongo.Store, coll *driver.Collection, counts *sequenceCounts) {
 		got := claimOrdered(t, s, "t1", 20)
 		want := []string{"a3", "b2-again", "c4", "c4-again", "d2", "e0", "d-bad", "e-neg"}
 		if diff := cmp.Diff(want, got); diff != "" {
