@@ -142,6 +142,7 @@ func pausedHeadScenario(t *testing.T, s stack) {
 	// FerretDB, is the bench's paused-head stage, which times it), then
 	// checks that nothing was lost and nothing left out of order.
 	runTool(ctx, t, tools, 0, "resume", starvePausedType, "--reason", "starvation test: resume")
+	resumed := time.Now()
 	drained := min(n, resumeDrained)
 	pausedPublished := bson.D{{Key: events.FieldType, Value: starvePausedType}, {Key: events.FieldStatus, Value: events.StatusPublished}}
 	explained(t, coll, func() {
@@ -150,6 +151,7 @@ func pausedHeadScenario(t *testing.T, s stack) {
 			return err == nil && got >= int64(drained), fmt.Sprintf("%d of the paused events PUBLISHED after the resume, want %d (error %v)", got, drained, err)
 		})
 	})
+	t.Logf("%d paused events PUBLISHED %s after the resume", drained, time.Since(resumed).Round(time.Second))
 	stopReplicas(t, reps)
 	r.drain(t)
 	published := countWhere(ctx, t, coll, pausedPublished)
