@@ -39,7 +39,17 @@ func TestMain(m *testing.M) {
 	// The tests run services in this process too (run itself, claimers,
 	// owners, test proxies): none may outlive its test.
 	if code == 0 {
-		if err := goleak.Find(testenv.LeakOptions()...); err != nil {
+		// Up to a minute for the embedded FerretDB to finish what the
+		// stopped workers left it: it runs a query to its end after its
+		// client has gone, and behind the e2e tests' largest heads
+		// (OUTBOX_E2E_HELD_HEAD=5000) a connection was still at it when
+		// goleak's default two seconds were up.
+		err := goleak.Find(testenv.LeakOptions()...)
+		for deadline := time.Now().Add(time.Minute); err != nil && time.Now().Before(deadline); {
+			time.Sleep(time.Second)
+			err = goleak.Find(testenv.LeakOptions()...)
+		}
+		if err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)
 			code = 1
 		}
