@@ -158,10 +158,11 @@ func (s *Store) unparkReleased(ctx context.Context, owned []bool, paused, failed
 	}
 }
 
-// unpark writes the queued steps, in order, until its share of ctx's time
-// is spent (one step at least), and returns how many events it moved. A step in a partition
-// no longer owned is dropped: the partition's owner reads its parked
-// events again, and unparks them itself.
+// unpark writes the queued steps, in order, until its share of ctx's
+// time is spent (one step at least), and returns how many events it
+// moved. A step in a partition no longer owned is dropped: the
+// partition's owner reads its parked events again, and unparks them
+// itself.
 func (s *Store) unpark(ctx context.Context, owned []bool) (int, error) {
 	stop, hasStop := deadlineShare(ctx, unparkShareNum, unparkShareDen)
 	moved, written := 0, 0
