@@ -346,6 +346,10 @@ func (s *Sampler) sampleHeld(ctx context.Context, sample *Sample) {
 	if last := s.last.Load(); last != nil && last.Held != nil {
 		sample.Held, sample.HeldAt = last.Held, last.HeldAt
 	}
+	if sample.Held == nil {
+		s.cfg.Logger.WarnContext(ctx, "sampler: held aggregates not read; none read yet", slog.String("error", err.Error()))
+		return
+	}
 	s.cfg.Logger.WarnContext(ctx, "sampler: held aggregates not read; the last read stands",
 		slog.Time("readAt", sample.HeldAt), slog.String("error", err.Error()))
 }
