@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,7 +15,7 @@ import (
 // neighbours would, and returns the func that stops them. The raw loop and
 // the workers of a busy stage run beside them, so that the ratio compares
 // both under the same load.
-func busyLoops(n int) (stop func(), err error) {
+func busyLoops(ctx context.Context, n int) (stop func(), err error) {
 	var procs []*exec.Cmd
 	stop = func() {
 		for _, p := range procs {
@@ -23,7 +24,7 @@ func busyLoops(n int) (stop func(), err error) {
 		}
 	}
 	for range n {
-		p := exec.Command("sh", "-c", "while :; do :; done")
+		p := exec.CommandContext(ctx, "sh", "-c", "while :; do :; done")
 		p.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the harness
 		if err := p.Start(); err != nil {
 			stop()

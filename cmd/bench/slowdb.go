@@ -134,7 +134,7 @@ func (b *bench) slowDB(ctx context.Context, s slowStage) error {
 	defer readings.drop()
 	run := SlowRun{Key: s.key, Name: s.name, LatencyMs: s.latency.Milliseconds(), Backlog: s.backlog, WorkerEnv: s.env, RatioMin: s.ratioMin, BusyLoops: s.busy}
 	if s.busy > 0 {
-		stop, err := busyLoops(s.busy)
+		stop, err := busyLoops(ctx, s.busy)
 		if err != nil {
 			return err
 		}
