@@ -13,11 +13,12 @@ import (
 
 // heldWindow bounds each of Held's reads: the holders of each kind, and
 // the NEW events, oldest first, among which it looks for those waiting
-// behind them. Each read is an index range (see ensureIndexes) cut at
-// heldWindow documents (one more, to tell that there are more), so a
-// sample costs at most that many documents per read however long the
-// backlog is: 10,000 projected documents are about
-// a megabyte, one reply. Events waiting behind a held aggregate are the
+// behind them. On MongoDB each read is an index range (see ensureIndexes)
+// cut at heldWindow documents (one more, to tell that there are more), so
+// a sample costs at most that many documents per read however long the
+// backlog is: 10,000 projected documents are about a megabyte, one reply.
+// On FerretDB, which reads every NEW event for any of them, the window is
+// cut from one read of them all (newHeldInOnePass). Events waiting behind a held aggregate are the
 // ones claims leave at the head, so the oldest window holds the oldest of
 // them; past it the count is a lower bound (HeldStats.Capped).
 const heldWindow = 10000
