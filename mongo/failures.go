@@ -58,6 +58,7 @@ func (s *Store) storeCauses(ctx context.Context, docs []bson.Raw) (int, error) {
 		}
 		byGroup[g] = append(byGroup[g], d.Lookup(events.FieldID))
 	}
+	defer s.failedTurn()()
 	total := 0
 	for _, g := range order {
 		filter := append(unclassified(), bson.E{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: byGroup[g]}}})
@@ -71,6 +72,17 @@ func (s *Store) storeCauses(ctx context.Context, docs []bson.Raw) (int, error) {
 		total += int(res.ModifiedCount)
 	}
 	return total, nil
+}
+
+// failureFields are the stored cause and reason of an event failed with
+// lastError on attempt, its last, for the write that fails it: a cause
+// stored there needs no later write (storeCauses), which on FerretDB
+// races the operators' requeues (Store.failedTurn).
+func failureFields(lastError string, attempt events.AttemptError) []bson.E {
+	return []bson.E{
+		{Key: events.FieldFailureCause, Value: truncateError(events.Cause(truncateError(lastError)))},
+		{Key: events.FieldFailureReason, Value: attempt.Bounded().Reason},
+	}
 }
 
 // lastAttemptProjection projects an event's last failed attempt; FerretDB

@@ -45,16 +45,17 @@ func (s *Store) RecoverStale(ctx context.Context, staleBefore, now time.Time, ma
 	if maxAttempts > 0 {
 		filter := append(stale(), bson.E{Key: events.FieldAttempts, Value: bson.D{{Key: "$gte", Value: maxAttempts}}})
 		msg := fmt.Sprintf("claim went stale on its last attempt (%d of %d): its worker stopped or hung", maxAttempts, maxAttempts)
+		attempt := events.AttemptError{At: now, Reason: metrics.ReasonStaleMaxAttempts, Error: msg}
+		set := append(bson.D{
+			{Key: events.FieldStatus, Value: events.StatusFailed},
+			{Key: events.FieldFailedAt, Value: now},
+			{Key: events.FieldLastError, Value: msg},
+		}, failureFields(msg, attempt)...)
 		update := bson.D{
-			{Key: "$set", Value: bson.D{
-				{Key: events.FieldStatus, Value: events.StatusFailed},
-				{Key: events.FieldFailedAt, Value: now},
-				{Key: events.FieldLastError, Value: msg},
-			}},
+			{Key: "$set", Value: set},
 			{Key: "$unset", Value: bson.D{{Key: events.FieldClaimToken, Value: ""}}},
 		}
-		failed, err = s.perWorker(ctx, filter, update, wroteBy(events.StatusFailed, msg),
-			events.AttemptError{At: now, Reason: metrics.ReasonStaleMaxAttempts, Error: msg})
+		failed, err = s.perWorker(ctx, filter, update, wroteBy(events.StatusFailed, msg), attempt)
 		if err != nil {
 			return 0, failed, fmt.Errorf("fail stale events out of attempts: %w", err)
 		}

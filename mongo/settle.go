@@ -92,6 +92,9 @@ func (s *Store) Release(ctx context.Context, lease events.Lease, r events.Releas
 		}
 	case events.StatusFailed:
 		set = append(set, bson.E{Key: events.FieldFailedAt, Value: lease.At})
+		if r.Attempt != nil {
+			set = append(set, failureFields(r.LastError, *r.Attempt)...)
+		}
 	default:
 		return 0, fmt.Errorf("release to %s: only NEW or FAILED", r.Status)
 	}
