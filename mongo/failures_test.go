@@ -1,15 +1,20 @@
 package mongo_test
 
 import (
+	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/metrics"
 	"github.com/outboxrelay/outbox/mongo"
+	"github.com/outboxrelay/outbox/mongo/mongotest"
 )
 
 // failedWith is a FAILED event whose last attempt gave up for reason
@@ -136,5 +141,78 @@ func TestFilterRequeueLeavesSkippedEvents(t *testing.T) {
 				t.Errorf("statuses (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestFailingWritesStoreTheCause: the writes that fail an event, a
+// release and a stale claim's last attempt, store the cause and reason
+// the groups would compute, so that the groups write nothing for them.
+func TestFailingWritesStoreTheCause(t *testing.T) {
+	t.Parallel()
+	s, rec := mongotest.RecordingStore(t)
+	coll := s.Collection()
+	l := lease("w")
+	claimAll(t, s, coll, l, "released")
+	a := events.AttemptError{At: base, WorkerID: "w", Reason: metrics.ReasonNacked, Error: `returned 312 NO_ROUTE for "released"`}
+	if _, err := s.Release(t.Context(), l, events.Release{IDs: []any{"released"}, Status: events.StatusFailed, LastError: a.Error, Attempt: &a}); err != nil {
+		t.Fatal(err)
+	}
+	insert(t, coll, ev("stale", events.StatusProcessing, ago(2*time.Hour), field(events.FieldClaimToken, "tok"),
+		field(events.FieldWorkerID, "gone"), field(events.FieldProcessingAt, ago(time.Hour)), field(events.FieldAttempts, 3)))
+	if _, failed, err := s.RecoverStale(t.Context(), ago(time.Minute), time.Now().UTC(), 3); err != nil || failed != 1 {
+		t.Fatalf("RecoverStale = %d failed, %v; want the stale event failed", failed, err)
+	}
+	rec.Take()
+	g, err := s.FailureGroups(t.Context(), time.Now(), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sent := range rec.Take() {
+		if sent.Name == "update" {
+			t.Errorf("the groups stored a cause: the failing writes did not")
+		}
+	}
+	want := []events.FailureGroup{
+		{Reason: metrics.ReasonNacked, Cause: `returned <n> NO_ROUTE for "…"`, Count: 1, Example: "released"},
+		{Reason: metrics.ReasonStaleMaxAttempts, Cause: "claim went stale on its last attempt (<n> of <n>): its worker stopped or hung", Count: 1, Example: "stale"},
+	}
+	if diff := cmp.Diff(want, g.Groups, cmpopts.IgnoreFields(events.FailureGroup{}, "Latest")); diff != "" {
+		t.Errorf("groups (-want +got):\n%s", diff)
+	}
+}
+
+// TestRequeueIsNotUndoneByTheGroups: the groups store the causes of
+// FAILED events while an operator requeues them. On FerretDB a guarded
+// update reads, then rewrites each whole document: a cause stored from a
+// read made before the requeue would write the event back to FAILED.
+// Every requeued event stays NEW.
+func TestRequeueIsNotUndoneByTheGroups(t *testing.T) {
+	t.Parallel()
+	s, coll := setup(t)
+	for round := range 10 {
+		var ids []string
+		var docs []bson.D
+		for i := range 20 {
+			id := fmt.Sprintf("r%d-%d", round, i)
+			ids = append(ids, id)
+			docs = append(docs, failedWith(id, "returned", fmt.Sprintf("returned %d NO_ROUTE", i)))
+		}
+		insert(t, coll, docs...)
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			if _, err := s.FailureGroups(t.Context(), time.Now(), 1000); err != nil {
+				t.Error(err)
+			}
+		})
+		wg.Go(func() {
+			if n, err := s.Requeue(t.Context(), mongo.RequeueFilter{IDs: ids}, false); err != nil || n != len(ids) {
+				t.Errorf("requeue = %d, %v; want %d", n, err, len(ids))
+			}
+		})
+		wg.Wait()
+		n, err := coll.CountDocuments(t.Context(), bson.D{{Key: events.FieldStatus, Value: events.StatusFailed}, {Key: events.FieldID, Value: bson.D{{Key: "$in", Value: ids}}}})
+		if err != nil || n != 0 {
+			t.Fatalf("round %d: %d requeued events FAILED again, %v; want none", round, n, err)
+		}
 	}
 }

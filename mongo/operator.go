@@ -93,7 +93,9 @@ func (s *Store) Requeue(ctx context.Context, f RequeueFilter, dryRun bool) (int,
 	if f.PerSecond > 0 {
 		return s.requeueSpread(ctx, q, f)
 	}
+	end := s.failedTurn()
 	res, err := s.coll.UpdateMany(ctx, q, update)
+	end()
 	if err != nil {
 		return 0, fmt.Errorf("requeue events: %w", err)
 	}
@@ -138,7 +140,9 @@ func (s *Store) requeueSpread(ctx context.Context, q bson.D, f RequeueFilter) (i
 		// checked again, its own _id condition gives way to the chunk's.
 		filter := slices.DeleteFunc(slices.Clone(q), func(e bson.E) bool { return e.Key == events.FieldID })
 		filter = append(filter, bson.E{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: ids}}})
+		end := s.failedTurn()
 		res, err := s.coll.UpdateMany(ctx, filter, requeueUpdate(due))
+		end()
 		if err != nil {
 			return total, fmt.Errorf("requeue events (%d done): %w", total, err)
 		}
@@ -276,6 +280,7 @@ func (s *Store) Skip(ctx context.Context, ids []string, by, reason string, at ti
 
 // skip marks the events filter matches skipped by, at, for reason.
 func (s *Store) skip(ctx context.Context, filter bson.D, by, reason string, at time.Time) (int, error) {
+	defer s.failedTurn()()
 	res, err := s.coll.UpdateMany(ctx, filter, bson.D{{Key: "$set", Value: bson.D{
 		{Key: events.FieldSkippedBy, Value: by},
 		{Key: events.FieldSkippedAt, Value: at.UTC().Truncate(time.Millisecond)},

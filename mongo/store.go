@@ -124,6 +124,24 @@ type Store struct {
 	chartSize sizeCache
 	// sequenceAnomaly is Config.SequenceAnomaly.
 	sequenceAnomaly func(kind string, n int)
+	// failedWrites makes this store's writes to FAILED events take turns
+	// on FerretDB (failedTurn).
+	failedWrites sync.Mutex
+}
+
+// failedTurn waits for this store's turn to write FAILED events, and
+// returns the function that ends it. On FerretDB a guarded update is a
+// read and then a rewrite of each whole document, so a cause stored
+// (storeCauses) from a read made before a requeue would write the event
+// back to FAILED, undoing the requeue it never saw: the console's own
+// writes are kept apart. On MongoDB each write is atomic, and nothing
+// waits.
+func (s *Store) failedTurn() func() {
+	if !s.ferret {
+		return func() {}
+	}
+	s.failedWrites.Lock()
+	return s.failedWrites.Unlock
 }
 
 // New returns a Store on client. It does no I/O: call Prepare before use.
