@@ -309,7 +309,7 @@ func (s *slowStats) Stats(ctx context.Context, staleBefore time.Time) (events.St
 func TestSamplerGivesASlowReadMoreTime(t *testing.T) {
 	t.Parallel()
 	store := &slowStats{slow: true}
-	const base = 40 * time.Millisecond
+	const base = 100 * time.Millisecond
 	s := startSampler(t, ops.SamplerConfig{Store: store, Schedule: "@every 1h", Timeout: base})
 	calls := func() int {
 		store.mu.Lock()
@@ -332,10 +332,12 @@ func TestSamplerGivesASlowReadMoreTime(t *testing.T) {
 	store.mu.Lock()
 	defer store.mu.Unlock()
 	// Each slow sample doubles the next one's time, to 8x; the two that
-	// finished get 8x, then 4x.
+	// finished get 8x, then 4x. What a read sees left of its time is less
+	// than it was given, by how late it started, but more than the level
+	// below, half of it: a busy host delays a read by less than that.
 	for i, growth := range []int{1, 2, 4, 8, 8, 8, 4} {
 		want := time.Duration(growth) * base
-		if got := store.given[i]; got > want || got < want-want/4 {
+		if got := store.given[i]; got > want || got <= want/2 {
 			t.Errorf("sample %d's read was given %s, want about %s", i+1, got, want)
 		}
 	}
