@@ -58,6 +58,9 @@ const (
 	starveReplicas = 4
 	// resumeDrained paused events must be published after the resume.
 	resumeDrained = 5000
+	// drainLogEvery is how often the paused-head test logs the drain's
+	// progress after the resume.
+	drainLogEvery = 30 * time.Second
 	// starveHealthy healthy events, one to an aggregate, so that every
 	// replica owns some of them.
 	starveHealthy = 400
@@ -145,9 +148,16 @@ func pausedHeadScenario(t *testing.T, s stack) {
 	resumed := time.Now()
 	drained := min(n, resumeDrained)
 	pausedPublished := bson.D{{Key: events.FieldType, Value: starvePausedType}, {Key: events.FieldStatus, Value: events.StatusPublished}}
+	logged := resumed
 	explained(t, coll, func() {
 		testenv.Eventually(t, timeLeft(ctx), func() (bool, string) {
 			got, err := coll.CountDocuments(ctx, pausedPublished)
+			if time.Since(logged) >= drainLogEvery {
+				// The drain's pace, to tell a slow start (the unpark) from
+				// a slow drain.
+				logged = time.Now()
+				t.Logf("%d paused events PUBLISHED %s after the resume", got, time.Since(resumed).Round(time.Second))
+			}
 			return err == nil && got >= int64(drained), fmt.Sprintf("%d of the paused events PUBLISHED after the resume, want %d (error %v)", got, drained, err)
 		})
 	})
