@@ -26,10 +26,11 @@ import (
 // partition, so partitions may be read in any order; the next claim starts
 // where this one stopped, so that every partition gets its turn.
 //
-// A lane is read in one find, as before, until such a read times out:
-// sixty-four finds (one replica owns every partition) cost more round
-// trips than one, and a whole read keeps the claim oldest first across
-// partitions. A read by partition that went through every owned
+// A lane is read in one find, as before, until such a read times out, or
+// fills its batch in a lane several replicas share (it decoded theirs
+// too): sixty-four finds (one replica owns every partition) cost more
+// round trips than one, and a whole read keeps the claim oldest first
+// across partitions. A read by partition that went through every owned
 // partition and found fewer documents than one whole read returns reads
 // the whole lane next.
 //
@@ -123,19 +124,22 @@ func (s *Store) probeOutside(ctx context.Context) (bool, error) {
 	return found, nil
 }
 
-// readWhole notes what a read of the whole lane met: one that timed out
+// readWhole notes what a read of the whole lane met. One that timed out
 // is read by partition next, since the next whole read would cost as
-// much. Only a timeout: a whole read keeps the claim oldest first across
-// partitions and costs one round trip, which a slow link makes worth
-// more than the decoding a read by partition spares. outside says the
-// read met an event outside every lane; one that met none says nothing
-// of the events its filter left out (backing off, skipped), so only a
-// probe clears it.
-func (pr *partitionReads) readWhole(outside bool, err error) {
+// much; so is one that filled its batch in a lane other replicas share
+// (shared), which decoded all their events to find its own: with four
+// replicas draining 50,000 events each whole read decoded all of them,
+// and they drained at a third of one replica's rate. Otherwise a whole
+// read goes on: it keeps the claim oldest first across partitions and
+// costs one round trip, which a slow link makes worth more than the
+// decoding a read by partition spares. outside says the read met an
+// event outside every lane; one that met none says nothing of the events
+// its filter left out (backing off, skipped), so only a probe clears it.
+func (pr *partitionReads) readWhole(outside bool, err error, shared bool) {
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
 	pr.outside = pr.outside || outside
-	if err != nil && isTimeout(err) {
+	if err != nil && isTimeout(err) || err == nil && shared {
 		pr.byPartition = true
 	}
 }

@@ -106,3 +106,40 @@ func TestEventsOutsideEveryPartitionAreClaimed(t *testing.T) {
 		}
 	})
 }
+
+// TestSharedLaneIsReadByPartitionWhenFull: on FerretDB a whole read of a
+// lane other replicas share decodes their events too; once one fills its
+// batch with more behind it, the claims read by partition. A replica that
+// owns every partition, or whose lane the read emptied, reads it whole.
+func TestSharedLaneIsReadByPartitionWhenFull(t *testing.T) {
+	t.Parallel()
+	all := make([]bool, events.Partitions)
+	for p := range all {
+		all[p] = true
+	}
+	for _, c := range []struct {
+		name        string
+		owned       []bool
+		events      int
+		byPartition bool
+	}{
+		{"a quarter, more than a batch", quarter(), 400, true},
+		{"a quarter, less than a batch", quarter(), 4, false},
+		{"every partition, more than a batch", all, 400, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			s, coll := setup(t)
+			mongo.SetSplitClaim(s, false)
+			var docs []bson.D
+			for i := range c.events {
+				docs = append(docs, stamped(laneEvent(fmt.Sprint("e", i), "t", fmt.Sprint("a", i), i)))
+			}
+			insert(t, coll, docs...)
+			claimLane(t, s, "t1", events.ClaimLimit{Events: 10, Ordered: true, FailedHolds: true, Owned: c.owned})
+			if got := mongo.ReadsByPartition(s); got != c.byPartition {
+				t.Errorf("after a whole read, reads by partition = %v, want %v", got, c.byPartition)
+			}
+		})
+	}
+}
