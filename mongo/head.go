@@ -79,7 +79,7 @@ func (s *Store) readHead(ctx context.Context, now time.Time, limit events.ClaimL
 		next, err := r.page(ctx)
 		if err != nil || !next {
 			if !s.splitClaim {
-				s.partitionReads.readWhole(r.outside, err, r.sharedAndFull())
+				s.partitionReads.readWhole(r.outside, err, r.sharedAndFull(), now)
 			}
 			return h, err
 		}
@@ -87,9 +87,10 @@ func (s *Store) readHead(ctx context.Context, now time.Time, limit events.ClaimL
 }
 
 // sharedAndFull reports whether a read of the whole lane filled its
-// batch with more after it, in a lane this replica shares: on FerretDB it
-// decoded every replica's NEW events to find its own, where a read by
-// partition decodes its own until its batch is full.
+// batch and read-ahead with more after it, in a lane this replica
+// shares: on FerretDB it decoded every replica's NEW events to find its
+// own, where a read by partition decodes its own until its batch is
+// full.
 func (r *headReader) sharedAndFull() bool {
 	owned := ownedList(r.limit.Owned)
 	return r.full && !r.h.ended && owned != nil && len(owned) < events.Partitions

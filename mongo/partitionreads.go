@@ -27,8 +27,8 @@ import (
 // where this one stopped, so that every partition gets its turn.
 //
 // A lane is read in one find, as before, until such a read times out, or
-// fills its batch in a lane several replicas share (it decoded theirs
-// too): sixty-four finds (one replica owns every partition) cost more
+// fills its window in a lane several replicas share whose partitions are
+// deep enough to fill a batch in a find or two (it decoded theirs too): sixty-four finds (one replica owns every partition) cost more
 // round trips than one, and a whole read keeps the claim oldest first
 // across partitions. A read by partition that went through every owned
 // partition and found fewer documents than one whole read returns reads
@@ -61,7 +61,31 @@ type partitionReads struct {
 	// probeDue is when the next probe runs (zero: now).
 	outside  bool
 	probeDue time.Time
+	// shared says the claims read by partition because whole reads
+	// filled their window in a shared lane, not because one timed out
+	// (readWhole): then a read by partition that needs many partitions
+	// to fill its batch reads whole again (readPartitions).
+	shared bool
+	// sharedAfter is when a full whole read of a shared lane may start
+	// reads by partition again, after one that needed too many
+	// partitions went back to whole reads: without it the claims took
+	// turns, a whole read's read-ahead thrown away by the read by
+	// partition that followed it.
+	sharedAfter time.Time
 }
+
+// sharedRetry is how long after a read by partition of a shared lane
+// went back to whole reads the claims stay with them.
+const sharedRetry = time.Minute
+
+// sharedVisitsMax is the most partitions a read by partition, begun for
+// a shared lane, may go through to fill its batch before the claims read
+// the lane whole again. Each partition is a find, and on FerretDB a scan
+// of the table: at 10,000 events three replicas' partitions hold a fifth
+// of a batch each, and reading them so tripled the commands per event
+// for no gain, where at 50,000 with four replicas a partition fills a
+// batch.
+const sharedVisitsMax = 2
 
 // usePartitionReads reports whether a claim at now reads by partition,
 // probing first when a probe is due. A probe that fails is not retried
@@ -126,7 +150,7 @@ func (s *Store) probeOutside(ctx context.Context) (bool, error) {
 
 // readWhole notes what a read of the whole lane met. One that timed out
 // is read by partition next, since the next whole read would cost as
-// much; so is one that filled its batch in a lane other replicas share
+// much; so is one that filled its window in a lane other replicas share
 // (shared), which decoded all their events to find its own: with four
 // replicas draining 50,000 events each whole read decoded all of them,
 // and they drained at a third of one replica's rate. Otherwise a whole
@@ -135,12 +159,15 @@ func (s *Store) probeOutside(ctx context.Context) (bool, error) {
 // decoding a read by partition spares. outside says the read met an
 // event outside every lane; one that met none says nothing of the events
 // its filter left out (backing off, skipped), so only a probe clears it.
-func (pr *partitionReads) readWhole(outside bool, err error, shared bool) {
+func (pr *partitionReads) readWhole(outside bool, err error, shared bool, now time.Time) {
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
 	pr.outside = pr.outside || outside
-	if err != nil && isTimeout(err) || err == nil && shared {
-		pr.byPartition = true
+	switch {
+	case err != nil && isTimeout(err):
+		pr.byPartition, pr.shared = true, false
+	case err == nil && shared && !now.Before(pr.sharedAfter):
+		pr.byPartition, pr.shared = true, true
 	}
 }
 
@@ -169,12 +196,19 @@ func (pr *partitionReads) readPartition(p int) {
 
 // readPartitions notes what a read by partition met: read documents in
 // all, having gone through every owned partition (all) or not, against
-// whole, what one read of the whole lane returns.
-func (pr *partitionReads) readPartitions(all bool, read, whole int) {
+// whole, what one read of the whole lane returns, and visited partitions
+// to fill its batch (full) or not. A lane that a whole read would return
+// is read whole again; so is a shared lane whose partitions are too
+// shallow to fill a batch in sharedVisitsMax, for sharedRetry.
+func (pr *partitionReads) readPartitions(all bool, read, whole, visited int, full bool, now time.Time) {
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
+	if pr.shared && full && visited > sharedVisitsMax {
+		pr.sharedAfter = now.Add(sharedRetry)
+		pr.byPartition, pr.shared = false, false
+	}
 	if all && read < whole {
-		pr.byPartition = false
+		pr.byPartition, pr.shared = false, false
 	}
 }
 
@@ -266,6 +300,6 @@ func (r *headReader) readByPartition(ctx context.Context) error {
 	// The lane ended only if the last partition read did and every other
 	// was read through before it.
 	r.h.ended = r.h.ended && visited == len(owned)
-	r.s.partitionReads.readPartitions(visited == len(owned), r.read+len(r.h.ahead), r.limit.Events+r.aheadMax)
+	r.s.partitionReads.readPartitions(visited == len(owned), r.read+len(r.h.ahead), r.limit.Events+r.aheadMax, visited, r.full, r.now)
 	return nil
 }

@@ -107,25 +107,37 @@ func TestEventsOutsideEveryPartitionAreClaimed(t *testing.T) {
 	})
 }
 
-// TestSharedLaneIsReadByPartitionWhenFull: on FerretDB a whole read of a
+// TestSharedLaneIsReadByPartitionWhenDeep: on FerretDB a whole read of a
 // lane other replicas share decodes their events too; once one fills its
-// batch with more behind it, the claims read by partition. A replica that
-// owns every partition, or whose lane the read emptied, reads it whole.
-func TestSharedLaneIsReadByPartitionWhenFull(t *testing.T) {
+// window (batch and read-ahead), the claims read by partition, and go on
+// so while a partition or two fill a batch. A lane whose partitions are
+// too shallow for that is read whole again, for a while; so is the lane
+// of a replica that owns every partition, or one a whole read empties.
+func TestSharedLaneIsReadByPartitionWhenDeep(t *testing.T) {
 	t.Parallel()
 	all := make([]bool, events.Partitions)
 	for p := range all {
 		all[p] = true
 	}
+	threeQuarters := make([]bool, events.Partitions)
+	for p := range events.Partitions * 3 / 4 {
+		threeQuarters[p] = true
+	}
+	// A batch of 10, a read-ahead of 80: a window of 90.
 	for _, c := range []struct {
-		name        string
-		owned       []bool
-		events      int
-		byPartition bool
+		name   string
+		owned  []bool
+		events int
+		// byPartition is whether the claims read by partition after each
+		// claim: the first a whole read.
+		byPartition []bool
 	}{
-		{"a quarter, more than a batch", quarter(), 400, true},
-		{"a quarter, less than a batch", quarter(), 4, false},
-		{"every partition, more than a batch", all, 400, false},
+		{"a quarter, about 25 a partition", quarter(), 1600, []bool{true, true, true}},
+		// The third claim's whole read fills its window again, but the
+		// claims stay with whole reads for a while.
+		{"three quarters, about 3 a partition", threeQuarters, 160, []bool{true, false, false}},
+		{"a quarter, the outbox less than a window", quarter(), 60, []bool{false}},
+		{"every partition", all, 1600, []bool{false, false}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -136,9 +148,14 @@ func TestSharedLaneIsReadByPartitionWhenFull(t *testing.T) {
 				docs = append(docs, stamped(laneEvent(fmt.Sprint("e", i), "t", fmt.Sprint("a", i), i)))
 			}
 			insert(t, coll, docs...)
-			claimLane(t, s, "t1", events.ClaimLimit{Events: 10, Ordered: true, FailedHolds: true, Owned: c.owned})
-			if got := mongo.ReadsByPartition(s); got != c.byPartition {
-				t.Errorf("after a whole read, reads by partition = %v, want %v", got, c.byPartition)
+			limit := events.ClaimLimit{Events: 10, Ordered: true, FailedHolds: true, Owned: c.owned}
+			for i, want := range c.byPartition {
+				if got := claimLane(t, s, fmt.Sprint("t", i), limit); len(got) == 0 {
+					t.Fatalf("claim %d took nothing", i+1)
+				}
+				if got := mongo.ReadsByPartition(s); got != want {
+					t.Errorf("after claim %d, reads by partition = %v, want %v", i+1, got, want)
+				}
 			}
 		})
 	}
