@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -58,11 +59,14 @@ type config struct {
 	Published    int
 	InsertBudget time.Duration
 	Profile      bool
-	Budget       time.Duration
-	Replot       string
-	Doc          string
-	WorkerEnv    []string
-	Only         map[string]bool
+	// SelfProfile is -self-profile: a CPU profile of this process, where
+	// the embedded FerretDB decodes and sorts what every loop reads.
+	SelfProfile string
+	Budget      time.Duration
+	Replot      string
+	Doc         string
+	WorkerEnv   []string
+	Only        map[string]bool
 
 	// RetentionEvents is the PUBLISHED history of the retention stage.
 	RetentionEvents int
@@ -89,12 +93,36 @@ func main() {
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err = run(ctx, cfg, os.Stdout)
+	stopProfile, err := startSelfProfile(cfg.SelfProfile)
+	if err == nil {
+		err = run(ctx, cfg, os.Stdout)
+		err = errors.Join(err, stopProfile())
+	}
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
+}
+
+// startSelfProfile starts a CPU profile of this process into path, and
+// returns the function that ends it; with no path it does nothing.
+func startSelfProfile(path string) (func() error, error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("-self-profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("-self-profile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
 }
 
 func parseFlags(args []string, getenv func(string) string) (config, error) {
@@ -121,6 +149,7 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	fs.IntVar(&c.RetentionEvents, "retention-events", 20000, "PUBLISHED events, older than the retention period, that the retention stage deletes")
 	fs.DurationVar(&c.InsertBudget, "insert-budget", 100*time.Second, "most time spent inserting those PUBLISHED events; fewer are used if it runs out")
 	fs.BoolVar(&c.Profile, "profile", true, "CPU-profile the 1-replica worker during its drain (raw/worker-x1.cpu.prof)")
+	fs.StringVar(&c.SelfProfile, "self-profile", "", "write a CPU profile of the whole run of this process, the embedded FerretDB's side of every loop, to this file")
 	fs.DurationVar(&c.Budget, "budget", 10*time.Minute, "time for the whole run; the PUBLISHED insert of the claim stage stops early to keep within it")
 	fs.StringVar(&c.Replot, "replot", "", "read this bench.json and only rewrite the table and chart next to it (no measurements)")
 	fs.StringVar(&c.Doc, "doc", "", "also rewrite the generated table in this document (make bench: docs/performance.md)")
