@@ -18,9 +18,10 @@ import (
 // a sample costs at most that many documents per read however long the
 // backlog is: 10,000 projected documents are about a megabyte, one reply.
 // On FerretDB, which reads every NEW event for any of them, the window is
-// cut from one read of them all (newHeldInOnePass). Events waiting behind a held aggregate are the
-// ones claims leave at the head, so the oldest window holds the oldest of
-// them; past it the count is a lower bound (HeldStats.Capped).
+// cut from one read of them all (newHeldInOnePass). Events waiting behind
+// a held aggregate are the ones claims leave at the head, so the oldest
+// window holds the oldest of them; past it the count is a lower bound
+// (HeldStats.Capped).
 const heldWindow = 10000
 
 // Held reads the held aggregates at now: the keys of FAILED events not

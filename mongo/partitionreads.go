@@ -28,9 +28,10 @@ import (
 //
 // A lane is read in one find, as before, until such a read times out, or
 // fills its window in a lane several replicas share whose partitions are
-// deep enough to fill a batch in a find or two (it decoded theirs too): sixty-four finds (one replica owns every partition) cost more
-// round trips than one, and a whole read keeps the claim oldest first
-// across partitions. A read by partition that went through every owned
+// deep enough to fill a batch in a find or two (it decoded theirs too):
+// sixty-four finds (one replica owns every partition) cost more round
+// trips than one, and a whole read keeps the claim oldest first across
+// partitions. A read by partition that went through every owned
 // partition and found fewer documents than one whole read returns reads
 // the whole lane next.
 //
