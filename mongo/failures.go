@@ -79,6 +79,8 @@ func (s *Store) storeCauses(ctx context.Context, docs []bson.Raw) (int, error) {
 // stored there needs no later write (storeCauses), which on FerretDB
 // races the operators' requeues (Store.failedTurn).
 func failureFields(lastError string, attempt events.AttemptError) []bson.E {
+	// From lastError as stored (truncated), as storeCauses computes it,
+	// so that an event lands in the same group either way.
 	return []bson.E{
 		{Key: events.FieldFailureCause, Value: truncateError(events.Cause(truncateError(lastError)))},
 		{Key: events.FieldFailureReason, Value: attempt.Bounded().Reason},
