@@ -71,6 +71,9 @@ func (s *Store) readHead(ctx context.Context, now time.Time, limit events.ClaimL
 		// No read-ahead while replies are cut short (large documents, a
 		// find that failed): there it would cost round trips.
 		r.aheadMax = aheadBatches * limit.Events
+		if !s.splitClaim {
+			r.share = shareOf(limit.Owned)
+		}
 	}
 	if !s.splitClaim && s.usePartitionReads(ctx, now) {
 		return h, r.readByPartition(ctx)
@@ -96,6 +99,25 @@ func (r *headReader) sharedAndFull() bool {
 	return r.full && !r.h.ended && owned != nil && len(owned) < events.Partitions
 }
 
+// aheadShareMax bounds share: how many times its own window a whole read
+// of a shared lane reads.
+const aheadShareMax = 4
+
+// shareOf is how many documents of a whole lane a whole read on FerretDB
+// goes through per one of the owned partitions': the replicas sharing the
+// lane, at most aheadShareMax. FerretDB decodes and sorts the whole lane
+// for any window, so a wider one costs only its reply; with three
+// replicas a window of one replica's size held a third of their own, and
+// they read the lane three times as often as one replica (42 whole and
+// partition finds against 4, draining 10,000 events).
+func shareOf(owned []bool) int {
+	n := len(ownedList(owned))
+	if n == 0 || n >= events.Partitions {
+		return 1
+	}
+	return min((events.Partitions+n-1)/n, aheadShareMax)
+}
+
 // headReader is one readHead: its pages, and what they have read so far.
 type headReader struct {
 	s       *Store
@@ -110,9 +132,11 @@ type headReader struct {
 	after       bson.Raw
 	pages       int
 	// full says the batch is full; the page then reads on into h.ahead,
-	// up to aheadMax documents.
+	// up to aheadMax documents of the owned partitions, through a window
+	// share times as wide (shareOf; otherwise 1).
 	full     bool
 	aheadMax int
+	share    int
 	// byPartition reads one partition's lane at a time, partition's
 	// (FerretDB, partitionreads.go).
 	byPartition bool
@@ -137,13 +161,13 @@ func (r *headReader) page(ctx context.Context) (next bool, err error) {
 	// FerretDB, where each page sorts the whole lane again, the second
 	// has no limit and is read as far as needed: a head the claim reads
 	// past costs two sorts, not one per page.
-	pageLimit := min((r.limit.Events+r.aheadMax)<<r.pages, maxHeadRead)
+	pageLimit := min(r.window()<<r.pages, maxHeadRead)
 	if !r.s.splitClaim && r.pages > 0 {
 		pageLimit = 0
 	}
 	opts := options.Find().
 		SetSort(bson.D{{Key: events.FieldCreatedAt, Value: 1}, {Key: events.FieldID, Value: 1}}).
-		SetBatchSize(r.s.capBatch(oneBatch(r.limit.Events + r.aheadMax)))
+		SetBatchSize(r.s.capBatch(oneBatch(r.window())))
 	if pageLimit > 0 {
 		opts.SetLimit(int64(pageLimit)).SetBatchSize(r.s.capBatch(oneBatch(pageLimit)))
 	}
@@ -195,11 +219,22 @@ func (r *headReader) page(ctx context.Context) (next bool, err error) {
 	}
 }
 
+// window is the documents a whole read's first page returns: the batch
+// and its read-ahead, share times.
+func (r *headReader) window() int {
+	return (r.limit.Events + r.aheadMax) * max(r.share, 1)
+}
+
 // next takes doc into the batch or, once the batch is full, into the
-// read-ahead, and reports whether the read is done.
+// read-ahead, and reports whether the read is done. The read-ahead keeps
+// the owned partitions' documents only: the claims it serves would skip
+// the others.
 func (r *headReader) next(doc bson.Raw) (done bool) {
 	if r.full {
 		r.after = doc
+		if owned := r.limit.Owned; owned != nil && !owned[events.Partition(doc)] {
+			return false
+		}
 		r.h.ahead = append(r.h.ahead, doc)
 		return len(r.h.ahead) >= r.aheadMax
 	}

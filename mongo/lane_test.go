@@ -376,6 +376,42 @@ func TestReadAheadFeedsTheNextClaims(t *testing.T) {
 	}
 }
 
+// TestReadAheadOfASharedLaneKeepsItsOwn: on FerretDB a whole read of a
+// lane a quarter of which this replica owns reads four windows' worth
+// and keeps only its own partitions' events ahead, so one read feeds the
+// next claims as it does for a replica that owns every partition. With a
+// window of one replica's size its read-ahead held a quarter of its own,
+// and the third claim read the lane again.
+func TestReadAheadOfASharedLaneKeepsItsOwn(t *testing.T) {
+	t.Parallel()
+	s, rec := mongotest.RecordingStore(t)
+	mongo.SetSplitClaim(s, false) // MongoDB's reads name the owned partitions
+	owned := quarter()
+	var docs []bson.D
+	var want []string
+	for i := range 400 {
+		id := fmt.Sprintf("e%03d", i)
+		d := stamped(laneEvent(id, "order.created", fmt.Sprint("a", i), i))
+		docs = append(docs, d)
+		if owned[events.Partition(toRaw(d))] && len(want) < 25 {
+			want = append(want, id)
+		}
+	}
+	insert(t, s.Collection(), docs...)
+	limit := events.ClaimLimit{Events: 5, Ordered: true, FailedHolds: true, Owned: owned}
+	var got []string
+	for i := range 5 {
+		got = append(got, claimLane(t, s, fmt.Sprint("t", i), limit)...)
+		limit.Draining = true
+	}
+	if n := headFinds(rec, s.Collection().Name()); n != 1 {
+		t.Errorf("five claims of a drain read the shared lane %d times, want 1", n)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("claimed (-want +got):\n%s", diff)
+	}
+}
+
 func ids15() []string {
 	var out []string
 	for i := range 15 {

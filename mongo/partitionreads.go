@@ -301,6 +301,6 @@ func (r *headReader) readByPartition(ctx context.Context) error {
 	// The lane ended only if the last partition read did and every other
 	// was read through before it.
 	r.h.ended = r.h.ended && visited == len(owned)
-	r.s.partitionReads.readPartitions(visited == len(owned), r.read+len(r.h.ahead), r.limit.Events+r.aheadMax, visited, r.full, r.now)
+	r.s.partitionReads.readPartitions(visited == len(owned), r.read+len(r.h.ahead), r.window(), visited, r.full, r.now)
 	return nil
 }
