@@ -3,6 +3,7 @@ package mongo
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
@@ -85,6 +86,17 @@ func failureFields(lastError string, attempt events.AttemptError) []bson.E {
 		{Key: events.FieldFailureCause, Value: truncateError(events.Cause(truncateError(lastError)))},
 		{Key: events.FieldFailureReason, Value: attempt.Bounded().Reason},
 	}
+}
+
+// failedSet is the $set of a write that fails an event at at with
+// lastError on attempt, its last: the status, the error, when, and the
+// failure group (failureFields).
+func failedSet(lastError string, at time.Time, attempt events.AttemptError) bson.D {
+	return append(bson.D{
+		{Key: events.FieldStatus, Value: events.StatusFailed},
+		{Key: events.FieldLastError, Value: truncateError(lastError)},
+		{Key: events.FieldFailedAt, Value: at},
+	}, failureFields(lastError, attempt)...)
 }
 
 // lastAttemptProjection projects an event's last failed attempt; FerretDB

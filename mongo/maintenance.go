@@ -46,13 +46,8 @@ func (s *Store) RecoverStale(ctx context.Context, staleBefore, now time.Time, ma
 		filter := append(stale(), bson.E{Key: events.FieldAttempts, Value: bson.D{{Key: "$gte", Value: maxAttempts}}})
 		msg := fmt.Sprintf("claim went stale on its last attempt (%d of %d): its worker stopped or hung", maxAttempts, maxAttempts)
 		attempt := events.AttemptError{At: now, Reason: metrics.ReasonStaleMaxAttempts, Error: msg}
-		set := append(bson.D{
-			{Key: events.FieldStatus, Value: events.StatusFailed},
-			{Key: events.FieldFailedAt, Value: now},
-			{Key: events.FieldLastError, Value: msg},
-		}, failureFields(msg, attempt)...)
 		update := bson.D{
-			{Key: "$set", Value: set},
+			{Key: "$set", Value: failedSet(msg, now, attempt)},
 			{Key: "$unset", Value: bson.D{{Key: events.FieldClaimToken, Value: ""}}},
 		}
 		failed, err = s.perWorker(ctx, filter, update, wroteBy(events.StatusFailed, msg), attempt)

@@ -49,11 +49,7 @@ func (s *Store) fail(ctx context.Context, lease events.Lease, refused []refusal)
 	for _, lastError := range order {
 		ids := groups[lastError]
 		attempt := events.AttemptError{At: lease.At, WorkerID: lease.WorkerID, Reason: metrics.ReasonInvalid, Error: lastError}
-		update := withAttempt(bson.D{{Key: "$set", Value: append(bson.D{
-			{Key: events.FieldStatus, Value: events.StatusFailed},
-			{Key: events.FieldLastError, Value: truncateError(lastError)},
-			{Key: events.FieldFailedAt, Value: lease.At},
-		}, failureFields(lastError, attempt)...)}}, &attempt)
+		update := withAttempt(bson.D{{Key: "$set", Value: failedSet(lastError, lease.At, attempt)}}, &attempt)
 		err := s.failIDs(ctx, ids, update)
 		if err != nil && isDocumentError(err) && len(ids) > 1 {
 			// One document spoiled the write: write them one by one.
