@@ -99,17 +99,17 @@ func (r *headReader) sharedAndFull() bool {
 	return r.full && !r.h.ended && owned != nil && len(owned) < events.Partitions
 }
 
-// aheadShareMax bounds share: how many times its own window a whole read
-// of a shared lane reads.
+// aheadShareMax bounds shareOf.
 const aheadShareMax = 4
 
-// shareOf is how many documents of a whole lane a whole read on FerretDB
-// goes through per one of the owned partitions': the replicas sharing the
-// lane, at most aheadShareMax. FerretDB decodes and sorts the whole lane
-// for any window, so a wider one costs only its reply; with three
-// replicas a window of one replica's size held a third of their own, and
-// they read the lane three times as often as one replica (42 whole and
-// partition finds against 4, draining 10,000 events).
+// shareOf is how many times its own window a whole read of a shared lane
+// reads on FerretDB: about the number of replicas sharing it (the
+// partitions over those owned), at most aheadShareMax. FerretDB decodes
+// and sorts the whole lane for any window, so a wider one costs only its
+// reply; with three replicas a window of one replica's size held a third
+// of their own, and they read the lane three times as often as one
+// replica (42 whole and partition finds against 4, draining 10,000
+// events).
 func shareOf(owned []bool) int {
 	n := len(ownedList(owned))
 	if n == 0 || n >= events.Partitions {
@@ -226,13 +226,13 @@ func (r *headReader) window() int {
 }
 
 // next takes doc into the batch or, once the batch is full, into the
-// read-ahead, and reports whether the read is done. The read-ahead keeps
-// the owned partitions' documents only: the claims it serves would skip
-// the others.
+// read-ahead, and reports whether the read is done. A whole read's
+// read-ahead keeps the owned partitions' documents only: the claims it
+// serves would skip the others (classify).
 func (r *headReader) next(doc bson.Raw) (done bool) {
 	if r.full {
 		r.after = doc
-		if owned := r.limit.Owned; owned != nil && !owned[events.Partition(doc)] {
+		if owned := r.limit.Owned; !r.byPartition && owned != nil && !owned[events.Partition(doc)] {
 			return false
 		}
 		r.h.ahead = append(r.h.ahead, doc)
