@@ -123,7 +123,9 @@ func TestSharedLaneIsReadByPartitionWhenDeep(t *testing.T) {
 	for p := range events.Partitions * 3 / 4 {
 		threeQuarters[p] = true
 	}
-	// A batch of 10, a read-ahead of 80: a window of 90.
+	// A batch of 10, a read-ahead of 80 of the owned partitions' events:
+	// 90 of them fill a whole read, which reads up to 90 documents times
+	// the replicas sharing the lane (at most 4) to find them.
 	for _, c := range []struct {
 		name   string
 		owned  []bool
