@@ -8,6 +8,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/outboxrelay/outbox/claim/plan"
 	"github.com/outboxrelay/outbox/events"
 )
 
@@ -107,9 +108,11 @@ func (a *readAhead) drop() {
 	a.page, a.pending, a.batch = aheadPage{}, aheadPage{}, -1
 }
 
-// fromAhead serves a claim from the read-ahead, classified against q: ok
-// is false when there is no read-ahead for it, or it could not fill the
+// fromAhead serves a claim from the read-ahead, planned against q: ok is
+// false when there is no read-ahead for it, or it could not fill the
 // batch and the lane goes on past it (the claim then reads the lane).
+// What the batch leaves of the page, from the event that did not fit,
+// serves the next claim.
 func (s *Store) fromAhead(now time.Time, limit events.ClaimLimit, q headQuery) (h head, ok bool) {
 	page, fits := s.ahead.take(limit, time.Now())
 	if !fits {
@@ -119,13 +122,18 @@ func (s *Store) fromAhead(now time.Time, limit events.ClaimLimit, q headQuery) (
 		// The keys held when the page was read stay held, and those its
 		// documents hold as this claim goes through them (events backing
 		// off, paused) are kept for the next.
+		q.held = maps.Clone(q.held)
 		maps.Copy(q.held, page.held)
-		page.held = q.held
 	}
-	r := headReader{s: s, now: now, limit: limit, q: q, h: &h}
+	p := plan.New(s.snapshot(now, limit, q, 0))
+	defer func() { s.outcomeHead(p.Outcome(), false, &h) }()
 	for i, doc := range page.docs {
-		if r.take(doc) {
-			page.docs = page.docs[i+1:]
+		taken := len(p.Outcome().Batch)
+		if p.Step(doc) {
+			if len(p.Outcome().Batch) == taken {
+				i-- // cut by a bound: it starts what is left
+			}
+			page.docs, page.held = page.docs[i+1:], p.Outcome().Held
 			s.ahead.put(page, limit)
 			return h, true
 		}

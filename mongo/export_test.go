@@ -76,7 +76,7 @@ func ForgetParked(s *Store) {
 // ExplainLane explains, with executionStats, the finds a claim of limit
 // at now would read its lane with: its first page, on the lane index.
 func ExplainLane(ctx context.Context, s *Store, now time.Time, limit events.ClaimLimit) ([]bson.Raw, error) {
-	r := headReader{s: s, now: now, limit: limit, q: headQuery{ordered: limit.Ordered, held: map[string]bool{}}}
+	r := headReader{s: s, now: now, limit: limit}
 	var out []bson.Raw
 	for _, f := range r.filters() {
 		cmd := bson.D{

@@ -12,6 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/outboxrelay/outbox/claim/plan"
 	"github.com/outboxrelay/outbox/events"
 )
 
@@ -69,14 +70,10 @@ func (k *parkedKey) stillPaused(paused map[string]bool) bool {
 
 // unkeyedPrefix makes the cache key of the parked events of a type that
 // have no ordering key: they hold nothing, and unpark by type.
-const unkeyedPrefix = "\x01unkeyed\x00"
+const unkeyedPrefix = plan.UnkeyedPrefix
 
-func parkedKeyOf(doc bson.Raw) string {
-	if key, ok := events.OrderingKey(doc); ok {
-		return key
-	}
-	return unkeyedPrefix + typeOf(doc)
-}
+// Has is holds: the parked keys as a claim's plan sees them.
+func (c *parkedKeys) Has(key string) bool { return c.holds(key) }
 
 // holds reports whether key has parked events: a claim parks the later
 // events of such a key too.
@@ -233,7 +230,7 @@ func (s *Store) loadParked(ctx context.Context, owned []bool, now time.Time) (fu
 	for cur.Next(ctx) {
 		if p := events.Partition(cur.Current); want[p] {
 			reason, _ := cur.Current.Lookup(events.FieldParkedFor).StringValueOK()
-			s.parked.add(parkedKeyOf(cur.Current), typeOf(cur.Current), reason, stamped(cur.Current))
+			s.parked.add(plan.ParkedKey(cur.Current), typeOf(cur.Current), reason, stamped(cur.Current))
 		}
 	}
 	if err := cur.Err(); err != nil {

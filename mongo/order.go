@@ -105,7 +105,7 @@ func (s *Store) readLane(ctx context.Context, now time.Time, limit events.ClaimL
 			s.ahead.drop()
 			return nil, false, err
 		}
-		s.ahead.put(aheadPage{docs: h.ahead, held: q.held, readAt: readAt, ended: h.ended}, limit)
+		s.ahead.put(aheadPage{docs: h.ahead, held: h.held, readAt: readAt, ended: h.ended}, limit)
 	}
 	if err := h.parking.write(ctx, s); err != nil && ctx.Err() == nil {
 		s.logger.Warn("could not park or stamp events the claim read; the next claim reads them again", "error", err)

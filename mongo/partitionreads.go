@@ -272,10 +272,11 @@ func (r *headReader) readByPartition(ctx context.Context) error {
 		at++
 	}
 	r.byPartition = true
+	r.plan.ReadingPartition(true)
 	visited := 0
 	soft, hasSoft := deadlineShare(ctx, 1, 3)
 	var read []int
-	for visited < len(owned) && !r.full && !r.h.more {
+	for visited < len(owned) && !r.plan.Full() && !r.h.more {
 		if visited > 0 && hasSoft && time.Now().After(soft) {
 			// A third of the read's time is gone: it claims what it
 			// found, and the next claim goes on from here (more).
@@ -297,10 +298,12 @@ func (r *headReader) readByPartition(ctx context.Context) error {
 		r.s.partitionReads.readPartition(last)
 		read = append(read, last)
 	}
+	r.finish()
 	r.parkPartitions(ctx, read)
 	// The lane ended only if the last partition read did and every other
 	// was read through before it.
 	r.h.ended = r.h.ended && visited == len(owned)
-	r.s.partitionReads.readPartitions(visited == len(owned), r.read+len(r.h.ahead), r.window(), visited, r.full, r.now)
+	out := r.outcome()
+	r.s.partitionReads.readPartitions(visited == len(owned), out.Read+len(out.Ahead), r.window(), visited, r.plan.Full(), r.now)
 	return nil
 }
