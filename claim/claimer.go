@@ -346,11 +346,13 @@ func (c *Claimer) claim(ctx context.Context, lease *events.Lease) (res events.Cl
 	if errors.Is(err, events.ErrFenced) && c.cfg.Owner != nil {
 		c.cfg.Owner.Wrote(nil, err) // the read's raise of a fence was refused
 	}
-	if err != nil || len(docs) == 0 {
+	if err != nil {
 		return events.ClaimResult{More: more}, time.Time{}, err
 	}
-	docs, validFor, done := c.fence(ctx, before, docs, renewedBeside)
+	docs, owned, validFor, done := c.fence(ctx, before, docs, renewedBeside)
 	defer done()
+	// Last, and still under the hold: the parks the read found.
+	defer c.writeParked(ctx, limit, owned, time.Now().Add(validFor))
 	if len(docs) == 0 {
 		return events.ClaimResult{More: more}, time.Time{}, nil
 	}

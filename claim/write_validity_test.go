@@ -291,7 +291,7 @@ func TestRenewalBesideTheReadServesTheFirstWrite(t *testing.T) {
 			owner := ownerValidFor(1500 * time.Millisecond)
 			c, _, coll := fencedClaimer(t, owner, n, 4)
 			c.reads.observe(time.Second)
-			docs, _, done := c.fence(t.Context(), allOwned(), rawDocuments(t, coll), renewedBeside)
+			docs, _, _, done := c.fence(t.Context(), allOwned(), rawDocuments(t, coll), renewedBeside)
 			done()
 			wantRenews := map[bool]int{true: 0, false: 1}[renewedBeside]
 			if owner.renews != wantRenews {

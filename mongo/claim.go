@@ -15,9 +15,10 @@ import (
 	"github.com/outboxrelay/outbox/events"
 )
 
-// Claim reads the claimable events (ReadClaimable) and claims them for
-// lease (ClaimRead): a claim with nothing between its read and its write,
-// for a single worker and for tests. The relay's claimer fences the write
+// Claim reads the claimable events (ReadClaimable), claims them for
+// lease (ClaimRead) and parks what must wait (WriteParked): a claim with
+// nothing between its read and its writes, for a single worker and for
+// tests. The relay's claimer fences the write
 // of its own (see the claim package).
 func (s *Store) Claim(ctx context.Context, lease events.Lease, limit events.ClaimLimit) (events.ClaimResult, error) {
 	docs, more, err := s.ReadClaimable(ctx, lease.At, limit)
@@ -26,13 +27,18 @@ func (s *Store) Claim(ctx context.Context, lease events.Lease, limit events.Clai
 	}
 	res, err := s.ClaimRead(ctx, lease, docs, limit)
 	res.More = more
+	if _, perr := s.WriteParked(ctx, limit); perr != nil && err == nil {
+		s.logger.Warn("could not park events the claim read; the next claim reads them again", "error", perr)
+	}
 	return res, err
 }
 
 // ReadClaimable reads what a claim at now may take: NEW events whose retry
 // time has come, oldest first, up to limit's count and bytes, in the
-// partitions limit owns. more reports that the read stopped at a bound.
-// It costs two finds on MongoDB (see findClaimable) and one on FerretDB.
+// partitions limit owns, as the claim's plan decides (claim/plan). more
+// reports that the read stopped at a bound. The lane itself is two finds
+// on MongoDB (never retried, due retries) and one on FerretDB, or one per
+// partition read there (see readHead), besides the reads of the holds.
 //
 // With limit.Ordered, the read first learns which aggregates are held
 // (heldKeys: up to three projected finds; on FerretDB the events backing
@@ -49,11 +55,15 @@ func (s *Store) Claim(ctx context.Context, lease events.Lease, limit events.Clai
 // must wait for one it cannot take (see orderBySequence): two or three
 // more finds, only for such a batch.
 //
+// It parks nothing: what it found must wait is kept for WriteParked,
+// which the claimer calls while it holds the partitions.
+//
 // With limit.Tenures where the deployment has transactions, it first
 // raises the fence of each partition it reads in to the tenure held, once
 // per tenure (one update command; see raiseFences), and leaves out the
 // partitions whose fence a later tenure holds: ErrFenced the first time.
 func (s *Store) ReadClaimable(ctx context.Context, now time.Time, limit events.ClaimLimit) (docs []bson.Raw, more bool, err error) {
+	s.unwritten.take() // parks are this read's only
 	if s.fencing(limit) {
 		if limit.Owned, err = s.raiseFences(ctx, limit); err != nil {
 			return nil, false, asTimeout(err)

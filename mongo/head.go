@@ -103,7 +103,8 @@ func (s *Store) snapshot(now time.Time, limit events.ClaimLimit, q headQuery, ah
 	return plan.Snapshot{
 		Now: now, Ordered: q.ordered, Owned: limit.Owned,
 		Events: limit.Events, Bytes: limit.Bytes, Ahead: ahead,
-		Held: q.held, Failed: q.failed, Parked: &s.parked, Paused: q.paused,
+		Held: q.held, Failed: q.failed, Paused: q.paused,
+		Parked: parkedView{&s.parked}, Unparking: unparkingView{&s.parked},
 		WithBackoff: q.withBackoff, LaneOwned: s.splitClaim, Stamp: s.splitClaim,
 	}
 }
@@ -119,7 +120,7 @@ func (s *Store) outcomeHead(out plan.Outcome, byPartition bool, h *head) {
 		if byPartition {
 			at = events.Partition(pk.Doc)
 		}
-		h.parking.addPark(pk.Reason, at, rawID(pk.Doc.Lookup(events.FieldID)))
+		h.parking.addPark(pk.Reason, at, events.Partition(pk.Doc), rawID(pk.Doc.Lookup(events.FieldID)))
 		s.parked.add(pk.Key, typeOf(pk.Doc), pk.Reason, stamped(pk.Doc))
 	}
 	for _, doc := range out.Stamp {

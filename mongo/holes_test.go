@@ -47,3 +47,43 @@ func TestByteCutKeepsTheCutEventFirst(t *testing.T) {
 		}
 	})
 }
+
+// aggregateIn returns an aggregate id of type order whose partition is p.
+func aggregateIn(p int) string {
+	for i := 0; ; i++ {
+		if id := fmt.Sprint("agg", i); events.PartitionOf(events.Key("order", id)) == p {
+			return id
+		}
+	}
+}
+
+// TestResumeHoldsUntilItsUnparkIsWritten: a resume is unparked a step (a
+// partition) at a time, and an aggregate whose parked event waits for a
+// later step still holds the events written after the resume. Before: the
+// resume forgot the key at once, and the next claim took k2 while k1 was
+// still parked: claimed in turn [k2 k1].
+func TestResumeHoldsUntilItsUnparkIsWritten(t *testing.T) {
+	t.Parallel()
+	eachClaimStrategy(t, func(t *testing.T, s *mongo.Store, coll *driver.Collection) {
+		id := aggregateIn(events.Partitions - 1) // the last partition's step comes last
+		insert(t, coll, laneEvent("k1", "bulk.import", id, 0))
+		pause(t, s, "bulk.import")
+		limit := events.ClaimLimit{Events: 10, Ordered: true, FailedHolds: true}
+		if got := claimLane(t, s, "paused", limit); len(got) != 0 {
+			t.Fatalf("claim behind the paused event took %v, want nothing", got)
+		}
+		if ok, err := s.Resume(t.Context(), "bulk.import"); err != nil || !ok {
+			t.Fatalf("Resume = %t, %v", ok, err)
+		}
+		mongo.SetPausedMaxAge(s, 0)
+		mongo.SetUnparkStepsMax(s, 1)
+		insert(t, coll, laneEvent("k2", "order.created", id, 10))
+		var got []string
+		for i := 0; i < 3*events.Partitions && len(got) < 2; i++ {
+			got = append(got, claimLane(t, s, fmt.Sprint("r", i), limit)...)
+		}
+		if !slices.Equal(got, []string{"k1", "k2"}) {
+			t.Errorf("claimed in turn %v, want [k1 k2]", got)
+		}
+	})
+}

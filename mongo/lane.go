@@ -2,7 +2,6 @@ package mongo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -56,7 +55,15 @@ type parkedKey struct {
 	// unstamped says that an event of it was parked without a stored
 	// partition: unparking it takes a step of its own (noPartition).
 	unstamped bool
+	// unparking counts the queued unpark steps that still have events of
+	// it to put back: until they are written the key holds its later
+	// events as if nothing were released, since an earlier event of it
+	// is still parked (unparkQueue).
+	unparking int
 }
+
+// parksNothing reports whether k is known only for its unpark steps.
+func (k *parkedKey) parksNothing() bool { return len(k.paused) == 0 && !k.held }
 
 // stillPaused reports whether a type k's events were parked for is paused.
 func (k *parkedKey) stillPaused(paused map[string]bool) bool {
@@ -72,16 +79,30 @@ func (k *parkedKey) stillPaused(paused map[string]bool) bool {
 // have no ordering key: they hold nothing, and unpark by type.
 const unkeyedPrefix = plan.UnkeyedPrefix
 
-// Has is holds: the parked keys as a claim's plan sees them.
-func (c *parkedKeys) Has(key string) bool { return c.holds(key) }
+// parkedView is the keys with parked events, as a claim's plan sees
+// them (plan.Snapshot.Parked).
+type parkedView struct{ c *parkedKeys }
+
+func (v parkedView) Has(key string) bool { return v.c.holds(key) }
+
+// unparkingView is the keys whose unpark steps are queued, and that have
+// nothing parked besides (plan.Snapshot.Unparking).
+type unparkingView struct{ c *parkedKeys }
+
+func (v unparkingView) Has(key string) bool {
+	v.c.mu.Lock()
+	defer v.c.mu.Unlock()
+	k := v.c.keys[key]
+	return k != nil && k.unparking > 0
+}
 
 // holds reports whether key has parked events: a claim parks the later
 // events of such a key too.
 func (c *parkedKeys) holds(key string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	_, ok := c.keys[key]
-	return ok && len(key) > 0 && key[0] != unkeyedPrefix[0]
+	k, ok := c.keys[key]
+	return ok && !k.parksNothing() && len(key) > 0 && key[0] != unkeyedPrefix[0]
 }
 
 // add notes an event of key and type typ parked for reason, with a
@@ -114,38 +135,75 @@ func stamped(doc bson.Raw) bool {
 // release is what parkedKeys.released found that nothing holds any more.
 type release struct {
 	// types are the types resumed, whose events parked for them unpark
-	// by type; held the keys with events parked behind a hold, which
-	// unpark by key.
+	// by type, with the keys of such events (keysOf); held the keys with
+	// events parked behind a hold, which unpark by key.
 	types, held []string
+	keysOf      map[string][]string
 	// unstamped are the types and keys above with events parked without
 	// a stored partition.
 	unstamped map[string]bool
 }
 
-// released takes out of the cache the keys that nothing holds any more:
-// no type of theirs is paused, and no FAILED event holds them (failed).
+// released finds the keys that nothing holds any more: no type of theirs
+// is paused, and no FAILED event holds them (failed). It does not forget
+// them: each stays held until the unpark steps of its events are written
+// (unparking, stepDone), so that a later event of it written meanwhile
+// is parked behind them, not claimed before them.
 func (c *parkedKeys) released(paused, failed map[string]bool) release {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	resumed := map[string]bool{}
-	r := release{unstamped: map[string]bool{}}
+	r := release{unstamped: map[string]bool{}, keysOf: map[string][]string{}}
 	for key, k := range c.keys {
-		if failed[key] || k.stillPaused(paused) {
+		if failed[key] || k.stillPaused(paused) || k.parksNothing() {
 			continue
 		}
-		delete(c.keys, key)
 		for t := range k.paused {
-			resumed[t] = true
+			r.keysOf[t] = append(r.keysOf[t], key)
 			r.unstamped[t] = r.unstamped[t] || k.unstamped
 		}
 		if k.held {
 			r.held = append(r.held, key)
 			r.unstamped[key] = k.unstamped
 		}
+		k.paused, k.held, k.unstamped = map[string]bool{}, false, false
 	}
 	slices.Sort(r.held)
-	r.types = slices.Sorted(maps.Keys(resumed))
+	r.types = slices.Sorted(maps.Keys(r.keysOf))
+	for _, keys := range r.keysOf {
+		slices.Sort(keys)
+	}
 	return r
+}
+
+// unparking notes the steps queued to unpark what released returned: each
+// key they name stays held until they are written or dropped (stepDone).
+func (c *parkedKeys) unparking(steps []unparkStep) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, st := range steps {
+		for _, key := range st.keys {
+			if k := c.keys[key]; k != nil {
+				k.unparking++
+			}
+		}
+	}
+}
+
+// stepDone notes that step was written, or dropped: a key whose events
+// are all back in its lane, and that nothing parked since, is forgotten.
+func (c *parkedKeys) stepDone(step unparkStep) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, key := range step.keys {
+		k := c.keys[key]
+		if k == nil {
+			continue
+		}
+		k.unparking--
+		if k.unparking <= 0 && k.parksNothing() {
+			delete(c.keys, key)
+		}
+	}
 }
 
 // toLoad returns the owned partitions whose parked events are not known
@@ -155,7 +213,10 @@ func (c *parkedKeys) toLoad(owned []bool, now time.Time) (ps []int, full bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.loaded == nil || now.Sub(c.loadedAt) >= parkedReload {
-		c.loaded, c.keys, c.loadedAt, full = make([]bool, events.Partitions), nil, now, true
+		c.loaded, c.loadedAt, full = make([]bool, events.Partitions), now, true
+		// What is parked is read again; a key whose unpark steps are
+		// queued holds until they are written, whatever the read finds.
+		maps.DeleteFunc(c.keys, func(_ string, k *parkedKey) bool { return k.unparking <= 0 })
 	}
 	for p := range events.Partitions {
 		mine := owned == nil || owned[p]
@@ -263,95 +324,6 @@ func (s *Store) misfiled(ctx context.Context) ([]bson.Raw, error) {
 		return nil, fmt.Errorf("read misfiled events: %w", err)
 	}
 	return docs, nil
-}
-
-// parking is what one claim's read found to park or to stamp.
-type parking struct {
-	// park lists the events to park, by reason (events.ParkedPaused,
-	// events.ParkedHeld), then by the partition they were read in, -1
-	// where the read was not by partition; parked counts them by reason.
-	park   map[string]map[int][]any
-	parked map[string]int
-	// stamp lists the events read without a stored partition, by the
-	// partition they hash to (MongoDB only: FerretDB's claims do not read
-	// by partition).
-	stamp   map[int][]any
-	stamped int
-}
-
-// parkMax bounds the events one claim parks for each reason, and stamps,
-// where it did not read by partition: an $in of more ids costs FerretDB,
-// which matches it in Go against every NEW event, more than the reads it
-// spares. The rest are read and left out by the next claims, which park
-// them in turn. A read by partition (FerretDB, partitionreads.go) parks
-// what it met in each partition as it goes, with an equality on the
-// partition that leaves FerretDB that partition's lane to match: each
-// event it parks is one it read, once.
-const parkMax = 1000
-
-func (p *parking) addPark(reason string, partition int, id any) {
-	if p.park == nil {
-		p.park, p.parked = map[string]map[int][]any{}, map[string]int{}
-	}
-	if partition < 0 && p.parked[reason] >= parkMax {
-		return
-	}
-	if p.park[reason] == nil {
-		p.park[reason] = map[int][]any{}
-	}
-	p.park[reason][partition] = append(p.park[reason][partition], id)
-	if partition < 0 {
-		p.parked[reason]++
-	}
-}
-
-// writePartition parks what was met in partition, and forgets it.
-func (p *parking) writePartition(ctx context.Context, s *Store, partition int) error {
-	var errs []error
-	for _, reason := range slices.Sorted(maps.Keys(p.park)) {
-		if ids := p.park[reason][partition]; len(ids) > 0 {
-			errs = append(errs, s.park(ctx, reason, partition, ids))
-		}
-	}
-	p.forget(partition)
-	return errors.Join(errs...)
-}
-
-// forget drops what was met in partition, unparked.
-func (p *parking) forget(partition int) {
-	for _, byPartition := range p.park {
-		delete(byPartition, partition)
-	}
-}
-
-func (p *parking) addStamp(partition int, id any) {
-	if p.stamp == nil {
-		p.stamp = map[int][]any{}
-	}
-	if p.stamped < parkMax {
-		p.stamp[partition] = append(p.stamp[partition], id)
-		p.stamped++
-	}
-}
-
-// write stores the partitions, then parks: a parked event leaves the
-// lane with its partition stored, so that the owner's sweep finds it.
-// Both writes are guarded by status NEW, and neither is needed for
-// correctness: a claim checks every event it reads again. So their errors
-// are the caller's to log, not to fail the claim with.
-func (p *parking) write(ctx context.Context, s *Store) error {
-	var errs []error
-	if len(p.stamp) > 0 {
-		errs = append(errs, s.stampPartitions(ctx, p.stamp))
-	}
-	for _, reason := range slices.Sorted(maps.Keys(p.park)) {
-		for _, partition := range slices.Sorted(maps.Keys(p.park[reason])) {
-			if err := s.park(ctx, reason, partition, p.park[reason][partition]); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // unparkedIn selects the NEW events ids that are not parked, within

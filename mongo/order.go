@@ -21,8 +21,9 @@ import (
 // a replica's own work (other replicas' events, paused types, aggregates
 // held by FAILED events) never uses up its read (docs/design.md, The
 // claim's lane). Events of paused types, and with limit.Ordered the
-// events of aggregates a FAILED event or a parked event holds, are parked
-// as the read meets them: each is read once, not by every claim.
+// events of aggregates a FAILED event or a parked event holds, are
+// planned to be parked as the read meets them, and parked by the claimer
+// under its hold (WriteParked): each is read once, not by every claim.
 //
 // With limit.Ordered the read first learns which aggregates are held
 // (heldKeys: PROCESSING, FAILED and, on MongoDB, backing off), beside the
@@ -93,9 +94,10 @@ func (s *Store) findUnordered(ctx context.Context, now time.Time, limit events.C
 	return s.readLane(ctx, now, limit, headQuery{paused: paused})
 }
 
-// readLane reads the head (readHead), then stores what it found to park
-// or stamp. Those writes only spare later reads: their failure is logged,
-// and the claim goes on with what it read.
+// readLane reads the head (readHead), then stores the partitions it
+// found missing, and keeps what it found to park for WriteParked. Those
+// writes only spare later reads: their failure is logged, and the claim
+// goes on with what it read.
 func (s *Store) readLane(ctx context.Context, now time.Time, limit events.ClaimLimit, q headQuery) ([]bson.Raw, bool, error) {
 	h, ok := s.fromAhead(now, limit, q)
 	if !ok {
@@ -107,9 +109,10 @@ func (s *Store) readLane(ctx context.Context, now time.Time, limit events.ClaimL
 		}
 		s.ahead.put(aheadPage{docs: h.ahead, held: h.held, readAt: readAt, ended: h.ended}, limit)
 	}
-	if err := h.parking.write(ctx, s); err != nil && ctx.Err() == nil {
-		s.logger.Warn("could not park or stamp events the claim read; the next claim reads them again", "error", err)
+	if err := h.parking.writeStamps(ctx, s); err != nil && ctx.Err() == nil {
+		s.logger.Warn("could not store the partition of events the claim read; the next claim reads them again", "error", err)
 	}
+	s.unwritten.put(h.parking) // written under the claimer's hold: WriteParked
 	return h.docs, h.more, nil
 }
 

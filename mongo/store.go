@@ -112,6 +112,9 @@ type Store struct {
 	// most unparkStepsMax a claim where it is above 0 (tests).
 	unparking      unparkQueue
 	unparkStepsMax int
+	// unwritten is what the last read of the lane found to park, until
+	// the claimer holds the partitions to write it (parking.go).
+	unwritten unwrittenParks
 	// ahead is what the last read of the lane kept past its batch, for
 	// the next claims of a drain (ahead.go).
 	ahead readAhead

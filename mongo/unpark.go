@@ -40,6 +40,9 @@ type unparkStep struct {
 	what      string
 	partition int
 	filter    bson.D
+	// keys are the parked keys whose events this step puts back, which
+	// hold until it is written (parkedKeys.stepDone).
+	keys []string
 }
 
 // noPartition is the partition of a step that unparks the events parked
@@ -91,11 +94,17 @@ func unparkSteps(owned []bool, r release) []unparkStep {
 	var steps []unparkStep
 	for _, typ := range r.types {
 		filter := bson.D{{Key: events.FieldParkedFor, Value: events.ParkedPaused}, {Key: events.FieldType, Value: typ}}
+		keysIn := map[int][]string{}
+		for _, key := range r.keysOf[typ] {
+			keysIn[partitionOfKey(key)] = append(keysIn[partitionOfKey(key)], key)
+		}
 		for _, p := range partitionsOf(owned) {
-			steps = append(steps, unparkStep{what: "the events of type " + typ, partition: p, filter: filter})
+			steps = append(steps, unparkStep{what: "the events of type " + typ, partition: p, filter: filter, keys: keysIn[p]})
 		}
 		if r.unstamped[typ] {
-			steps = append(steps, unparkStep{what: "the events of type " + typ, partition: noPartition, filter: filter})
+			// Every key of the type may have an event parked without a
+			// stored partition: each holds until this step too.
+			steps = append(steps, unparkStep{what: "the events of type " + typ, partition: noPartition, filter: filter, keys: r.keysOf[typ]})
 		}
 	}
 	byPartition := map[int][]string{}
@@ -122,7 +131,7 @@ func unparkSteps(owned []bool, r release) []unparkStep {
 			}
 			steps = append(steps, unparkStep{
 				what: fmt.Sprintf("the events of %d aggregates", len(chunk)), partition: p,
-				filter: bson.D{{Key: "$or", Value: or}},
+				filter: bson.D{{Key: "$or", Value: or}}, keys: chunk,
 			})
 		}
 	}
@@ -145,7 +154,9 @@ func partitionsOf(owned []bool) []int {
 // queued steps for its share of ctx's time.
 func (s *Store) unparkReleased(ctx context.Context, owned []bool, paused, failed map[string]bool) {
 	if r := s.parked.released(paused, failed); len(r.types) > 0 || len(r.held) > 0 {
-		s.unparking.add(unparkSteps(owned, r))
+		steps := unparkSteps(owned, r)
+		s.parked.unparking(steps)
+		s.unparking.add(steps)
 	}
 	n, err := s.unpark(ctx, owned)
 	if err != nil {
@@ -173,6 +184,7 @@ func (s *Store) unpark(ctx context.Context, owned []bool) (int, error) {
 		}
 		if step.partition != noPartition && owned != nil && !owned[step.partition] {
 			s.unparking.done()
+			s.parked.stepDone(step)
 			continue
 		}
 		n, err := s.unparkStep(ctx, step)
@@ -181,6 +193,7 @@ func (s *Store) unpark(ctx context.Context, owned []bool) (int, error) {
 		}
 		moved += n
 		s.unparking.done()
+		s.parked.stepDone(step)
 		written++
 		// At least one step a claim, however short its time: the
 		// queue always moves.

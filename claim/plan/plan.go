@@ -14,7 +14,7 @@
 // With Ordered, for every ordering key, what the batch takes of the key is
 // a prefix of the key's events in the lane: no event is taken while an
 // earlier event of its key is held (in flight, backing off, FAILED,
-// parked, or of a paused type), left out, or cut from the batch by a
+// parked or being unparked, or of a paused type), left out, or cut from the batch by a
 // bound. The read-ahead starts where the batch stopped, with the event a
 // bound cut (never dropped), so a claim served from it keeps the prefix
 // across claims too. With or without Ordered, nothing of a paused type is
@@ -67,6 +67,12 @@ type Snapshot struct {
 	// Parked are the keys with parked events: their events are parked
 	// behind them.
 	Parked Keys
+	// Unparking are the keys whose parked events are being put back in
+	// the lane (an unpark written a step at a time): their events are
+	// held, neither taken nor parked, until all of them are back. Taken,
+	// a later event would go before a parked one; parked, an event put
+	// back already would be parked again, for good.
+	Unparking Keys
 	// Paused are the paused event types: their events are parked.
 	Paused map[string]bool
 	// WithBackoff says the lane holds events backing off: each holds its
@@ -137,6 +143,9 @@ func New(s Snapshot) *Planner {
 	}
 	if s.Parked == nil {
 		s.Parked = KeySet(nil)
+	}
+	if s.Unparking == nil {
+		s.Unparking = KeySet(nil)
 	}
 	return &Planner{s: s, out: Outcome{Held: s.Held}}
 }
@@ -235,6 +244,9 @@ func (p *Planner) Classify(doc bson.Raw) int {
 		return p.park(doc, key, keyed, events.ParkedPaused)
 	case keyed && (p.s.Failed[key] || p.parked[key] || p.s.Parked.Has(key)):
 		return p.park(doc, key, keyed, events.ParkedHeld)
+	case keyed && p.s.Unparking.Has(key):
+		p.s.Held[key] = true
+		return Skip
 	case keyed && p.s.Held[key]:
 		return Skip
 	}

@@ -20,9 +20,9 @@ var base = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 type lane struct {
 	snap plan.Snapshot
 	docs []bson.Raw
-	// parked, held and failed are the snapshot's key sets, kept apart
-	// from the snapshot, which the plan adds to.
-	parked, held, failed map[string]bool
+	// parked, unparking, held and failed are the snapshot's key sets,
+	// kept apart from the snapshot.
+	parked, unparking, held, failed map[string]bool
 }
 
 // randomLane draws a lane of up to 60 events of a few aggregates (some
@@ -74,7 +74,7 @@ func randomLane(r *rand.Rand) lane {
 		}
 		return m
 	}
-	l := lane{docs: docs, parked: someKeys(1), held: someKeys(1), failed: someKeys(1)}
+	l := lane{docs: docs, parked: someKeys(1), unparking: someKeys(1), held: someKeys(1), failed: someKeys(1)}
 	paused := map[string]bool{}
 	if r.IntN(3) == 0 {
 		paused[types[r.IntN(len(types))]] = true
@@ -93,7 +93,7 @@ func randomLane(r *rand.Rand) lane {
 	l.snap = plan.Snapshot{
 		Now: base, Ordered: r.IntN(6) > 0, Owned: owned,
 		Events: 1 + r.IntN(10), Bytes: bytes, Ahead: r.IntN(3) * r.IntN(20),
-		Held: clone(l.held), Failed: clone(l.failed), Parked: plan.KeySet(l.parked), Paused: paused,
+		Held: clone(l.held), Failed: clone(l.failed), Parked: plan.KeySet(l.parked), Unparking: plan.KeySet(l.unparking), Paused: paused,
 		WithBackoff: r.IntN(2) == 0, LaneOwned: r.IntN(2) == 0, Stamp: r.IntN(2) == 0,
 	}
 	if !l.snap.WithBackoff {
@@ -242,7 +242,7 @@ func checkPrefixes(t *testing.T, seed uint64, l lane, taken []bson.Raw) {
 		if !ok || misfiled(d) {
 			continue
 		}
-		if l.held[key] || l.failed[key] || l.parked[key] {
+		if l.held[key] || l.failed[key] || l.parked[key] || l.unparking[key] {
 			t.Errorf("seed %d: took %s of key %q, which was held", seed, id(d), key)
 		}
 		got[key] = append(got[key], id(d))
