@@ -245,6 +245,6 @@ func (c *Claimer) writeParked(ctx context.Context, limit events.ClaimLimit, owne
 	}
 	c.logger.Warn("could not park events the claim read; the next claim reads them again", "error", err)
 	if c.cfg.Owner != nil {
-		c.cfg.Owner.Wrote(ps, err)
+		c.cfg.Owner.Wrote(ps, time.Until(until), err)
 	}
 }

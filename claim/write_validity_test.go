@@ -49,7 +49,7 @@ func (o *scriptedOwner) Renew(context.Context) error {
 }
 
 // Wrote records what the claims reported.
-func (o *scriptedOwner) Wrote(partitions []int, err error) {
+func (o *scriptedOwner) Wrote(partitions []int, _ time.Duration, err error) {
 	o.wrote = append(o.wrote, wrote{partitions: partitions, err: err})
 }
 

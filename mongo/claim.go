@@ -154,9 +154,10 @@ func (s *Store) claimRead(ctx context.Context, lease events.Lease, docs []bson.R
 	}
 
 	exact := true // every claimable document read was won, as read
-	// refusedAt is the first event of each ordering key that the server
-	// refused to claim: it is FAILED, or still NEW if even that write
-	// fails, and either way no later event of its key goes before it.
+	// refusedAt is the first event of each ordering key that this claim
+	// read and did not win: the server refused it (it is FAILED, or still
+	// NEW if even that write fails), or another write took it first
+	// (lostAt). Either way no later event of its key goes before it.
 	var refusedAt map[string]bson.Raw
 	for _, group := range []struct {
 		docs []events.Claimed
@@ -219,40 +220,20 @@ func (s *Store) claimRead(ctx context.Context, lease events.Lease, docs []bson.R
 		if res.Claimed, err = s.findLeased(ctx, lease, len(docs)); err != nil {
 			return events.ClaimResult{}, err
 		}
+		for key, doc := range lostAt(docs, res.Claimed, refused, limit) {
+			if refusedAt == nil {
+				refusedAt = map[string]bson.Raw{}
+			}
+			if at := refusedAt[key]; at == nil || events.CompareInKey(doc, at) < 0 {
+				refusedAt[key] = doc
+			}
+		}
 		if res.Claimed, err = s.unclaimBehind(ctx, lease, res.Claimed, refusedAt); err != nil {
 			return events.ClaimResult{}, err
 		}
 	}
 	res.Rejected = s.fail(ctx, lease, refused)
 	return res, nil
-}
-
-// unclaimBehind puts back to NEW, attempt refunded, the claimed events that
-// sort after the refused event of their key (by sequence where both carry
-// one, events.CompareInKey): the one-at-a-time claim
-// leaves them alone, but the batch update the server refused may have
-// claimed some of them before it stopped. It returns the events kept.
-func (s *Store) unclaimBehind(ctx context.Context, lease events.Lease, claimed []events.Claimed, refusedAt map[string]bson.Raw) ([]events.Claimed, error) {
-	if len(refusedAt) == 0 {
-		return claimed, nil
-	}
-	s.ahead.drop() // what it puts back sorts before a read-ahead's
-	kept := claimed[:0]
-	var behind []any
-	for _, c := range claimed {
-		if key, ok := events.OrderingKey(c.Doc); ok && refusedAt[key] != nil && events.CompareInKey(c.Doc, refusedAt[key]) > 0 {
-			behind = append(behind, c.ID)
-			continue
-		}
-		kept = append(kept, c)
-	}
-	if len(behind) == 0 {
-		return kept, nil
-	}
-	if _, err := s.coll.UpdateMany(ctx, leaseFilter(lease, behind), unclaimUpdate); err != nil {
-		return nil, fmt.Errorf("put back %d events behind a refused one: %w", len(behind), err)
-	}
-	return kept, nil
 }
 
 func idsOf(cs []events.Claimed) []any {
