@@ -54,7 +54,10 @@ type readAhead struct {
 	mu      sync.Mutex
 	page    aheadPage // serves the next claim
 	pending aheadPage // kept by the last read, until its write
-	batch   int       // the documents the last read returned
+	// resume is where the next whole read of the lane starts, when one
+	// stopped at maxHeadRead (headReader.noteResume).
+	resume  headResume
+	batch   int // the documents the last read returned
 	ordered bool
 	owned   []bool
 	tenures []int64
@@ -101,11 +104,43 @@ func (a *readAhead) take(limit events.ClaimLimit, now time.Time) (page aheadPage
 	return page, ok
 }
 
-// drop forgets the read-ahead.
+// drop forgets the read-ahead, and where the next read would resume.
 func (a *readAhead) drop() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.page, a.pending, a.batch = aheadPage{}, aheadPage{}, -1
+	a.page, a.pending, a.batch, a.resume = aheadPage{}, aheadPage{}, -1, headResume{}
+}
+
+// headResume is where a whole read of the lane resumes: after the event
+// after, with the keys held when a read stopped there.
+type headResume struct {
+	after bson.Raw
+	held  map[string]bool
+	at    time.Time
+}
+
+// resumeFrom keeps r (none: zero) for the next reads of claims like
+// limit's.
+func (a *readAhead) resumeFrom(r headResume, limit events.ClaimLimit) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.resume = r
+	if r.after != nil {
+		a.ordered, a.owned, a.tenures = limit.Ordered, slices.Clone(limit.Owned), slices.Clone(limit.Tenures)
+	}
+}
+
+// resumeAt returns where a whole read for a claim of limit at now starts,
+// if not at the head: for aheadMaxAge at most, and only for claims of the
+// partitions and tenures it was found in, since the keys it holds were
+// read with them.
+func (a *readAhead) resumeAt(limit events.ClaimLimit, now time.Time) (headResume, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r := a.resume
+	ok := r.after != nil && a.ordered == limit.Ordered && slices.Equal(a.owned, limit.Owned) &&
+		slices.Equal(a.tenures, limit.Tenures) && now.Sub(r.at) < aheadMaxAge
+	return r, ok
 }
 
 // fromAhead serves a claim from the read-ahead, planned against q: ok is

@@ -127,3 +127,7 @@ func SetSequenceAnomaly(s *Store, f func(kind string, n int)) { s.sequenceAnomal
 
 // SplitClaim reports whether s reads the lane by index (MongoDB's way).
 func SplitClaim(s *Store) bool { return s.splitClaim }
+
+// SetMaxHeadRead bounds the events one claim's read goes through, so that
+// a test reaches the bound with a small lane.
+func SetMaxHeadRead(s *Store, n int) { s.headReadMax = n }

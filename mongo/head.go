@@ -3,6 +3,7 @@ package mongo
 import (
 	"context"
 	"fmt"
+	"maps"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -50,8 +51,11 @@ type head struct {
 }
 
 // maxHeadRead bounds the documents one claim's read goes through: past it
-// the claim takes what it found, and the next goes on from the head,
-// which by then has fewer events to go past (parked, stamped).
+// the claim takes what it found, and the next read goes on from where it
+// stopped (readAhead.resumeAt), with the keys it held: events held for
+// now (behind one in flight or backing off) are read and left NEW, and
+// more of them than the bound at the head would otherwise stop every
+// claim before anything it may take.
 const maxHeadRead = 1 << 16
 
 // readHead reads the claim's lane in claim order (createdAt, then _id)
@@ -79,15 +83,24 @@ func (s *Store) readHead(ctx context.Context, now time.Time, limit events.ClaimL
 			r.share = shareOf(limit.Owned)
 		}
 	}
-	r.plan = plan.New(s.snapshot(now, limit, q, r.aheadMax))
 	r.withBackoff = q.withBackoff
 	if !s.splitClaim && s.usePartitionReads(ctx, now) {
+		r.plan = plan.New(s.snapshot(now, limit, q, r.aheadMax))
 		return h, r.readByPartition(ctx)
 	}
+	if at, ok := s.ahead.resumeAt(limit, time.Now()); ok {
+		r.after, r.resumed = at.after, true
+		q.held = maps.Clone(q.held)
+		maps.Copy(q.held, at.held)
+	}
+	r.plan = plan.New(s.snapshot(now, limit, q, r.aheadMax))
 	for {
 		next, err := r.page(ctx)
 		if err != nil || !next {
 			r.finish()
+			if err == nil {
+				r.noteResume()
+			}
 			if !s.splitClaim {
 				s.partitionReads.readWhole(r.outcome().Outside, err, r.sharedAndFull(), now)
 			}
@@ -114,6 +127,7 @@ func (s *Store) snapshot(now time.Time, limit events.ClaimLimit, q headQuery, ah
 // read by partition are parked by partition (byPartition).
 func (s *Store) outcomeHead(out plan.Outcome, byPartition bool, h *head) {
 	h.docs, h.ahead, h.held = out.Batch, out.Ahead, out.Held
+	h.parking.uncapped = s.splitClaim
 	h.more = h.more || out.More
 	for _, pk := range out.Park {
 		at := -1
@@ -178,6 +192,32 @@ type headReader struct {
 	// (FerretDB, partitionreads.go).
 	byPartition bool
 	partition   int
+	// resumed says the read began where the last one stopped at
+	// r.s.maxRead() (readAhead.resumeAt).
+	resumed bool
+}
+
+// noteResume keeps where the next whole read starts: where this one
+// stopped, when it went through maxHeadRead events without filling its
+// batch, with every key it held or took (a key whose event it took and
+// whose claim fails must not be taken past either); still there when a
+// read that began there filled its batch; the head again when one reached
+// the end of the lane.
+func (r *headReader) noteResume() {
+	out := r.outcome()
+	switch {
+	case !r.plan.Full() && out.Read >= r.s.maxRead():
+		held := maps.Clone(out.Held)
+		for _, doc := range out.Batch {
+			if key, ok := events.OrderingKey(doc); ok {
+				held[key] = true
+			}
+		}
+		r.s.ahead.resumeFrom(headResume{after: r.after, held: held, at: time.Now()}, r.limit)
+	case r.resumed && !r.h.ended:
+	default:
+		r.s.ahead.resumeFrom(headResume{}, r.limit)
+	}
 }
 
 func (r *headReader) outcome() plan.Outcome { return r.plan.Outcome() }
@@ -193,7 +233,7 @@ func (r *headReader) page(ctx context.Context) (next bool, err error) {
 	// FerretDB, where each page sorts the whole lane again, the second
 	// has no limit and is read as far as needed: a head the claim reads
 	// past costs two sorts, not one per page.
-	pageLimit := min(r.window()<<r.pages, maxHeadRead)
+	pageLimit := min(r.window()<<r.pages, r.s.maxRead())
 	if !r.s.splitClaim && r.pages > 0 {
 		pageLimit = 0
 	}
@@ -244,9 +284,9 @@ func (r *headReader) page(ctx context.Context) (next bool, err error) {
 			// A find that ended at its limit may have more after it, and
 			// the others' next documents may sort after that: the page
 			// ends here, and unless the batch is full the next reads on.
-			return !full && read < maxHeadRead, nil
+			return !full && read < r.s.maxRead(), nil
 		}
-		if !full && read >= maxHeadRead {
+		if !full && read >= r.s.maxRead() {
 			r.h.more = true
 			return false, nil
 		}
@@ -358,4 +398,12 @@ func firstOf(cursors []*cursorHead) *cursorHead {
 		}
 	}
 	return first
+}
+
+// maxRead is maxHeadRead, or the bound a test set.
+func (s *Store) maxRead() int {
+	if s.headReadMax > 0 {
+		return s.headReadMax
+	}
+	return maxHeadRead
 }

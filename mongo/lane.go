@@ -304,24 +304,32 @@ func (s *Store) loadParked(ctx context.Context, owned []bool, now time.Time) (fu
 // misfiledMax bounds the misfiled events one claim reads.
 const misfiledMax = 100
 
-// misfiled reads NEW events whose stored partition no lane names (not a
-// whole number from 0 to Partitions-1): no claim's lane reads them, so
-// the claim that looks for them fails them (events.CheckManaged). One
-// find on the lane index, every parkedReload, on MongoDB only: FerretDB's
-// claims read by status, and meet them at the head.
+// misfiled reads NEW events that no claim's lane reads: a stored
+// partition no lane names (not a whole number from 0 to Partitions-1), or
+// a parked other than true (outside the lane's parked: null, and never
+// unparked). The claim that looks for them fails them
+// (events.CheckManaged). Two finds on the lane index, every parkedReload,
+// on MongoDB only: FerretDB's claims read by status and parked: {$ne:
+// true}, and meet them at the head.
 func (s *Store) misfiled(ctx context.Context) ([]bson.Raw, error) {
-	filter := bson.D{
+	var docs []bson.Raw
+	for _, filter := range []bson.D{{
 		{Key: events.FieldStatus, Value: events.StatusNew},
 		{Key: events.FieldParked, Value: nil},
 		{Key: events.FieldPartition, Value: bson.D{{Key: "$nin", Value: lanePartitions(nil)}}},
-	}
-	cur, err := s.coll.Find(ctx, filter, options.Find().SetLimit(misfiledMax).SetHint(laneIndex))
-	if err != nil {
-		return nil, fmt.Errorf("find misfiled events: %w", err)
-	}
-	var docs []bson.Raw
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, fmt.Errorf("read misfiled events: %w", err)
+	}, {
+		{Key: events.FieldStatus, Value: events.StatusNew},
+		{Key: events.FieldParked, Value: bson.D{{Key: "$nin", Value: bson.A{nil, true}}}},
+	}} {
+		cur, err := s.coll.Find(ctx, filter, options.Find().SetLimit(misfiledMax).SetHint(laneIndex))
+		if err != nil {
+			return nil, fmt.Errorf("find misfiled events: %w", err)
+		}
+		var found []bson.Raw
+		if err := cur.All(ctx, &found); err != nil {
+			return nil, fmt.Errorf("read misfiled events: %w", err)
+		}
+		docs = append(docs, found...)
 	}
 	return docs, nil
 }

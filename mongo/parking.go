@@ -30,6 +30,9 @@ type parking struct {
 	// update, which FerretDB does not have).
 	stamp   map[int][]any
 	stamped int
+	// uncapped parks every event a whole read found, where an $in is
+	// matched through an index (MongoDB): parkMax is FerretDB's.
+	uncapped bool
 }
 
 // parkID is an event to park, and its partition.
@@ -38,8 +41,8 @@ type parkID struct {
 	partition int
 }
 
-// parkMax bounds the events one claim parks for each reason, and stamps,
-// where it did not read by partition: an $in of more ids costs FerretDB,
+// parkMax bounds the events one claim parks for each reason on FerretDB,
+// and stamps, where it did not read by partition: an $in of more ids costs FerretDB,
 // which matches it in Go against every NEW event, more than the reads it
 // spares. The rest are read and left out by the next claims, which park
 // them in turn. A read by partition (FerretDB, partitionreads.go) parks
@@ -54,7 +57,7 @@ func (p *parking) addPark(reason string, at, partition int, id any) {
 	if p.park == nil {
 		p.park, p.parked = map[string]map[int][]parkID{}, map[string]int{}
 	}
-	if at < 0 && p.parked[reason] >= parkMax {
+	if at < 0 && !p.uncapped && p.parked[reason] >= parkMax {
 		return
 	}
 	if p.park[reason] == nil {
@@ -146,7 +149,7 @@ type unwrittenParks struct {
 func (u *unwrittenParks) put(p parking) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.p = parking{park: p.park, parked: p.parked}
+	u.p = parking{park: p.park, parked: p.parked, uncapped: p.uncapped}
 }
 
 func (u *unwrittenParks) take() parking {

@@ -94,6 +94,8 @@ type Store struct {
 	txnOpts *options.TransactionOptionsBuilder
 	// heldWindow is heldWindow but in tests of the bound.
 	heldWindow int
+	// headReadMax is maxHeadRead where above 0 (tests).
+	headReadMax int
 	// readConcern is the level the commands timedFind sends carry: a
 	// command run through RunCommand gets none from the client.
 	readConcern string

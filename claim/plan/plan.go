@@ -217,6 +217,9 @@ func (p *Planner) Classify(doc bson.Raw) int {
 	p.out.Read++
 	_, stored, err := events.StoredPartition(doc)
 	p.out.Outside = p.out.Outside || err != nil || !stored
+	if err == nil {
+		err = events.CheckLane(doc)
+	}
 	if err == nil && !stored && p.s.Stamp {
 		// Any replica's: stored, the event leaves this replica's lane.
 		p.out.Stamp = append(p.out.Stamp, doc)
@@ -225,8 +228,10 @@ func (p *Planner) Classify(doc bson.Raw) int {
 		return Skip
 	}
 	if err != nil {
-		// Misfiled (a stored partition not the hash's): failed by the
-		// claim that reads it (events.CheckManaged).
+		// Misfiled (a stored partition not the hash's), or a value that
+		// would keep it out of every lane or parked for good: failed by
+		// the claim that reads it (events.CheckManaged), whatever holds
+		// its key.
 		return Take
 	}
 	key, keyed := events.OrderingKey(doc)

@@ -61,6 +61,16 @@ func randomLane(r *rand.Rand) lane {
 		default:
 			d = append(d, bson.E{Key: events.FieldPartition, Value: int32(p)})
 		}
+		switch r.IntN(40) {
+		case 0: // a producer's own parked, which no lane reads
+			d = append(d, bson.E{Key: events.FieldParked, Value: false})
+		case 1: // an aggregateType no parked key can be cut back into
+			for i := range d {
+				if d[i].Key == events.FieldAggregateType {
+					d[i].Value = "or\x00der"
+				}
+			}
+		}
 		if r.IntN(3) == 0 {
 			d = append(d, bson.E{Key: "pad", Value: strings.Repeat("p", r.IntN(400))})
 		}
@@ -214,7 +224,7 @@ func checkLimits(t *testing.T, seed uint64, l lane, out plan.Outcome) {
 	var want []bson.Raw
 	for _, d := range l.docs[index(l.docs, out.Ahead[0]) : end+1] {
 		// A misfiled event is the claim's where the read named its lanes.
-		if l.snap.Owned == nil || l.snap.Owned[events.Partition(d)] || misfiled(d) && l.snap.LaneOwned {
+		if l.snap.Owned == nil || l.snap.Owned[events.Partition(d)] || wrongPartition(d) && l.snap.LaneOwned {
 			want = append(want, d)
 		}
 	}
@@ -254,10 +264,14 @@ func checkPrefixes(t *testing.T, seed uint64, l lane, taken []bson.Raw) {
 	}
 }
 
-// misfiled reports whether d's stored partition is not its own: a claim
+// misfiled reports whether d fails events.CheckLane (a stored partition
+// not its own, a parked not true, a NUL byte in aggregateType): a claim
 // takes such an event only to fail it (events.CheckManaged), and the
 // claim's write then holds back the later events of its key in the batch.
-func misfiled(d bson.Raw) bool {
+func misfiled(d bson.Raw) bool { return events.CheckLane(d) != nil }
+
+// wrongPartition reports whether d's stored partition is not its own.
+func wrongPartition(d bson.Raw) bool {
 	_, _, err := events.StoredPartition(d)
 	return err != nil
 }
