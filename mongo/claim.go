@@ -307,7 +307,9 @@ func (s *Store) claimIn(ctx context.Context, lease events.Lease, ids []any, part
 	} else {
 		update = bson.D{{Key: "$set", Value: set}, {Key: "$inc", Value: bson.D{{Key: events.FieldAttempts, Value: 1}}}}
 	}
-	update = append(update, bson.E{Key: "$unset", Value: bson.D{{Key: events.FieldRetryAt, Value: ""}}})
+	// skipped too: left by a requeue of an earlier version, it would keep
+	// the event from holding its aggregate if it fails again.
+	update = append(update, bson.E{Key: "$unset", Value: bson.D{{Key: events.FieldRetryAt, Value: ""}, {Key: events.FieldSkipped, Value: ""}}})
 	res, err := s.coll.UpdateMany(ctx, filter, update)
 	if err != nil {
 		return 0, err

@@ -171,9 +171,14 @@ func (s *Store) heldKeys(ctx context.Context, now time.Time, failedHolds, backin
 	}).SetBatchSize(heldBatch)
 	queries := []heldQuery{{filter: bson.D{{Key: events.FieldStatus, Value: events.StatusProcessing}}}}
 	if failedHolds {
-		// Skipped events hold nothing: left out by the server where it can.
+		// Skipped events hold nothing: left out by the server where it
+		// can. skipped's $ne is FerretDB's, which pushes it down to
+		// PostgreSQL and decodes none of them; skippedAt's null, which it
+		// matches in Go, is MongoDB's, and leaves out the events skipped
+		// before skipped was written.
 		queries = append(queries, heldQuery{filter: bson.D{
 			{Key: events.FieldStatus, Value: events.StatusFailed},
+			{Key: events.FieldSkipped, Value: bson.D{{Key: "$ne", Value: true}}},
 			{Key: events.FieldSkippedAt, Value: nil},
 		}, failed: true})
 	}
