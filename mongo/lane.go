@@ -42,7 +42,10 @@ const unparkChunk = 200
 type parkedKeys struct {
 	mu     sync.Mutex
 	keys   map[string]*parkedKey
-	loaded []bool // the partitions whose parked events were read
+	// loaded is the tenure each partition's parked events were read
+	// under (0: not read): a partition lost and taken again between two
+	// claims is read again, since another owner parked in it meanwhile.
+	loaded []int64
 	// loadedAt is when the last full read began (zero: never).
 	loadedAt time.Time
 }
@@ -199,47 +202,58 @@ func (c *parkedKeys) stepDone(step unparkStep) {
 		if k == nil {
 			continue
 		}
-		k.unparking--
-		if k.unparking <= 0 && k.parksNothing() {
+		k.unparking = max(k.unparking-1, 0)
+		if k.unparking == 0 && k.parksNothing() {
 			delete(c.keys, key)
 		}
 	}
 }
 
 // toLoad returns the owned partitions whose parked events are not known
-// yet (all of them when the last full read is older than parkedReload,
-// and then full), and forgets the keys of the partitions no longer owned.
-func (c *parkedKeys) toLoad(owned []bool, now time.Time) (ps []int, full bool) {
+// under the tenure held (all of them when the last full read is older
+// than parkedReload, and then full), and forgets the keys of the
+// partitions no longer owned, or owned under another tenure since.
+func (c *parkedKeys) toLoad(owned []bool, tenures []int64, now time.Time) (ps []int, full bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.loaded == nil || now.Sub(c.loadedAt) >= parkedReload {
-		c.loaded, c.loadedAt, full = make([]bool, events.Partitions), now, true
-		// What is parked is read again; a key whose unpark steps are
-		// queued holds until they are written, whatever the read finds.
-		maps.DeleteFunc(c.keys, func(_ string, k *parkedKey) bool { return k.unparking <= 0 })
+		// What is parked is read again, and unparked anew: the queued
+		// steps of what is read go too (Store.loadParked).
+		c.loaded, c.keys, c.loadedAt, full = make([]int64, events.Partitions), nil, now, true
 	}
 	for p := range events.Partitions {
 		mine := owned == nil || owned[p]
-		switch {
-		case mine && !c.loaded[p]:
-			ps = append(ps, p)
-		case !mine && c.loaded[p]:
-			c.loaded[p] = false
+		if mine && c.loaded[p] == tenureOf(tenures, p) || !mine && c.loaded[p] == 0 {
+			continue
+		}
+		if c.loaded[p] != 0 {
+			c.loaded[p] = 0
 			for key := range c.keys {
 				if partitionOfKey(key) == p {
 					delete(c.keys, key)
 				}
 			}
 		}
+		if mine {
+			ps = append(ps, p)
+		}
 	}
 	return ps, full
 }
 
-func (c *parkedKeys) markLoaded(ps []int) {
+// tenureOf is the tenure partition p is held under: 1 without tenures.
+func tenureOf(tenures []int64, p int) int64 {
+	if p < len(tenures) && tenures[p] != 0 {
+		return tenures[p]
+	}
+	return 1
+}
+
+func (c *parkedKeys) markLoaded(ps []int, tenures []int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, p := range ps {
-		c.loaded[p] = true
+		c.loaded[p] = tenureOf(tenures, p)
 	}
 }
 
@@ -256,11 +270,12 @@ func partitionOfKey(key string) int {
 // have parked events: one projected find, on the lane index on MongoDB.
 // full reports a full read (every parkedReload), when the claim also looks
 // for misfiled events.
-func (s *Store) loadParked(ctx context.Context, owned []bool, now time.Time) (full bool, err error) {
-	ps, full := s.parked.toLoad(owned, now)
+func (s *Store) loadParked(ctx context.Context, owned []bool, tenures []int64, now time.Time) (full bool, err error) {
+	ps, full := s.parked.toLoad(owned, tenures, now)
 	if len(ps) == 0 {
 		return full, nil
 	}
+	s.unparking.dropPartitions(ps)
 	filter := bson.D{
 		{Key: events.FieldStatus, Value: events.StatusNew},
 		{Key: events.FieldParked, Value: true},
@@ -297,7 +312,7 @@ func (s *Store) loadParked(ctx context.Context, owned []bool, now time.Time) (fu
 	if err := cur.Err(); err != nil {
 		return full, fmt.Errorf("read parked events: %w", err)
 	}
-	s.parked.markLoaded(ps)
+	s.parked.markLoaded(ps, tenures)
 	return full, nil
 }
 

@@ -39,7 +39,7 @@ func (s *Store) findClaimable(ctx context.Context, now time.Time, limit events.C
 			return nil, false, err
 		}
 	}
-	full, err := s.loadParked(ctx, limit.Owned, time.Now())
+	full, err := s.loadParked(ctx, limit.Owned, limit.Tenures, time.Now())
 	if err != nil {
 		s.noteReplySizes(ctx, nil, err)
 		return nil, false, err

@@ -79,6 +79,15 @@ func (q *unparkQueue) next() (unparkStep, bool) {
 	return q.steps[0], true
 }
 
+// dropPartitions drops the steps in partitions ps: their parked events
+// are being read again (parkedKeys.toLoad), and a claim unparks what it
+// finds anew, with the keys it names as they are now.
+func (q *unparkQueue) dropPartitions(ps []int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.steps = slices.DeleteFunc(q.steps, func(st unparkStep) bool { return slices.Contains(ps, st.partition) })
+}
+
 // done drops the first step, once written.
 func (q *unparkQueue) done() {
 	q.mu.Lock()
