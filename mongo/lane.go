@@ -40,8 +40,8 @@ const unparkChunk = 200
 // it owns, by ordering key (a key with none is an event without one:
 // unkeyedPrefix and its type).
 type parkedKeys struct {
-	mu     sync.Mutex
-	keys   map[string]*parkedKey
+	mu   sync.Mutex
+	keys map[string]*parkedKey
 	// loaded is the tenure each partition's parked events were read
 	// under (0: not read): a partition lost and taken again between two
 	// claims is read again, since another owner parked in it meanwhile.
