@@ -15,44 +15,48 @@ import (
 // what it knows of the parked events of its partitions, by key (a type's
 // unkeyed events under plan.UnkeyedPrefix).
 //
-// Its invariant, in the model without knobs: a key stays in the cache,
-// and so keeps holding its later events, from the moment an event of it
-// is parked until every unpark step that puts its parked events back in
-// the lane has been written. A release queues the steps of the types
-// resumed, then each key's own step last, which unparks whatever of the
-// key is parked, so what a claim parks of a key while its release is
-// under way is unparked with the rest, as long as the key's step is
-// still to come; what is parked after that waits for the next release.
-// And a key is not released while a park write of its events may still
-// land (landing): a park that lands after the key's unpark would leave an
+// As in the store since issue 40's fix of hole 2: a released key stays,
+// as being unparked (plan.Snapshot.Unparking: its events held, neither
+// taken nor parked), until every unpark step naming it is written or
+// dropped. And, beyond the store (the hole this checker found): a key is
+// not released while a park write of its events may still land
+// (landing), since a park that lands after the key's unpark leaves an
 // event parked behind no cached key.
 type parkedCache struct {
 	keys     map[string]*parkedEntry
 	loadedAt ms // on the replica's clock
-	early    bool
-	// landing counts, by key, the park writes that may still land;
-	// straggling (the knob StragglingPark) releases keys regardless, as
-	// the store does.
-	landing    map[string]int
-	straggling bool
+	// early (hole 2) forgets a key when its unpark is queued; straggling
+	// releases keys whatever their parks in flight, and byKey counts a
+	// written step against whatever entry its keys name now, as the store
+	// does.
+	early, straggling, byKey bool
+	// landing counts, by key, the park writes that may still land.
+	landing map[string]int
 	// trace tells the story of the traced aggregate's key.
 	trace func(key, format string, args ...any)
 }
 
 type parkedEntry struct {
-	key    string
-	paused map[string]bool // types its events were parked for
-	held   bool            // some parked behind a hold
-	// releasing: its unpark steps are queued (pending of them not
-	// written yet; keyPending: its own step among them); reparked: a
-	// claim parked more of it after its own step.
-	releasing, keyPending, reparked bool
-	pending                         int
+	key       string
+	paused    map[string]bool // types its events were parked for
+	held      bool            // some parked behind a hold
+	unparking int             // queued steps naming it
 }
 
-// Has is what the plan asks: does key have parked events?
+func (e *parkedEntry) parksNothing() bool { return len(e.paused) == 0 && !e.held }
+
+// Has is what the plan asks of Parked: does key have parked events?
 func (c *parkedCache) Has(key string) bool {
-	return c.keys[key] != nil && !strings.HasPrefix(key, plan.UnkeyedPrefix)
+	e := c.keys[key]
+	return e != nil && !e.parksNothing() && !strings.HasPrefix(key, plan.UnkeyedPrefix)
+}
+
+// unparkingView is the keys being unparked (plan.Snapshot.Unparking).
+type unparkingView struct{ c *parkedCache }
+
+func (v unparkingView) Has(key string) bool {
+	e := v.c.keys[key]
+	return e != nil && e.unparking > 0
 }
 
 func (c *parkedCache) add(key, typ, reason string) {
@@ -64,15 +68,12 @@ func (c *parkedCache) add(key, typ, reason string) {
 		e = &parkedEntry{key: key, paused: map[string]bool{}}
 		c.keys[key] = e
 	}
-	if e.releasing && !e.keyPending {
-		e.reparked = true
-	}
 	if reason == events.ParkedPaused {
 		e.paused[typ] = true
 	} else {
 		e.held = true
 	}
-	c.trace(key, "cache: add %s %s releasing %v keyPending %v reparked %v", typ, reason, e.releasing, e.keyPending, e.reparked)
+	c.trace(key, "cache: add %s %s, unparking %d", typ, reason, e.unparking)
 }
 
 // partitionOfKey is the partition a cache key's events are in; -1 for a
@@ -96,79 +97,86 @@ func (c *parkedCache) forget(p int) {
 
 // unparkStep is one write of an unpark (mongo/unpark.go): the events of a
 // resumed type, or of released keys, parked in one partition, under the
-// term the replica held it with when it queued the step.
+// term the replica held it with when it queued the step; keys are the
+// keys it names, and holds until written. covers are the cache entries
+// it counts against: entries, not keys, so that a step queued under an
+// earlier term of its partition never settles the entry the partition's
+// parked keys were read into under a later one.
 type unparkStep struct {
-	typ    string   // a resumed type's events parked for it, or
-	keys   []string // the events of these keys, whatever they were parked for
+	typ    string // a resumed type's events parked for it, or else
+	held   bool   // the events of keys, whatever they were parked for
+	keys   []string
 	p      int
 	term   int64
 	covers []*parkedEntry
 }
 
-// released takes what nothing holds any more (no type of it paused, no
-// FAILED event holding it) and cuts it into steps in the owned
-// partitions: a step per partition for each resumed type, then one per
-// partition for the released keys. With the knob early (hole 2) the keys
-// leave the cache at once, and only keys parked behind a hold get a step
-// of their own, as in the store before its fix; otherwise every key
-// leaves when its last step is written.
+// released finds what nothing holds any more (no type of it paused, no
+// FAILED event holding it, no park of it that may still land) and cuts
+// it into steps in the owned partitions: one per partition for each
+// resumed type, naming the type's keys there (its unkeyed events: every
+// partition), then one per partition for the keys parked behind a hold.
 func (c *parkedCache) released(paused, failed map[string]bool, terms []int64) []*unparkStep {
-	var types []string
-	byP := map[int][]*parkedEntry{}
+	free := func(k string, e *parkedEntry) bool {
+		return !e.parksNothing() && !failed[k] && !stillPaused(e, paused) && !c.parking(k)
+	}
+	found := false
+	for k, e := range c.keys { // only whether there is one: order does not matter
+		if found = free(k, e); found {
+			break
+		}
+	}
+	if !found {
+		return nil
+	}
+	keysOf := map[string][]string{} // by type
+	held := map[int][]string{}      // by partition
 	for _, k := range slices.Sorted(maps.Keys(c.keys)) {
 		e := c.keys[k]
-		if e.releasing || failed[k] || stillPaused(e, paused) || c.parking(k) {
+		if !free(k, e) {
 			continue
 		}
 		for t := range e.paused {
-			types = append(types, t)
+			keysOf[t] = append(keysOf[t], k)
 		}
-		if p := partitionOfKey(k); p >= 0 && terms[p] != 0 && (e.held || !c.early) {
-			byP[p] = append(byP[p], e)
+		if p := partitionOfKey(k); e.held && p >= 0 && terms[p] != 0 {
+			held[p] = append(held[p], k)
 		}
+		c.trace(k, "cache: released")
 		if c.early {
 			delete(c.keys, k)
-		}
-	}
-	slices.Sort(types)
-	types = slices.Compact(types)
-	var steps []*unparkStep
-	for _, t := range types {
-		for p, term := range terms {
-			if term != 0 {
-				steps = append(steps, &unparkStep{typ: t, p: p, term: term})
-			}
-		}
-	}
-	for _, p := range slices.Sorted(maps.Keys(byP)) {
-		st := &unparkStep{p: p, term: terms[p]}
-		for _, e := range byP[p] {
-			st.keys = append(st.keys, e.key)
-		}
-		steps = append(steps, st)
-	}
-	if c.early {
-		return steps
-	}
-	for _, k := range slices.Sorted(maps.Keys(c.keys)) {
-		e := c.keys[k]
-		if e.releasing || failed[k] || stillPaused(e, paused) || c.parking(k) {
 			continue
 		}
-		e.releasing = true
-		p := partitionOfKey(k)
-		for _, st := range steps {
-			if st.typ != "" && e.paused[st.typ] && (p < 0 || p == st.p) || slices.Contains(st.keys, k) {
-				e.pending++
-				e.keyPending = e.keyPending || st.typ == ""
+		e.paused, e.held = map[string]bool{}, false
+	}
+	var steps []*unparkStep
+	for _, t := range slices.Sorted(maps.Keys(keysOf)) {
+		for p, term := range terms {
+			if term == 0 {
+				continue
+			}
+			st := &unparkStep{typ: t, p: p, term: term}
+			for _, k := range keysOf[t] {
+				if q := partitionOfKey(k); q < 0 || q == p {
+					st.keys = append(st.keys, k)
+				}
+			}
+			steps = append(steps, st)
+		}
+	}
+	for _, p := range slices.Sorted(maps.Keys(held)) {
+		steps = append(steps, &unparkStep{held: true, keys: held[p], p: p, term: terms[p]})
+	}
+	for _, st := range steps {
+		for _, k := range st.keys {
+			if e := c.keys[k]; e != nil {
+				e.unparking++
 				st.covers = append(st.covers, e)
 			}
 		}
-		c.trace(k, "cache: release, %d steps", e.pending)
-		e.paused, e.held = map[string]bool{}, false
-		if e.pending == 0 {
-			c.finish(e)
-		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(c.keys)) {
+		c.settled(k) // released with no step to wait for (no partition held)
 	}
 	return steps
 }
@@ -184,29 +192,36 @@ func stillPaused(e *parkedEntry, paused map[string]bool) bool {
 
 // written notes that st was written (or dropped with its partition).
 func (c *parkedCache) written(st *unparkStep) {
-	for _, e := range st.covers {
-		if st.typ == "" {
-			e.keyPending = false
+	if c.byKey {
+		for _, k := range st.keys {
+			if e := c.keys[k]; e != nil {
+				e.unparking--
+				c.settled(k)
+			}
 		}
-		if e.pending--; e.pending == 0 {
-			c.finish(e)
+		return
+	}
+	for _, e := range st.covers {
+		e.unparking--
+		c.trace(e.key, "cache: step %q held %v in %d done, %d to go", st.typ, st.held, st.p, e.unparking)
+		if c.keys[e.key] == e {
+			c.settled(e.key)
 		}
 	}
 	st.covers = nil
 }
 
-// finish ends e's release: it leaves the cache, unless a claim parked
-// more of it after its own step, which the next release unparks.
-func (c *parkedCache) finish(e *parkedEntry) {
-	if c.keys[e.key] != e {
-		return // reloaded or forgotten since
+// settled forgets k once nothing of it is parked or being unparked, and
+// no park of it may still land.
+func (c *parkedCache) settled(k string) {
+	if e := c.keys[k]; e != nil && e.unparking <= 0 && e.parksNothing() {
+		if c.parking(k) {
+			e.held = true // the park may land: unparked by a later release
+			return
+		}
+		c.trace(k, "cache: unparked")
+		delete(c.keys, k)
 	}
-	c.trace(e.key, "cache: released, reparked %v", e.reparked)
-	if e.reparked || c.parking(e.key) {
-		e.releasing, e.reparked, e.keyPending, e.held = false, false, false, true
-		return
-	}
-	delete(c.keys, e.key)
 }
 
 // parking reports whether a park write of key's events may still land.

@@ -94,12 +94,17 @@ func (db *db) insert(agg int, keyed bool, typ string, pad int) {
 	n := len(db.docs)
 	d := &doc{id: fmt.Sprintf("e%05d", n), typ: typ, createdAt: db.s.now, partition: -1,
 		pad: pad, status: statusNew, worker: -1, m: &meta{}}
+	// The partition as the producer helper stores it (events.Partition):
+	// the key's, or the _id's for an event without one.
+	d.partition = events.PartitionOf(d.id)
 	if keyed {
 		d.aggType, d.aggID = []string{"order", "cart"}[agg%2], fmt.Sprint("a", agg)
 		d.key = events.Key(d.aggType, d.aggID)
+		d.partition = events.PartitionOf(d.key)
 	}
-	d.partition = events.Partition(d.encode())
-	d.raw = nil
+	if p := events.Partition(d.encode()); p != d.partition {
+		panic(fmt.Sprintf("partition %d, events.Partition says %d", d.partition, p))
+	}
 	db.docs = append(db.docs, d)
 	db.byID[d.id] = d
 	db.s.or.inserted(d)

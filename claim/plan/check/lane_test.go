@@ -83,6 +83,7 @@ func (r *replica) snapshot(c *claim, now ms, ahead int) plan.Snapshot {
 		Now: timeOf(now), Ordered: true, Owned: c.owned,
 		Events: r.s.cfg.batch, Bytes: r.s.cfg.bytes, Ahead: ahead,
 		Held: held, Failed: c.holds.failed, Parked: &r.cache, Paused: c.paused,
+		Unparking:   unparkingView{&r.cache},
 		WithBackoff: r.s.cfg.ferret, LaneOwned: !r.s.cfg.ferret,
 	}
 }

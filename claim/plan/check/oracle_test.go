@@ -45,7 +45,7 @@ func (o *oracle) inserted(d *doc) {
 		if st.p != d.partition {
 			continue
 		}
-		if slices.Contains(st.keys, d.key) || st.typ != "" && slices.ContainsFunc(earlier, func(e *doc) bool {
+		if slices.Contains(st.keys, d.key) || !st.held && slices.ContainsFunc(earlier, func(e *doc) bool {
 			return e.status == statusNew && e.parked && e.parkedFor == events.ParkedPaused && e.typ == st.typ
 		}) {
 			o.s.c.ResumeDuringUnpark++

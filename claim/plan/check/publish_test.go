@@ -12,6 +12,7 @@ type pubBatch struct {
 	keys                        []string
 	token                       int64
 	pausedAt, heldAt, claimedAt ms
+	behind                      map[int]bool // won behind a lost event of its key: not published
 }
 
 // What became of one event of a batch.
@@ -68,6 +69,10 @@ func (p *publisher) round(b *pubBatch, rounds [][]int, i int, out []int, stopped
 	}
 	var send []int
 	for _, j := range rounds[i] {
+		if b.behind[j] {
+			stopped[b.docs[j].key] = true
+			continue
+		}
 		if k := b.docs[j].key; k == "" || !stopped[k] {
 			send = append(send, j)
 		}

@@ -44,6 +44,7 @@ func newReplica(s *sim, id int) *replica {
 		loaded: make([]bool, partitions), leaving: make([]bool, partitions),
 		inflight: make([]ms, partitions), parkEnd: make([]ms, partitions), held: map[string]int{}}
 	r.cache.early, r.cache.straggling = s.knobs.EarlyRelease, s.knobs.StragglingPark
+	r.cache.byKey = s.knobs.StaleSteps
 	r.cache.landing = map[string]int{}
 	r.cache.trace = func(key, format string, args ...any) {
 		if s.traceAgg != "" && strings.HasSuffix(key, "\x00"+s.traceAgg) {
@@ -339,13 +340,16 @@ func (r *replica) unpark(c *claim, n int) {
 		return
 	}
 	st := r.unparks[0]
+	if r.s.knobs.StaleSteps && r.terms[st.p] != 0 && !r.leaving[st.p] {
+		st.term = r.terms[st.p] // the store drops a step only if not owned now
+	}
 	terms := make([]int64, partitions)
 	terms[st.p] = st.term
 	u := &update{name: "unpark", match: func(d *doc) bool {
 		if d.status != statusNew || !d.parked || d.partition != st.p {
 			return false
 		}
-		if st.typ != "" {
+		if !st.held {
 			return d.parkedFor == events.ParkedPaused && d.typ == st.typ
 		}
 		return slices.Contains(st.keys, plan.ParkedKey(d.encode()))
@@ -362,9 +366,14 @@ func (r *replica) unpark(c *claim, n int) {
 		}
 		r.unpark(c, n-1)
 	}, nil)
-	if !sent {
+	switch {
+	case sent:
+	case r.terms[st.p] != st.term || r.leaving[st.p]:
+		// Its partition is gone: the next owner reads its parked events.
 		r.unparks = r.unparks[1:]
 		r.cache.written(st)
 		r.unpark(c, n)
+	default:
+		r.readLane(c) // too little of the term left to write it: later
 	}
 }

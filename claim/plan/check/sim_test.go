@@ -40,6 +40,14 @@ type Knobs struct {
 	// hole this checker found (docs/ordering.md, The interleaving
 	// checker).
 	StragglingPark bool
+	// PartialClaim: a claim that won an event but lost an earlier one of
+	// its key to another write publishes it (hole 3, first part).
+	PartialClaim bool
+	// StaleSteps: an unpark step queued before its partition was lost
+	// and taken again is written under the new term, and a written step
+	// counts against whatever cache entry its keys name now, as the store
+	// does (mongo/lane.go stepDone): a suspicion this checker raised.
+	StaleSteps bool
 }
 
 // Counters are how often a run reached the states the known holes need.
@@ -57,6 +65,9 @@ type Counters struct {
 	// ParkAcrossGiveBack: a give-back decided while a park write in the
 	// partition could still land.
 	ParkAcrossGiveBack int
+	// WonBehindLost: a claim write won an event but lost an earlier one
+	// of its key (hole 3's first part); not one of the four required.
+	WonBehindLost int
 }
 
 func (c *Counters) add(o Counters) {
@@ -64,6 +75,7 @@ func (c *Counters) add(o Counters) {
 	c.ResumeDuringUnpark += o.ResumeDuringUnpark
 	c.LateClaimReply += o.LateClaimReply
 	c.ParkAcrossGiveBack += o.ParkAcrossGiveBack
+	c.WonBehindLost += o.WonBehindLost
 }
 
 // Result is one seed's run.

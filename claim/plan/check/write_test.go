@@ -127,14 +127,25 @@ func (r *replica) writeClaim(c *claim, out plan.Outcome, then func()) {
 		if len(won) != len(ids) {
 			r.ahead.drop()
 		}
+		// An event lost to another write holds its key (the store since
+		// issue 40's fix of hole 3): what the claim won behind it goes
+		// back unpublished. With the knob PartialClaim it is published.
 		var docs []*doc
+		lost, behind := map[string]bool{}, map[int]bool{}
 		for _, id := range ids {
-			if slices.Contains(won, id) {
-				docs = append(docs, r.s.db.byID[id])
+			d := r.s.db.byID[id]
+			if !slices.Contains(won, id) {
+				lost[d.key] = d.key != ""
+				continue
 			}
+			if lost[d.key] {
+				r.s.c.WonBehindLost++
+				behind[len(docs)] = !r.s.knobs.PartialClaim
+			}
+			docs = append(docs, d)
 		}
 		if len(docs) > 0 {
-			b := &pubBatch{docs: docs, token: token, pausedAt: c.pausedAt, heldAt: c.heldAt, claimedAt: r.s.now}
+			b := &pubBatch{docs: docs, token: token, pausedAt: c.pausedAt, heldAt: c.heldAt, claimedAt: r.s.now, behind: behind}
 			for _, d := range docs {
 				if d.key != "" {
 					b.keys = append(b.keys, d.key)
