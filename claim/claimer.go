@@ -2,8 +2,6 @@ package claim
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -381,28 +379,4 @@ func (c *Claimer) claim(ctx context.Context, lease *events.Lease) (res events.Cl
 	}
 	res.More = more
 	return res, wrote, err
-}
-
-func newToken() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
-// pauseLog logs once when claiming pauses and once when it resumes, rather
-// than on every tick of an outage.
-type pauseLog struct{ paused bool }
-
-func (p *pauseLog) log(logger *slog.Logger, why error) {
-	if !p.paused {
-		logger.Warn("claiming paused", "error", why)
-		p.paused = true
-	}
-}
-
-func (p *pauseLog) resume(logger *slog.Logger) {
-	if p.paused {
-		logger.Info("claiming resumed")
-		p.paused = false
-	}
 }

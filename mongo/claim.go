@@ -10,7 +10,6 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/outboxrelay/outbox/events"
 )
@@ -355,84 +354,6 @@ func truncateError(s string) string { return events.Truncate(s, lastErrorMaxByte
 
 // setOnly is an update that sets fields and nothing else.
 func setOnly(fields ...bson.E) bson.D { return bson.D{{Key: "$set", Value: bson.D(fields)}} }
-
-func (s *Store) findLeased(ctx context.Context, lease events.Lease, limit int) ([]events.Claimed, error) {
-	filter := bson.D{
-		{Key: events.FieldStatus, Value: events.StatusProcessing},
-		{Key: events.FieldClaimToken, Value: lease.Token},
-		{Key: events.FieldWorkerID, Value: lease.WorkerID},
-	}
-	opts := options.Find().SetBatchSize(s.findBatch(limit))
-	cur, err := s.coll.Find(ctx, filter, opts)
-	if err != nil {
-		return nil, fmt.Errorf("find claimed events: %w", err)
-	}
-	defer closeCursor(ctx, cur)
-	var out []events.Claimed
-	for cur.Next(ctx) {
-		doc := make(bson.Raw, len(cur.Current))
-		copy(doc, cur.Current)
-		out = append(out, claimed(doc))
-	}
-	if err := cur.Err(); err != nil {
-		return nil, fmt.Errorf("read claimed events: %w", err)
-	}
-	return out, nil
-}
-
-// replyBudget bounds the bytes of documents one reply of a claim's find
-// carries. MongoDB caps a reply batch at 16 MiB itself; FerretDB does not,
-// and a reply over the driver's message limit (48 MB) fails the find
-// whatever the byte bound of the batch, every time: a backlog of large
-// documents would stall.
-const replyBudget = 16 << 20
-
-// findBatch is the batch size of a claim's finds: one reply for a whole
-// batch of ordinary documents, fewer documents per reply once the claims
-// have met large ones.
-func (s *Store) findBatch(limit int) int32 { return s.capBatch(oneBatch(limit)) }
-
-// capBatch lowers a batch size n so that a reply of the largest documents
-// the claims have met stays within replyBudget.
-func (s *Store) capBatch(n int32) int32 {
-	if largest := s.largestDoc.Load(); largest > 0 {
-		n = min(n, int32(max(1, replyBudget/largest)))
-	}
-	return n
-}
-
-// noteReplySizes keeps what findBatch needs: the largest document a
-// successful claim read. After a find failed, for any reason but a
-// shutdown, the next claim reads one document per reply, since a reply
-// too large to read fails the same way every time; the claim after a
-// success goes back to whole batches. That includes a find cut off by its
-// deadline: FerretDB takes minutes to build a reply of a few hundred
-// megabytes (measured in docs/performance.md, Large replies on FerretDB),
-// so the first claim of large documents times out rather than failing on
-// the reply's size. One document per reply costs round trips, not server
-// work.
-func (s *Store) noteReplySizes(ctx context.Context, docs []bson.Raw, err error) {
-	if err != nil {
-		if !errors.Is(ctx.Err(), context.Canceled) {
-			s.largestDoc.Store(replyBudget)
-		}
-		return
-	}
-	var largest int64
-	for _, d := range docs {
-		largest = max(largest, int64(len(d)))
-	}
-	s.largestDoc.Store(largest)
-}
-
-// oneBatch is the batch size that returns up to limit documents in the
-// find's reply alone: one more than the limit, because a server whose
-// first batch comes back exactly full may keep the cursor open (FerretDB
-// does), and the driver then spends a getMore round trip to learn that
-// nothing follows.
-func oneBatch(limit int) int32 {
-	return int32(min(limit+1, 1<<20))
-}
 
 func claimed(doc bson.Raw) events.Claimed {
 	c := events.Claimed{Doc: doc}

@@ -197,29 +197,6 @@ type headReader struct {
 	resumed bool
 }
 
-// noteResume keeps where the next whole read starts: where this one
-// stopped, when it went through maxHeadRead events without filling its
-// batch, with every key it held or took (a key whose event it took and
-// whose claim fails must not be taken past either); still there when a
-// read that began there filled its batch; the head again when one reached
-// the end of the lane.
-func (r *headReader) noteResume() {
-	out := r.outcome()
-	switch {
-	case !r.plan.Full() && out.Read >= r.s.maxRead():
-		held := maps.Clone(out.Held)
-		for _, doc := range out.Batch {
-			if key, ok := events.OrderingKey(doc); ok {
-				held[key] = true
-			}
-		}
-		r.s.ahead.resumeFrom(headResume{after: r.after, held: held, at: time.Now()}, r.limit)
-	case r.resumed && !r.h.ended:
-	default:
-		r.s.ahead.resumeFrom(headResume{}, r.limit)
-	}
-}
-
 func (r *headReader) outcome() plan.Outcome { return r.plan.Outcome() }
 
 // finish hands the plan's outcome to the head read.
@@ -398,12 +375,4 @@ func firstOf(cursors []*cursorHead) *cursorHead {
 		}
 	}
 	return first
-}
-
-// maxRead is maxHeadRead, or the bound a test set.
-func (s *Store) maxRead() int {
-	if s.headReadMax > 0 {
-		return s.headReadMax
-	}
-	return maxHeadRead
 }

@@ -349,60 +349,6 @@ func (s *Store) misfiled(ctx context.Context) ([]bson.Raw, error) {
 	return docs, nil
 }
 
-// unparkedIn selects the NEW events ids that are not parked, within
-// partition (none: -1): every equality FerretDB pushes down first.
-func unparkedIn(partition int, ids []any) bson.D {
-	filter := bson.D{
-		{Key: events.FieldStatus, Value: events.StatusNew},
-		{Key: events.FieldParked, Value: bson.D{{Key: "$ne", Value: true}}},
-	}
-	if partition >= 0 {
-		filter = append(filter, bson.E{Key: events.FieldPartition, Value: int32(partition)})
-	}
-	return append(filter, bson.E{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: ids}}})
-}
-
-// park parks the NEW events ids for reason. Events read by partition are
-// parked by partition: FerretDB pushes the equality down, and matches the
-// $in in Go against that partition's lane only, not against every NEW
-// event.
-func (s *Store) park(ctx context.Context, reason string, partition int, ids []any) error {
-	filter := unparkedIn(partition, ids)
-	update := setOnly(
-		bson.E{Key: events.FieldParked, Value: true},
-		bson.E{Key: events.FieldParkedFor, Value: reason},
-	)
-	if _, err := s.coll.UpdateMany(ctx, filter, update); err != nil {
-		return fmt.Errorf("park %d events (%s): %w", len(ids), reason, err)
-	}
-	return nil
-}
-
-// stampPartitions stores the partition of events written without one, in
-// one update: a pipeline whose $switch gives each _id its partition.
-func (s *Store) stampPartitions(ctx context.Context, byPartition map[int][]any) error {
-	var ids, branches bson.A
-	for _, p := range slices.Sorted(maps.Keys(byPartition)) {
-		ids = append(ids, byPartition[p]...)
-		branches = append(branches, bson.D{
-			{Key: "case", Value: bson.D{{Key: "$in", Value: bson.A{"$" + events.FieldID, bson.A(byPartition[p])}}}},
-			{Key: "then", Value: int32(p)},
-		})
-	}
-	filter := bson.D{
-		{Key: events.FieldStatus, Value: events.StatusNew},
-		{Key: events.FieldPartition, Value: nil},
-		{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: ids}}},
-	}
-	pipeline := bson.A{bson.D{{Key: "$set", Value: bson.D{{Key: events.FieldPartition, Value: bson.D{
-		{Key: "$switch", Value: bson.D{{Key: "branches", Value: branches}, {Key: "default", Value: nil}}},
-	}}}}}}
-	if _, err := s.coll.UpdateMany(ctx, filter, pipeline); err != nil {
-		return fmt.Errorf("store the partition of %d events: %w", len(ids), err)
-	}
-	return nil
-}
-
 // ownedList lists the partitions owned marks, nil for every partition.
 func ownedList(owned []bool) []int {
 	if owned == nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/outboxrelay/outbox/events"
 )
@@ -73,4 +74,30 @@ func (s *Store) unclaimBehind(ctx context.Context, lease events.Lease, claimed [
 		return nil, fmt.Errorf("put back %d events behind one the claim did not win: %w", len(behind), err)
 	}
 	return kept, nil
+}
+
+// findLeased reads back what lease holds: the events a claim that did not
+// win all it read won.
+func (s *Store) findLeased(ctx context.Context, lease events.Lease, limit int) ([]events.Claimed, error) {
+	filter := bson.D{
+		{Key: events.FieldStatus, Value: events.StatusProcessing},
+		{Key: events.FieldClaimToken, Value: lease.Token},
+		{Key: events.FieldWorkerID, Value: lease.WorkerID},
+	}
+	opts := options.Find().SetBatchSize(s.findBatch(limit))
+	cur, err := s.coll.Find(ctx, filter, opts)
+	if err != nil {
+		return nil, fmt.Errorf("find claimed events: %w", err)
+	}
+	defer closeCursor(ctx, cur)
+	var out []events.Claimed
+	for cur.Next(ctx) {
+		doc := make(bson.Raw, len(cur.Current))
+		copy(doc, cur.Current)
+		out = append(out, claimed(doc))
+	}
+	if err := cur.Err(); err != nil {
+		return nil, fmt.Errorf("read claimed events: %w", err)
+	}
+	return out, nil
 }
