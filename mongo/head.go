@@ -134,7 +134,7 @@ func (s *Store) outcomeHead(out plan.Outcome, byPartition bool, h *head) {
 		if byPartition {
 			at = events.Partition(pk.Doc)
 		}
-		h.parking.addPark(pk.Reason, at, events.Partition(pk.Doc), rawID(pk.Doc.Lookup(events.FieldID)))
+		h.parking.addPark(pk.Reason, at, events.Partition(pk.Doc), pk.Key, rawID(pk.Doc.Lookup(events.FieldID)))
 		s.parked.add(pk.Key, typeOf(pk.Doc), pk.Reason, stamped(pk.Doc))
 	}
 	for _, doc := range out.Stamp {

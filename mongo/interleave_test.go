@@ -393,9 +393,13 @@ func (r *interleaving) operateFailed(ctx context.Context) error {
 	return err
 }
 
-// giveBack moves a partition of an aggregate to another replica.
+// giveBack moves a partition of an aggregate to another replica: half the
+// time one that a replica has read in and not written yet.
 func (r *interleaving) giveBack() {
 	p := events.PartitionOf(events.Key("order", fmt.Sprint("k", r.rng.IntN(checkKeys))))
+	if rep := r.replicas[r.rng.IntN(checkReplicas)]; len(rep.docs) > 0 && r.rng.IntN(2) == 0 {
+		p = events.Partition(rep.docs[r.rng.IntN(len(rep.docs))])
+	}
 	r.owner[p] = (r.owner[p] + 1 + r.rng.IntN(checkReplicas-1)) % checkReplicas
 	r.tenure[p]++
 }

@@ -63,6 +63,9 @@ type parkedKey struct {
 	// events as if nothing were released, since an earlier event of it
 	// is still parked (unparkQueue).
 	unparking int
+	// doubtUntil is when a park of its events whose write failed can no
+	// longer land: it is not released before (inDoubt).
+	doubtUntil time.Time
 }
 
 // parksNothing reports whether k is known only for its unpark steps.
@@ -152,12 +155,12 @@ type release struct {
 // them: each stays held until the unpark steps of its events are written
 // (unparking, stepDone), so that a later event of it written meanwhile
 // is parked behind them, not claimed before them.
-func (c *parkedKeys) released(paused, failed map[string]bool) release {
+func (c *parkedKeys) released(paused, failed map[string]bool, now time.Time) release {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r := release{unstamped: map[string]bool{}, keysOf: map[string][]string{}}
 	for key, k := range c.keys {
-		if failed[key] || k.stillPaused(paused) || k.parksNothing() {
+		if failed[key] || k.stillPaused(paused) || k.parksNothing() || now.Before(k.doubtUntil) {
 			continue
 		}
 		for t := range k.paused {
@@ -176,6 +179,18 @@ func (c *parkedKeys) released(paused, failed map[string]bool) release {
 		slices.Sort(keys)
 	}
 	return r
+}
+
+// inDoubt holds keys, whose park's write failed, until until: the write
+// may still land, and an unpark written before it would be undone.
+func (c *parkedKeys) inDoubt(keys []string, until time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, key := range keys {
+		if k := c.keys[key]; k != nil && until.After(k.doubtUntil) {
+			k.doubtUntil = until
+		}
+	}
 }
 
 // unparking notes the steps queued to unpark what released returned: each

@@ -42,6 +42,7 @@ type parking struct {
 type parkID struct {
 	id        any
 	partition int
+	key       string // its parked key (plan.ParkedKey)
 }
 
 // parkMax bounds the events one claim parks for each reason on FerretDB,
@@ -56,7 +57,7 @@ const parkMax = 1000
 
 // addPark notes the event id of partition, read in at (-1: a whole
 // read), to park for reason.
-func (p *parking) addPark(reason string, at, partition int, id any) {
+func (p *parking) addPark(reason string, at, partition int, key string, id any) {
 	if p.park == nil {
 		p.park, p.parked = map[string]map[int][]parkID{}, map[string]int{}
 	}
@@ -66,7 +67,7 @@ func (p *parking) addPark(reason string, at, partition int, id any) {
 	if p.park[reason] == nil {
 		p.park[reason] = map[int][]parkID{}
 	}
-	p.park[reason][at] = append(p.park[reason][at], parkID{id: id, partition: partition})
+	p.park[reason][at] = append(p.park[reason][at], parkID{id: id, partition: partition, key: key})
 	if at < 0 {
 		p.parked[reason]++
 	}
@@ -178,9 +179,35 @@ func (s *Store) WriteParked(ctx context.Context, limit events.ClaimLimit) ([]int
 	}
 	err := s.fencedIn(ctx, limit, ps, func(ctx context.Context) error { return p.writeParks(ctx, s) })
 	if err != nil {
+		// A park in doubt may still land until its deadline: its keys are
+		// not unparked before, or an unpark written first would leave
+		// the park's events parked with nothing to unpark them.
+		until, ok := ctx.Deadline()
+		if !ok {
+			until = time.Now()
+		}
+		s.parked.inDoubt(p.keys(), until.Add(parkDoubtMargin))
 		return ps, asTimeout(err)
 	}
 	return ps, nil
+}
+
+// parkDoubtMargin is how long past its deadline a park in doubt is
+// taken to be able to land: the server's tail of a write, as a give-back
+// allows for.
+const parkDoubtMargin = time.Second
+
+// keys are the parked keys of what is to park.
+func (p *parking) keys() []string {
+	var keys []string
+	for _, byAt := range p.park {
+		for _, ids := range byAt {
+			for _, x := range ids {
+				keys = append(keys, x.key)
+			}
+		}
+	}
+	return keys
 }
 
 // Forget drops what the last read found to park: the claimer could not

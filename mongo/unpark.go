@@ -162,7 +162,7 @@ func partitionsOf(owned []bool) []int {
 // type resumed, a FAILED event requeued or skipped), then writes the
 // queued steps for its share of ctx's time.
 func (s *Store) unparkReleased(ctx context.Context, owned []bool, paused, failed map[string]bool) {
-	if r := s.parked.released(paused, failed); len(r.types) > 0 || len(r.held) > 0 {
+	if r := s.parked.released(paused, failed, time.Now()); len(r.types) > 0 || len(r.held) > 0 {
 		steps := unparkSteps(owned, r)
 		s.parked.unparking(steps)
 		s.unparking.add(steps)
