@@ -202,7 +202,7 @@ func TestCheckerFindsKnownHoles(t *testing.T) {
 // first deliveries in the same order, the same final states, the same
 // commands.
 func TestInterleavingsReplay(t *testing.T) {
-	for seed := range uint64(20) {
+	for seed := range uint64(8) {
 		a, b := Run(seed, Knobs{}), Run(seed, Knobs{})
 		if a != b {
 			t.Errorf("seed %d ran twice: %+v, then %+v", seed, a, b)
