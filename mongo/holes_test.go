@@ -50,10 +50,11 @@ func TestByteCutKeepsTheCutEventFirst(t *testing.T) {
 	})
 }
 
-// aggregateIn returns an aggregate id of type order whose partition is p.
-func aggregateIn(p int) string {
+// aggregateIn returns an aggregate id of type order whose partition is
+// p, other than those of not.
+func aggregateIn(p int, not ...string) string {
 	for i := 0; ; i++ {
-		if id := fmt.Sprint("agg", i); events.PartitionOf(events.Key("order", id)) == p {
+		if id := fmt.Sprint("agg", i); events.PartitionOf(events.Key("order", id)) == p && !slices.Contains(not, id) {
 			return id
 		}
 	}
@@ -84,8 +85,8 @@ func TestResumeHoldsUntilItsUnparkIsWritten(t *testing.T) {
 		for i := 0; i < 3*events.Partitions && len(got) < 2; i++ {
 			got = append(got, claimLane(t, s, fmt.Sprint("r", i), limit)...)
 		}
-		if !slices.Equal(got, []string{"k1", "k2"}) {
-			t.Errorf("claimed in turn %v, want [k1 k2]", got)
+		if !slices.Equal(got, []string{"x0", "k1", "k2"}) {
+			t.Errorf("claimed in turn %v, want [x0 k1 k2]", got)
 		}
 	})
 }
@@ -204,4 +205,46 @@ func TestParkingUncappedOnMongoDB(t *testing.T) {
 	if got := parkedFor(t, coll)[events.ParkedPaused]; got != 1500 {
 		t.Errorf("one claim parked %d of 1,500 paused events, want all", got)
 	}
+}
+
+// TestPartitionRetakenReadsParkedAgain: a replica that lost a partition
+// and took it back between two of its claims reads the partition's parked
+// events again: the other owner parked k1 meanwhile, and k2, written
+// after, waits behind it. Before: the replica kept the parked keys it had
+// read under its first tenure and claimed k2 while k1 was parked
+// ("claimed in turn [x0 k2]").
+func TestPartitionRetakenReadsParkedAgain(t *testing.T) {
+	t.Parallel()
+	eachClaimStrategy(t, func(t *testing.T, a *mongo.Store, coll *driver.Collection) {
+		b := mongo.New(coll.Database().Client(), mongo.Config{Database: coll.Database().Name(), Collection: coll.Name()})
+		if err := b.Prepare(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		mongo.SetSplitClaim(b, mongo.SplitClaim(a))
+		id := aggregateIn(7)
+		held := func(tenure int64) events.ClaimLimit {
+			owned, tenures := make([]bool, events.Partitions), make([]int64, events.Partitions)
+			owned[7], tenures[7] = true, tenure
+			return events.ClaimLimit{Events: 10, Ordered: true, FailedHolds: true, Owned: owned, Tenures: tenures}
+		}
+		other := aggregateIn(7, id)
+		insert(t, coll, laneEvent("x0", "order.created", other, 0))
+		var got []string
+		got = append(got, claimLane(t, a, "a1", held(1))...) // a reads partition 7's parked keys: none
+		insert(t, coll, laneEvent("k1", "bulk.import", id, 0))
+		pause(t, b, "bulk.import")
+		mongo.SetPausedMaxAge(b, 0)
+		got = append(got, claimLane(t, b, "b1", held(2))...) // b, owner under tenure 2, parks k1
+		if ok, err := b.Resume(t.Context(), "bulk.import"); err != nil || !ok {
+			t.Fatalf("Resume = %t, %v", ok, err)
+		}
+		insert(t, coll, laneEvent("k2", "order.created", id, 10))
+		mongo.SetPausedMaxAge(a, 0)
+		for i := range 4 { // a, owner again under tenure 3
+			got = append(got, claimLane(t, a, fmt.Sprint("a", i+2), held(3))...)
+		}
+		if !slices.Equal(got, []string{"x0", "k1", "k2"}) {
+			t.Errorf("claimed in turn %v, want [x0 k1 k2]", got)
+		}
+	})
 }
