@@ -54,6 +54,8 @@ type Store interface {
 	Holders(ctx context.Context, now time.Time, failedHolds bool, limit int) ([]events.Holder, bool, error)
 	PublishedPerMinute(ctx context.Context, since, now time.Time) ([]int64, error)
 	Actions(ctx context.Context, limit int) ([]mongo.Action, error)
+	ActionByID(ctx context.Context, id bson.ObjectID) (mongo.Action, error)
+	Touched(ctx context.Context, action bson.ObjectID, ids []any) ([]any, error)
 	PausedTypes(ctx context.Context) ([]events.Pause, error)
 }
 
@@ -80,8 +82,8 @@ const (
 	RefreshDefault  = 5 * time.Second
 	// ActionMaxDefault is the most events one action touches.
 	ActionMaxDefault = 1000
-	// ActionMaxLimit bounds Config.ActionMax: a selection travels in the
-	// preview's form.
+	// ActionMaxLimit bounds Config.ActionMax: a preview's ids are held
+	// in memory and recorded whole in the audit.
 	ActionMaxLimit = 10000
 	// ActionsPerMinuteDefault and SignInFailuresPerMinuteDefault are
 	// the rate limits of Config.
@@ -186,6 +188,10 @@ type Config struct {
 	// selects the oldest ActionMax of its events, and the rest wait for
 	// another action. Defaults to ActionMaxDefault.
 	ActionMax int
+	// PreviewTTL is how long a preview may be confirmed: the console
+	// holds its ids for the user who asked until then, or until it is
+	// used. Defaults to PreviewTTLDefault.
+	PreviewTTL time.Duration
 	// Archetype is the logger and the clock: the database server's time,
 	// which ages and the held test compare with.
 	service.Archetype
@@ -200,6 +206,7 @@ func (c *Config) setDefaults() {
 	c.ActionsPerMinute = cmp.Or(c.ActionsPerMinute, ActionsPerMinuteDefault)
 	c.SignInFailuresPerMinute = cmp.Or(c.SignInFailuresPerMinute, SignInFailuresPerMinuteDefault)
 	c.ActionTimeout = cmp.Or(c.ActionTimeout, ActionTimeoutDefault)
+	c.PreviewTTL = cmp.Or(c.PreviewTTL, PreviewTTLDefault)
 	c.BasePath = strings.TrimRight(c.BasePath, "/")
 }
 
@@ -221,6 +228,7 @@ func (c Config) Validate() error {
 		rule.Check("ActionsPerMinute", c.ActionsPerMinute >= 1, c.ActionsPerMinute, "at least 1"),
 		rule.Check("SignInFailuresPerMinute", c.SignInFailuresPerMinute >= 1, c.SignInFailuresPerMinute, "at least 1"),
 		rule.Check("ActionTimeout", c.ActionTimeout >= time.Second, c.ActionTimeout, "at least 1s"),
+		rule.Check("PreviewTTL", c.PreviewTTL >= time.Minute, c.PreviewTTL, "at least 1m"),
 	)
 }
 
@@ -237,6 +245,8 @@ type Console struct {
 	// actions limits the actions of each operator, signIns the failed
 	// sign-ins of each client address.
 	actions, signIns *limiter
+	// previews holds what each preview showed until it is confirmed.
+	previews *previewBook
 	// acted is when this console last requeued or skipped events
 	// (UnixNano, by Config.Now): a list its source read before that is
 	// not shown (kept).
@@ -256,6 +266,7 @@ func New(cfg Config) (*Console, error) {
 	}
 	c.actions = newLimiter(cfg.ActionsPerMinute, time.Minute, time.Now)
 	c.signIns = newLimiter(cfg.SignInFailuresPerMinute, time.Minute, time.Now)
+	c.previews = newPreviewBook(cfg.PreviewTTL, cfg.Local)
 	if c.pages, err = parsePages(); err != nil {
 		return nil, err
 	}
@@ -270,6 +281,7 @@ func New(cfg Config) (*Console, error) {
 	c.route("/failures", "/api/failures", "failures", c.failures)
 	c.route("/held", "/api/held", "held", c.held)
 	c.route("/audit", "/api/audit", "audit", c.audit)
+	c.route("/audit/{id}", "/api/audit/{id}", "action", c.auditRecord)
 	c.mux.HandleFunc("GET /api/published", func(w http.ResponseWriter, r *http.Request) { c.serveJSON(w, r, c.published) })
 	if c.writes() {
 		c.route("/requeue", "/api/requeue", "confirm", c.confirmRequeue)

@@ -77,11 +77,14 @@ func TestActionsHaveADeadline(t *testing.T) {
 	}
 }
 
-// halfDone is a Writer whose requeue changes 3 events, says so, then
-// fails.
+// halfDone is a Writer whose requeue changes the first 3 events it is
+// given (stamped with the action), says so, then fails.
 type halfDone struct{ *fakeStore }
 
 func (h halfDone) Requeue(_ context.Context, f mongo.RequeueFilter, _ bool) (int, error) {
+	h.mu.Lock()
+	h.stamp(f.Action, f.Selected[:3])
+	h.mu.Unlock()
 	f.Progress(3)
 	return 3, errors.New("requeue events (3 done): connection reset")
 }
@@ -91,12 +94,14 @@ func (h halfDone) Requeue(_ context.Context, f mongo.RequeueFilter, _ bool) (int
 func TestPartialFailureIsAudited(t *testing.T) {
 	t.Parallel()
 	store := newFakeStore(t)
+	store.matching = 5
 	srv, _ := serveConfig(t, console.Config{Token: token, Writer: halfDone{store}}, false)
-	code, body, _ := request(t, srv, http.MethodPost, "/events/evil-1/requeue", "ana", token, url.Values{"reason": {"x"}}, nil)
+	_, page, _ := request(t, srv, http.MethodGet, "/requeue?cause=x&reason=", "ana", token, nil, nil)
+	code, body, _ := request(t, srv, http.MethodPost, "/requeue", "ana", token, url.Values{"preview": {previewIn(t, page)}, "reason": {"x"}}, nil)
 	if code == http.StatusSeeOther || !strings.Contains(body, "connection reset") {
 		t.Errorf("a requeue that failed half way = %d, want the error shown: %s", code, body)
 	}
-	if a := store.actions; len(a) != 1 || a[0].State != mongo.ActionFailed || a[0].Count != 3 || !strings.Contains(a[0].Error, "connection reset") {
-		t.Errorf("audit = %+v, want failed with the 3 done and why", a)
+	if a := store.actions; len(a) != 1 || a[0].State != mongo.ActionFailed || a[0].Count != 3 || a[0].Planned != 5 || !strings.Contains(a[0].Error, "connection reset") {
+		t.Errorf("audit = %+v, want failed with the 3 of 5 done and why", a)
 	}
 }

@@ -416,7 +416,7 @@ func attemptsOf(doc bson.Raw) []events.AttemptError {
 var titles = map[string]string{
 	"overview": "Overview", "events": "Events", "event": "Event",
 	"failures": "Failures by cause", "held": "Held aggregates",
-	"audit": "Audit", "confirm": "Preview an action",
+	"audit": "Audit", "confirm": "Preview an action", "action": "An action",
 }
 
 // statusClass is the CSS class of a status.
