@@ -72,15 +72,34 @@ func peer(r *http.Request) netip.Addr {
 	return ap.Addr().Unmap()
 }
 
-// trusted reports whether the request's peer is a trusted proxy.
+// trusted reports whether the request comes from a trusted proxy: its
+// peer is one of TrustedProxies and, when ProxySecret is set, it sends
+// the secret.
 func (c *Console) trusted(r *http.Request) bool {
-	p := peer(r)
-	for _, prefix := range c.cfg.TrustedProxies {
-		if prefix.Contains(p) {
-			return true
+	if !c.trustedAddr(peer(r)) {
+		return false
+	}
+	if c.cfg.ProxySecret == "" {
+		return true
+	}
+	sent := sha256.Sum256([]byte(r.Header.Get(c.cfg.ProxySecretHeader)))
+	return subtle.ConstantTimeCompare(sent[:], c.proxy[:]) == 1
+}
+
+// warnBroadProxies warns when TrustedProxies include loopback or every
+// address: then any process on this host, or anyone, is a proxy, and
+// only ProxySecret tells the real one.
+func warnBroadProxies(cfg Config) {
+	for _, p := range cfg.TrustedProxies {
+		switch {
+		case p.Bits() == 0:
+			cfg.Logger.Warn("console: TrustedProxies include every address: anyone who reaches the console may pass forwarded headers; list the proxies' own addresses",
+				"trusted_proxy", p.String(), "proxy_secret", cfg.ProxySecret != "")
+		case p.Contains(netip.AddrFrom4([4]byte{127, 0, 0, 1})) || p.Contains(netip.IPv6Loopback()) || p.Masked().Addr().IsLoopback():
+			cfg.Logger.Warn("console: TrustedProxies include loopback: any process on this host is believed as a proxy unless it must send ProxySecret",
+				"trusted_proxy", p.String(), "proxy_secret", cfg.ProxySecret != "")
 		}
 	}
-	return false
 }
 
 // requesterFrom reads where a request comes from: from a trusted proxy,

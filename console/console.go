@@ -89,6 +89,8 @@ const (
 	// the rate limits of Config.
 	ActionsPerMinuteDefault        = 30
 	SignInFailuresPerMinuteDefault = 10
+	// ProxySecretHeaderDefault carries Config.ProxySecret.
+	ProxySecretHeaderDefault = "X-Outbox-Proxy-Secret"
 	// ActionTimeoutDefault bounds an action's request.
 	ActionTimeoutDefault = 20 * time.Second
 	// requestTimeout bounds the queries of one request: a page that
@@ -150,15 +152,27 @@ type Config struct {
 	Identity func(r *http.Request) (user string, ok bool)
 	// IdentityHeader, when set, names the header in which a trusted
 	// proxy (TrustedProxies) passes the user it authenticated, such as
-	// oauth2-proxy's X-Forwarded-User. From any other address the
-	// header is ignored. Requires TrustedProxies.
+	// oauth2-proxy's X-Forwarded-User. From any other address, or
+	// without ProxySecret, the header is ignored. Requires
+	// TrustedProxies and ProxySecret.
 	IdentityHeader string
 	// TrustedProxies are the addresses of the reverse proxies in front
 	// of the console: only from them are X-Forwarded-For (the client's
 	// address, for the audit), X-Forwarded-Host and X-Forwarded-Proto
 	// (the host and scheme a POST's Origin is compared with, and the
-	// host AllowedHosts checks) and IdentityHeader believed.
+	// host AllowedHosts checks) and IdentityHeader believed. New warns
+	// when they include loopback or every address.
 	TrustedProxies []netip.Prefix
+	// ProxySecret is a secret, at least TokenMinLength characters, that
+	// the proxy sends in ProxySecretHeader on every request it forwards.
+	// When set, a request from TrustedProxies is believed only with it:
+	// another process on the proxy's host, or anything else that can
+	// reach the console from a trusted address, cannot pass a user or
+	// forwarded addresses. Required with IdentityHeader. Defaults to "".
+	ProxySecret string
+	// ProxySecretHeader is the header that carries ProxySecret. Defaults
+	// to ProxySecretHeaderDefault.
+	ProxySecretHeader string
 	// AllowedHosts are the Host names the console answers to: "name"
 	// on any port, "name:port", or "*" for any. A request for another
 	// is refused with 421, so that a page of another site whose name
@@ -207,6 +221,7 @@ func (c *Config) setDefaults() {
 	c.SignInFailuresPerMinute = cmp.Or(c.SignInFailuresPerMinute, SignInFailuresPerMinuteDefault)
 	c.ActionTimeout = cmp.Or(c.ActionTimeout, ActionTimeoutDefault)
 	c.PreviewTTL = cmp.Or(c.PreviewTTL, PreviewTTLDefault)
+	c.ProxySecretHeader = http.CanonicalHeaderKey(cmp.Or(c.ProxySecretHeader, ProxySecretHeaderDefault))
 	c.BasePath = strings.TrimRight(c.BasePath, "/")
 }
 
@@ -223,6 +238,10 @@ func (c Config) Validate() error {
 		rule.Check("Writer", c.Writer == nil || c.Token != "" || len(c.Users) > 0 || c.Identity != nil || c.IdentityHeader != "", "set",
 			"with Token, Users, Identity or IdentityHeader: the actions need authentication"),
 		rule.Check("IdentityHeader", c.IdentityHeader == "" || len(c.TrustedProxies) > 0, c.IdentityHeader, "set only with TrustedProxies: the header is believed from them alone"),
+		rule.Check("ProxySecret", c.IdentityHeader == "" || c.ProxySecret != "", "unset",
+			"set with IdentityHeader: the proxy proves itself with it, for an address alone lets any process on its host act as anyone"),
+		rule.Check("ProxySecret", c.ProxySecret == "" || len(c.ProxySecret) >= TokenMinLength, "<redacted>", fmt.Sprintf("at least %d characters", TokenMinLength)),
+		rule.Check("ProxySecret", c.ProxySecret == "" || len(c.TrustedProxies) > 0, "<redacted>", "set only with TrustedProxies"),
 		rule.Check("RequeuePerSecond", c.RequeuePerSecond >= 1, c.RequeuePerSecond, "at least 1"),
 		rule.Check("ActionMax", c.ActionMax >= 1 && c.ActionMax <= ActionMaxLimit, c.ActionMax, fmt.Sprintf("1 to %d", ActionMaxLimit)),
 		rule.Check("ActionsPerMinute", c.ActionsPerMinute >= 1, c.ActionsPerMinute, "at least 1"),
@@ -241,6 +260,7 @@ type Console struct {
 	mux   *http.ServeMux
 	pages map[string]*template.Template
 	token [sha256.Size]byte            // the digest of Config.Token
+	proxy [sha256.Size]byte            // the digest of Config.ProxySecret
 	users map[string][sha256.Size]byte // Config.Users, decoded
 	// actions limits the actions of each operator, signIns the failed
 	// sign-ins of each client address.
@@ -259,7 +279,8 @@ func New(cfg Config) (*Console, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Console{cfg: cfg, mux: http.NewServeMux(), token: sha256.Sum256([]byte(cfg.Token))}
+	c := &Console{cfg: cfg, mux: http.NewServeMux(), token: sha256.Sum256([]byte(cfg.Token)), proxy: sha256.Sum256([]byte(cfg.ProxySecret))}
+	warnBroadProxies(cfg)
 	var err error
 	if c.users, err = userDigests(cfg.Users); err != nil {
 		return nil, err

@@ -64,7 +64,7 @@ func consoleCommand(ctx context.Context, args []string, getenv func(string) stri
 		RequeuePerSecond: cfg.ConsoleRequeueRate, ActionMax: cfg.ConsoleActionMax,
 		ActionsPerMinute: cfg.ConsoleActionsPerMinute, SignInFailuresPerMinute: cfg.ConsoleSignInFailures,
 		Token: cfg.ConsoleToken, Users: cfg.ConsoleUsers, AllowedHosts: cfg.consoleHosts(),
-		TrustedProxies: cfg.ConsoleTrustedProxies, IdentityHeader: cfg.ConsoleIdentityHeader,
+		TrustedProxies: cfg.ConsoleTrustedProxies, IdentityHeader: cfg.ConsoleIdentityHeader, ProxySecret: cfg.ConsoleProxySecret,
 	}
 	if cfg.ConsoleWrites {
 		ccfg.Writer = store

@@ -41,6 +41,11 @@ type ConsoleConfig struct {
 	// and ConsoleIdentityHeader it believes.
 	ConsoleTrustedProxies []netip.Prefix
 	ConsoleIdentityHeader string
+	// ConsoleProxySecret is what the trusted proxies send in
+	// console.ProxySecretHeaderDefault: without it their requests are
+	// believed no more than any other's. Required with
+	// ConsoleIdentityHeader.
+	ConsoleProxySecret string
 	// ConsoleInsecureOpen lets it serve without authentication on an
 	// address other hosts reach.
 	ConsoleInsecureOpen bool
@@ -85,6 +90,15 @@ func consoleSettings() []setting {
 			usage: "header in which a trusted proxy passes the user it authenticated (oauth2-proxy: X-Forwarded-User); needs OUTBOX_CONSOLE_TRUSTED_PROXIES",
 			parse: func(c *Config, v string) error {
 				c.ConsoleIdentityHeader = http.CanonicalHeaderKey(strings.TrimSpace(v))
+				return nil
+			}},
+		{env: "OUTBOX_CONSOLE_PROXY_SECRET", flag: "console-proxy-secret", def: "", forConsole: true, secret: true,
+			usage: "secret, at least 16 characters, the trusted proxies send in the X-Outbox-Proxy-Secret header of every request; required with OUTBOX_CONSOLE_IDENTITY_HEADER, for an address alone lets any process on the proxy's host act as anyone. Prefer the variable: a flag shows in ps",
+			parse: func(c *Config, v string) error {
+				if v != "" && len(v) < console.TokenMinLength {
+					return fmt.Errorf("want at least %d characters (got %d)", console.TokenMinLength, len(v))
+				}
+				c.ConsoleProxySecret = v
 				return nil
 			}},
 		{env: "OUTBOX_CONSOLE_INSECURE_OPEN", flag: "console-insecure-open", def: "false", forConsole: true,
@@ -186,6 +200,8 @@ func (c ConsoleConfig) checkConsole() error {
 		return fmt.Errorf("%w: OUTBOX_CONSOLE_WRITES=true needs OUTBOX_CONSOLE_TOKEN, OUTBOX_CONSOLE_USERS_FILE or OUTBOX_CONSOLE_IDENTITY_HEADER: the console's actions are never open without authentication", ErrUsage)
 	case c.ConsoleIdentityHeader != "" && len(c.ConsoleTrustedProxies) == 0:
 		return fmt.Errorf("%w: OUTBOX_CONSOLE_IDENTITY_HEADER=%s needs OUTBOX_CONSOLE_TRUSTED_PROXIES: the header is believed only from the proxies that set it", ErrUsage, c.ConsoleIdentityHeader)
+	case c.ConsoleIdentityHeader != "" && c.ConsoleProxySecret == "":
+		return fmt.Errorf("%w: OUTBOX_CONSOLE_IDENTITY_HEADER=%s needs OUTBOX_CONSOLE_PROXY_SECRET, which the proxy sends in %s: an address alone lets any process on the proxy's host act as anyone", ErrUsage, c.ConsoleIdentityHeader, console.ProxySecretHeaderDefault)
 	case !c.consoleAuthenticates() && !c.ConsoleInsecureOpen && !loopbackAddr(c.ConsoleAddr):
 		return fmt.Errorf("%w: OUTBOX_CONSOLE_ADDR=%s is reachable from other hosts and the console has no authentication, yet it shows every event's payload: set OUTBOX_CONSOLE_TOKEN or OUTBOX_CONSOLE_USERS_FILE, put it behind an authenticating proxy (OUTBOX_CONSOLE_IDENTITY_HEADER), or say OUTBOX_CONSOLE_INSECURE_OPEN=true", ErrUsage, c.ConsoleAddr)
 	}

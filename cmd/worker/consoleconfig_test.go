@@ -29,7 +29,8 @@ func TestCheckConsole(t *testing.T) {
 		"writes without auth":                {ConsoleConfig{ConsoleAddr: "127.0.0.1:8090", ConsoleWrites: true}, "OUTBOX_CONSOLE_TOKEN"},
 		"writes with users":                  {ConsoleConfig{ConsoleAddr: "127.0.0.1:8090", ConsoleWrites: true, ConsoleUsers: map[string]string{"a": "x"}}, ""},
 		"identity header without proxies":    {ConsoleConfig{ConsoleAddr: "127.0.0.1:8090", ConsoleIdentityHeader: "X-Forwarded-User"}, "OUTBOX_CONSOLE_TRUSTED_PROXIES"},
-		"identity header behind proxies, 0s": {ConsoleConfig{ConsoleAddr: ":8090", ConsoleIdentityHeader: "X-Forwarded-User", ConsoleTrustedProxies: proxies, ConsoleWrites: true}, ""},
+		"identity header behind proxies, 0s": {ConsoleConfig{ConsoleAddr: ":8090", ConsoleIdentityHeader: "X-Forwarded-User", ConsoleTrustedProxies: proxies, ConsoleProxySecret: "proxy-secret-0123456789", ConsoleWrites: true}, ""},
+		"identity header without a secret":   {ConsoleConfig{ConsoleAddr: ":8090", ConsoleIdentityHeader: "X-Forwarded-User", ConsoleTrustedProxies: proxies, ConsoleWrites: true}, "OUTBOX_CONSOLE_PROXY_SECRET"},
 	} {
 		err := tt.cfg.checkConsole()
 		switch {
