@@ -27,6 +27,10 @@ type requester struct {
 	// who is the identity the audit records; "" on a console without
 	// authentication.
 	who string
+	// credential is what authenticated the request, which limits count:
+	// the user for a user's own token, the application's identity or a
+	// proxy's, but the shared token itself (its user name is typed).
+	credential string
 	// from is the client's address: the request's peer, or behind a
 	// trusted proxy the address it forwarded for.
 	from string
@@ -183,32 +187,35 @@ func splitHost(h string) (string, string) {
 // HTTP Basic authentication as one of Users, by their own token; or as
 // anyone who knows the shared Token, whose user name is recorded with
 // "(shared token)", for it is whatever was typed.
-func (c *Console) identify(r *http.Request) (string, bool) {
+// The credential, for the limits, is the identity but for the shared
+// token, which is one credential whatever name is typed.
+func (c *Console) identify(r *http.Request) (who, credential string, ok bool) {
 	if c.cfg.Identity != nil {
 		who, ok := c.cfg.Identity(r)
-		return strings.TrimSpace(who), ok && strings.TrimSpace(who) != ""
+		who = strings.TrimSpace(who)
+		return who, "app:" + who, ok && who != ""
 	}
 	if c.cfg.IdentityHeader != "" && c.trusted(r) {
 		if who := strings.TrimSpace(r.Header.Get(c.cfg.IdentityHeader)); who != "" {
-			return who, true
+			return who, "proxy:" + who, true
 		}
 	}
 	user, pass, ok := r.BasicAuth()
 	if !ok {
-		return "", false
+		return "", "", false
 	}
 	user = strings.TrimSpace(user)
 	sent := sha256.Sum256([]byte(pass))
 	if want, ok := c.users[user]; ok {
-		return user, subtle.ConstantTimeCompare(sent[:], want[:]) == 1
+		return user, "user:" + user, subtle.ConstantTimeCompare(sent[:], want[:]) == 1
 	}
 	if c.cfg.Token != "" && subtle.ConstantTimeCompare(sent[:], c.token[:]) == 1 {
 		if user == "" {
 			user = "anonymous"
 		}
-		return user + " (shared token)", true
+		return user + " (shared token)", "shared token", true
 	}
-	return "", false
+	return "", "", false
 }
 
 // userDigests reads Config.Users: each user's token digest, from hex.
@@ -254,11 +261,26 @@ func withRequester(r *http.Request, rq requester) *http.Request {
 	return r.WithContext(context.WithValue(r.Context(), requesterKey{}, rq))
 }
 
-// clientKey is a client's address without its port, which changes with
-// each connection.
+// clientKey is the network a client's address is in, which failed
+// sign-ins count against: an IPv4 address, or the /64 of an IPv6
+// address (one host or link commonly holds a whole /64, and may change
+// address within it at will). The port, which changes with each
+// connection, is dropped.
 func clientKey(from string) string {
-	if host, _, err := net.SplitHostPort(from); err == nil {
-		return host
+	host := from
+	if h, _, err := net.SplitHostPort(from); err == nil {
+		host = h
 	}
-	return from
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return "net:" + host
+	}
+	if a = a.Unmap(); a.Is6() {
+		return "net:" + netip.PrefixFrom(a, 64).Masked().String()
+	}
+	return "net:" + a.String()
 }
+
+// userKey is the key failed sign-ins as a user name count against, so
+// that many networks guessing one user's token are throttled too.
+func userKey(user string) string { return "user:" + strings.TrimSpace(user) }

@@ -185,13 +185,16 @@ type Config struct {
 	// events a second (mongo.RequeueFilter.PerSecond). Defaults to
 	// RequeuePerSecondDefault.
 	RequeuePerSecond int
-	// ActionsPerMinute is the most actions one operator may start in a
-	// minute; more are refused with 429. Defaults to
+	// ActionsPerMinute is the most actions one credential may start in
+	// a minute (a user, or the shared Token whatever name is typed);
+	// more are refused with 429. Defaults to
 	// ActionsPerMinuteDefault.
 	ActionsPerMinute int
 	// SignInFailuresPerMinute is the most failed sign-ins one client
-	// address may make in a minute; past it every request from there is
-	// refused with 429 until the minute ends. Defaults to
+	// network (an IPv4 address, an IPv6 /64) or one user name may make in
+	// a minute; past it every request from there, or as that user, is
+	// refused with 429 for a minute, then for twice as long at each
+	// new strike (at most an hour). Defaults to
 	// SignInFailuresPerMinuteDefault.
 	SignInFailuresPerMinute int
 	// ActionTimeout bounds an action's request: a requeue still running
@@ -286,7 +289,7 @@ func New(cfg Config) (*Console, error) {
 		return nil, err
 	}
 	c.actions = newLimiter(cfg.ActionsPerMinute, time.Minute, time.Now)
-	c.signIns = newLimiter(cfg.SignInFailuresPerMinute, time.Minute, time.Now)
+	c.signIns = newLimiter(cfg.SignInFailuresPerMinute, time.Minute, time.Now).growing()
 	c.previews = newPreviewBook(cfg.PreviewTTL, cfg.Local)
 	if c.pages, err = parsePages(); err != nil {
 		return nil, err
@@ -341,19 +344,24 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if c.authenticates() {
 		client := clientKey(rq.from)
-		if c.signIns.blocked(client) {
-			writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": "too many failed sign-ins from this address: wait a minute"})
+		user, _, basic := r.BasicAuth()
+		if c.signIns.blocked(client) || basic && c.signIns.blocked(userKey(user)) {
+			writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": "too many failed sign-ins from this network or as this user: wait and try again"})
 			return
 		}
-		who, ok := c.identify(r)
+		who, credential, ok := c.identify(r)
 		if !ok {
 			if r.Header.Get("Authorization") != "" || c.cfg.IdentityHeader != "" && r.Header.Get(c.cfg.IdentityHeader) != "" {
-				c.signIns.allow(client) // a sign-in that failed, not a first request without one
+				// A sign-in that failed, not a first request without one.
+				c.signIns.allow(client)
+				if basic {
+					c.signIns.allow(userKey(user))
+				}
 			}
 			c.unauthorized(w, r)
 			return
 		}
-		rq.who = who
+		rq.who, rq.credential = who, credential
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		switch {
@@ -422,9 +430,10 @@ func (c *Console) servePage(w http.ResponseWriter, r *http.Request, page string,
 		c.cfg.Logger.Warn("console page failed", "path", r.URL.Path, "error", err)
 	}
 	refresh := int(c.cfg.Refresh / time.Second)
-	if page == "confirm" {
+	if page == "confirm" || page == "action" || page == "events" && filtered(r.URL.Query()) {
 		// A preview is what the operator confirms: it must not change,
-		// nor lose the reason typed, under their hands.
+		// nor lose the reason typed, under their hands. A filtered list
+		// is a search the database runs at each read: shown once.
 		refresh = 0
 	}
 	c.render(w, code, page, layout{

@@ -17,16 +17,17 @@ import (
 // minute than allowed is refused, and nothing more is done.
 func TestActionsAreRateLimited(t *testing.T) {
 	t.Parallel()
-	srv, store := serveConfig(t, console.Config{Token: token, ActionsPerMinute: 2}, true)
+	const anaToken, boToken = "ana-token-0123456789", "bo-token-0123456789"
+	srv, store := serveConfig(t, console.Config{Users: map[string]string{"ana": digest(anaToken), "bo": digest(boToken)}, ActionsPerMinute: 2}, true)
 	for i, want := range []int{http.StatusSeeOther, http.StatusSeeOther, http.StatusTooManyRequests} {
-		if code, _, _ := request(t, srv, http.MethodPost, "/events/evil-1/requeue", "ana", token, url.Values{"reason": {"x"}}, nil); code != want {
+		if code, _, _ := request(t, srv, http.MethodPost, "/events/evil-1/requeue", "ana", anaToken, url.Values{"reason": {"x"}}, nil); code != want {
 			t.Errorf("action %d = %d, want %d", i+1, code, want)
 		}
 	}
 	if len(store.requeues) != 2 || len(store.actions) != 2 {
 		t.Errorf("%d requeues, %d records; want the 2 allowed", len(store.requeues), len(store.actions))
 	}
-	if code, _, _ := request(t, srv, http.MethodPost, "/events/evil-1/requeue", "bo", token, url.Values{"reason": {"x"}}, nil); code != http.StatusSeeOther {
+	if code, _, _ := request(t, srv, http.MethodPost, "/events/evil-1/requeue", "bo", boToken, url.Values{"reason": {"x"}}, nil); code != http.StatusSeeOther {
 		t.Errorf("another operator's action = %d, want 303: the limit is per operator", code)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -200,6 +201,21 @@ func replicas(terms []ownership.Term, members []ownership.Member, now time.Time,
 	return out, leader, events.Partitions - owned
 }
 
+// errorSearchMax bounds the text searched in lastError.
+const errorSearchMax = 200
+
+// filtered reports whether an events list's query narrows or pages it:
+// such a list is read at each view (not kept by the sampler), so it is
+// not refreshed.
+func filtered(q url.Values) bool {
+	for _, k := range []string{"type", "aggregate", "error", "cause", "reason", "olderThan", "after"} {
+		if q.Get(k) != "" {
+			return true
+		}
+	}
+	return false
+}
+
 // listStatuses are the statuses the events page lists.
 var listStatuses = []events.Status{events.StatusFailed, events.StatusNew, events.StatusProcessing, events.StatusPublished, events.StatusUnknown}
 
@@ -208,6 +224,11 @@ func (c *Console) events(r *http.Request) (any, error) {
 	status := events.Status(cmp.Or(q.Get("status"), string(events.StatusFailed)))
 	if !slices.Contains(listStatuses, status) {
 		return nil, errBadRequest{fmt.Sprintf("status %q: want FAILED, NEW, PROCESSING, PUBLISHED or unknown", status)}
+	}
+	if text := q.Get("error"); text != "" && status != events.StatusFailed {
+		return nil, errBadRequest{fmt.Sprintf("error: the search of lastError is only on FAILED events (status %s): it runs over every event of its status", status)}
+	} else if len(text) > errorSearchMax {
+		return nil, errBadRequest{fmt.Sprintf("error: at most %d characters (got %d)", errorSearchMax, len(text))}
 	}
 	eq := mongo.EventQuery{
 		Status: status, Type: q.Get("type"), AggregateID: q.Get("aggregate"), ErrorText: q.Get("error"),

@@ -1,0 +1,114 @@
+package console_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/outboxrelay/outbox/console"
+	"github.com/outboxrelay/outbox/service"
+)
+
+// signInFrom sends GET / from remote with HTTP Basic user and pass
+// straight to c, and returns its status.
+func signInFrom(c *console.Console, remote, user, pass string) int {
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	req.RemoteAddr = remote
+	req.SetBasicAuth(user, pass)
+	rec := httptest.NewRecorder()
+	c.ServeHTTP(rec, req)
+	return rec.Code
+}
+
+// TestSignInThrottleKeysOnPrefixAndUser: failed sign-ins count against
+// the client's network (an IPv6 /64, which one host may hold whole) and
+// against the user name tried, so that neither new addresses of one
+// network nor many networks guessing one user's token escape the limit.
+func TestSignInThrottleKeysOnPrefixAndUser(t *testing.T) {
+	t.Parallel()
+	newConsole := func() *console.Console {
+		c, err := console.New(console.Config{
+			Store: newFakeStore(t), Samples: samples{}, SignInFailuresPerMinute: 3,
+			Users:     map[string]string{"ana": digest("ana-token-0123456789"), "bo": digest("bo-token-0123456789")},
+			Archetype: service.Archetype{Logger: quiet},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	c := newConsole()
+	for i := range 3 {
+		remote := "[2001:db8:1:2::" + string(rune('a'+i)) + "]:4000"
+		if code := signInFrom(c, remote, "bo", "guess-guess-guess"); code != http.StatusUnauthorized {
+			t.Fatalf("guess %d = %d, want 401", i+1, code)
+		}
+	}
+	if code := signInFrom(c, "[2001:db8:1:2:ffff::9]:4000", "ana", "ana-token-0123456789"); code != http.StatusTooManyRequests {
+		t.Errorf("another address of the same /64 after 3 failures = %d, want 429", code)
+	}
+	if code := signInFrom(c, "[2001:db8:1:3::1]:4000", "ana", "ana-token-0123456789"); code != http.StatusOK {
+		t.Errorf("another /64 with the right token = %d, want 200", code)
+	}
+
+	c = newConsole()
+	for i := range 3 {
+		remote := "198.51.100." + string(rune('1'+i)) + ":4000"
+		if code := signInFrom(c, remote, "bo", "guess-guess-guess"); code != http.StatusUnauthorized {
+			t.Fatalf("guess %d = %d, want 401", i+1, code)
+		}
+	}
+	if code := signInFrom(c, "203.0.113.50:4000", "bo", "guess-guess-guess"); code != http.StatusTooManyRequests {
+		t.Errorf("a fourth guess of bo's token from a fourth address = %d, want 429", code)
+	}
+	if code := signInFrom(c, "203.0.113.50:4000", "ana", "ana-token-0123456789"); code != http.StatusOK {
+		t.Errorf("ana from that address = %d, want 200: only bo's name is throttled", code)
+	}
+}
+
+// TestSharedTokenActionsAreLimitedPerCredential: with the shared token
+// the user name is whatever was typed, so the action limit counts the
+// token, not the name.
+func TestSharedTokenActionsAreLimitedPerCredential(t *testing.T) {
+	t.Parallel()
+	srv, store := serveConfig(t, console.Config{Token: token, ActionsPerMinute: 2}, true)
+	for i, user := range []string{"ana", "bo", "carla"} {
+		want := http.StatusSeeOther
+		if i == 2 {
+			want = http.StatusTooManyRequests
+		}
+		if code, _, _ := request(t, srv, http.MethodPost, "/events/evil-1/requeue", user, token, url.Values{"reason": {"x"}}, nil); code != want {
+			t.Errorf("action %d, typed as %s = %d, want %d", i+1, user, code, want)
+		}
+	}
+	if len(store.requeues) != 2 {
+		t.Errorf("%d requeues with the shared token, want 2", len(store.requeues))
+	}
+}
+
+// TestErrorSearchIsBounded: the search of lastError, a pattern the
+// database runs over every event of a status, is only on FAILED events
+// and only so long; a filtered list is not refreshed.
+func TestErrorSearchIsBounded(t *testing.T) {
+	t.Parallel()
+	srv, store := setup(t)
+	if code, body, _ := get(t, srv, "/outbox/api/events?status=PUBLISHED&error=timeout"); code != http.StatusBadRequest || !strings.Contains(body, "FAILED") {
+		t.Errorf("an error search of PUBLISHED events = %d, want 400 naming FAILED: %s", code, body)
+	}
+	if code, _, _ := get(t, srv, "/outbox/api/events?status=FAILED&error="+strings.Repeat("x", 201)); code != http.StatusBadRequest {
+		t.Errorf("an error search of 201 characters = %d, want 400", code)
+	}
+	if store.query.ErrorText != "" {
+		t.Errorf("a refused search reached the store: %+v", store.query)
+	}
+	code, body, _ := get(t, srv, "/outbox/events?status=FAILED&error=timeout")
+	if code != http.StatusOK || store.query.ErrorText != "timeout" {
+		t.Fatalf("an error search of FAILED events = %d (query %+v), want it read", code, store.query)
+	}
+	if m := regexp.MustCompile(`data-refresh="(\d+)"`).FindStringSubmatch(body); m == nil || m[1] != "0" {
+		t.Errorf("a filtered list refreshes itself (data-refresh %v), want 0", m)
+	}
+}
