@@ -33,6 +33,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -89,6 +90,8 @@ const (
 	// the rate limits of Config.
 	ActionsPerMinuteDefault        = 30
 	SignInFailuresPerMinuteDefault = 10
+	// ReadsPerUserDefault bounds the requests one user has read at once.
+	ReadsPerUserDefault = 4
 	// ProxySecretHeaderDefault carries Config.ProxySecret.
 	ProxySecretHeaderDefault = "X-Outbox-Proxy-Secret"
 	// ActionTimeoutDefault bounds an action's request.
@@ -205,6 +208,11 @@ type Config struct {
 	// selects the oldest ActionMax of its events, and the rest wait for
 	// another action. Defaults to ActionMaxDefault.
 	ActionMax int
+	// ReadsPerUser is how many requests one credential (or, without
+	// authentication, one client network) may have read at once; more
+	// are refused with 429, so that one operator's tabs cannot hold
+	// every database connection. Defaults to ReadsPerUserDefault.
+	ReadsPerUser int
 	// PreviewTTL is how long a preview may be confirmed: the console
 	// holds its ids for the user who asked until then, or until it is
 	// used. Defaults to PreviewTTLDefault.
@@ -224,6 +232,7 @@ func (c *Config) setDefaults() {
 	c.SignInFailuresPerMinute = cmp.Or(c.SignInFailuresPerMinute, SignInFailuresPerMinuteDefault)
 	c.ActionTimeout = cmp.Or(c.ActionTimeout, ActionTimeoutDefault)
 	c.PreviewTTL = cmp.Or(c.PreviewTTL, PreviewTTLDefault)
+	c.ReadsPerUser = cmp.Or(c.ReadsPerUser, ReadsPerUserDefault)
 	c.ProxySecretHeader = http.CanonicalHeaderKey(cmp.Or(c.ProxySecretHeader, ProxySecretHeaderDefault))
 	c.BasePath = strings.TrimRight(c.BasePath, "/")
 }
@@ -250,6 +259,7 @@ func (c Config) Validate() error {
 		rule.Check("ActionsPerMinute", c.ActionsPerMinute >= 1, c.ActionsPerMinute, "at least 1"),
 		rule.Check("SignInFailuresPerMinute", c.SignInFailuresPerMinute >= 1, c.SignInFailuresPerMinute, "at least 1"),
 		rule.Check("ActionTimeout", c.ActionTimeout >= time.Second, c.ActionTimeout, "at least 1s"),
+		rule.Check("ReadsPerUser", c.ReadsPerUser >= 1, c.ReadsPerUser, "at least 1"),
 		rule.Check("PreviewTTL", c.PreviewTTL >= time.Minute, c.PreviewTTL, "at least 1m"),
 	)
 }
@@ -270,6 +280,8 @@ type Console struct {
 	actions, signIns *limiter
 	// previews holds what each preview showed until it is confirmed.
 	previews *previewBook
+	// reading counts each credential's requests being read.
+	reading inFlight
 	// acted is when this console last requeued or skipped events
 	// (UnixNano, by Config.Now): a list its source read before that is
 	// not shown (kept).
@@ -374,7 +386,44 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	r = withRequester(r, rq)
+	if !strings.HasPrefix(r.URL.Path, "/static/") {
+		reader := cmp.Or(rq.credential, clientKey(rq.from))
+		if !c.reading.enter(reader, c.cfg.ReadsPerUser) {
+			writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": fmt.Sprintf("more than %d requests of yours are being read (ReadsPerUser): wait for them", c.cfg.ReadsPerUser)})
+			return
+		}
+		defer c.reading.leave(reader)
+	}
 	c.mux.ServeHTTP(w, r)
+}
+
+// inFlight counts the requests each key has being served.
+type inFlight struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// enter counts one more request of key, unless it has max already.
+func (f *inFlight) enter(key string, maxInFlight int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n == nil {
+		f.n = map[string]int{}
+	}
+	if f.n[key] >= maxInFlight {
+		return false
+	}
+	f.n[key]++
+	return true
+}
+
+// leave counts one request of key done.
+func (f *inFlight) leave(key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n[key]--; f.n[key] <= 0 {
+		delete(f.n, key)
+	}
 }
 
 // writes reports whether the console's actions are on.

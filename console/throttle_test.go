@@ -1,14 +1,19 @@
 package console_test
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+
 	"github.com/outboxrelay/outbox/console"
+	"github.com/outboxrelay/outbox/mongo"
 	"github.com/outboxrelay/outbox/service"
 )
 
@@ -110,5 +115,55 @@ func TestErrorSearchIsBounded(t *testing.T) {
 	}
 	if m := regexp.MustCompile(`data-refresh="(\d+)"`).FindStringSubmatch(body); m == nil || m[1] != "0" {
 		t.Errorf("a filtered list refreshes itself (data-refresh %v), want 0", m)
+	}
+}
+
+// blocking is a store whose event lists wait until released.
+type blocking struct {
+	*fakeStore
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b blocking) ListEvents(ctx context.Context, q mongo.EventQuery) ([]bson.Raw, *mongo.PageMark, error) {
+	b.entered <- struct{}{}
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+	}
+	return b.fakeStore.ListEvents(ctx, q)
+}
+
+// TestReadsPerUserAreBounded: one user's requests read at most
+// ReadsPerUser at once; another user is not held up by them.
+func TestReadsPerUserAreBounded(t *testing.T) {
+	t.Parallel()
+	const anaToken, boToken = "ana-token-0123456789", "bo-token-0123456789"
+	store := blocking{fakeStore: newFakeStore(t), entered: make(chan struct{}, 10), release: make(chan struct{})}
+	srv := startConsole(t, console.Config{
+		Store: store, Samples: samples{}, ReadsPerUser: 2,
+		Users:     map[string]string{"ana": digest(anaToken), "bo": digest(boToken)},
+		Archetype: service.Archetype{Logger: quiet},
+	})
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() { request(t, srv, http.MethodGet, "/api/events?status=NEW&type=a", "ana", anaToken, nil, nil) })
+	}
+	for range 2 {
+		<-store.entered
+	}
+	if code, _, _ := request(t, srv, http.MethodGet, "/api/events?status=NEW&type=b", "ana", anaToken, nil, nil); code != http.StatusTooManyRequests {
+		t.Errorf("ana's third read at once = %d, want 429", code)
+	}
+	wg.Go(func() {
+		if code, _, _ := request(t, srv, http.MethodGet, "/api/events?status=NEW&type=c", "bo", boToken, nil, nil); code != http.StatusOK {
+			t.Errorf("bo's read while ana has 2 = %d, want 200", code)
+		}
+	})
+	<-store.entered
+	close(store.release)
+	wg.Wait()
+	if code, _, _ := request(t, srv, http.MethodGet, "/api/events?status=NEW&type=d", "ana", anaToken, nil, nil); code != http.StatusOK {
+		t.Errorf("ana's read once hers are done = %d, want 200", code)
 	}
 }
