@@ -41,8 +41,13 @@ const (
 	TokenMinLength = 16
 	// auditShown is how many actions the audit page lists.
 	auditShown = 200
-	// auditTimeout bounds the write that completes an action's record.
-	auditTimeout = 10 * time.Second
+	// auditTimeout bounds the recount and the write that complete an
+	// action's record: with ActionTimeout (20 s by default) it stays
+	// under `worker console`'s write timeout of 30 s.
+	auditTimeout = 5 * time.Second
+	// progressTimeout bounds each write of an action's progress, within
+	// the action's own deadline.
+	progressTimeout = 2 * time.Second
 )
 
 // reasonOf is the form's reason, required: every action says why.
@@ -154,7 +159,11 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, a mongo.Action, do
 	}
 	keep := context.WithoutCancel(r.Context())
 	progress := func(done int) {
-		if err := c.cfg.Writer.ProgressAction(keep, id, done); err != nil {
+		// Within the action's deadline, each write briefly: the record's
+		// end, written after, has the count in any case.
+		ctx, cancel := context.WithTimeout(r.Context(), progressTimeout)
+		defer cancel()
+		if err := c.cfg.Writer.ProgressAction(ctx, id, done); err != nil {
 			c.cfg.Logger.Warn("console action's progress not recorded", "action", a.Name, "count", done, "error", err)
 		}
 	}

@@ -90,6 +90,9 @@ const (
 	// the rate limits of Config.
 	ActionsPerMinuteDefault        = 30
 	SignInFailuresPerMinuteDefault = 10
+	// LoopbackHosts are the names a console without authentication
+	// answers to by default.
+	LoopbackHosts = "localhost,127.0.0.1,::1"
 	// ReadsPerUserDefault bounds the requests one user has read at once.
 	ReadsPerUserDefault = 4
 	// ProxySecretHeaderDefault carries Config.ProxySecret.
@@ -180,9 +183,11 @@ type Config struct {
 	// on any port, "name:port", or "*" for any. A request for another
 	// is refused with 421, so that a page of another site whose name
 	// was rebound to the console's address (DNS rebinding) reads
-	// nothing. Defaults to none: any host (an application that mounts
-	// the console checks its own); `worker console` sets its address
-	// and localhost.
+	// nothing. Defaults to any host when the console authenticates
+	// (an application that mounts it checks its own), and to the
+	// loopback names (LoopbackHosts) when it does not: set it, or "*",
+	// to serve an unauthenticated console under another name. `worker
+	// console` sets its address and localhost.
 	AllowedHosts []string
 	// RequeuePerSecond spreads a group's requeue over time, so many
 	// events a second (mongo.RequeueFilter.PerSecond). Defaults to
@@ -233,6 +238,9 @@ func (c *Config) setDefaults() {
 	c.ActionTimeout = cmp.Or(c.ActionTimeout, ActionTimeoutDefault)
 	c.PreviewTTL = cmp.Or(c.PreviewTTL, PreviewTTLDefault)
 	c.ReadsPerUser = cmp.Or(c.ReadsPerUser, ReadsPerUserDefault)
+	if len(c.AllowedHosts) == 0 && c.Identity == nil && c.IdentityHeader == "" && len(c.Users) == 0 && c.Token == "" {
+		c.AllowedHosts = strings.Split(LoopbackHosts, ",")
+	}
 	c.ProxySecretHeader = http.CanonicalHeaderKey(cmp.Or(c.ProxySecretHeader, ProxySecretHeaderDefault))
 	c.BasePath = strings.TrimRight(c.BasePath, "/")
 }
