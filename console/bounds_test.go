@@ -46,7 +46,9 @@ func TestActionDeadlineIsHard(t *testing.T) {
 	start := time.Now()
 	// Served straight, not through a test server, whose Close would wait
 	// for a request that never ends.
-	go func() { done <- serve(context.Background(), c, http.MethodPost, "/events/evil-1/requeue", url.Values{"reason": {"x"}}).Code }()
+	go func() {
+		done <- serve(context.Background(), c, http.MethodPost, "/events/evil-1/requeue", url.Values{"reason": {"x"}}).Code
+	}()
 	select {
 	case <-done:
 		if took := time.Since(start); took > 8*time.Second {
