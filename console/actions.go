@@ -145,6 +145,10 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, a mongo.Action, do
 	if a.Planned == 0 {
 		a.Planned = len(a.IDs)
 	}
+	if why := c.mayAct(r, a.Name, max(a.Planned, 1)); why != "" {
+		c.refuse(w, r, errForbidden{why})
+		return
+	}
 	if !c.actions.allow(cmp.Or(requesterOf(r).credential, a.By)) {
 		c.refuse(w, r, errTooMany{fmt.Sprintf("%s started more than %d actions in a minute: nothing was done; wait a minute", a.By, c.cfg.ActionsPerMinute)})
 		return
@@ -215,7 +219,8 @@ func (c *Console) recount(ctx context.Context, id bson.ObjectID, a mongo.Action,
 // refuse answers an action that was not done, or not wholly, with why.
 func (c *Console) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	c.cfg.Logger.Warn("console action failed", "path", r.URL.Path, "by", actor(r), "error", err)
-	c.render(w, status(err), "event", layout{Title: "Not done", Page: "error", Base: c.cfg.BasePath, Error: err.Error(), Writes: c.writes()})
+	c.render(w, status(err), "event", layout{Title: "Not done", Page: "error", Base: c.cfg.BasePath, Error: err.Error(), Writes: c.writes(),
+		CSRF: requesterOf(r).csrf, User: requesterOf(r).who, Role: requesterOf(r).role})
 }
 
 // audit lists the last actions, newest first.

@@ -31,6 +31,9 @@ type requester struct {
 	// the user for a user's own token, the application's identity or a
 	// proxy's, but the shared token itself (its user name is typed).
 	credential string
+	// role is the OIDC session's role; "" without OIDC. csrf is the
+	// session's CSRF token, which its forms carry.
+	role, csrf string
 	// from is the client's address: the request's peer, or behind a
 	// trusted proxy the address it forwarded for.
 	from string
@@ -63,7 +66,7 @@ func actor(r *http.Request) string {
 
 // authenticates reports whether the console asks who a request is from.
 func (c *Console) authenticates() bool {
-	return c.cfg.Identity != nil || c.cfg.IdentityHeader != "" || len(c.cfg.Users) > 0 || c.cfg.Token != ""
+	return c.cfg.OIDC != nil || c.cfg.Identity != nil || c.cfg.IdentityHeader != "" || len(c.cfg.Users) > 0 || c.cfg.Token != ""
 }
 
 // peer is the address of the request's peer, without its port.

@@ -31,6 +31,7 @@ import (
 	"io/fs"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -152,6 +153,14 @@ type Config struct {
 	// user name and the SHA-256 digest, in hex, of that user's own token.
 	// When set, every request must give one (or the shared Token).
 	Users map[string]string
+	// OIDC, when set (NewOIDC), signs operators in through an OpenID
+	// provider: a session cookie, a CSRF token on every form, and a role
+	// from a claim (viewer, operator, admin). It replaces Identity,
+	// IdentityHeader, Users and Token.
+	OIDC *OIDC
+	// BulkAdminAbove is, with OIDC, the most events an operator may act
+	// on at once; more need an admin. Defaults to BulkAdminAboveDefault.
+	BulkAdminAbove int
 	// Identity, when set, tells who a request comes from as the
 	// application that mounts the console authenticated it; ok false
 	// refuses the request (401). It replaces Users and Token.
@@ -238,7 +247,8 @@ func (c *Config) setDefaults() {
 	c.ActionTimeout = cmp.Or(c.ActionTimeout, ActionTimeoutDefault)
 	c.PreviewTTL = cmp.Or(c.PreviewTTL, PreviewTTLDefault)
 	c.ReadsPerUser = cmp.Or(c.ReadsPerUser, ReadsPerUserDefault)
-	if len(c.AllowedHosts) == 0 && c.Identity == nil && c.IdentityHeader == "" && len(c.Users) == 0 && c.Token == "" {
+	c.BulkAdminAbove = cmp.Or(c.BulkAdminAbove, BulkAdminAboveDefault)
+	if len(c.AllowedHosts) == 0 && c.OIDC == nil && c.Identity == nil && c.IdentityHeader == "" && len(c.Users) == 0 && c.Token == "" {
 		c.AllowedHosts = strings.Split(LoopbackHosts, ",")
 	}
 	c.ProxySecretHeader = http.CanonicalHeaderKey(cmp.Or(c.ProxySecretHeader, ProxySecretHeaderDefault))
@@ -255,8 +265,9 @@ func (c Config) Validate() error {
 		rule.Check("Refresh", c.Refresh >= time.Second, c.Refresh, "at least 1s"),
 		rule.Check("BasePath", c.BasePath == "" || strings.HasPrefix(c.BasePath, "/"), c.BasePath, `"" or a path starting with "/"`),
 		rule.Check("Token", c.Token == "" || len(c.Token) >= TokenMinLength, "<redacted>", fmt.Sprintf("at least %d characters", TokenMinLength)),
-		rule.Check("Writer", c.Writer == nil || c.Token != "" || len(c.Users) > 0 || c.Identity != nil || c.IdentityHeader != "", "set",
-			"with Token, Users, Identity or IdentityHeader: the actions need authentication"),
+		rule.Check("Writer", c.Writer == nil || c.OIDC != nil || c.Token != "" || len(c.Users) > 0 || c.Identity != nil || c.IdentityHeader != "", "set",
+			"with OIDC, Token, Users, Identity or IdentityHeader: the actions need authentication"),
+		rule.Check("BulkAdminAbove", c.BulkAdminAbove >= 1, c.BulkAdminAbove, "at least 1"),
 		rule.Check("IdentityHeader", c.IdentityHeader == "" || len(c.TrustedProxies) > 0, c.IdentityHeader, "set only with TrustedProxies: the header is believed from them alone"),
 		rule.Check("ProxySecret", c.IdentityHeader == "" || c.ProxySecret != "", "unset",
 			"set with IdentityHeader: the proxy proves itself with it, for an address alone lets any process on its host act as anyone"),
@@ -290,6 +301,8 @@ type Console struct {
 	previews *previewBook
 	// reading counts each credential's requests being read.
 	reading inFlight
+	// sessions are the signed-in browsers, with OIDC.
+	sessions *sessionBook
 	// acted is when this console last requeued or skipped events
 	// (UnixNano, by Config.Now): a list its source read before that is
 	// not shown (kept).
@@ -311,6 +324,10 @@ func New(cfg Config) (*Console, error) {
 	c.actions = newLimiter(cfg.ActionsPerMinute, time.Minute, time.Now)
 	c.signIns = newLimiter(cfg.SignInFailuresPerMinute, time.Minute, time.Now).growing()
 	c.previews = newPreviewBook(cfg.PreviewTTL, cfg.Local)
+	if cfg.OIDC != nil {
+		c.sessions = newSessionBook(cfg.OIDC.cfg.SessionIdle, cfg.OIDC.cfg.SessionMaxAge, cfg.Local)
+		c.mux.HandleFunc("POST "+oidcSignOutPath, c.signOut)
+	}
 	if c.pages, err = parsePages(); err != nil {
 		return nil, err
 	}
@@ -362,7 +379,21 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusMisdirectedRequest, map[string]string{"error": "refused: this console does not answer to the host " + strconv.Quote(rq.host) + " (AllowedHosts)"})
 		return
 	}
-	if c.authenticates() {
+	if c.cfg.OIDC != nil {
+		if c.serveAuth(w, r) {
+			return
+		}
+		s, ok := c.sessionOf(r)
+		if !ok {
+			if wantsPage(r) {
+				http.Redirect(w, r, c.cfg.BasePath+oidcSignInPath+"?"+url.Values{"next": {r.URL.RequestURI()}}.Encode(), http.StatusSeeOther)
+				return
+			}
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "sign in: open " + c.cfg.BasePath + "/ in a browser"})
+			return
+		}
+		rq.who, rq.credential, rq.role, rq.csrf = s.user, "oidc:"+s.user, s.role, s.csrf
+	} else if c.authenticates() {
 		client := clientKey(rq.from)
 		user, _, basic := r.BasicAuth()
 		if c.signIns.blocked(client) || basic && c.signIns.blocked(userKey(user)) {
@@ -385,11 +416,14 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		switch {
-		case !c.writes():
+		case !c.writes() && !(c.cfg.OIDC != nil && r.URL.Path == oidcSignOutPath):
 			writeJSON(w, http.StatusForbidden, map[string]string{"error": "the console is read-only: " + r.Method + " is refused"})
 			return
 		case !sameOrigin(r, rq):
 			writeJSON(w, http.StatusForbidden, map[string]string{"error": "refused: the request does not come from the console's own pages"})
+			return
+		case rq.csrf != "" && !csrfOK(r, rq.csrf):
+			writeJSON(w, http.StatusForbidden, map[string]string{"error": "refused: the form's CSRF token is not this session's: reload the page"})
 			return
 		}
 	}
@@ -447,6 +481,11 @@ type errBadRequest struct{ msg string }
 
 func (e errBadRequest) Error() string { return e.msg }
 
+// errForbidden makes an action answer 403.
+type errForbidden struct{ msg string }
+
+func (e errForbidden) Error() string { return e.msg }
+
 // errTooMany makes an action answer 429.
 type errTooMany struct{ msg string }
 
@@ -458,7 +497,10 @@ func status(err error) int {
 	var notFound errNotFound
 	var bad errBadRequest
 	var tooMany errTooMany
+	var forbidden errForbidden
 	switch {
+	case errors.As(err, &forbidden):
+		return http.StatusForbidden
 	case errors.As(err, &tooMany):
 		return http.StatusTooManyRequests
 	case errors.As(err, &notFound):
@@ -496,6 +538,7 @@ func (c *Console) servePage(w http.ResponseWriter, r *http.Request, page string,
 	c.render(w, code, page, layout{
 		Title: titles[page], Page: page, Base: c.cfg.BasePath, RefreshSeconds: refresh,
 		Data: v, Error: errText(err), Query: r.URL.Query(), Writes: c.writes(),
+		CSRF: requesterOf(r).csrf, User: requesterOf(r).who, Role: requesterOf(r).role,
 	})
 }
 

@@ -99,6 +99,9 @@ func (c *Console) preview(r *http.Request, action string) (Preview, error) {
 		return Preview{}, err
 	}
 	ids = ids[:min(len(ids), c.cfg.ActionMax)]
+	if why := c.mayAct(r, action, len(ids)); why != "" {
+		return Preview{}, errForbidden{why}
+	}
 	p := Preview{
 		Action: action, Target: target, Total: total, Count: len(ids), IDs: []string{},
 		PerSecond: c.cfg.RequeuePerSecond, Max: c.cfg.ActionMax, Query: q.Encode(),
