@@ -69,6 +69,14 @@ func consoleCommand(ctx context.Context, args []string, getenv func(string) stri
 	if cfg.ConsoleWrites {
 		ccfg.Writer = store
 	}
+	if cfg.ConsoleOIDCIssuer != "" {
+		if ccfg.OIDC, err = console.NewOIDC(ctx, console.OIDCConfig{
+			IssuerURL: cfg.ConsoleOIDCIssuer, ClientID: cfg.ConsoleOIDCClientID, ClientSecret: cfg.ConsoleOIDCClientSecret,
+			RedirectURL: cfg.ConsoleOIDCRedirectURL, RolesClaim: cfg.ConsoleOIDCRolesClaim,
+		}); err != nil {
+			return err
+		}
+	}
 	con, err := console.New(ccfg)
 	if err != nil {
 		return err

@@ -46,6 +46,11 @@ type ConsoleConfig struct {
 	// believed no more than any other's. Required with
 	// ConsoleIdentityHeader.
 	ConsoleProxySecret string
+	// ConsoleOIDC* sign operators in through an OpenID provider: its
+	// issuer, the console's client there, the console's callback URL
+	// and the claim that holds the users' console roles.
+	ConsoleOIDCIssuer, ConsoleOIDCClientID, ConsoleOIDCClientSecret string
+	ConsoleOIDCRedirectURL, ConsoleOIDCRolesClaim                   string
 	// ConsoleInsecureOpen lets it serve without authentication on an
 	// address other hosts reach.
 	ConsoleInsecureOpen bool
@@ -101,6 +106,21 @@ func consoleSettings() []setting {
 				c.ConsoleProxySecret = v
 				return nil
 			}},
+		{env: "OUTBOX_CONSOLE_OIDC_ISSUER", flag: "console-oidc-issuer", def: "", forConsole: true,
+			usage: "issuer URL of the OpenID provider operators sign in through (authorization code with PKCE, then a session); needs OUTBOX_CONSOLE_OIDC_CLIENT_ID and OUTBOX_CONSOLE_OIDC_REDIRECT_URL",
+			parse: func(c *Config, v string) error { c.ConsoleOIDCIssuer = strings.TrimSpace(v); return nil }},
+		{env: "OUTBOX_CONSOLE_OIDC_CLIENT_ID", flag: "console-oidc-client-id", def: "", forConsole: true,
+			usage: "the console's client id at the OpenID provider",
+			parse: func(c *Config, v string) error { c.ConsoleOIDCClientID = strings.TrimSpace(v); return nil }},
+		{env: "OUTBOX_CONSOLE_OIDC_CLIENT_SECRET", flag: "console-oidc-client-secret", def: "", forConsole: true, secret: true,
+			usage: "the console's client secret at the OpenID provider; unset for a public client. Prefer the variable: a flag shows in ps",
+			parse: func(c *Config, v string) error { c.ConsoleOIDCClientSecret = v; return nil }},
+		{env: "OUTBOX_CONSOLE_OIDC_REDIRECT_URL", flag: "console-oidc-redirect-url", def: "", forConsole: true,
+			usage: "the console's callback as browsers reach it, registered at the provider: https://HOST/auth/callback",
+			parse: func(c *Config, v string) error { c.ConsoleOIDCRedirectURL = strings.TrimSpace(v); return nil }},
+		{env: "OUTBOX_CONSOLE_OIDC_ROLES_CLAIM", flag: "console-oidc-roles-claim", def: console.RolesClaimDefault, forConsole: true,
+			usage: "claim (ID token or userinfo) that lists a user's console roles: viewer, operator, admin",
+			parse: func(c *Config, v string) error { c.ConsoleOIDCRolesClaim = strings.TrimSpace(v); return nil }},
 		{env: "OUTBOX_CONSOLE_INSECURE_OPEN", flag: "console-insecure-open", def: "false", forConsole: true,
 			usage: "true lets the console serve without authentication on an address other hosts reach; without it such a console refuses to start",
 			parse: func(c *Config, v string) error { return parseBool(&c.ConsoleInsecureOpen, v) }},
@@ -188,7 +208,7 @@ func parsePrefixes(dst *[]netip.Prefix, v string) error {
 // consoleAuthenticates reports whether the console asks who each request
 // is from.
 func (c ConsoleConfig) consoleAuthenticates() bool {
-	return c.ConsoleToken != "" || len(c.ConsoleUsers) > 0 || c.ConsoleIdentityHeader != ""
+	return c.ConsoleOIDCIssuer != "" || c.ConsoleToken != "" || len(c.ConsoleUsers) > 0 || c.ConsoleIdentityHeader != ""
 }
 
 // checkConsole checks the rules between the console's settings: actions
@@ -200,6 +220,10 @@ func (c ConsoleConfig) checkConsole() error {
 		return fmt.Errorf("%w: OUTBOX_CONSOLE_WRITES=true needs OUTBOX_CONSOLE_TOKEN, OUTBOX_CONSOLE_USERS_FILE or OUTBOX_CONSOLE_IDENTITY_HEADER: the console's actions are never open without authentication", ErrUsage)
 	case c.ConsoleIdentityHeader != "" && len(c.ConsoleTrustedProxies) == 0:
 		return fmt.Errorf("%w: OUTBOX_CONSOLE_IDENTITY_HEADER=%s needs OUTBOX_CONSOLE_TRUSTED_PROXIES: the header is believed only from the proxies that set it", ErrUsage, c.ConsoleIdentityHeader)
+	case c.ConsoleOIDCIssuer != "" && (c.ConsoleOIDCClientID == "" || c.ConsoleOIDCRedirectURL == ""):
+		return fmt.Errorf("%w: OUTBOX_CONSOLE_OIDC_ISSUER needs OUTBOX_CONSOLE_OIDC_CLIENT_ID and OUTBOX_CONSOLE_OIDC_REDIRECT_URL", ErrUsage)
+	case c.ConsoleOIDCIssuer != "" && (c.ConsoleToken != "" || len(c.ConsoleUsers) > 0 || c.ConsoleIdentityHeader != ""):
+		return fmt.Errorf("%w: OUTBOX_CONSOLE_OIDC_ISSUER replaces OUTBOX_CONSOLE_TOKEN, OUTBOX_CONSOLE_USERS_FILE and OUTBOX_CONSOLE_IDENTITY_HEADER: set one way of signing in", ErrUsage)
 	case c.ConsoleIdentityHeader != "" && c.ConsoleProxySecret == "":
 		return fmt.Errorf("%w: OUTBOX_CONSOLE_IDENTITY_HEADER=%s needs OUTBOX_CONSOLE_PROXY_SECRET, which the proxy sends in %s: an address alone lets any process on the proxy's host act as anyone", ErrUsage, c.ConsoleIdentityHeader, console.ProxySecretHeaderDefault)
 	case !c.consoleAuthenticates() && !c.ConsoleInsecureOpen && !loopbackAddr(c.ConsoleAddr):

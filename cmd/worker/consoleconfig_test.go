@@ -30,6 +30,9 @@ func TestCheckConsole(t *testing.T) {
 		"writes with users":                  {ConsoleConfig{ConsoleAddr: "127.0.0.1:8090", ConsoleWrites: true, ConsoleUsers: map[string]string{"a": "x"}}, ""},
 		"identity header without proxies":    {ConsoleConfig{ConsoleAddr: "127.0.0.1:8090", ConsoleIdentityHeader: "X-Forwarded-User"}, "OUTBOX_CONSOLE_TRUSTED_PROXIES"},
 		"identity header behind proxies, 0s": {ConsoleConfig{ConsoleAddr: ":8090", ConsoleIdentityHeader: "X-Forwarded-User", ConsoleTrustedProxies: proxies, ConsoleProxySecret: "proxy-secret-0123456789", ConsoleWrites: true}, ""},
+		"oidc":                               {ConsoleConfig{ConsoleAddr: ":8090", ConsoleOIDCIssuer: "https://login.example.com", ConsoleOIDCClientID: "c", ConsoleOIDCRedirectURL: "https://outbox.example.com/auth/callback", ConsoleWrites: true}, ""},
+		"oidc without a client":              {ConsoleConfig{ConsoleAddr: ":8090", ConsoleOIDCIssuer: "https://login.example.com"}, "OUTBOX_CONSOLE_OIDC_CLIENT_ID"},
+		"oidc beside a token":                {ConsoleConfig{ConsoleAddr: ":8090", ConsoleOIDCIssuer: "https://login.example.com", ConsoleOIDCClientID: "c", ConsoleOIDCRedirectURL: "https://outbox.example.com/auth/callback", ConsoleToken: "0123456789abcdef"}, "replaces"},
 		"identity header without a secret":   {ConsoleConfig{ConsoleAddr: ":8090", ConsoleIdentityHeader: "X-Forwarded-User", ConsoleTrustedProxies: proxies, ConsoleWrites: true}, "OUTBOX_CONSOLE_PROXY_SECRET"},
 	} {
 		err := tt.cfg.checkConsole()
