@@ -37,7 +37,7 @@ func TestBrowserOIDCSignInActAndSignOut(t *testing.T) {
 	}
 	mongotest.Insert(t, store.Collection(), docs...)
 
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	lis, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -416,7 +416,7 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		switch {
-		case !c.writes() && !(c.cfg.OIDC != nil && r.URL.Path == oidcSignOutPath):
+		case !c.writes() && (c.cfg.OIDC == nil || r.URL.Path != oidcSignOutPath):
 			writeJSON(w, http.StatusForbidden, map[string]string{"error": "the console is read-only: " + r.Method + " is refused"})
 			return
 		case !sameOrigin(r, rq):

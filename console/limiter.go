@@ -98,16 +98,6 @@ func (l *limiter) blockedAt(w *windowCount, now time.Time) bool {
 	return now.Sub(w.start) < l.window && w.n >= l.max
 }
 
-// forget drops key: a sign-in that succeeded clears its user's
-// failures.
-func (l *limiter) forget(key string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if w := l.seen[key]; w != nil && !l.blockedAt(w, l.now()) {
-		delete(l.seen, key)
-	}
-}
-
 // makeRoom forgets keys until one more fits: the one seen least recently
 // among those not blocked, or, when all are, the one seen least
 // recently. l.mu is held.

@@ -34,7 +34,7 @@ func (s *oidcSetup) advance(d time.Duration) {
 // behind the in-process provider.
 func startOIDC(t *testing.T, cfg console.Config) *oidcSetup {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	lis, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +272,7 @@ func TestOIDCRolesCSRFAndExpiry(t *testing.T) {
 		t.Errorf("a read after SessionIdle unused = %d, want 401", code)
 	}
 	// Absolute: used every 20 minutes, a session still ends at its age.
-	_, page = otto.signIn(s, "otto@example.com")
+	otto.signIn(s, "otto@example.com")
 	for range int(console.SessionMaxAgeDefault / (20 * time.Minute)) {
 		s.advance(20 * time.Minute)
 		otto.do(http.MethodGet, s.url+"/api/events", nil)

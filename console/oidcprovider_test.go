@@ -86,7 +86,7 @@ var signInForm = template.Must(template.New("signin").Parse(`<!doctype html>
 // redirect (its callback URL) sign users in; it returns its issuer.
 func startProvider(t *testing.T, redirect string) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	lis, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ import (
 // signInFrom sends GET / from remote with HTTP Basic user and pass
 // straight to c, and returns its status.
 func signInFrom(c *console.Console, remote, user, pass string) int {
-	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	req := httptest.NewRequestWithContext(context.Background(), http.MethodGet, "/", nil)
 	req.RemoteAddr = remote
 	req.SetBasicAuth(user, pass)
 	rec := httptest.NewRecorder()
