@@ -287,3 +287,15 @@ func clientKey(from string) string {
 // userKey is the key failed sign-ins as a user name count against, so
 // that many networks guessing one user's token are throttled too.
 func userKey(user string) string { return "user:" + strings.TrimSpace(user) }
+
+// loopbackClient reports whether the client's address (a request's
+// peer, or the client a trusted proxy forwarded for) is a loopback one:
+// credentials it sends in clear never left the host.
+func loopbackClient(from string) bool {
+	host := from
+	if h, _, err := net.SplitHostPort(from); err == nil {
+		host = h
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.Unmap().IsLoopback()
+}

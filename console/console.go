@@ -379,6 +379,14 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusMisdirectedRequest, map[string]string{"error": "refused: this console does not answer to the host " + strconv.Quote(rq.host) + " (AllowedHosts)"})
 		return
 	}
+	secure := r.TLS != nil || rq.proto == "https"
+	if secure {
+		h.Set("Strict-Transport-Security", "max-age=31536000")
+	}
+	if _, _, basic := r.BasicAuth(); basic && !secure && !loopbackClient(rq.from) {
+		writeJSON(w, http.StatusForbidden, map[string]string{"error": "refused: credentials sent over plain HTTP from another host; serve the console with TLS (OUTBOX_CONSOLE_TLS_CERT) or behind a proxy that terminates it, and change the token that travelled in clear"})
+		return
+	}
 	if c.cfg.OIDC != nil {
 		if c.serveAuth(w, r) {
 			return

@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"crypto/tls"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -52,6 +53,7 @@ func serve(ctx context.Context, c *console.Console, method, target string, form 
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	}
 	req.SetBasicAuth("ana", token)
+	req.TLS = &tls.ConnectionState{} // from 192.0.2.1: Basic only over TLS
 	rec := httptest.NewRecorder()
 	c.ServeHTTP(rec, req)
 	return rec

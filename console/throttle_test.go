@@ -2,8 +2,10 @@ package console_test
 
 import (
 	"context"
+	"crypto/tls"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"strings"
@@ -17,11 +19,12 @@ import (
 	"github.com/outboxrelay/outbox/service"
 )
 
-// signInFrom sends GET / from remote with HTTP Basic user and pass
-// straight to c, and returns its status.
+// signInFrom sends GET / over TLS from remote with HTTP Basic user and
+// pass straight to c, and returns its status.
 func signInFrom(c *console.Console, remote, user, pass string) int {
 	req := httptest.NewRequestWithContext(context.Background(), http.MethodGet, "/", nil)
 	req.RemoteAddr = remote
+	req.TLS = &tls.ConnectionState{}
 	req.SetBasicAuth(user, pass)
 	rec := httptest.NewRecorder()
 	c.ServeHTTP(rec, req)
@@ -165,5 +168,51 @@ func TestReadsPerUserAreBounded(t *testing.T) {
 	wg.Wait()
 	if code, _, _ := request(t, srv, http.MethodGet, "/api/events?status=NEW&type=d", "ana", anaToken, nil, nil); code != http.StatusOK {
 		t.Errorf("ana's read once hers are done = %d, want 200", code)
+	}
+}
+
+// TestBasicNeedsTLSOffLoopback: HTTP Basic credentials from another
+// host over plain HTTP are refused (they travelled in clear); over TLS,
+// or behind a trusted proxy that says the client used https, they pass
+// and the answer asks for HTTPS from then on (HSTS).
+func TestBasicNeedsTLSOffLoopback(t *testing.T) {
+	t.Parallel()
+	c, err := console.New(console.Config{
+		Store: newFakeStore(t), Samples: samples{}, Token: token,
+		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.1/32")},
+		Archetype:      service.Archetype{Logger: quiet},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(remote string, tlsOn bool, headers map[string]string) *httptest.ResponseRecorder {
+		req := httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/api/events", nil)
+		req.RemoteAddr = remote
+		req.SetBasicAuth("ana", token)
+		if tlsOn {
+			req.TLS = &tls.ConnectionState{}
+		}
+		for k, v := range headers {
+			req.Header.Set(k, v)
+		}
+		rec := httptest.NewRecorder()
+		c.ServeHTTP(rec, req)
+		return rec
+	}
+	if rec := send("198.51.100.7:4000", false, nil); rec.Code != http.StatusForbidden || !strings.Contains(rec.Body.String(), "TLS") {
+		t.Errorf("Basic from another host over plain HTTP = %d, want 403 naming TLS: %s", rec.Code, rec.Body)
+	}
+	if rec := send("127.0.0.1:4000", false, nil); rec.Code != http.StatusOK || rec.Header().Get("Strict-Transport-Security") != "" {
+		t.Errorf("Basic from loopback over plain HTTP = %d (HSTS %q), want 200 without HSTS", rec.Code, rec.Header().Get("Strict-Transport-Security"))
+	}
+	if rec := send("198.51.100.7:4000", true, nil); rec.Code != http.StatusOK || !strings.HasPrefix(rec.Header().Get("Strict-Transport-Security"), "max-age=") {
+		t.Errorf("Basic over TLS = %d (HSTS %q), want 200 with HSTS", rec.Code, rec.Header().Get("Strict-Transport-Security"))
+	}
+	proxied := map[string]string{"X-Forwarded-Proto": "https", "X-Forwarded-For": "198.51.100.7"}
+	if rec := send("10.0.0.1:4000", false, proxied); rec.Code != http.StatusOK || rec.Header().Get("Strict-Transport-Security") == "" {
+		t.Errorf("Basic through a trusted proxy that terminated TLS = %d, want 200 with HSTS", rec.Code)
+	}
+	if rec := send("10.0.0.2:4000", false, proxied); rec.Code != http.StatusForbidden {
+		t.Errorf("Basic with X-Forwarded-Proto https from an untrusted address = %d, want 403", rec.Code)
 	}
 }
