@@ -51,6 +51,10 @@ type ConsoleConfig struct {
 	// and the claim that holds the users' console roles.
 	ConsoleOIDCIssuer, ConsoleOIDCClientID, ConsoleOIDCClientSecret string
 	ConsoleOIDCRedirectURL, ConsoleOIDCRolesClaim                   string
+	// ConsoleTLSCert and ConsoleTLSKey are the files of the console's
+	// TLS certificate and key: set, it serves HTTPS, and reads them again
+	// when they change.
+	ConsoleTLSCert, ConsoleTLSKey string
 	// ConsoleInsecureOpen lets it serve without authentication on an
 	// address other hosts reach.
 	ConsoleInsecureOpen bool
@@ -121,6 +125,12 @@ func consoleSettings() []setting {
 		{env: "OUTBOX_CONSOLE_OIDC_ROLES_CLAIM", flag: "console-oidc-roles-claim", def: console.RolesClaimDefault, forConsole: true,
 			usage: "claim (ID token or userinfo) that lists a user's console roles: viewer, operator, admin",
 			parse: func(c *Config, v string) error { c.ConsoleOIDCRolesClaim = strings.TrimSpace(v); return nil }},
+		{env: "OUTBOX_CONSOLE_TLS_CERT", flag: "console-tls-cert", def: "", forConsole: true,
+			usage: "file of the console's TLS certificate (PEM, the chain after it): set with OUTBOX_CONSOLE_TLS_KEY, the console serves HTTPS, sends HSTS, and reads the pair again when the files change",
+			parse: func(c *Config, v string) error { c.ConsoleTLSCert = strings.TrimSpace(v); return nil }},
+		{env: "OUTBOX_CONSOLE_TLS_KEY", flag: "console-tls-key", def: "", forConsole: true,
+			usage: "file of the console's TLS private key (PEM); with OUTBOX_CONSOLE_TLS_CERT",
+			parse: func(c *Config, v string) error { c.ConsoleTLSKey = strings.TrimSpace(v); return nil }},
 		{env: "OUTBOX_CONSOLE_INSECURE_OPEN", flag: "console-insecure-open", def: "false", forConsole: true,
 			usage: "true lets the console serve without authentication on an address other hosts reach; without it such a console refuses to start",
 			parse: func(c *Config, v string) error { return parseBool(&c.ConsoleInsecureOpen, v) }},
@@ -224,6 +234,8 @@ func (c ConsoleConfig) checkConsole() error {
 		return fmt.Errorf("%w: OUTBOX_CONSOLE_OIDC_ISSUER needs OUTBOX_CONSOLE_OIDC_CLIENT_ID and OUTBOX_CONSOLE_OIDC_REDIRECT_URL", ErrUsage)
 	case c.ConsoleOIDCIssuer != "" && (c.ConsoleToken != "" || len(c.ConsoleUsers) > 0 || c.ConsoleIdentityHeader != ""):
 		return fmt.Errorf("%w: OUTBOX_CONSOLE_OIDC_ISSUER replaces OUTBOX_CONSOLE_TOKEN, OUTBOX_CONSOLE_USERS_FILE and OUTBOX_CONSOLE_IDENTITY_HEADER: set one way of signing in", ErrUsage)
+	case (c.ConsoleTLSCert == "") != (c.ConsoleTLSKey == ""):
+		return fmt.Errorf("%w: OUTBOX_CONSOLE_TLS_CERT and OUTBOX_CONSOLE_TLS_KEY go together", ErrUsage)
 	case c.ConsoleIdentityHeader != "" && c.ConsoleProxySecret == "":
 		return fmt.Errorf("%w: OUTBOX_CONSOLE_IDENTITY_HEADER=%s needs OUTBOX_CONSOLE_PROXY_SECRET, which the proxy sends in %s: an address alone lets any process on the proxy's host act as anyone", ErrUsage, c.ConsoleIdentityHeader, console.ProxySecretHeaderDefault)
 	case !c.consoleAuthenticates() && !c.ConsoleInsecureOpen && !loopbackAddr(c.ConsoleAddr):

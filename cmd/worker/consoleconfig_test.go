@@ -33,6 +33,7 @@ func TestCheckConsole(t *testing.T) {
 		"oidc":                               {ConsoleConfig{ConsoleAddr: ":8090", ConsoleOIDCIssuer: "https://login.example.com", ConsoleOIDCClientID: "c", ConsoleOIDCRedirectURL: "https://outbox.example.com/auth/callback", ConsoleWrites: true}, ""},
 		"oidc without a client":              {ConsoleConfig{ConsoleAddr: ":8090", ConsoleOIDCIssuer: "https://login.example.com"}, "OUTBOX_CONSOLE_OIDC_CLIENT_ID"},
 		"oidc beside a token":                {ConsoleConfig{ConsoleAddr: ":8090", ConsoleOIDCIssuer: "https://login.example.com", ConsoleOIDCClientID: "c", ConsoleOIDCRedirectURL: "https://outbox.example.com/auth/callback", ConsoleToken: "0123456789abcdef"}, "replaces"},
+		"a certificate without its key":      {ConsoleConfig{ConsoleAddr: "127.0.0.1:8090", ConsoleTLSCert: "tls.crt"}, "OUTBOX_CONSOLE_TLS_KEY"},
 		"identity header without a secret":   {ConsoleConfig{ConsoleAddr: ":8090", ConsoleIdentityHeader: "X-Forwarded-User", ConsoleTrustedProxies: proxies, ConsoleWrites: true}, "OUTBOX_CONSOLE_PROXY_SECRET"},
 	} {
 		err := tt.cfg.checkConsole()
