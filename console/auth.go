@@ -2,6 +2,8 @@ package console
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
@@ -10,6 +12,10 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
 )
 
 // Who may read and act, and from where. A request passes three checks
@@ -212,6 +218,9 @@ func (c *Console) identify(r *http.Request) (who, credential string, ok bool) {
 	if want, ok := c.users[user]; ok {
 		return user, "user:" + user, subtle.ConstantTimeCompare(sent[:], want[:]) == 1
 	}
+	if hash, ok := c.hashed[user]; ok {
+		return user, "user:" + user, c.verified.check(user, pass, hash)
+	}
 	if c.cfg.Token != "" && subtle.ConstantTimeCompare(sent[:], c.token[:]) == 1 {
 		if user == "" {
 			user = "anonymous"
@@ -221,23 +230,91 @@ func (c *Console) identify(r *http.Request) (who, credential string, ok bool) {
 	return "", "", false
 }
 
-// userDigests reads Config.Users: each user's token digest, from hex.
-func userDigests(users map[string]string) (map[string][sha256.Size]byte, error) {
-	out := make(map[string][sha256.Size]byte, len(users))
+// userDigests reads Config.Users: each user's token as a bcrypt hash
+// (salted and slow: "$2a$", "$2b$" or "$2y$"), or, as before, its
+// unsalted SHA-256 digest in hex.
+func userDigests(users map[string]string) (map[string][sha256.Size]byte, map[string][]byte, error) {
+	digests, hashed := map[string][sha256.Size]byte{}, map[string][]byte{}
 	for name, digest := range users {
-		b, err := hex.DecodeString(digest)
-		if err != nil || len(b) != sha256.Size || strings.TrimSpace(name) == "" || strings.Contains(name, ":") {
-			return nil, errBadUser(name)
+		if strings.TrimSpace(name) == "" || strings.Contains(name, ":") {
+			return nil, nil, errBadUser(name)
 		}
-		out[name] = [sha256.Size]byte(b)
+		if isBcrypt(digest) {
+			if _, err := bcrypt.Cost([]byte(digest)); err != nil {
+				return nil, nil, errBadUser(name)
+			}
+			hashed[name] = []byte(digest)
+			continue
+		}
+		b, err := hex.DecodeString(digest)
+		if err != nil || len(b) != sha256.Size {
+			return nil, nil, errBadUser(name)
+		}
+		digests[name] = [sha256.Size]byte(b)
 	}
-	return out, nil
+	return digests, hashed, nil
+}
+
+// isBcrypt reports whether a user's stored token is a bcrypt hash.
+func isBcrypt(s string) bool {
+	return strings.HasPrefix(s, "$2a$") || strings.HasPrefix(s, "$2b$") || strings.HasPrefix(s, "$2y$")
 }
 
 type errBadUser string
 
 func (e errBadUser) Error() string {
-	return "console: Users: user " + `"` + string(e) + `"` + ": want a name without a colon and the SHA-256 of the user's token in hex (64 digits)"
+	return "console: Users: user " + `"` + string(e) + `"` + ": want a name without a colon and the bcrypt hash of the user's token (htpasswd -nbBC 12 NAME TOKEN), or its SHA-256 in hex (64 digits)"
+}
+
+// verifiedTokens remembers, for a few minutes, the users' tokens that a
+// slow hash accepted, so that a page's refresh every few seconds does
+// not cost a bcrypt comparison each: by an HMAC under a key of this
+// process, never the token itself.
+type verifiedTokens struct {
+	key [32]byte
+	mu  sync.Mutex
+	ok  map[[sha256.Size]byte]time.Time
+}
+
+// verifiedTTL is how long an accepted token is remembered;
+// verifiedMax bounds how many are.
+const (
+	verifiedTTL = 5 * time.Minute
+	verifiedMax = 1000
+)
+
+func newVerifiedTokens() *verifiedTokens {
+	v := &verifiedTokens{ok: map[[sha256.Size]byte]time.Time{}}
+	_, _ = rand.Read(v.key[:]) // crypto/rand.Read does not fail
+	return v
+}
+
+// check reports whether pass is user's token, by hash.
+func (v *verifiedTokens) check(user, pass string, hash []byte) bool {
+	m := hmac.New(sha256.New, v.key[:])
+	m.Write(hash)
+	m.Write([]byte{0})
+	m.Write([]byte(user))
+	m.Write([]byte{0})
+	m.Write([]byte(pass))
+	k := [sha256.Size]byte(m.Sum(nil))
+	now := time.Now()
+	v.mu.Lock()
+	at, seen := v.ok[k]
+	v.mu.Unlock()
+	if seen && now.Sub(at) < verifiedTTL {
+		return true
+	}
+	if bcrypt.CompareHashAndPassword(hash, []byte(pass)) != nil {
+		return false
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if len(v.ok) >= verifiedMax {
+		clear(v.ok)
+	}
+	v.ok[k] = now
+	return true
 }
 
 // sameOrigin reports whether a request that changes something comes from

@@ -150,7 +150,9 @@ type Config struct {
 	// marked "(shared token)": it is whatever was typed. Defaults to "".
 	Token string
 	// Users are per-user credentials, by HTTP Basic authentication: each
-	// user name and the SHA-256 digest, in hex, of that user's own token.
+	// user name and the bcrypt hash of that user's own token (salted
+	// and slow: htpasswd -nbBC 12 NAME TOKEN), or, as before, its
+	// SHA-256 digest in hex, which New warns of.
 	// When set, every request must give one (or the shared Token).
 	Users map[string]string
 	// OIDC, when set (NewOIDC), signs operators in through an OpenID
@@ -293,7 +295,11 @@ type Console struct {
 	pages map[string]*template.Template
 	token [sha256.Size]byte            // the digest of Config.Token
 	proxy [sha256.Size]byte            // the digest of Config.ProxySecret
-	users map[string][sha256.Size]byte // Config.Users, decoded
+	users map[string][sha256.Size]byte // Config.Users given as SHA-256 digests
+	// hashed are Config.Users given as bcrypt hashes; verified
+	// remembers the tokens they accepted lately.
+	hashed   map[string][]byte
+	verified *verifiedTokens
 	// actions limits the actions of each operator, signIns the failed
 	// sign-ins of each client address.
 	actions, signIns *limiter
@@ -318,8 +324,12 @@ func New(cfg Config) (*Console, error) {
 	c := &Console{cfg: cfg, mux: http.NewServeMux(), token: sha256.Sum256([]byte(cfg.Token)), proxy: sha256.Sum256([]byte(cfg.ProxySecret))}
 	warnBroadProxies(cfg)
 	var err error
-	if c.users, err = userDigests(cfg.Users); err != nil {
+	if c.users, c.hashed, err = userDigests(cfg.Users); err != nil {
 		return nil, err
+	}
+	c.verified = newVerifiedTokens()
+	if len(c.users) > 0 {
+		cfg.Logger.Warn("console: Users holds unsalted SHA-256 digests of tokens; store bcrypt hashes instead (htpasswd -nbBC 12 NAME TOKEN)", "users", len(c.users))
 	}
 	c.actions = newLimiter(cfg.ActionsPerMinute, time.Minute, time.Now)
 	c.signIns = newLimiter(cfg.SignInFailuresPerMinute, time.Minute, time.Now).growing()

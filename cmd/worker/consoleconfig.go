@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/crypto/bcrypt"
+
 	"github.com/outboxrelay/outbox/console"
 )
 
@@ -87,7 +89,7 @@ func consoleSettings() []setting {
 			usage: "most failed console sign-ins from one address in a minute; past it every request from there gets 429 until the minute ends",
 			parse: func(c *Config, v string) error { return parseIntBetween(&c.ConsoleSignInFailures, v, 1, 10000) }},
 		{env: "OUTBOX_CONSOLE_USERS_FILE", flag: "console-users-file", def: "", forConsole: true,
-			usage: "file of per-user console credentials, one name:sha256-hex-of-the-user's-token a line (# starts a comment); every request then signs in as one of them",
+			usage: "file of per-user console credentials, one name:bcrypt-hash a line as htpasswd -nbBC 12 NAME TOKEN writes it (or, unsalted, name:sha256-hex-of-the-token), # starts a comment; every request then signs in as one of them",
 			parse: parseUsersFile},
 		{env: "OUTBOX_CONSOLE_ALLOWED_HOSTS", flag: "console-allowed-hosts", def: "", forConsole: true,
 			usage: "comma-separated Host names the console answers to (name, name:port, or * for any); unset: its own address and localhost. Any other gets 421, which stops DNS rebinding",
@@ -164,9 +166,12 @@ func parseUsersFile(c *Config, path string) error {
 			continue
 		}
 		name, digest, ok := strings.Cut(line, ":")
-		name, digest = strings.TrimSpace(name), strings.ToLower(strings.TrimSpace(digest))
-		if d, err := hex.DecodeString(digest); !ok || name == "" || err != nil || len(d) != sha256.Size {
-			return fmt.Errorf("%s line %d: want name:sha256-hex (64 hex digits of the SHA-256 of the user's token)", path, i+1)
+		name, digest = strings.TrimSpace(name), strings.TrimSpace(digest)
+		if !strings.HasPrefix(digest, "$2") {
+			digest = strings.ToLower(digest)
+		}
+		if !ok || name == "" || !validUserHash(digest) {
+			return fmt.Errorf("%s line %d: want name:bcrypt-hash (htpasswd -nbBC 12 NAME TOKEN) or name:sha256-hex (64 hex digits of the SHA-256 of the user's token)", path, i+1)
 		}
 		if _, dup := users[name]; dup {
 			return fmt.Errorf("%s line %d: user %q is listed twice", path, i+1, name)
@@ -178,6 +183,17 @@ func parseUsersFile(c *Config, path string) error {
 	}
 	c.ConsoleUsers = users
 	return nil
+}
+
+// validUserHash reports whether a users file's value is a bcrypt hash or
+// a SHA-256 digest in hex.
+func validUserHash(v string) bool {
+	if strings.HasPrefix(v, "$2") {
+		_, err := bcrypt.Cost([]byte(v))
+		return err == nil
+	}
+	d, err := hex.DecodeString(v)
+	return err == nil && len(d) == sha256.Size
 }
 
 // parseHosts reads a comma-separated list of host names.

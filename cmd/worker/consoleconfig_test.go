@@ -79,6 +79,8 @@ func TestUsersFile(t *testing.T) {
 		text, want string
 	}{
 		"valid":     {"# operators\nana:" + digest + "\n\nbo : " + strings.ToUpper(digest) + "\n", ""},
+		"bcrypt":    {"ana:$2y$04$9eLDCVXqOz2tCbMRM3QBZOX0kDSEZ9bZTr8MUjO3djwU8lDsZcRYa\nbo:" + digest + "\n", ""},
+		"bad hash":  {"ana:$2y$04$short\n", "line 1"},
 		"no digest": {"ana:" + digest + "\nbo\n", "line 2"},
 		"short":     {"ana:abcd\n", "line 1"},
 		"twice":     {"ana:" + digest + "\nana:" + digest + "\n", "twice"},
