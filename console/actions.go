@@ -67,6 +67,21 @@ func reasonValue(r *http.Request) string { return strings.TrimSpace(r.PostFormVa
 func (c *Console) requeueEvent(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	a := mongo.Action{Name: "requeue", Target: "ids: " + id, IDs: mongo.IDCandidates(id), Planned: 1}
+	// A skipped event's aggregate has flowed past it: requeued, it is
+	// published after later events of its aggregate. The page says so,
+	// and the requeue must say it was read.
+	doc, err := c.cfg.Store.Find(r.Context(), id)
+	if err != nil && !errors.Is(err, mongo.ErrNoEvent) {
+		c.refuse(w, r, err)
+		return
+	}
+	if row := rowOf(doc); err == nil && row.Skipped {
+		if r.PostFormValue("confirm") != "skipped" {
+			c.refuse(w, r, errBadRequest{"this event was skipped: its aggregate's later events flowed past it, and a requeue publishes it after them; confirm that on its page"})
+			return
+		}
+		a.Target += " (skipped; requeued with its operator's confirmation)"
+	}
 	c.act(w, r, a, func(ctx context.Context, audit bson.ObjectID, progress func(int)) (int, error) {
 		return c.cfg.Writer.Requeue(ctx, mongo.RequeueFilter{IDs: []string{id}, Progress: progress, Action: audit}, false)
 	}, "/events/"+url.PathEscape(id))

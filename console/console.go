@@ -52,6 +52,7 @@ import (
 type Store interface {
 	ListEvents(ctx context.Context, q mongo.EventQuery) ([]bson.Raw, *mongo.PageMark, error)
 	Find(ctx context.Context, id string) (bson.Raw, error)
+	LaterPublished(ctx context.Context, aggregateType, aggregateID string, at time.Time, limit int) (int, error)
 	FailureGroups(ctx context.Context, now time.Time, limit int) (events.FailureGroups, error)
 	Holders(ctx context.Context, now time.Time, failedHolds bool, limit int) ([]events.Holder, bool, error)
 	PublishedPerMinute(ctx context.Context, since, now time.Time) ([]int64, error)

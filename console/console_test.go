@@ -72,6 +72,11 @@ func (f *fakeStore) Touched(_ context.Context, action bson.ObjectID, ids []any) 
 	return out, nil
 }
 
+// LaterPublished counts nothing: the fake's events are not PUBLISHED.
+func (f *fakeStore) LaterPublished(context.Context, string, string, time.Time, int) (int, error) {
+	return 0, f.err
+}
+
 // ActionByID returns the fake's record of id.
 func (f *fakeStore) ActionByID(_ context.Context, id bson.ObjectID) (mongo.Action, error) {
 	f.mu.Lock()

@@ -81,7 +81,15 @@ type EventDetail struct {
 	// Document is the stored document as relaxed Extended JSON.
 	Document string                `json:"document"`
 	History  []events.AttemptError `json:"attemptHistory"`
+	// LaterPublished is, for a skipped FAILED event, how many later
+	// events of its aggregate are already published (at most
+	// laterPublishedMax): a requeue publishes it after them.
+	LaterPublished int `json:"laterPublished,omitempty"`
 }
+
+// laterPublishedMax bounds the count of a skipped event's later
+// published events: past it the page says "or more".
+const laterPublishedMax = 1000
 
 // FailureGroup is the FAILED events of one cause.
 type FailureGroup = events.FailureGroup
@@ -288,7 +296,13 @@ func (c *Console) event(r *http.Request) (any, error) {
 	if err != nil {
 		text = []byte(fmt.Sprintf("(the document does not print as Extended JSON: %v)", err))
 	}
-	return EventDetail{EventRow: rowOf(doc), Document: string(text), History: attemptsOf(doc)}, nil
+	d := EventDetail{EventRow: rowOf(doc), Document: string(text), History: attemptsOf(doc)}
+	if d.Skipped && d.Status == string(events.StatusFailed) && d.AggregateID != "" {
+		if d.LaterPublished, err = c.cfg.Store.LaterPublished(r.Context(), d.AggregateType, d.AggregateID, d.CreatedAt, laterPublishedMax); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
 }
 
 // failures is the failure groups its source keeps (Config.Lists), read
