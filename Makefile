@@ -167,3 +167,11 @@ release-snapshot: ## Build the release's binaries and checksums into dist/ witho
 bench-starvation: $(if $(BASELINE),baseline-worker) ## Only the opt-in starvation stages (4 replicas behind 50,000 paused events, then behind 5,000 held aggregates; many minutes on FerretDB); writes results/starvation/
 	$(GO) build -o $(BIN)/worker ./cmd/worker
 	$(GO) run ./cmd/bench -worker $(BIN)/worker -out results/starvation -only paused-head,held-head $(BASELINE_FLAG) $(BENCH_FLAGS)
+
+# check-order runs for OUTBOX_CHECK_DURATION, 10m unless OUTBOX_CHECK_SEEDS
+# bounds it instead (OUTBOX_CHECK_FROM: the first seed).
+CHECK_ORDER_DURATION := $(or $(OUTBOX_CHECK_DURATION),$(if $(OUTBOX_CHECK_SEEDS),,10m))
+
+.PHONY: check-order
+check-order: ## Hunt interleavings of the ordered claim as long as asked (OUTBOX_CHECK_DURATION=10m or OUTBOX_CHECK_SEEDS=n): prints seeds per minute, operations explored, the states the known holes need, and any failing seed
+	OUTBOX_CHECK_DURATION=$(CHECK_ORDER_DURATION) $(GO) test -run TestInterleavingsChecker -count=1 -v -timeout 0 ./claim/plan/check/

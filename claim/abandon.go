@@ -44,24 +44,29 @@ type abandoned struct {
 	// held by this worker's claims until recovery owns the lease's events
 	// (see events.ClaimLimit.Held).
 	keys []string
-	// empty counts the releases in a row, after the first, that found
-	// nothing to put back. After one the failed write is taken to be over
-	// (on MongoDB its maxTimeMS ends it by its deadline; FerretDB applies
-	// it document by document, and a release that finds nothing comes
-	// after the last), and its keys are no longer held; after two past the
-	// stale threshold the lease is forgotten. A release that finds events
-	// starts the count again.
+	// empty counts the releases in a row, after the first and after the
+	// write's own deadline (over), that found nothing to put back. After
+	// one the failed write is taken to be over, and its keys are no longer
+	// held; after two past the stale threshold the lease is forgotten. A
+	// release that finds events starts the count again. A release before
+	// the write's deadline proves nothing: the server may still be in the
+	// write's read (FerretDB reads, then rewrites each document, and
+	// ignores maxTimeMS on an update), however early its error came back.
 	empty int
+	over  time.Time
 	// next is when the lease is released again, and wait how long after
 	// that the release after it comes.
 	next time.Time
 	wait time.Duration
 }
 
-func (a *abandonedLeases) add(lease events.Lease, keys []string, now time.Time) {
+// add notes the lease of a claim whose write failed at now, and may land
+// until landBy from now (its deadline).
+func (a *abandonedLeases) add(lease events.Lease, keys []string, now time.Time, landBy time.Duration) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.pending = append(a.pending, abandoned{lease: lease, keys: keys, next: now, wait: abandonSettle})
+	a.pending = append(a.pending, abandoned{lease: lease, keys: keys, next: now, wait: abandonSettle,
+		over: now.Add(max(landBy, 0) + abandonSettle)})
 }
 
 // held returns the ordering keys of the pending leases' events, nil when
@@ -121,7 +126,7 @@ func (a *abandonedLeases) release(ctx context.Context, store Store, now time.Tim
 		case n > 0:
 			logger.Info("released the events a failed claim had taken", "count", n)
 			p.empty = 0
-		case p.wait > abandonSettle: // not the first release
+		case p.wait > abandonSettle && !now.Before(p.over): // not the first, and past the write's deadline
 			p.empty++
 		}
 		if age >= a.staleAfter && p.empty >= 2 {

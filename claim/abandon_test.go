@@ -35,8 +35,8 @@ func (s *failingClaimStore) ClaimRead(ctx context.Context, lease events.Lease, d
 
 // A claim that fails after the server claimed events for it leaves them
 // neither PROCESSING until recovery nor an attempt poorer: they go back to
-// NEW at once, and once a release after that finds nothing more (the
-// failed write is over), the next run relays them.
+// NEW at once, and once a release after the write's deadline finds
+// nothing more (the failed write is over), the next run relays them.
 func TestFailedClaimReleasesWhatItTook(t *testing.T) {
 	t.Parallel()
 	r := setup(t)
@@ -57,8 +57,11 @@ func TestFailedClaimReleasesWhatItTook(t *testing.T) {
 	}
 
 	store.fail.Store(false)
-	clock.Advance(abandonSettle)
-	runOnce(t, c) // the second release finds nothing: the aggregates are free
+	// Its error came back at once, but the write could land until its
+	// deadline (the stale threshold, without an owner): past it, the
+	// second release finds nothing and the aggregates are free.
+	clock.Advance(c.cfg.StaleAfter + abandonSettle)
+	runOnce(t, c)
 	runOnce(t, c)
 	testenv.Receive(t, r.deliveries, ids, waitFor)
 }
@@ -86,7 +89,7 @@ func TestAbandonedReleaseHasUntilStale(t *testing.T) {
 	a := abandonedLeases{staleAfter: staleAfter}
 	store := &deadlineStore{}
 	lease := events.Lease{WorkerID: "w", Token: "t", At: clock.Now()}
-	a.add(lease, nil, clock.Now())
+	a.add(lease, nil, clock.Now(), 0)
 
 	clock.Advance(20 * time.Second)
 	before := time.Now()
@@ -136,7 +139,7 @@ func TestAbandonedReleaseOutlastsTheStaleThreshold(t *testing.T) {
 	clock := fakeclock.New(time.Now())
 	a := abandonedLeases{staleAfter: staleAfter}
 	lease := events.Lease{WorkerID: "w", Token: "t", At: clock.Now()}
-	a.add(lease, nil, clock.Now())
+	a.add(lease, nil, clock.Now(), 0)
 	// Nothing landed at first; the write lands at the threshold; then
 	// nothing is left.
 	store := &countStore{counts: []int{0, 0, 20, 0, 0}}
@@ -155,7 +158,7 @@ func TestAbandonedReleaseOutlastsTheStaleThreshold(t *testing.T) {
 
 	// A database out of reach for good: the lease goes after
 	// abandonForgetAfter thresholds.
-	a.add(lease, nil, lease.At)
+	a.add(lease, nil, lease.At, 0)
 	a.retry(t.Context(), &deadlineStore{}, lease.At.Add(abandonForgetAfter*staleAfter), logger)
 	if len(a.pending) != 0 {
 		t.Errorf("lease kept %d thresholds after its claim", abandonForgetAfter)
@@ -210,4 +213,33 @@ func (p *switchPublisher) Publish(_ context.Context, msgs []events.Message) []er
 		errs[i] = events.ErrUnavailable
 	}
 	return errs
+}
+
+// TestAbandonedKeysHeldUntilTheWriteCannotLand (issue 40, hole 3): a claim
+// write whose error came back early (a broken connection) may still be
+// applied by the server until its own deadline: releases that find nothing
+// before it prove nothing, and the write's aggregates stay held. Before:
+// the second release that found nothing, 3 s into a write with 10 s left,
+// freed them ("held after 2 empty releases before the write's deadline:
+// map[], want the write's key").
+func TestAbandonedKeysHeldUntilTheWriteCannotLand(t *testing.T) {
+	t.Parallel()
+	clock := fakeclock.New(time.Now())
+	a := abandonedLeases{staleAfter: time.Minute}
+	store := &countStore{counts: []int{0, 0, 0, 0, 0}}
+	lease := events.Lease{WorkerID: "w", Token: "t", At: clock.Now()}
+	a.add(lease, []string{"order\x00k"}, clock.Now(), 10*time.Second)
+	logger := slog.New(slog.DiscardHandler)
+	for range 2 {
+		a.retry(t.Context(), store, clock.Now(), logger)
+		clock.Advance(2 * abandonSettle)
+	}
+	if held := a.held(clock.Now()); !held["order\x00k"] {
+		t.Errorf("held after 2 empty releases before the write's deadline: %v, want the write's key", held)
+	}
+	clock.Advance(10 * time.Second)
+	a.retry(t.Context(), store, clock.Now(), logger)
+	if held := a.held(clock.Now()); held["order\x00k"] {
+		t.Errorf("held after an empty release past the write's deadline: %v, want none", held)
+	}
 }

@@ -2,8 +2,6 @@ package claim
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -57,11 +55,13 @@ type Owner interface {
 	Renew(ctx context.Context) error
 	// Wrote reports how a claim's write in partitions ended, before the
 	// Hold it ran under is done: an error that is not the fence's leaves
-	// the write in doubt (the server may still apply it), and the owner
-	// does not give those partitions away while it may land; an
+	// the write in doubt (the server may still apply it until its own
+	// deadline, landBy from now: the driver sends it as maxTimeMS, and an
+	// error may come back long before it), and the owner does not give
+	// those partitions away while it may land; an
 	// *events.FencedError, from the write or the read, names partitions
 	// another worker holds under a later tenure, which the owner drops.
-	Wrote(partitions []int, err error)
+	Wrote(partitions []int, landBy time.Duration, err error)
 }
 
 // Claimer claims, publishes and marks batches of events on a schedule.
@@ -344,13 +344,15 @@ func (c *Claimer) claim(ctx context.Context, lease *events.Lease) (res events.Cl
 		renewedBeside = rerr == nil
 	}
 	if errors.Is(err, events.ErrFenced) && c.cfg.Owner != nil {
-		c.cfg.Owner.Wrote(nil, err) // the read's raise of a fence was refused
+		c.cfg.Owner.Wrote(nil, 0, err) // the read's raise of a fence was refused
 	}
-	if err != nil || len(docs) == 0 {
+	if err != nil {
 		return events.ClaimResult{More: more}, time.Time{}, err
 	}
-	docs, validFor, done := c.fence(ctx, before, docs, renewedBeside)
+	docs, owned, validFor, done := c.fence(ctx, before, docs, renewedBeside)
 	defer done()
+	// Last, and still under the hold: the parks the read found.
+	defer c.writeParked(ctx, limit, owned, time.Now().Add(validFor))
 	if len(docs) == 0 {
 		return events.ClaimResult{More: more}, time.Time{}, nil
 	}
@@ -364,37 +366,17 @@ func (c *Claimer) claim(ctx context.Context, lease *events.Lease) (res events.Cl
 	res, err = c.store.ClaimRead(writeCtx, *lease, docs, limit)
 	c.writes.observe(len(docs), time.Since(start))
 	if err != nil {
-		c.abandoned.add(*lease, orderingKeys(docs), c.now())
+		// The write may still land until its own deadline, however early
+		// its error came back.
+		deadline, _ := writeCtx.Deadline()
+		landBy := time.Until(deadline)
+		c.abandoned.add(*lease, orderingKeys(docs), c.now(), landBy)
 		if c.cfg.Owner != nil {
 			// Before the hold ends: a write in doubt keeps its partitions
 			// from being given away until it can no longer land.
-			c.cfg.Owner.Wrote(docPartitions(docs), err)
+			c.cfg.Owner.Wrote(docPartitions(docs), landBy, err)
 		}
 	}
 	res.More = more
 	return res, wrote, err
-}
-
-func newToken() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
-// pauseLog logs once when claiming pauses and once when it resumes, rather
-// than on every tick of an outage.
-type pauseLog struct{ paused bool }
-
-func (p *pauseLog) log(logger *slog.Logger, why error) {
-	if !p.paused {
-		logger.Warn("claiming paused", "error", why)
-		p.paused = true
-	}
-}
-
-func (p *pauseLog) resume(logger *slog.Logger) {
-	if p.paused {
-		logger.Info("claiming resumed")
-		p.paused = false
-	}
 }

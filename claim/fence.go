@@ -115,7 +115,8 @@ func (r *renewal) wait() error {
 
 // fence holds the partitions for a claim's write of docs (in claim
 // order, as read), read in the partitions before held: it keeps the
-// documents of the partitions still held under the same tenure, and returns how long
+// documents of the partitions still held under the same tenure, and
+// returns those partitions (nil: every one, without an owner), how long
 // the write may take and the function that ends the hold. When the
 // validity left is short of what the write needs, it renews the
 // partitions first, and then keeps no more documents than fit; after a
@@ -127,15 +128,16 @@ func (r *renewal) wait() error {
 // the read, see writeTimes.model) is there to make the partitions be
 // renewed first, and the validity is enough once it covers the read
 // itself, which costs more round trips than the write.
-func (c *Claimer) fence(ctx context.Context, before []int64, docs []bson.Raw, renewedBeside bool) ([]bson.Raw, time.Duration, func()) {
+func (c *Claimer) fence(ctx context.Context, before []int64, docs []bson.Raw, renewedBeside bool) ([]bson.Raw, []bool, time.Duration, func()) {
 	if c.cfg.Owner == nil {
-		return docs, c.cfg.StaleAfter, func() {}
+		return docs, nil, c.cfg.StaleAfter, func() {}
 	}
 	renewed, tried := false, false
 	firstWrite := !c.writes.any()
 	for {
 		now, validFor, done := c.cfg.Owner.Hold()
-		kept := keepOwned(docs, sameTerms(before, now))
+		owned := sameTerms(before, now)
+		kept := keepOwned(docs, owned)
 		if renewedBeside && firstWrite && !tried && validFor >= c.reads.shortest() {
 			renewed, tried = true, true
 		}
@@ -147,7 +149,7 @@ func (c *Claimer) fence(ctx context.Context, before []int64, docs []bson.Raw, re
 			if n < len(kept) {
 				c.metrics.ClaimTrimmed.Add(float64(len(kept) - n))
 			}
-			return kept[:n], validFor, done
+			return kept[:n], owned, validFor, done
 		}
 		done()
 		tried = true
@@ -205,4 +207,44 @@ func sameTerms(before, now []int64) []bool {
 		owned[p] = now[p] != 0 && p < len(before) && before[p] == now[p]
 	}
 	return owned
+}
+
+// Parker is a Store that parks what its read found must wait only when
+// told, so that the claimer writes the parks while it holds their
+// partitions: a park that landed after a give-back would be unseen by
+// the new owner, which could take a later event of the aggregate first.
+type Parker interface {
+	// WriteParked parks what the last ReadClaimable found must wait, in
+	// limit.Owned's partitions, and returns the partitions it wrote in.
+	WriteParked(ctx context.Context, limit events.ClaimLimit) ([]int, error)
+	// Forget drops what the last read found to park, unwritten.
+	Forget()
+}
+
+// writeParked has a Parker store park what the claim's read found, in the
+// partitions still held under the tenure read with (owned; nil: every
+// one), before until, when the hold's validity ends. A park in doubt keeps
+// its partitions as a claim's write in doubt does.
+func (c *Claimer) writeParked(ctx context.Context, limit events.ClaimLimit, owned []bool, until time.Time) {
+	p, ok := c.store.(Parker)
+	if !ok {
+		return
+	}
+	if c.cfg.Owner != nil {
+		limit.Owned = owned
+	}
+	if !time.Now().Before(until) {
+		p.Forget() // the hold's validity is spent: the next claims park it
+		return
+	}
+	pctx, cancel := context.WithDeadline(ctx, until)
+	defer cancel()
+	ps, err := p.WriteParked(pctx, limit)
+	if err == nil || errors.Is(ctx.Err(), context.Canceled) {
+		return
+	}
+	c.logger.Warn("could not park events the claim read; the next claim reads them again", "error", err)
+	if c.cfg.Owner != nil {
+		c.cfg.Owner.Wrote(ps, time.Until(until), err)
+	}
 }

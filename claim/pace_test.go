@@ -376,8 +376,9 @@ func (s *failOnceStore) ClaimRead(ctx context.Context, lease events.Lease, docs 
 }
 
 // The aggregates of a claim whose write failed stay held for this
-// worker's next claims until a release after the first finds nothing left
-// to put back: the write may still be landing, and an event it turns PROCESSING after the next claim read the
+// worker's next claims until a release after the first, and after the
+// write's own deadline, finds nothing left to put back: the write may
+// still be landing, and an event it turns PROCESSING after the next claim read the
 // held keys must not have its later events claimed past it. Other
 // aggregates flow meanwhile.
 func TestFailedWriteHoldsItsAggregates(t *testing.T) {
@@ -400,7 +401,10 @@ func TestFailedWriteHoldsItsAggregates(t *testing.T) {
 	if n := inStatus(t, r.coll, events.StatusPublished); n == 0 {
 		t.Error("nothing published: the aggregates the failed write did not touch must flow")
 	}
-	clock.Advance(abandonSettle) // a release that finds nothing frees them
+	// The write failed at once, but could land until its deadline (the
+	// stale threshold, without an owner): a release that finds nothing
+	// after that frees them.
+	clock.Advance(time.Minute + abandonSettle)
 	for range 3 {
 		runOnce(t, c)
 	}

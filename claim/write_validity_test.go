@@ -49,7 +49,7 @@ func (o *scriptedOwner) Renew(context.Context) error {
 }
 
 // Wrote records what the claims reported.
-func (o *scriptedOwner) Wrote(partitions []int, err error) {
+func (o *scriptedOwner) Wrote(partitions []int, _ time.Duration, err error) {
 	o.wrote = append(o.wrote, wrote{partitions: partitions, err: err})
 }
 
@@ -291,7 +291,7 @@ func TestRenewalBesideTheReadServesTheFirstWrite(t *testing.T) {
 			owner := ownerValidFor(1500 * time.Millisecond)
 			c, _, coll := fencedClaimer(t, owner, n, 4)
 			c.reads.observe(time.Second)
-			docs, _, done := c.fence(t.Context(), allOwned(), rawDocuments(t, coll), renewedBeside)
+			docs, _, _, done := c.fence(t.Context(), allOwned(), rawDocuments(t, coll), renewedBeside)
 			done()
 			wantRenews := map[bool]int{true: 0, false: 1}[renewedBeside]
 			if owner.renews != wantRenews {

@@ -37,6 +37,11 @@ const (
 	FieldSkippedBy  = "skippedBy"
 	FieldSkippedAt  = "skippedAt"
 	FieldSkipReason = "skipReason"
+	// FieldSkipped is true beside skippedAt: an equality FerretDB pushes
+	// down to PostgreSQL, so that a claim's read of the FAILED events that
+	// hold their aggregates never decodes the skipped ones, which pile up
+	// until an operator acts.
+	FieldSkipped = "skipped"
 )
 
 // Event is the stored outbox document, as the worker and its tools read it.

@@ -3,6 +3,7 @@ package events
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
@@ -32,8 +33,9 @@ type Managed struct {
 // before a claim writes to them: attempts must be a whole number of 0 or
 // more (a 32- or 64-bit integer, or a double without a fraction),
 // processingAt and retryAt dates, claimToken and workerId strings, and a
-// partition, where stored, the one the event's key hashes to
-// (StoredPartition). A field stored as null counts as absent: the claim overwrites it. Any other type
+// partition, where stored, the one the event's key hashes to, and
+// parked and aggregateType as CheckLane says. A field stored as null
+// counts as absent: the claim overwrites it. Any other type
 // gets an *InvalidError naming the field, the type found and the type
 // expected; the event cannot be claimed, since the claim's own update
 // would fail on it, and goes to FAILED. CheckManaged never panics.
@@ -58,7 +60,7 @@ func CheckManaged(doc bson.Raw) (Managed, error) {
 		}
 		return m, managedInvalid(f.name, f.desc, typeName(v.Type))
 	}
-	if _, _, err := StoredPartition(doc); err != nil {
+	if err := CheckLane(doc); err != nil {
 		return m, err
 	}
 	v, err := doc.LookupErr(FieldAttempts)
@@ -146,4 +148,32 @@ func CheckSize(size, reserve int) error {
 	}
 	return invalid(FieldDocument, "is %d bytes: with the %d bytes the worker adds it would pass the %d-byte document limit",
 		size, reserve, MaxDocumentBytes)
+}
+
+// CheckLane checks the fields that place an event in a claim's lane and
+// in the parked aggregates: a stored partition the one its key hashes to
+// (StoredPartition); parked, where stored, true (the worker writes it,
+// and takes it out by removing it: any other value would leave the event
+// outside every lane and never unparked); and an aggregateType without a
+// NUL byte (the ordering key joins aggregateType and aggregateId with
+// one, and a parked aggregate is found again by cutting the key there).
+// A claim takes an event that fails it whatever holds its key, and fails
+// it with the *InvalidError (CheckManaged), never parks it.
+func CheckLane(doc bson.Raw) error {
+	if _, _, err := StoredPartition(doc); err != nil {
+		return err
+	}
+	if v, err := doc.LookupErr(FieldParked); err == nil && v.Type != bson.TypeNull {
+		if b, ok := v.BooleanOK(); !ok || !b {
+			got := typeName(v.Type)
+			if ok {
+				got = "false"
+			}
+			return managedInvalid(FieldParked, "true or absent", got)
+		}
+	}
+	if typ, ok := stringBytes(doc.Lookup(FieldAggregateType)); ok && slices.Contains(typ, 0) {
+		return invalid(FieldAggregateType, "must not contain a NUL byte: the ordering key joins aggregateType and aggregateId with one")
+	}
+	return nil
 }

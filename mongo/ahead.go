@@ -8,6 +8,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/outboxrelay/outbox/claim/plan"
 	"github.com/outboxrelay/outbox/events"
 )
 
@@ -53,7 +54,10 @@ type readAhead struct {
 	mu      sync.Mutex
 	page    aheadPage // serves the next claim
 	pending aheadPage // kept by the last read, until its write
-	batch   int       // the documents the last read returned
+	// resume is where the next whole read of the lane starts, when one
+	// stopped at maxHeadRead (headReader.noteResume).
+	resume  headResume
+	batch   int // the documents the last read returned
 	ordered bool
 	owned   []bool
 	tenures []int64
@@ -100,16 +104,50 @@ func (a *readAhead) take(limit events.ClaimLimit, now time.Time) (page aheadPage
 	return page, ok
 }
 
-// drop forgets the read-ahead.
+// drop forgets the read-ahead, and where the next read would resume.
 func (a *readAhead) drop() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.page, a.pending, a.batch = aheadPage{}, aheadPage{}, -1
+	a.page, a.pending, a.batch, a.resume = aheadPage{}, aheadPage{}, -1, headResume{}
 }
 
-// fromAhead serves a claim from the read-ahead, classified against q: ok
-// is false when there is no read-ahead for it, or it could not fill the
+// headResume is where a whole read of the lane resumes: after the event
+// after, with the keys held when a read stopped there.
+type headResume struct {
+	after bson.Raw
+	held  map[string]bool
+	at    time.Time
+}
+
+// resumeFrom keeps r (none: zero) for the next reads of claims like
+// limit's.
+func (a *readAhead) resumeFrom(r headResume, limit events.ClaimLimit) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.resume = r
+	if r.after != nil {
+		a.ordered, a.owned, a.tenures = limit.Ordered, slices.Clone(limit.Owned), slices.Clone(limit.Tenures)
+	}
+}
+
+// resumeAt returns where a whole read for a claim of limit at now starts,
+// if not at the head: for aheadMaxAge at most, and only for claims of the
+// partitions and tenures it was found in, since the keys it holds were
+// read with them.
+func (a *readAhead) resumeAt(limit events.ClaimLimit, now time.Time) (headResume, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r := a.resume
+	ok := r.after != nil && a.ordered == limit.Ordered && slices.Equal(a.owned, limit.Owned) &&
+		slices.Equal(a.tenures, limit.Tenures) && now.Sub(r.at) < aheadMaxAge
+	return r, ok
+}
+
+// fromAhead serves a claim from the read-ahead, planned against q: ok is
+// false when there is no read-ahead for it, or it could not fill the
 // batch and the lane goes on past it (the claim then reads the lane).
+// What the batch leaves of the page, from the event that did not fit,
+// serves the next claim.
 func (s *Store) fromAhead(now time.Time, limit events.ClaimLimit, q headQuery) (h head, ok bool) {
 	page, fits := s.ahead.take(limit, time.Now())
 	if !fits {
@@ -119,16 +157,52 @@ func (s *Store) fromAhead(now time.Time, limit events.ClaimLimit, q headQuery) (
 		// The keys held when the page was read stay held, and those its
 		// documents hold as this claim goes through them (events backing
 		// off, paused) are kept for the next.
+		q.held = maps.Clone(q.held)
 		maps.Copy(q.held, page.held)
-		page.held = q.held
 	}
-	r := headReader{s: s, now: now, limit: limit, q: q, h: &h}
+	p := plan.New(s.snapshot(now, limit, q, 0))
+	defer func() { s.outcomeHead(p.Outcome(), false, &h) }()
 	for i, doc := range page.docs {
-		if r.take(doc) {
-			page.docs = page.docs[i+1:]
+		taken := len(p.Outcome().Batch)
+		if p.Step(doc) {
+			if len(p.Outcome().Batch) == taken {
+				i-- // cut by a bound: it starts what is left
+			}
+			page.docs, page.held = page.docs[i+1:], p.Outcome().Held
 			s.ahead.put(page, limit)
 			return h, true
 		}
 	}
 	return h, page.ended
+}
+
+// noteResume keeps where the next whole read starts: where this one
+// stopped, when it went through maxHeadRead events without filling its
+// batch, with every key it held or took (a key whose event it took and
+// whose claim fails must not be taken past either); still there when a
+// read that began there filled its batch; the head again when one reached
+// the end of the lane.
+func (r *headReader) noteResume() {
+	out := r.outcome()
+	switch {
+	case !r.plan.Full() && out.Read >= r.s.maxRead():
+		held := maps.Clone(out.Held)
+		for _, doc := range out.Batch {
+			if key, ok := events.OrderingKey(doc); ok {
+				held[key] = true
+			}
+		}
+		r.s.ahead.resumeFrom(headResume{after: r.after, held: held, at: time.Now()}, r.limit)
+	case r.resumed && !r.h.ended:
+	default:
+		r.s.ahead.resumeFrom(headResume{}, r.limit)
+	}
+}
+
+// maxRead is maxHeadRead, or the bound a test set.
+func (s *Store) maxRead() int {
+	if s.headReadMax > 0 {
+		return s.headReadMax
+	}
+	return maxHeadRead
 }

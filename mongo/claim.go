@@ -10,14 +10,14 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/outboxrelay/outbox/events"
 )
 
-// Claim reads the claimable events (ReadClaimable) and claims them for
-// lease (ClaimRead): a claim with nothing between its read and its write,
-// for a single worker and for tests. The relay's claimer fences the write
+// Claim reads the claimable events (ReadClaimable), claims them for
+// lease (ClaimRead) and parks what must wait (WriteParked): a claim with
+// nothing between its read and its writes, for a single worker and for
+// tests. The relay's claimer fences the write
 // of its own (see the claim package).
 func (s *Store) Claim(ctx context.Context, lease events.Lease, limit events.ClaimLimit) (events.ClaimResult, error) {
 	docs, more, err := s.ReadClaimable(ctx, lease.At, limit)
@@ -26,13 +26,18 @@ func (s *Store) Claim(ctx context.Context, lease events.Lease, limit events.Clai
 	}
 	res, err := s.ClaimRead(ctx, lease, docs, limit)
 	res.More = more
+	if _, perr := s.WriteParked(ctx, limit); perr != nil && err == nil {
+		s.logger.Warn("could not park events the claim read; the next claim reads them again", "error", perr)
+	}
 	return res, err
 }
 
 // ReadClaimable reads what a claim at now may take: NEW events whose retry
 // time has come, oldest first, up to limit's count and bytes, in the
-// partitions limit owns. more reports that the read stopped at a bound.
-// It costs two finds on MongoDB (see findClaimable) and one on FerretDB.
+// partitions limit owns, as the claim's plan decides (claim/plan). more
+// reports that the read stopped at a bound. The lane itself is two finds
+// on MongoDB (never retried, due retries) and one on FerretDB, or one per
+// partition read there (see readHead), besides the reads of the holds.
 //
 // With limit.Ordered, the read first learns which aggregates are held
 // (heldKeys: up to three projected finds; on FerretDB the events backing
@@ -49,11 +54,15 @@ func (s *Store) Claim(ctx context.Context, lease events.Lease, limit events.Clai
 // must wait for one it cannot take (see orderBySequence): two or three
 // more finds, only for such a batch.
 //
+// It parks nothing: what it found must wait is kept for WriteParked,
+// which the claimer calls while it holds the partitions.
+//
 // With limit.Tenures where the deployment has transactions, it first
 // raises the fence of each partition it reads in to the tenure held, once
 // per tenure (one update command; see raiseFences), and leaves out the
 // partitions whose fence a later tenure holds: ErrFenced the first time.
 func (s *Store) ReadClaimable(ctx context.Context, now time.Time, limit events.ClaimLimit) (docs []bson.Raw, more bool, err error) {
+	s.unwritten.take() // parks are this read's only
 	if s.fencing(limit) {
 		if limit.Owned, err = s.raiseFences(ctx, limit); err != nil {
 			return nil, false, asTimeout(err)
@@ -144,9 +153,10 @@ func (s *Store) claimRead(ctx context.Context, lease events.Lease, docs []bson.R
 	}
 
 	exact := true // every claimable document read was won, as read
-	// refusedAt is the first event of each ordering key that the server
-	// refused to claim: it is FAILED, or still NEW if even that write
-	// fails, and either way no later event of its key goes before it.
+	// refusedAt is the first event of each ordering key that this claim
+	// read and did not win: the server refused it (it is FAILED, or still
+	// NEW if even that write fails), or another write took it first
+	// (lostAt). Either way no later event of its key goes before it.
 	var refusedAt map[string]bson.Raw
 	for _, group := range []struct {
 		docs []events.Claimed
@@ -209,40 +219,20 @@ func (s *Store) claimRead(ctx context.Context, lease events.Lease, docs []bson.R
 		if res.Claimed, err = s.findLeased(ctx, lease, len(docs)); err != nil {
 			return events.ClaimResult{}, err
 		}
+		for key, doc := range lostAt(docs, res.Claimed, refused, limit) {
+			if refusedAt == nil {
+				refusedAt = map[string]bson.Raw{}
+			}
+			if at := refusedAt[key]; at == nil || events.CompareInKey(doc, at) < 0 {
+				refusedAt[key] = doc
+			}
+		}
 		if res.Claimed, err = s.unclaimBehind(ctx, lease, res.Claimed, refusedAt); err != nil {
 			return events.ClaimResult{}, err
 		}
 	}
 	res.Rejected = s.fail(ctx, lease, refused)
 	return res, nil
-}
-
-// unclaimBehind puts back to NEW, attempt refunded, the claimed events that
-// sort after the refused event of their key (by sequence where both carry
-// one, events.CompareInKey): the one-at-a-time claim
-// leaves them alone, but the batch update the server refused may have
-// claimed some of them before it stopped. It returns the events kept.
-func (s *Store) unclaimBehind(ctx context.Context, lease events.Lease, claimed []events.Claimed, refusedAt map[string]bson.Raw) ([]events.Claimed, error) {
-	if len(refusedAt) == 0 {
-		return claimed, nil
-	}
-	s.ahead.drop() // what it puts back sorts before a read-ahead's
-	kept := claimed[:0]
-	var behind []any
-	for _, c := range claimed {
-		if key, ok := events.OrderingKey(c.Doc); ok && refusedAt[key] != nil && events.CompareInKey(c.Doc, refusedAt[key]) > 0 {
-			behind = append(behind, c.ID)
-			continue
-		}
-		kept = append(kept, c)
-	}
-	if len(behind) == 0 {
-		return kept, nil
-	}
-	if _, err := s.coll.UpdateMany(ctx, leaseFilter(lease, behind), unclaimUpdate); err != nil {
-		return nil, fmt.Errorf("put back %d events behind a refused one: %w", len(behind), err)
-	}
-	return kept, nil
 }
 
 func idsOf(cs []events.Claimed) []any {
@@ -316,7 +306,9 @@ func (s *Store) claimIn(ctx context.Context, lease events.Lease, ids []any, part
 	} else {
 		update = bson.D{{Key: "$set", Value: set}, {Key: "$inc", Value: bson.D{{Key: events.FieldAttempts, Value: 1}}}}
 	}
-	update = append(update, bson.E{Key: "$unset", Value: bson.D{{Key: events.FieldRetryAt, Value: ""}}})
+	// skipped too: left by a requeue of an earlier version, it would keep
+	// the event from holding its aggregate if it fails again.
+	update = append(update, bson.E{Key: "$unset", Value: bson.D{{Key: events.FieldRetryAt, Value: ""}, {Key: events.FieldSkipped, Value: ""}}})
 	res, err := s.coll.UpdateMany(ctx, filter, update)
 	if err != nil {
 		return 0, err
@@ -362,84 +354,6 @@ func truncateError(s string) string { return events.Truncate(s, lastErrorMaxByte
 
 // setOnly is an update that sets fields and nothing else.
 func setOnly(fields ...bson.E) bson.D { return bson.D{{Key: "$set", Value: bson.D(fields)}} }
-
-func (s *Store) findLeased(ctx context.Context, lease events.Lease, limit int) ([]events.Claimed, error) {
-	filter := bson.D{
-		{Key: events.FieldStatus, Value: events.StatusProcessing},
-		{Key: events.FieldClaimToken, Value: lease.Token},
-		{Key: events.FieldWorkerID, Value: lease.WorkerID},
-	}
-	opts := options.Find().SetBatchSize(s.findBatch(limit))
-	cur, err := s.coll.Find(ctx, filter, opts)
-	if err != nil {
-		return nil, fmt.Errorf("find claimed events: %w", err)
-	}
-	defer closeCursor(ctx, cur)
-	var out []events.Claimed
-	for cur.Next(ctx) {
-		doc := make(bson.Raw, len(cur.Current))
-		copy(doc, cur.Current)
-		out = append(out, claimed(doc))
-	}
-	if err := cur.Err(); err != nil {
-		return nil, fmt.Errorf("read claimed events: %w", err)
-	}
-	return out, nil
-}
-
-// replyBudget bounds the bytes of documents one reply of a claim's find
-// carries. MongoDB caps a reply batch at 16 MiB itself; FerretDB does not,
-// and a reply over the driver's message limit (48 MB) fails the find
-// whatever the byte bound of the batch, every time: a backlog of large
-// documents would stall.
-const replyBudget = 16 << 20
-
-// findBatch is the batch size of a claim's finds: one reply for a whole
-// batch of ordinary documents, fewer documents per reply once the claims
-// have met large ones.
-func (s *Store) findBatch(limit int) int32 { return s.capBatch(oneBatch(limit)) }
-
-// capBatch lowers a batch size n so that a reply of the largest documents
-// the claims have met stays within replyBudget.
-func (s *Store) capBatch(n int32) int32 {
-	if largest := s.largestDoc.Load(); largest > 0 {
-		n = min(n, int32(max(1, replyBudget/largest)))
-	}
-	return n
-}
-
-// noteReplySizes keeps what findBatch needs: the largest document a
-// successful claim read. After a find failed, for any reason but a
-// shutdown, the next claim reads one document per reply, since a reply
-// too large to read fails the same way every time; the claim after a
-// success goes back to whole batches. That includes a find cut off by its
-// deadline: FerretDB takes minutes to build a reply of a few hundred
-// megabytes (measured in docs/performance.md, Large replies on FerretDB),
-// so the first claim of large documents times out rather than failing on
-// the reply's size. One document per reply costs round trips, not server
-// work.
-func (s *Store) noteReplySizes(ctx context.Context, docs []bson.Raw, err error) {
-	if err != nil {
-		if !errors.Is(ctx.Err(), context.Canceled) {
-			s.largestDoc.Store(replyBudget)
-		}
-		return
-	}
-	var largest int64
-	for _, d := range docs {
-		largest = max(largest, int64(len(d)))
-	}
-	s.largestDoc.Store(largest)
-}
-
-// oneBatch is the batch size that returns up to limit documents in the
-// find's reply alone: one more than the limit, because a server whose
-// first batch comes back exactly full may keep the cursor open (FerretDB
-// does), and the driver then spends a getMore round trip to learn that
-// nothing follows.
-func oneBatch(limit int) int32 {
-	return int32(min(limit+1, 1<<20))
-}
 
 func claimed(doc bson.Raw) events.Claimed {
 	c := events.Claimed{Doc: doc}

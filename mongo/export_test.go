@@ -76,7 +76,7 @@ func ForgetParked(s *Store) {
 // ExplainLane explains, with executionStats, the finds a claim of limit
 // at now would read its lane with: its first page, on the lane index.
 func ExplainLane(ctx context.Context, s *Store, now time.Time, limit events.ClaimLimit) ([]bson.Raw, error) {
-	r := headReader{s: s, now: now, limit: limit, q: headQuery{ordered: limit.Ordered, held: map[string]bool{}}}
+	r := headReader{s: s, now: now, limit: limit}
 	var out []bson.Raw
 	for _, f := range r.filters() {
 		cmd := bson.D{
@@ -127,3 +127,7 @@ func SetSequenceAnomaly(s *Store, f func(kind string, n int)) { s.sequenceAnomal
 
 // SplitClaim reports whether s reads the lane by index (MongoDB's way).
 func SplitClaim(s *Store) bool { return s.splitClaim }
+
+// SetMaxHeadRead bounds the events one claim's read goes through, so that
+// a test reaches the bound with a small lane.
+func SetMaxHeadRead(s *Store, n int) { s.headReadMax = n }

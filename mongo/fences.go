@@ -256,10 +256,14 @@ func (s *Store) refusal(ctx context.Context, ps []int, tenures []int64) error {
 // before the claim's update runs. When a fence is held under a later
 // tenure, nothing is committed and the error wraps events.ErrFenced.
 func (s *Store) fencedWrite(ctx context.Context, limit events.ClaimLimit, docs []events.Claimed, fn func(ctx context.Context) error) error {
+	return s.fencedIn(ctx, limit, claimPartitions(docs), fn)
+}
+
+// fencedIn is fencedWrite of a write in partitions ps, ascending.
+func (s *Store) fencedIn(ctx context.Context, limit events.ClaimLimit, ps []int, fn func(ctx context.Context) error) error {
 	if !s.fencing(limit) {
 		return fn(ctx)
 	}
-	ps := claimPartitions(docs)
 	for _, p := range ps {
 		if p >= len(limit.Tenures) || limit.Tenures[p] == 0 {
 			return fmt.Errorf("claim in partition %d, which the claim holds under no tenure", p)

@@ -3,12 +3,14 @@ package mongo
 import (
 	"context"
 	"fmt"
+	"maps"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/outboxrelay/outbox/claim/plan"
 	"github.com/outboxrelay/outbox/events"
 )
 
@@ -44,15 +46,21 @@ type head struct {
 	// readAhead), and ended says the read reached the end of the lane.
 	ahead []bson.Raw
 	ended bool
+	// held are the keys held when the read stopped, for the read-ahead.
+	held map[string]bool
 }
 
 // maxHeadRead bounds the documents one claim's read goes through: past it
-// the claim takes what it found, and the next goes on from the head,
-// which by then has fewer events to go past (parked, stamped).
+// the claim takes what it found, and the next read goes on from where it
+// stopped (readAhead.resumeAt), with the keys it held: events held for
+// now (behind one in flight or backing off) are read and left NEW, and
+// more of them than the bound at the head would otherwise stop every
+// claim before anything it may take.
 const maxHeadRead = 1 << 16
 
 // readHead reads the claim's lane in claim order (createdAt, then _id)
-// and keeps the events it may claim, up to limit; see findClaimable.
+// and plans the claim over it (claim/plan), up to limit; see
+// findClaimable.
 //
 // On MongoDB the lane is the index {status, parked, retryAt, partition,
 // createdAt, _id}: a find names the owned partitions (and null, for
@@ -66,7 +74,7 @@ func (s *Store) readHead(ctx context.Context, now time.Time, limit events.ClaimL
 	if limit.Owned != nil && ownedList(limit.Owned) == nil {
 		return head{}, nil
 	}
-	r := headReader{s: s, now: now, limit: limit, q: q, skipped: s.skipped.list(), h: &h}
+	r := headReader{s: s, now: now, limit: limit, skipped: s.skipped.list(), h: &h}
 	if batch := oneBatch(limit.Events); s.capBatch(batch) == batch {
 		// No read-ahead while replies are cut short (large documents, a
 		// find that failed): there it would cost round trips.
@@ -75,17 +83,62 @@ func (s *Store) readHead(ctx context.Context, now time.Time, limit events.ClaimL
 			r.share = shareOf(limit.Owned)
 		}
 	}
+	r.withBackoff = q.withBackoff
 	if !s.splitClaim && s.usePartitionReads(ctx, now) {
+		r.plan = plan.New(s.snapshot(now, limit, q, r.aheadMax))
 		return h, r.readByPartition(ctx)
 	}
+	if at, ok := s.ahead.resumeAt(limit, time.Now()); ok {
+		r.after, r.resumed = at.after, true
+		q.held = maps.Clone(q.held)
+		maps.Copy(q.held, at.held)
+	}
+	r.plan = plan.New(s.snapshot(now, limit, q, r.aheadMax))
 	for {
 		next, err := r.page(ctx)
 		if err != nil || !next {
+			r.finish()
+			if err == nil {
+				r.noteResume()
+			}
 			if !s.splitClaim {
-				s.partitionReads.readWhole(r.outside, err, r.sharedAndFull(), now)
+				s.partitionReads.readWhole(r.outcome().Outside, err, r.sharedAndFull(), now)
 			}
 			return h, err
 		}
+	}
+}
+
+// snapshot is what a claim of limit plans with (claim/plan): the holds q
+// read, the keys this store knows to have parked events, and how the
+// store reads its lane.
+func (s *Store) snapshot(now time.Time, limit events.ClaimLimit, q headQuery, ahead int) plan.Snapshot {
+	return plan.Snapshot{
+		Now: now, Ordered: q.ordered, Owned: limit.Owned,
+		Events: limit.Events, Bytes: limit.Bytes, Ahead: ahead,
+		Held: q.held, Failed: q.failed, Paused: q.paused,
+		Parked: parkedView{&s.parked}, Unparking: unparkingView{&s.parked},
+		WithBackoff: q.withBackoff, LaneOwned: s.splitClaim, Stamp: s.splitClaim,
+	}
+}
+
+// outcomeHead turns a plan's outcome into what the claim claims, keeps
+// and parks, and notes the keys it parks in the store's cache. Events
+// read by partition are parked by partition (byPartition).
+func (s *Store) outcomeHead(out plan.Outcome, byPartition bool, h *head) {
+	h.docs, h.ahead, h.held = out.Batch, out.Ahead, out.Held
+	h.parking.uncapped = s.splitClaim
+	h.more = h.more || out.More
+	for _, pk := range out.Park {
+		at := -1
+		if byPartition {
+			at = events.Partition(pk.Doc)
+		}
+		h.parking.addPark(pk.Reason, at, events.Partition(pk.Doc), pk.Key, rawID(pk.Doc.Lookup(events.FieldID)))
+		s.parked.add(pk.Key, typeOf(pk.Doc), pk.Reason, stamped(pk.Doc))
+	}
+	for _, doc := range out.Stamp {
+		h.parking.addStamp(events.Partition(doc), rawID(doc.Lookup(events.FieldID)))
 	}
 }
 
@@ -96,7 +149,7 @@ func (s *Store) readHead(ctx context.Context, now time.Time, limit events.ClaimL
 // full.
 func (r *headReader) sharedAndFull() bool {
 	owned := ownedList(r.limit.Owned)
-	return r.full && !r.h.ended && owned != nil && len(owned) < events.Partitions
+	return r.plan.Full() && !r.h.ended && owned != nil && len(owned) < events.Partitions
 }
 
 // aheadShareMax bounds shareOf.
@@ -118,40 +171,36 @@ func shareOf(owned []bool) int {
 	return min((events.Partitions+n-1)/n, aheadShareMax)
 }
 
-// headReader is one readHead: its pages, and what they have read so far.
+// headReader is one readHead: its pages, and the plan they feed.
 type headReader struct {
 	s       *Store
 	now     time.Time
 	limit   events.ClaimLimit
-	q       headQuery
 	skipped []any
 	h       *head
-	// read is how many documents the pages read, bytes the bytes of
-	// those kept, and after the last one read.
-	read, bytes int
-	after       bson.Raw
-	pages       int
-	// full says the batch is full; the page then reads on into h.ahead,
-	// up to aheadMax documents of the owned partitions, through a window
-	// share times as wide (shareOf; otherwise 1).
-	full     bool
+	// plan decides what the claim makes of each event read.
+	plan        *plan.Planner
+	withBackoff bool
+	// after is the last event read, and pages how many pages were read.
+	after bson.Raw
+	pages int
+	// aheadMax bounds the read-ahead; a whole read's window is share
+	// times as wide (shareOf; otherwise 1).
 	aheadMax int
 	share    int
 	// byPartition reads one partition's lane at a time, partition's
 	// (FerretDB, partitionreads.go).
 	byPartition bool
 	partition   int
-	// outside says the read met an event outside every lane: no stored
-	// partition, or one the claim does not trust.
-	outside bool
+	// resumed says the read began where the last one stopped at
+	// r.s.maxRead() (readAhead.resumeAt).
+	resumed bool
 }
 
-// What a claim's read makes of an event at the head.
-const (
-	headKeep   = iota // claimed
-	headSkip          // another replica's, or held for now: left NEW
-	headParked        // parked: out of the lane until its hold is gone
-)
+func (r *headReader) outcome() plan.Outcome { return r.plan.Outcome() }
+
+// finish hands the plan's outcome to the head read.
+func (r *headReader) finish() { r.s.outcomeHead(r.outcome(), r.byPartition, r.h) }
 
 // page reads one page, and reports whether the next page may have more.
 func (r *headReader) page(ctx context.Context) (next bool, err error) {
@@ -161,7 +210,7 @@ func (r *headReader) page(ctx context.Context) (next bool, err error) {
 	// FerretDB, where each page sorts the whole lane again, the second
 	// has no limit and is read as far as needed: a head the claim reads
 	// past costs two sorts, not one per page.
-	pageLimit := min(r.window()<<r.pages, maxHeadRead)
+	pageLimit := min(r.window()<<r.pages, r.s.maxRead())
 	if !r.s.splitClaim && r.pages > 0 {
 		pageLimit = 0
 	}
@@ -199,20 +248,22 @@ func (r *headReader) page(ctx context.Context) (next bool, err error) {
 			return false, nil // every find ended before its limit
 		}
 		if r.after == nil || events.CompareOrder(first.doc, r.after) > 0 {
-			if done := r.next(first.doc); done {
+			r.after = first.doc
+			if done := r.plan.Step(first.doc); done {
 				return false, nil
 			}
 		}
 		if err := first.next(ctx); err != nil {
 			return false, err
 		}
+		full, read := r.plan.Full(), r.outcome().Read
 		if pageLimit > 0 && first.doc == nil && first.read >= first.limit {
 			// A find that ended at its limit may have more after it, and
 			// the others' next documents may sort after that: the page
 			// ends here, and unless the batch is full the next reads on.
-			return !r.full && r.read < maxHeadRead, nil
+			return !full && read < r.s.maxRead(), nil
 		}
-		if !r.full && r.read >= maxHeadRead {
+		if !full && read >= r.s.maxRead() {
 			r.h.more = true
 			return false, nil
 		}
@@ -223,95 +274,6 @@ func (r *headReader) page(ctx context.Context) (next bool, err error) {
 // and its read-ahead, share times.
 func (r *headReader) window() int {
 	return (r.limit.Events + r.aheadMax) * max(r.share, 1)
-}
-
-// next takes doc into the batch or, once the batch is full, into the
-// read-ahead, and reports whether the read is done. A whole read's
-// read-ahead keeps the owned partitions' documents only: the claims it
-// serves would skip the others (classify).
-func (r *headReader) next(doc bson.Raw) (done bool) {
-	if r.full {
-		r.after = doc
-		if owned := r.limit.Owned; !r.byPartition && owned != nil && !owned[events.Partition(doc)] {
-			return false
-		}
-		r.h.ahead = append(r.h.ahead, doc)
-		return len(r.h.ahead) >= r.aheadMax
-	}
-	r.full = r.take(doc)
-	return r.full && r.aheadMax == 0
-}
-
-// take classifies one document of the head, keeps it where it may be
-// claimed, and reports whether the batch is full.
-func (r *headReader) take(doc bson.Raw) (full bool) {
-	r.after = doc
-	r.read++
-	if r.classify(doc) != headKeep {
-		return false
-	}
-	if len(r.h.docs) > 0 && r.limit.Bytes > 0 && r.bytes+len(doc) > r.limit.Bytes {
-		r.h.more = true
-		return true
-	}
-	r.h.docs = append(r.h.docs, doc)
-	r.bytes += len(doc)
-	if len(r.h.docs) >= r.limit.Events {
-		r.h.more = true
-		return true
-	}
-	return false
-}
-
-func (r *headReader) classify(doc bson.Raw) int {
-	p := events.Partition(doc)
-	_, stored, err := events.StoredPartition(doc)
-	r.outside = r.outside || err != nil || !stored
-	switch {
-	case err != nil:
-		// Misfiled (a stored partition not the hash's): failed by the
-		// claim that reads it (events.CheckManaged). On MongoDB that is
-		// the owner of the lane it names, the only one that reads it.
-		if owned := r.limit.Owned; !r.s.splitClaim && !r.byPartition && owned != nil && !owned[p] {
-			return headSkip
-		}
-		return headKeep
-	case !stored && r.s.splitClaim:
-		r.h.parking.addStamp(p, rawID(doc.Lookup(events.FieldID)))
-	}
-	if owned := r.limit.Owned; owned != nil && !owned[p] {
-		return headSkip
-	}
-	if r.q.withBackoff && holdsIfBackingOff(doc, r.now, r.q.held) {
-		return headSkip
-	}
-	key, keyed := events.OrderingKey(doc)
-	keyed = keyed && r.q.ordered
-	switch {
-	case r.q.paused[typeOf(doc)]:
-		// Paused: it waits, NEW, and with ordering so does the rest of
-		// its aggregate, as behind a FAILED event.
-		return r.park(doc, key, keyed, events.ParkedPaused)
-	case keyed && (r.q.failed[key] || r.s.parked.holds(key)):
-		return r.park(doc, key, keyed, events.ParkedHeld)
-	case keyed && r.q.held[key]:
-		return headSkip
-	}
-	return headKeep
-}
-
-// park parks doc for reason, and holds its key for the rest of the read.
-func (r *headReader) park(doc bson.Raw, key string, keyed bool, reason string) int {
-	if keyed {
-		r.q.held[key] = true
-	}
-	at := -1
-	if r.byPartition {
-		at = r.partition
-	}
-	r.h.parking.addPark(reason, at, rawID(doc.Lookup(events.FieldID)))
-	r.s.parked.add(parkedKeyOf(doc), typeOf(doc), reason, stamped(doc))
-	return headParked
 }
 
 // filters are the page's finds, each from the last event the page before
@@ -354,7 +316,7 @@ func (r *headReader) filters() []bson.D {
 	notLater := bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: r.now}}}}
 	retryAt := func(v any) bson.E { return bson.E{Key: events.FieldRetryAt, Value: v} }
 	switch {
-	case r.q.withBackoff:
+	case r.withBackoff:
 		return []bson.D{filter()}
 	case r.s.splitClaim:
 		return []bson.D{
@@ -377,19 +339,6 @@ func lanePartitions(owned []bool) bson.A {
 		}
 	}
 	return out
-}
-
-// holdsIfBackingOff reports whether doc, a NEW event, is backing off (its
-// retryAt is still to come), and then holds its ordering key in held.
-func holdsIfBackingOff(doc bson.Raw, now time.Time, held map[string]bool) bool {
-	retryAt, _ := doc.Lookup(events.FieldRetryAt).TimeOK()
-	if !events.Held(events.StatusNew, retryAt, false, now, false) {
-		return false
-	}
-	if key, ok := events.OrderingKey(doc); ok {
-		held[key] = true
-	}
-	return true
 }
 
 // cursorHead is a find's cursor and the next document it gives.

@@ -159,7 +159,11 @@ func holderFinds(now time.Time, failedHolds bool) []findCommand {
 }
 
 func failedHolderFind() findCommand {
-	return findCommand{filter: bson.D{{Key: events.FieldStatus, Value: events.StatusFailed}, {Key: events.FieldSkippedAt, Value: nil}}}
+	return findCommand{filter: bson.D{
+		{Key: events.FieldStatus, Value: events.StatusFailed},
+		{Key: events.FieldSkipped, Value: bson.D{{Key: "$ne", Value: true}}}, // pushed down by FerretDB (heldKeys)
+		{Key: events.FieldSkippedAt, Value: nil},
+	}}
 }
 
 func backingOffFind(now time.Time) findCommand {

@@ -2,7 +2,6 @@ package mongo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -12,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/outboxrelay/outbox/claim/plan"
 	"github.com/outboxrelay/outbox/events"
 )
 
@@ -40,9 +40,12 @@ const unparkChunk = 200
 // it owns, by ordering key (a key with none is an event without one:
 // unkeyedPrefix and its type).
 type parkedKeys struct {
-	mu     sync.Mutex
-	keys   map[string]*parkedKey
-	loaded []bool // the partitions whose parked events were read
+	mu   sync.Mutex
+	keys map[string]*parkedKey
+	// loaded is the tenure each partition's parked events were read
+	// under (0: not read): a partition lost and taken again between two
+	// claims is read again, since another owner parked in it meanwhile.
+	loaded []int64
 	// loadedAt is when the last full read began (zero: never).
 	loadedAt time.Time
 }
@@ -55,7 +58,18 @@ type parkedKey struct {
 	// unstamped says that an event of it was parked without a stored
 	// partition: unparking it takes a step of its own (noPartition).
 	unstamped bool
+	// unparking counts the queued unpark steps that still have events of
+	// it to put back: until they are written the key holds its later
+	// events as if nothing were released, since an earlier event of it
+	// is still parked (unparkQueue).
+	unparking int
+	// doubtUntil is when a park of its events whose write failed can no
+	// longer land: it is not released before (inDoubt).
+	doubtUntil time.Time
 }
+
+// parksNothing reports whether k is known only for its unpark steps.
+func (k *parkedKey) parksNothing() bool { return len(k.paused) == 0 && !k.held }
 
 // stillPaused reports whether a type k's events were parked for is paused.
 func (k *parkedKey) stillPaused(paused map[string]bool) bool {
@@ -69,13 +83,23 @@ func (k *parkedKey) stillPaused(paused map[string]bool) bool {
 
 // unkeyedPrefix makes the cache key of the parked events of a type that
 // have no ordering key: they hold nothing, and unpark by type.
-const unkeyedPrefix = "\x01unkeyed\x00"
+const unkeyedPrefix = plan.UnkeyedPrefix
 
-func parkedKeyOf(doc bson.Raw) string {
-	if key, ok := events.OrderingKey(doc); ok {
-		return key
-	}
-	return unkeyedPrefix + typeOf(doc)
+// parkedView is the keys with parked events, as a claim's plan sees
+// them (plan.Snapshot.Parked).
+type parkedView struct{ c *parkedKeys }
+
+func (v parkedView) Has(key string) bool { return v.c.holds(key) }
+
+// unparkingView is the keys whose unpark steps are queued, and that have
+// nothing parked besides (plan.Snapshot.Unparking).
+type unparkingView struct{ c *parkedKeys }
+
+func (v unparkingView) Has(key string) bool {
+	v.c.mu.Lock()
+	defer v.c.mu.Unlock()
+	k := v.c.keys[key]
+	return k != nil && k.unparking > 0
 }
 
 // holds reports whether key has parked events: a claim parks the later
@@ -83,8 +107,8 @@ func parkedKeyOf(doc bson.Raw) string {
 func (c *parkedKeys) holds(key string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	_, ok := c.keys[key]
-	return ok && len(key) > 0 && key[0] != unkeyedPrefix[0]
+	k, ok := c.keys[key]
+	return ok && !k.parksNothing() && len(key) > 0 && key[0] != unkeyedPrefix[0]
 }
 
 // add notes an event of key and type typ parked for reason, with a
@@ -117,71 +141,134 @@ func stamped(doc bson.Raw) bool {
 // release is what parkedKeys.released found that nothing holds any more.
 type release struct {
 	// types are the types resumed, whose events parked for them unpark
-	// by type; held the keys with events parked behind a hold, which
-	// unpark by key.
+	// by type, with the keys of such events (keysOf); held the keys with
+	// events parked behind a hold, which unpark by key.
 	types, held []string
+	keysOf      map[string][]string
 	// unstamped are the types and keys above with events parked without
 	// a stored partition.
 	unstamped map[string]bool
 }
 
-// released takes out of the cache the keys that nothing holds any more:
-// no type of theirs is paused, and no FAILED event holds them (failed).
-func (c *parkedKeys) released(paused, failed map[string]bool) release {
+// released finds the keys that nothing holds any more: no type of theirs
+// is paused, and no FAILED event holds them (failed). It does not forget
+// them: each stays held until the unpark steps of its events are written
+// (unparking, stepDone), so that a later event of it written meanwhile
+// is parked behind them, not claimed before them.
+func (c *parkedKeys) released(paused, failed map[string]bool, now time.Time) release {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	resumed := map[string]bool{}
-	r := release{unstamped: map[string]bool{}}
+	r := release{unstamped: map[string]bool{}, keysOf: map[string][]string{}}
 	for key, k := range c.keys {
-		if failed[key] || k.stillPaused(paused) {
+		if failed[key] || k.stillPaused(paused) || k.parksNothing() || now.Before(k.doubtUntil) {
 			continue
 		}
-		delete(c.keys, key)
 		for t := range k.paused {
-			resumed[t] = true
+			r.keysOf[t] = append(r.keysOf[t], key)
 			r.unstamped[t] = r.unstamped[t] || k.unstamped
 		}
 		if k.held {
 			r.held = append(r.held, key)
 			r.unstamped[key] = k.unstamped
 		}
+		k.paused, k.held, k.unstamped = map[string]bool{}, false, false
 	}
 	slices.Sort(r.held)
-	r.types = slices.Sorted(maps.Keys(resumed))
+	r.types = slices.Sorted(maps.Keys(r.keysOf))
+	for _, keys := range r.keysOf {
+		slices.Sort(keys)
+	}
 	return r
 }
 
+// inDoubt holds keys, whose park's write failed, until until: the write
+// may still land, and an unpark written before it would be undone.
+func (c *parkedKeys) inDoubt(keys []string, until time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, key := range keys {
+		if k := c.keys[key]; k != nil && until.After(k.doubtUntil) {
+			k.doubtUntil = until
+		}
+	}
+}
+
+// unparking notes the steps queued to unpark what released returned: each
+// key they name stays held until they are written or dropped (stepDone).
+func (c *parkedKeys) unparking(steps []unparkStep) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, st := range steps {
+		for _, key := range st.keys {
+			if k := c.keys[key]; k != nil {
+				k.unparking++
+			}
+		}
+	}
+}
+
+// stepDone notes that step was written, or dropped: a key whose events
+// are all back in its lane, and that nothing parked since, is forgotten.
+func (c *parkedKeys) stepDone(step unparkStep) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, key := range step.keys {
+		k := c.keys[key]
+		if k == nil {
+			continue
+		}
+		k.unparking = max(k.unparking-1, 0)
+		if k.unparking == 0 && k.parksNothing() {
+			delete(c.keys, key)
+		}
+	}
+}
+
 // toLoad returns the owned partitions whose parked events are not known
-// yet (all of them when the last full read is older than parkedReload,
-// and then full), and forgets the keys of the partitions no longer owned.
-func (c *parkedKeys) toLoad(owned []bool, now time.Time) (ps []int, full bool) {
+// under the tenure held (all of them when the last full read is older
+// than parkedReload, and then full), and forgets the keys of the
+// partitions no longer owned, or owned under another tenure since.
+func (c *parkedKeys) toLoad(owned []bool, tenures []int64, now time.Time) (ps []int, full bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.loaded == nil || now.Sub(c.loadedAt) >= parkedReload {
-		c.loaded, c.keys, c.loadedAt, full = make([]bool, events.Partitions), nil, now, true
+		// What is parked is read again, and unparked anew: the queued
+		// steps of what is read go too (Store.loadParked).
+		c.loaded, c.keys, c.loadedAt, full = make([]int64, events.Partitions), nil, now, true
 	}
 	for p := range events.Partitions {
 		mine := owned == nil || owned[p]
-		switch {
-		case mine && !c.loaded[p]:
-			ps = append(ps, p)
-		case !mine && c.loaded[p]:
-			c.loaded[p] = false
+		if mine && c.loaded[p] == tenureOf(tenures, p) || !mine && c.loaded[p] == 0 {
+			continue
+		}
+		if c.loaded[p] != 0 {
+			c.loaded[p] = 0
 			for key := range c.keys {
 				if partitionOfKey(key) == p {
 					delete(c.keys, key)
 				}
 			}
 		}
+		if mine {
+			ps = append(ps, p)
+		}
 	}
 	return ps, full
 }
 
-func (c *parkedKeys) markLoaded(ps []int) {
+// tenureOf is the tenure partition p is held under: 1 without tenures.
+func tenureOf(tenures []int64, p int) int64 {
+	if p < len(tenures) && tenures[p] != 0 {
+		return tenures[p]
+	}
+	return 1
+}
+
+func (c *parkedKeys) markLoaded(ps []int, tenures []int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, p := range ps {
-		c.loaded[p] = true
+		c.loaded[p] = tenureOf(tenures, p)
 	}
 }
 
@@ -198,11 +285,12 @@ func partitionOfKey(key string) int {
 // have parked events: one projected find, on the lane index on MongoDB.
 // full reports a full read (every parkedReload), when the claim also looks
 // for misfiled events.
-func (s *Store) loadParked(ctx context.Context, owned []bool, now time.Time) (full bool, err error) {
-	ps, full := s.parked.toLoad(owned, now)
+func (s *Store) loadParked(ctx context.Context, owned []bool, tenures []int64, now time.Time) (full bool, err error) {
+	ps, full := s.parked.toLoad(owned, tenures, now)
 	if len(ps) == 0 {
 		return full, nil
 	}
+	s.unparking.dropPartitions(ps)
 	filter := bson.D{
 		{Key: events.FieldStatus, Value: events.StatusNew},
 		{Key: events.FieldParked, Value: true},
@@ -233,182 +321,47 @@ func (s *Store) loadParked(ctx context.Context, owned []bool, now time.Time) (fu
 	for cur.Next(ctx) {
 		if p := events.Partition(cur.Current); want[p] {
 			reason, _ := cur.Current.Lookup(events.FieldParkedFor).StringValueOK()
-			s.parked.add(parkedKeyOf(cur.Current), typeOf(cur.Current), reason, stamped(cur.Current))
+			s.parked.add(plan.ParkedKey(cur.Current), typeOf(cur.Current), reason, stamped(cur.Current))
 		}
 	}
 	if err := cur.Err(); err != nil {
 		return full, fmt.Errorf("read parked events: %w", err)
 	}
-	s.parked.markLoaded(ps)
+	s.parked.markLoaded(ps, tenures)
 	return full, nil
 }
 
 // misfiledMax bounds the misfiled events one claim reads.
 const misfiledMax = 100
 
-// misfiled reads NEW events whose stored partition no lane names (not a
-// whole number from 0 to Partitions-1): no claim's lane reads them, so
-// the claim that looks for them fails them (events.CheckManaged). One
-// find on the lane index, every parkedReload, on MongoDB only: FerretDB's
-// claims read by status, and meet them at the head.
+// misfiled reads NEW events that no claim's lane reads: a stored
+// partition no lane names (not a whole number from 0 to Partitions-1), or
+// a parked other than true (outside the lane's parked: null, and never
+// unparked). The claim that looks for them fails them
+// (events.CheckManaged). Two finds on the lane index, every parkedReload,
+// on MongoDB only: FerretDB's claims read by status and parked: {$ne:
+// true}, and meet them at the head.
 func (s *Store) misfiled(ctx context.Context) ([]bson.Raw, error) {
-	filter := bson.D{
+	var docs []bson.Raw
+	for _, filter := range []bson.D{{
 		{Key: events.FieldStatus, Value: events.StatusNew},
 		{Key: events.FieldParked, Value: nil},
 		{Key: events.FieldPartition, Value: bson.D{{Key: "$nin", Value: lanePartitions(nil)}}},
-	}
-	cur, err := s.coll.Find(ctx, filter, options.Find().SetLimit(misfiledMax).SetHint(laneIndex))
-	if err != nil {
-		return nil, fmt.Errorf("find misfiled events: %w", err)
-	}
-	var docs []bson.Raw
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, fmt.Errorf("read misfiled events: %w", err)
+	}, {
+		{Key: events.FieldStatus, Value: events.StatusNew},
+		{Key: events.FieldParked, Value: bson.D{{Key: "$nin", Value: bson.A{nil, true}}}},
+	}} {
+		cur, err := s.coll.Find(ctx, filter, options.Find().SetLimit(misfiledMax).SetHint(laneIndex))
+		if err != nil {
+			return nil, fmt.Errorf("find misfiled events: %w", err)
+		}
+		var found []bson.Raw
+		if err := cur.All(ctx, &found); err != nil {
+			return nil, fmt.Errorf("read misfiled events: %w", err)
+		}
+		docs = append(docs, found...)
 	}
 	return docs, nil
-}
-
-// parking is what one claim's read found to park or to stamp.
-type parking struct {
-	// park lists the events to park, by reason (events.ParkedPaused,
-	// events.ParkedHeld), then by the partition they were read in, -1
-	// where the read was not by partition; parked counts them by reason.
-	park   map[string]map[int][]any
-	parked map[string]int
-	// stamp lists the events read without a stored partition, by the
-	// partition they hash to (MongoDB only: FerretDB's claims do not read
-	// by partition).
-	stamp   map[int][]any
-	stamped int
-}
-
-// parkMax bounds the events one claim parks for each reason, and stamps,
-// where it did not read by partition: an $in of more ids costs FerretDB,
-// which matches it in Go against every NEW event, more than the reads it
-// spares. The rest are read and left out by the next claims, which park
-// them in turn. A read by partition (FerretDB, partitionreads.go) parks
-// what it met in each partition as it goes, with an equality on the
-// partition that leaves FerretDB that partition's lane to match: each
-// event it parks is one it read, once.
-const parkMax = 1000
-
-func (p *parking) addPark(reason string, partition int, id any) {
-	if p.park == nil {
-		p.park, p.parked = map[string]map[int][]any{}, map[string]int{}
-	}
-	if partition < 0 && p.parked[reason] >= parkMax {
-		return
-	}
-	if p.park[reason] == nil {
-		p.park[reason] = map[int][]any{}
-	}
-	p.park[reason][partition] = append(p.park[reason][partition], id)
-	if partition < 0 {
-		p.parked[reason]++
-	}
-}
-
-// writePartition parks what was met in partition, and forgets it.
-func (p *parking) writePartition(ctx context.Context, s *Store, partition int) error {
-	var errs []error
-	for _, reason := range slices.Sorted(maps.Keys(p.park)) {
-		if ids := p.park[reason][partition]; len(ids) > 0 {
-			errs = append(errs, s.park(ctx, reason, partition, ids))
-		}
-	}
-	p.forget(partition)
-	return errors.Join(errs...)
-}
-
-// forget drops what was met in partition, unparked.
-func (p *parking) forget(partition int) {
-	for _, byPartition := range p.park {
-		delete(byPartition, partition)
-	}
-}
-
-func (p *parking) addStamp(partition int, id any) {
-	if p.stamp == nil {
-		p.stamp = map[int][]any{}
-	}
-	if p.stamped < parkMax {
-		p.stamp[partition] = append(p.stamp[partition], id)
-		p.stamped++
-	}
-}
-
-// write stores the partitions, then parks: a parked event leaves the
-// lane with its partition stored, so that the owner's sweep finds it.
-// Both writes are guarded by status NEW, and neither is needed for
-// correctness: a claim checks every event it reads again. So their errors
-// are the caller's to log, not to fail the claim with.
-func (p *parking) write(ctx context.Context, s *Store) error {
-	var errs []error
-	if len(p.stamp) > 0 {
-		errs = append(errs, s.stampPartitions(ctx, p.stamp))
-	}
-	for _, reason := range slices.Sorted(maps.Keys(p.park)) {
-		for _, partition := range slices.Sorted(maps.Keys(p.park[reason])) {
-			if err := s.park(ctx, reason, partition, p.park[reason][partition]); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// unparkedIn selects the NEW events ids that are not parked, within
-// partition (none: -1): every equality FerretDB pushes down first.
-func unparkedIn(partition int, ids []any) bson.D {
-	filter := bson.D{
-		{Key: events.FieldStatus, Value: events.StatusNew},
-		{Key: events.FieldParked, Value: bson.D{{Key: "$ne", Value: true}}},
-	}
-	if partition >= 0 {
-		filter = append(filter, bson.E{Key: events.FieldPartition, Value: int32(partition)})
-	}
-	return append(filter, bson.E{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: ids}}})
-}
-
-// park parks the NEW events ids for reason. Events read by partition are
-// parked by partition: FerretDB pushes the equality down, and matches the
-// $in in Go against that partition's lane only, not against every NEW
-// event.
-func (s *Store) park(ctx context.Context, reason string, partition int, ids []any) error {
-	filter := unparkedIn(partition, ids)
-	update := setOnly(
-		bson.E{Key: events.FieldParked, Value: true},
-		bson.E{Key: events.FieldParkedFor, Value: reason},
-	)
-	if _, err := s.coll.UpdateMany(ctx, filter, update); err != nil {
-		return fmt.Errorf("park %d events (%s): %w", len(ids), reason, err)
-	}
-	return nil
-}
-
-// stampPartitions stores the partition of events written without one, in
-// one update: a pipeline whose $switch gives each _id its partition.
-func (s *Store) stampPartitions(ctx context.Context, byPartition map[int][]any) error {
-	var ids, branches bson.A
-	for _, p := range slices.Sorted(maps.Keys(byPartition)) {
-		ids = append(ids, byPartition[p]...)
-		branches = append(branches, bson.D{
-			{Key: "case", Value: bson.D{{Key: "$in", Value: bson.A{"$" + events.FieldID, bson.A(byPartition[p])}}}},
-			{Key: "then", Value: int32(p)},
-		})
-	}
-	filter := bson.D{
-		{Key: events.FieldStatus, Value: events.StatusNew},
-		{Key: events.FieldPartition, Value: nil},
-		{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: ids}}},
-	}
-	pipeline := bson.A{bson.D{{Key: "$set", Value: bson.D{{Key: events.FieldPartition, Value: bson.D{
-		{Key: "$switch", Value: bson.D{{Key: "branches", Value: branches}, {Key: "default", Value: nil}}},
-	}}}}}}
-	if _, err := s.coll.UpdateMany(ctx, filter, pipeline); err != nil {
-		return fmt.Errorf("store the partition of %d events: %w", len(ids), err)
-	}
-	return nil
 }
 
 // ownedList lists the partitions owned marks, nil for every partition.

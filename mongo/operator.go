@@ -225,6 +225,7 @@ func requeueUpdate(due time.Time) bson.D {
 		{Key: events.FieldSkippedBy, Value: ""},
 		{Key: events.FieldSkippedAt, Value: ""},
 		{Key: events.FieldSkipReason, Value: ""},
+		{Key: events.FieldSkipped, Value: ""},
 		// Its cause is that of this failure; the next is classified
 		// anew.
 		{Key: events.FieldFailureCause, Value: ""},
@@ -386,6 +387,7 @@ func (s *Store) skip(ctx context.Context, filter bson.D, by, reason string, at t
 		{Key: events.FieldSkippedBy, Value: by},
 		{Key: events.FieldSkippedAt, Value: at.UTC().Truncate(time.Millisecond)},
 		{Key: events.FieldSkipReason, Value: truncateError(reason)},
+		{Key: events.FieldSkipped, Value: true},
 	}}}, action))
 	if err != nil {
 		return 0, fmt.Errorf("skip events: %w", err)

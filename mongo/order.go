@@ -21,8 +21,9 @@ import (
 // a replica's own work (other replicas' events, paused types, aggregates
 // held by FAILED events) never uses up its read (docs/design.md, The
 // claim's lane). Events of paused types, and with limit.Ordered the
-// events of aggregates a FAILED event or a parked event holds, are parked
-// as the read meets them: each is read once, not by every claim.
+// events of aggregates a FAILED event or a parked event holds, are
+// planned to be parked as the read meets them, and parked by the claimer
+// under its hold (WriteParked): each is read once, not by every claim.
 //
 // With limit.Ordered the read first learns which aggregates are held
 // (heldKeys: PROCESSING, FAILED and, on MongoDB, backing off), beside the
@@ -38,7 +39,7 @@ func (s *Store) findClaimable(ctx context.Context, now time.Time, limit events.C
 			return nil, false, err
 		}
 	}
-	full, err := s.loadParked(ctx, limit.Owned, time.Now())
+	full, err := s.loadParked(ctx, limit.Owned, limit.Tenures, time.Now())
 	if err != nil {
 		s.noteReplySizes(ctx, nil, err)
 		return nil, false, err
@@ -93,9 +94,10 @@ func (s *Store) findUnordered(ctx context.Context, now time.Time, limit events.C
 	return s.readLane(ctx, now, limit, headQuery{paused: paused})
 }
 
-// readLane reads the head (readHead), then stores what it found to park
-// or stamp. Those writes only spare later reads: their failure is logged,
-// and the claim goes on with what it read.
+// readLane reads the head (readHead), then stores the partitions it
+// found missing, and keeps what it found to park for WriteParked. Those
+// writes only spare later reads: their failure is logged, and the claim
+// goes on with what it read.
 func (s *Store) readLane(ctx context.Context, now time.Time, limit events.ClaimLimit, q headQuery) ([]bson.Raw, bool, error) {
 	h, ok := s.fromAhead(now, limit, q)
 	if !ok {
@@ -105,11 +107,12 @@ func (s *Store) readLane(ctx context.Context, now time.Time, limit events.ClaimL
 			s.ahead.drop()
 			return nil, false, err
 		}
-		s.ahead.put(aheadPage{docs: h.ahead, held: q.held, readAt: readAt, ended: h.ended}, limit)
+		s.ahead.put(aheadPage{docs: h.ahead, held: h.held, readAt: readAt, ended: h.ended}, limit)
 	}
-	if err := h.parking.write(ctx, s); err != nil && ctx.Err() == nil {
-		s.logger.Warn("could not park or stamp events the claim read; the next claim reads them again", "error", err)
+	if err := h.parking.writeStamps(ctx, s); err != nil && ctx.Err() == nil {
+		s.logger.Warn("could not store the partition of events the claim read; the next claim reads them again", "error", err)
 	}
+	s.unwritten.put(h.parking) // written under the claimer's hold: WriteParked
 	return h.docs, h.more, nil
 }
 
@@ -168,9 +171,14 @@ func (s *Store) heldKeys(ctx context.Context, now time.Time, failedHolds, backin
 	}).SetBatchSize(heldBatch)
 	queries := []heldQuery{{filter: bson.D{{Key: events.FieldStatus, Value: events.StatusProcessing}}}}
 	if failedHolds {
-		// Skipped events hold nothing: left out by the server where it can.
+		// Skipped events hold nothing: left out by the server where it
+		// can. skipped's $ne is FerretDB's, which pushes it down to
+		// PostgreSQL and decodes none of them; skippedAt's null, which it
+		// matches in Go, is MongoDB's, and leaves out the events skipped
+		// before skipped was written.
 		queries = append(queries, heldQuery{filter: bson.D{
 			{Key: events.FieldStatus, Value: events.StatusFailed},
+			{Key: events.FieldSkipped, Value: bson.D{{Key: "$ne", Value: true}}},
 			{Key: events.FieldSkippedAt, Value: nil},
 		}, failed: true})
 	}

@@ -220,26 +220,6 @@ func (pr *partitionReads) start() int {
 	return pr.next
 }
 
-// parkPartitions parks what the read met in the partitions it read, in
-// the order it read them, one update each, until two thirds of the
-// read's time are gone; the rest is left to the next claims, which read
-// it again. Reading comes first, so that the events the claim may take
-// go out within its first claims, however much waits ahead of them; each
-// partition parked stays so, so that a claim that runs out of time
-// leaves the lane lighter for the next, never the same work.
-func (r *headReader) parkPartitions(ctx context.Context, read []int) {
-	stop, hasStop := deadlineShare(ctx, 2, 3)
-	for _, p := range read {
-		if hasStop && time.Now().After(stop) {
-			r.h.parking.forget(p)
-			continue
-		}
-		if err := r.h.parking.writePartition(ctx, r.s, p); err != nil && ctx.Err() == nil {
-			r.s.logger.Warn("could not park events the claim read; the next claim reads them again", "partition", p, "error", err)
-		}
-	}
-}
-
 // deadlineShare is num/den of the way from now to ctx's deadline.
 func deadlineShare(ctx context.Context, num, den int) (time.Time, bool) {
 	deadline, ok := ctx.Deadline()
@@ -272,10 +252,10 @@ func (r *headReader) readByPartition(ctx context.Context) error {
 		at++
 	}
 	r.byPartition = true
+	r.plan.ReadingPartition(true)
 	visited := 0
 	soft, hasSoft := deadlineShare(ctx, 1, 3)
-	var read []int
-	for visited < len(owned) && !r.full && !r.h.more {
+	for visited < len(owned) && !r.plan.Full() && !r.h.more {
 		if visited > 0 && hasSoft && time.Now().After(soft) {
 			// A third of the read's time is gone: it claims what it
 			// found, and the next claim goes on from here (more).
@@ -295,12 +275,12 @@ func (r *headReader) readByPartition(ctx context.Context) error {
 			}
 		}
 		r.s.partitionReads.readPartition(last)
-		read = append(read, last)
 	}
-	r.parkPartitions(ctx, read)
+	r.finish()
 	// The lane ended only if the last partition read did and every other
 	// was read through before it.
 	r.h.ended = r.h.ended && visited == len(owned)
-	r.s.partitionReads.readPartitions(visited == len(owned), r.read+len(r.h.ahead), r.window(), visited, r.full, r.now)
+	out := r.outcome()
+	r.s.partitionReads.readPartitions(visited == len(owned), out.Read+len(out.Ahead), r.window(), visited, r.plan.Full(), r.now)
 	return nil
 }

@@ -49,7 +49,12 @@ func (s *Store) fail(ctx context.Context, lease events.Lease, refused []refusal)
 	for _, lastError := range order {
 		ids := groups[lastError]
 		attempt := events.AttemptError{At: lease.At, WorkerID: lease.WorkerID, Reason: metrics.ReasonInvalid, Error: lastError}
-		update := withAttempt(bson.D{{Key: "$set", Value: failedSet(lastError, lease.At, attempt)}}, &attempt)
+		// skipped unset: a FAILED event that is not skipped holds its
+		// aggregate, whatever a requeue of an earlier version left.
+		update := withAttempt(bson.D{
+			{Key: "$set", Value: failedSet(lastError, lease.At, attempt)},
+			{Key: "$unset", Value: bson.D{{Key: events.FieldSkipped, Value: ""}}},
+		}, &attempt)
 		err := s.failIDs(ctx, ids, update)
 		if err != nil && isDocumentError(err) && len(ids) > 1 {
 			// One document spoiled the write: write them one by one.

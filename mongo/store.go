@@ -94,6 +94,8 @@ type Store struct {
 	txnOpts *options.TransactionOptionsBuilder
 	// heldWindow is heldWindow but in tests of the bound.
 	heldWindow int
+	// headReadMax is maxHeadRead where above 0 (tests).
+	headReadMax int
 	// readConcern is the level the commands timedFind sends carry: a
 	// command run through RunCommand gets none from the client.
 	readConcern string
@@ -112,6 +114,9 @@ type Store struct {
 	// most unparkStepsMax a claim where it is above 0 (tests).
 	unparking      unparkQueue
 	unparkStepsMax int
+	// unwritten is what the last read of the lane found to park, until
+	// the claimer holds the partitions to write it (parking.go).
+	unwritten unwrittenParks
 	// ahead is what the last read of the lane kept past its batch, for
 	// the next claims of a drain (ahead.go).
 	ahead readAhead

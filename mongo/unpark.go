@@ -40,6 +40,9 @@ type unparkStep struct {
 	what      string
 	partition int
 	filter    bson.D
+	// keys are the parked keys whose events this step puts back, which
+	// hold until it is written (parkedKeys.stepDone).
+	keys []string
 }
 
 // noPartition is the partition of a step that unparks the events parked
@@ -76,6 +79,15 @@ func (q *unparkQueue) next() (unparkStep, bool) {
 	return q.steps[0], true
 }
 
+// dropPartitions drops the steps in partitions ps: their parked events
+// are being read again (parkedKeys.toLoad), and a claim unparks what it
+// finds anew, with the keys it names as they are now.
+func (q *unparkQueue) dropPartitions(ps []int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.steps = slices.DeleteFunc(q.steps, func(st unparkStep) bool { return slices.Contains(ps, st.partition) })
+}
+
 // done drops the first step, once written.
 func (q *unparkQueue) done() {
 	q.mu.Lock()
@@ -91,11 +103,17 @@ func unparkSteps(owned []bool, r release) []unparkStep {
 	var steps []unparkStep
 	for _, typ := range r.types {
 		filter := bson.D{{Key: events.FieldParkedFor, Value: events.ParkedPaused}, {Key: events.FieldType, Value: typ}}
+		keysIn := map[int][]string{}
+		for _, key := range r.keysOf[typ] {
+			keysIn[partitionOfKey(key)] = append(keysIn[partitionOfKey(key)], key)
+		}
 		for _, p := range partitionsOf(owned) {
-			steps = append(steps, unparkStep{what: "the events of type " + typ, partition: p, filter: filter})
+			steps = append(steps, unparkStep{what: "the events of type " + typ, partition: p, filter: filter, keys: keysIn[p]})
 		}
 		if r.unstamped[typ] {
-			steps = append(steps, unparkStep{what: "the events of type " + typ, partition: noPartition, filter: filter})
+			// Every key of the type may have an event parked without a
+			// stored partition: each holds until this step too.
+			steps = append(steps, unparkStep{what: "the events of type " + typ, partition: noPartition, filter: filter, keys: r.keysOf[typ]})
 		}
 	}
 	byPartition := map[int][]string{}
@@ -122,7 +140,7 @@ func unparkSteps(owned []bool, r release) []unparkStep {
 			}
 			steps = append(steps, unparkStep{
 				what: fmt.Sprintf("the events of %d aggregates", len(chunk)), partition: p,
-				filter: bson.D{{Key: "$or", Value: or}},
+				filter: bson.D{{Key: "$or", Value: or}}, keys: chunk,
 			})
 		}
 	}
@@ -144,8 +162,10 @@ func partitionsOf(owned []bool) []int {
 // type resumed, a FAILED event requeued or skipped), then writes the
 // queued steps for its share of ctx's time.
 func (s *Store) unparkReleased(ctx context.Context, owned []bool, paused, failed map[string]bool) {
-	if r := s.parked.released(paused, failed); len(r.types) > 0 || len(r.held) > 0 {
-		s.unparking.add(unparkSteps(owned, r))
+	if r := s.parked.released(paused, failed, time.Now()); len(r.types) > 0 || len(r.held) > 0 {
+		steps := unparkSteps(owned, r)
+		s.parked.unparking(steps)
+		s.unparking.add(steps)
 	}
 	n, err := s.unpark(ctx, owned)
 	if err != nil {
@@ -173,6 +193,7 @@ func (s *Store) unpark(ctx context.Context, owned []bool) (int, error) {
 		}
 		if step.partition != noPartition && owned != nil && !owned[step.partition] {
 			s.unparking.done()
+			s.parked.stepDone(step)
 			continue
 		}
 		n, err := s.unparkStep(ctx, step)
@@ -181,6 +202,7 @@ func (s *Store) unpark(ctx context.Context, owned []bool) (int, error) {
 		}
 		moved += n
 		s.unparking.done()
+		s.parked.stepDone(step)
 		written++
 		// At least one step a claim, however short its time: the
 		// queue always moves.

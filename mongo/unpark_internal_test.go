@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -51,4 +52,22 @@ func partitionName(p int) string {
 		return "none"
 	}
 	return strconv.Itoa(p)
+}
+
+// TestParkInDoubtIsNotUnparked: a key whose park's write failed is not
+// released (unparked) before that write's deadline: landing after the
+// unpark, the park would leave its events parked with nothing left to
+// unpark them, and a later event of the key could go first.
+func TestParkInDoubtIsNotUnparked(t *testing.T) {
+	t.Parallel()
+	var c parkedKeys
+	c.add("order\x00k", "order.created", events.ParkedHeld, true)
+	now := time.Now()
+	c.inDoubt([]string{"order\x00k"}, now.Add(5*time.Second))
+	if r := c.released(nil, nil, now); len(r.held) != 0 {
+		t.Errorf("released %v while its park may still land, want nothing", r.held)
+	}
+	if r := c.released(nil, nil, now.Add(6*time.Second)); len(r.held) != 1 {
+		t.Errorf("released %v past the park's deadline, want the key", r.held)
+	}
 }

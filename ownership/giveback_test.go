@@ -2,6 +2,7 @@ package ownership
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -122,5 +123,30 @@ func TestSmallClockJumpKeepsThePartitions(t *testing.T) {
 	a.ClockJumped(-2 * a.cfg.Margin)
 	if n := len(holding(a)); n != 0 {
 		t.Errorf("a after a jump of two margins back holds %d, want none", n)
+	}
+}
+
+// TestWriteInDoubtLastsUntilItsDeadline (issue 40, hole 3): a write whose
+// error came back early (a broken connection, 10 margins before its
+// deadline) may still be applied by the server until its deadline, which
+// the driver sent as maxTimeMS: a give-back does not free its partition
+// until a margin past that. Before: the doubt counted a margin from the
+// error, and b took partition 7 while the write could still land.
+func TestWriteInDoubtLastsUntilItsDeadline(t *testing.T) {
+	t.Parallel()
+	clock, a, b := startWithNewcomer(t)
+	_, _, done := a.Hold()
+	a.Wrote([]int{7}, 10*a.cfg.Margin, errors.New("connection reset"))
+	done()
+	clock.Advance(3 * a.cfg.Margin)
+	release(t, a)
+	tick(t, b)
+	if holding(b)[7] {
+		t.Error("b holds 7 three margins after a's write failed early, with its deadline seven margins away")
+	}
+	clock.Advance(8*a.cfg.Margin + time.Millisecond)
+	tick(t, b)
+	if !holding(b)[7] {
+		t.Error("b does not hold 7 a margin past the deadline of a's write")
 	}
 }

@@ -137,7 +137,7 @@ func startWithNewcomer(t *testing.T) (*fakeclock.Clock, *Manager, *Manager) {
 // landed), as a claimer does while it holds the terms it wrote under.
 func wrote(m *Manager, partitions []int, err error) {
 	_, _, done := m.Hold()
-	m.Wrote(partitions, err)
+	m.Wrote(partitions, 0, err)
 	done()
 }
 

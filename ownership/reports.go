@@ -34,14 +34,16 @@ type notes struct {
 // Wrote is told how a claim's write in partitions ended (claim.Owner). A
 // write that failed for any reason but the fence may still be applied by
 // the server after its client gave up on it (a timeout, a broken
-// connection): for a Margin from now, the tail of a write that the time
+// connection), until its own deadline (landBy from now, which the driver
+// sends as maxTimeMS: an early network error says nothing of when the
+// server stops) and a Margin past it, the tail of a write that the time
 // fence allows for too, a give-back of those partitions does not free
 // them (see release). An *events.FencedError, from a claim's write or its
 // read, names partitions another worker holds under a later tenure: Hold
 // stops returning them at once, the next round drops them, gives them
 // back under a term numbered at the fence's tenure, and every term this
 // replica takes of them after is numbered above it.
-func (m *Manager) Wrote(partitions []int, err error) {
+func (m *Manager) Wrote(partitions []int, landBy time.Duration, err error) {
 	if err == nil {
 		return
 	}
@@ -60,7 +62,9 @@ func (m *Manager) Wrote(partitions []int, err error) {
 	if errors.Is(err, events.ErrFenced) {
 		return // nothing of it was written; without the tenures there is nothing to number above
 	}
-	until := m.cfg.Local().Add(m.cfg.Margin)
+	// Until the write can no longer land, by its own deadline, and the
+	// margin past it.
+	until := m.cfg.Local().Add(max(landBy, 0) + m.cfg.Margin)
 	if m.notes.doubt == nil {
 		m.notes.doubt = map[int]time.Time{}
 	}

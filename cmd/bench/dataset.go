@@ -28,6 +28,31 @@ func eventDoc(i int, createdAt time.Time) (bson.D, error) {
 	return d.Document(createdAt)
 }
 
+// skippedFailedDoc is an event that failed an hour ago and that an
+// operator skipped: history that holds no aggregate, of aggregates of its
+// own (far past the backlogs' ids).
+func skippedFailedDoc(i int, createdAt time.Time) (bson.D, error) {
+	at := createdAt.Add(-time.Hour)
+	doc, err := eventDoc(skippedIDBase+i, at)
+	if err != nil {
+		return nil, err
+	}
+	for j := range doc {
+		if doc[j].Key == events.FieldStatus {
+			doc[j].Value = events.StatusFailed
+		}
+	}
+	return append(doc,
+		bson.E{Key: events.FieldLastError, Value: "returned 312 NO_ROUTE"},
+		bson.E{Key: events.FieldFailedAt, Value: at},
+		bson.E{Key: events.FieldSkippedAt, Value: at},
+		bson.E{Key: events.FieldAttempts, Value: 5},
+	), nil
+}
+
+// skippedIDBase puts skippedFailedDoc's aggregates past every backlog's.
+const skippedIDBase = 10_000_000
+
 // publishedDoc is an event already relayed: history that a claim must
 // never read.
 func publishedDoc(i int, createdAt time.Time) (bson.D, error) {

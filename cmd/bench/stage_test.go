@@ -135,11 +135,11 @@ func TestStagesSelection(t *testing.T) {
 	keys := stageKeys(all)
 	want := []string{"raw-broker", "publish", "raw-db", "drain", "drain-unordered", "hot-aggregate", "skewed-producers", "latency", "claim",
 		"retention", "claim-backoff", "held-aggregates", "large-docs", "inbox", "console", "tracing",
-		"db-latency-100ms", "db-latency-600ms", "backlog-20k", "backlog-20k-busy", "backlog-50k", "paused-head", "held-head"}
+		"db-latency-100ms", "db-latency-600ms", "backlog-20k", "backlog-20k-busy", "backlog-20k-skipped", "backlog-50k", "paused-head", "held-head"}
 	if diff := cmp.Diff(want, keys); diff != "" {
 		t.Errorf("stage keys (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{"backlog-20k", "backlog-20k-busy", "backlog-50k", "paused-head", "held-head"}, optInKeys(all)); diff != "" {
+	if diff := cmp.Diff([]string{"backlog-20k", "backlog-20k-busy", "backlog-20k-skipped", "backlog-50k", "paused-head", "held-head"}, optInKeys(all)); diff != "" {
 		t.Errorf("opt-in stages (-want +got):\n%s", diff)
 	}
 	only, err := parseOnly("backlog-50k", all)
@@ -185,8 +185,8 @@ func TestStagesOwnDistinctFigures(t *testing.T) {
 			t.Errorf("figure %q owned by stages %q", k, o)
 		}
 	}
-	if o := owners[slowFig.key]; len(o) != 5 {
-		t.Errorf("figure %q owned by %q: want the five slow-database stages", slowFig.key, o)
+	if o := owners[slowFig.key]; len(o) != 6 {
+		t.Errorf("figure %q owned by %q: want the six slow-database stages", slowFig.key, o)
 	}
 	for _, k := range []string{"startedAt", "totalSeconds", "machine", "config", "stages", "targets"} {
 		if _, ok := owners[k]; ok {

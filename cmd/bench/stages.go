@@ -33,6 +33,7 @@ func stages() []stage {
 		// half an hour: make bench-slow runs them.
 		slowDBStage("backlog-20k", true),
 		slowDBStage("backlog-20k-busy", true),
+		slowDBStage("backlog-20k-skipped", true),
 		slowDBStage("backlog-50k", true),
 		// Four replicas behind a head they may not take: opt-in, minutes
 		// per build on FerretDB at the sizes (make
