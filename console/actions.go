@@ -1,11 +1,13 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,10 +22,9 @@ import (
 // (mongo.Store).
 type Writer interface {
 	Requeue(ctx context.Context, f mongo.RequeueFilter, dryRun bool) (int, error)
-	Skip(ctx context.Context, ids []string, by, reason string, at time.Time, dryRun bool) (int, error)
-	SkipSelected(ctx context.Context, ids []any, by, reason string, at time.Time) (int, error)
+	SkipSelected(ctx context.Context, ids []any, by, reason string, at time.Time, action bson.ObjectID) (int, error)
 	Select(ctx context.Context, sel mongo.Selection, limit int) ([]any, int, error)
-	ClassifyFailed(ctx context.Context, limit int) (int, error)
+	Touched(ctx context.Context, action bson.ObjectID, ids []any) ([]any, error)
 	StartAction(ctx context.Context, a mongo.Action) (bson.ObjectID, error)
 	ProgressAction(ctx context.Context, id bson.ObjectID, count int) error
 	FinishAction(ctx context.Context, id bson.ObjectID, state string, count int, errText string, at time.Time) error
@@ -40,8 +41,13 @@ const (
 	TokenMinLength = 16
 	// auditShown is how many actions the audit page lists.
 	auditShown = 200
-	// auditTimeout bounds the write that completes an action's record.
-	auditTimeout = 10 * time.Second
+	// auditTimeout bounds the recount and the write that complete an
+	// action's record: with ActionTimeout (20 s by default) it stays
+	// under `worker console`'s write timeout of 30 s.
+	auditTimeout = 5 * time.Second
+	// progressTimeout bounds each write of an action's progress, within
+	// the action's own deadline.
+	progressTimeout = 2 * time.Second
 )
 
 // reasonOf is the form's reason, required: every action says why.
@@ -60,16 +66,33 @@ func reasonValue(r *http.Request) string { return strings.TrimSpace(r.PostFormVa
 // names it.
 func (c *Console) requeueEvent(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	c.act(w, r, mongo.Action{Name: "requeue", Target: "ids: " + id}, func(ctx context.Context, progress func(int)) (int, error) {
-		return c.cfg.Writer.Requeue(ctx, mongo.RequeueFilter{IDs: []string{id}, Progress: progress}, false)
+	a := mongo.Action{Name: "requeue", Target: "ids: " + id, IDs: mongo.IDCandidates(id), Planned: 1}
+	// A skipped event's aggregate has flowed past it: requeued, it is
+	// published after later events of its aggregate. The page says so,
+	// and the requeue must say it was read.
+	doc, err := c.cfg.Store.Find(r.Context(), id)
+	if err != nil && !errors.Is(err, mongo.ErrNoEvent) {
+		c.refuse(w, r, err)
+		return
+	}
+	if row := rowOf(doc); err == nil && row.Skipped {
+		if r.PostFormValue("confirm") != "skipped" {
+			c.refuse(w, r, errBadRequest{"this event was skipped: its aggregate's later events flowed past it, and a requeue publishes it after them; confirm that on its page"})
+			return
+		}
+		a.Target += " (skipped; requeued with its operator's confirmation)"
+	}
+	c.act(w, r, a, func(ctx context.Context, audit bson.ObjectID, progress func(int)) (int, error) {
+		return c.cfg.Writer.Requeue(ctx, mongo.RequeueFilter{IDs: []string{id}, Progress: progress, Action: audit}, false)
 	}, "/events/"+url.PathEscape(id))
 }
 
 // skipEvent marks one FAILED event skipped.
 func (c *Console) skipEvent(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	c.act(w, r, mongo.Action{Name: "skip", Target: "ids: " + id}, func(ctx context.Context, _ func(int)) (int, error) {
-		return c.cfg.Writer.Skip(ctx, []string{id}, actor(r), reasonValue(r), c.cfg.Now(), false)
+	a := mongo.Action{Name: "skip", Target: "ids: " + id, IDs: mongo.IDCandidates(id), Planned: 1}
+	c.act(w, r, a, func(ctx context.Context, audit bson.ObjectID, _ func(int)) (int, error) {
+		return c.cfg.Writer.SkipSelected(ctx, mongo.IDCandidates(id), actor(r), reasonValue(r), c.cfg.Now(), audit)
 	}, "/events/"+url.PathEscape(id))
 }
 
@@ -91,7 +114,7 @@ func (c *Console) pauseType(w http.ResponseWriter, r *http.Request) {
 		c.refuse(w, r, err)
 		return
 	}
-	c.act(w, r, mongo.Action{Name: "pause", Target: "type: " + typ}, func(ctx context.Context, _ func(int)) (int, error) {
+	c.act(w, r, mongo.Action{Name: "pause", Target: "type: " + typ}, func(ctx context.Context, _ bson.ObjectID, _ func(int)) (int, error) {
 		changed, err := c.cfg.Writer.Pause(ctx, events.Pause{Type: typ, By: actor(r), Reason: reasonValue(r), At: c.cfg.Now()})
 		return one(changed), err
 	}, "/")
@@ -104,7 +127,7 @@ func (c *Console) resumeType(w http.ResponseWriter, r *http.Request) {
 		c.refuse(w, r, err)
 		return
 	}
-	c.act(w, r, mongo.Action{Name: "resume", Target: "type: " + typ}, func(ctx context.Context, _ func(int)) (int, error) {
+	c.act(w, r, mongo.Action{Name: "resume", Target: "type: " + typ}, func(ctx context.Context, _ bson.ObjectID, _ func(int)) (int, error) {
 		changed, err := c.cfg.Writer.Resume(ctx, typ)
 		return one(changed), err
 	}, "/")
@@ -122,16 +145,26 @@ func one(changed bool) int {
 // before it changes anything (an intent that cannot be recorded stops
 // it), the count it reaches is written as it goes, and the record is
 // completed with the real count and how it ended, done, failed or
-// cancelled, on a context the request's end does not cancel. Then the
+// cancelled, on a context the request's end does not cancel. do gets
+// the record's id, with which it stamps every event it changes; an
+// action that did not end well is recounted by that stamp, for a write
+// that failed may have changed some events all the same. Then the
 // browser goes to next, or is told what went wrong.
-func (c *Console) act(w http.ResponseWriter, r *http.Request, a mongo.Action, do func(ctx context.Context, progress func(int)) (int, error), next string) {
+func (c *Console) act(w http.ResponseWriter, r *http.Request, a mongo.Action, do func(ctx context.Context, audit bson.ObjectID, progress func(int)) (int, error), next string) {
 	reason, err := reasonOf(r)
 	if err != nil {
 		c.refuse(w, r, err)
 		return
 	}
 	a.Reason, a.At, a.By, a.Source, a.From = reason, c.cfg.Now(), actor(r), "console", requesterOf(r).from
-	if !c.actions.allow(a.By) {
+	if a.Planned == 0 {
+		a.Planned = len(a.IDs)
+	}
+	if why := c.mayAct(r, a.Name, max(a.Planned, 1)); why != "" {
+		c.refuse(w, r, errForbidden{why})
+		return
+	}
+	if !c.actions.allow(cmp.Or(requesterOf(r).credential, a.By)) {
 		c.refuse(w, r, errTooMany{fmt.Sprintf("%s started more than %d actions in a minute: nothing was done; wait a minute", a.By, c.cfg.ActionsPerMinute)})
 		return
 	}
@@ -145,11 +178,15 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, a mongo.Action, do
 	}
 	keep := context.WithoutCancel(r.Context())
 	progress := func(done int) {
-		if err := c.cfg.Writer.ProgressAction(keep, id, done); err != nil {
+		// Within the action's deadline, each write briefly: the record's
+		// end, written after, has the count in any case.
+		ctx, cancel := context.WithTimeout(r.Context(), progressTimeout)
+		defer cancel()
+		if err := c.cfg.Writer.ProgressAction(ctx, id, done); err != nil {
 			c.cfg.Logger.Warn("console action's progress not recorded", "action", a.Name, "count", done, "error", err)
 		}
 	}
-	n, err := do(r.Context(), progress)
+	n, err := do(r.Context(), id, progress)
 	state := mongo.ActionDone
 	switch {
 	case err != nil && errors.Is(r.Context().Err(), context.DeadlineExceeded):
@@ -162,6 +199,9 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, a mongo.Action, do
 	}
 	endCtx, cancel := context.WithTimeout(keep, auditTimeout)
 	defer cancel()
+	if err != nil && len(a.IDs) > 0 {
+		n, err = c.recount(endCtx, id, a, n, err)
+	}
 	if n > 0 && c.cfg.Lists != nil && (a.Name == "requeue" || a.Name == "skip") {
 		// The kept lists are out of date: read at each view until the
 		// source has read them again, which it does soon.
@@ -180,10 +220,22 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, a mongo.Action, do
 	http.Redirect(w, r, c.cfg.BasePath+next, http.StatusSeeOther)
 }
 
+// recount counts the events an action that did not end well changed by
+// its stamp: its write may have changed events and still answered an
+// error. The audit then records that count, and says it was recounted.
+func (c *Console) recount(ctx context.Context, id bson.ObjectID, a mongo.Action, n int, err error) (int, error) {
+	touched, rerr := c.cfg.Writer.Touched(ctx, id, a.IDs)
+	if rerr != nil {
+		return n, errors.Join(err, fmt.Errorf("not recounted: %w", rerr))
+	}
+	return len(touched), fmt.Errorf("%w; applied to %d of the %d events (recounted by this action's stamp)", err, len(touched), a.Planned)
+}
+
 // refuse answers an action that was not done, or not wholly, with why.
 func (c *Console) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	c.cfg.Logger.Warn("console action failed", "path", r.URL.Path, "by", actor(r), "error", err)
-	c.render(w, status(err), "event", layout{Title: "Not done", Page: "error", Base: c.cfg.BasePath, Error: err.Error(), Writes: c.writes()})
+	c.render(w, status(err), "event", layout{Title: "Not done", Page: "error", Base: c.cfg.BasePath, Error: err.Error(), Writes: c.writes(),
+		CSRF: requesterOf(r).csrf, User: requesterOf(r).who, Role: requesterOf(r).role})
 }
 
 // audit lists the last actions, newest first.
@@ -196,6 +248,42 @@ func (c *Console) audit(r *http.Request) (any, error) {
 		actions = []mongo.Action{}
 	}
 	return actions, nil
+}
+
+// AuditRecord is one action's page: its record, and the ids of every
+// event it changed, read back from the events by its stamp.
+type AuditRecord struct {
+	Action mongo.Action `json:"action"`
+	// Touched are the events that carry the action's stamp, oldest
+	// first: all those it changed (none for a pause or resume, or a
+	// record of the CLI).
+	Touched []string `json:"touched"`
+	// Planned are the events it set out to change.
+	Planned int `json:"planned"`
+}
+
+// auditRecord reads one action and the events it changed.
+func (c *Console) auditRecord(r *http.Request) (any, error) {
+	id, err := bson.ObjectIDFromHex(r.PathValue("id"))
+	if err != nil {
+		return nil, errNotFound{"no action " + strconv.Quote(r.PathValue("id")) + ": an action's id is 24 hex digits"}
+	}
+	a, err := c.cfg.Store.ActionByID(r.Context(), id)
+	if errors.Is(err, mongo.ErrNoAction) {
+		return nil, errNotFound{err.Error()}
+	}
+	if err != nil {
+		return nil, err
+	}
+	touched, err := c.cfg.Store.Touched(r.Context(), id, a.IDs)
+	if err != nil {
+		return nil, err
+	}
+	rec := AuditRecord{Action: a, Touched: make([]string, 0, len(touched)), Planned: a.Planned}
+	for _, t := range touched {
+		rec.Touched = append(rec.Touched, anyIDText(t))
+	}
+	return rec, nil
 }
 
 // canRequeue reports whether an event's page offers its requeue and skip.

@@ -125,12 +125,13 @@ func TestCrossSiteRequestsAreRefused(t *testing.T) {
 	}
 }
 
-// selectionIn is the selection a preview page's form posts back.
-func selectionIn(t *testing.T, page string) string {
+// previewIn is the id of the preview the console holds, which a
+// preview page's form posts back.
+func previewIn(t *testing.T, page string) string {
 	t.Helper()
-	m := regexp.MustCompile(`name="selection" value="([^"]+)"`).FindStringSubmatch(page)
+	m := regexp.MustCompile(`name="preview" value="([^"]+)"`).FindStringSubmatch(page)
 	if m == nil {
-		t.Fatalf("no selection in the preview page:\n%s", page)
+		t.Fatalf("no preview id in the preview page:\n%s", page)
 	}
 	return m[1]
 }
@@ -156,11 +157,11 @@ func TestGroupRequeuePreviewsItsSelection(t *testing.T) {
 	if len(store.requeues) != 0 || len(store.actions) != 0 {
 		t.Fatal("the preview page acted")
 	}
-	form := url.Values{"target": {"cause: x"}, "reason": {"route added"}}
+	form := url.Values{"reason": {"route added"}}
 	if code, body, _ := request(t, srv, http.MethodPost, "/requeue", "ana", token, form, nil); code != http.StatusBadRequest || !strings.Contains(body, "preview the action again") {
 		t.Errorf("a requeue without a selection = %d, want 400 asking to preview: %s", code, body)
 	}
-	form.Set("selection", selectionIn(t, body))
+	form.Set("preview", previewIn(t, body))
 	store.matching = 30 // the group grew since: the requeue still acts on the preview
 	if code, _, h := request(t, srv, http.MethodPost, "/requeue", "ana", token, form, nil); code != http.StatusSeeOther || h.Get("Location") != "/audit" {
 		t.Errorf("confirmed requeue = %d to %q, want 303 to the audit", code, h.Get("Location"))
@@ -184,8 +185,8 @@ func TestPreviewIsCapped(t *testing.T) {
 	if !strings.Contains(body, "the oldest 5 of the 12") {
 		t.Fatalf("a preview of more than ActionMax does not say it takes the oldest 5:\n%s", body)
 	}
-	sel := selectionIn(t, body)
-	if code, _, _ := request(t, srv, http.MethodPost, "/requeue", "ana", token, url.Values{"selection": {sel}, "reason": {"r"}}, nil); code != http.StatusSeeOther {
+	sel := previewIn(t, body)
+	if code, _, _ := request(t, srv, http.MethodPost, "/requeue", "ana", token, url.Values{"preview": {sel}, "reason": {"r"}}, nil); code != http.StatusSeeOther {
 		t.Errorf("the capped requeue = %d, want 303", code)
 	}
 	if r := store.requeues; len(r) != 1 || len(r[0].Selected) != 5 {
@@ -230,7 +231,7 @@ func TestSkipAGroupOrASelection(t *testing.T) {
 	if sel := store.selections; len(sel) != 1 || strings.Join(sel[0].IDs, ",") != "evil-1,ok-2" || sel[0].Group != nil {
 		t.Errorf("selections = %+v, want the two ids", sel)
 	}
-	form := url.Values{"selection": {selectionIn(t, body)}, "reason": {"compensated by hand"}}
+	form := url.Values{"preview": {previewIn(t, body)}, "reason": {"compensated by hand"}}
 	if code, _, _ := request(t, srv, http.MethodPost, "/skip", "ana", token, form, nil); code != http.StatusSeeOther {
 		t.Errorf("skip = %d, want 303", code)
 	}

@@ -2,6 +2,8 @@ package console
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
@@ -10,6 +12,10 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
 )
 
 // Who may read and act, and from where. A request passes three checks
@@ -27,6 +33,13 @@ type requester struct {
 	// who is the identity the audit records; "" on a console without
 	// authentication.
 	who string
+	// credential is what authenticated the request, which limits count:
+	// the user for a user's own token, the application's identity or a
+	// proxy's, but the shared token itself (its user name is typed).
+	credential string
+	// role is the OIDC session's role; "" without OIDC. csrf is the
+	// session's CSRF token, which its forms carry.
+	role, csrf string
 	// from is the client's address: the request's peer, or behind a
 	// trusted proxy the address it forwarded for.
 	from string
@@ -59,7 +72,7 @@ func actor(r *http.Request) string {
 
 // authenticates reports whether the console asks who a request is from.
 func (c *Console) authenticates() bool {
-	return c.cfg.Identity != nil || c.cfg.IdentityHeader != "" || len(c.cfg.Users) > 0 || c.cfg.Token != ""
+	return c.cfg.OIDC != nil || c.cfg.Identity != nil || c.cfg.IdentityHeader != "" || len(c.cfg.Users) > 0 || c.cfg.Token != ""
 }
 
 // peer is the address of the request's peer, without its port.
@@ -72,15 +85,34 @@ func peer(r *http.Request) netip.Addr {
 	return ap.Addr().Unmap()
 }
 
-// trusted reports whether the request's peer is a trusted proxy.
+// trusted reports whether the request comes from a trusted proxy: its
+// peer is one of TrustedProxies and, when ProxySecret is set, it sends
+// the secret.
 func (c *Console) trusted(r *http.Request) bool {
-	p := peer(r)
-	for _, prefix := range c.cfg.TrustedProxies {
-		if prefix.Contains(p) {
-			return true
+	if !c.trustedAddr(peer(r)) {
+		return false
+	}
+	if c.cfg.ProxySecret == "" {
+		return true
+	}
+	sent := sha256.Sum256([]byte(r.Header.Get(c.cfg.ProxySecretHeader)))
+	return subtle.ConstantTimeCompare(sent[:], c.proxy[:]) == 1
+}
+
+// warnBroadProxies warns when TrustedProxies include loopback or every
+// address: then any process on this host, or anyone, is a proxy, and
+// only ProxySecret tells the real one.
+func warnBroadProxies(cfg Config) {
+	for _, p := range cfg.TrustedProxies {
+		switch {
+		case p.Bits() == 0:
+			cfg.Logger.Warn("console: TrustedProxies include every address: anyone who reaches the console may pass forwarded headers; list the proxies' own addresses",
+				"trusted_proxy", p.String(), "proxy_secret", cfg.ProxySecret != "")
+		case p.Contains(netip.AddrFrom4([4]byte{127, 0, 0, 1})) || p.Contains(netip.IPv6Loopback()) || p.Masked().Addr().IsLoopback():
+			cfg.Logger.Warn("console: TrustedProxies include loopback: any process on this host is believed as a proxy unless it must send ProxySecret",
+				"trusted_proxy", p.String(), "proxy_secret", cfg.ProxySecret != "")
 		}
 	}
-	return false
 }
 
 // requesterFrom reads where a request comes from: from a trusted proxy,
@@ -164,51 +196,125 @@ func splitHost(h string) (string, string) {
 // HTTP Basic authentication as one of Users, by their own token; or as
 // anyone who knows the shared Token, whose user name is recorded with
 // "(shared token)", for it is whatever was typed.
-func (c *Console) identify(r *http.Request) (string, bool) {
+// The credential, for the limits, is the identity but for the shared
+// token, which is one credential whatever name is typed.
+func (c *Console) identify(r *http.Request) (who, credential string, ok bool) {
 	if c.cfg.Identity != nil {
 		who, ok := c.cfg.Identity(r)
-		return strings.TrimSpace(who), ok && strings.TrimSpace(who) != ""
+		who = strings.TrimSpace(who)
+		return who, "app:" + who, ok && who != ""
 	}
 	if c.cfg.IdentityHeader != "" && c.trusted(r) {
 		if who := strings.TrimSpace(r.Header.Get(c.cfg.IdentityHeader)); who != "" {
-			return who, true
+			return who, "proxy:" + who, true
 		}
 	}
 	user, pass, ok := r.BasicAuth()
 	if !ok {
-		return "", false
+		return "", "", false
 	}
 	user = strings.TrimSpace(user)
 	sent := sha256.Sum256([]byte(pass))
 	if want, ok := c.users[user]; ok {
-		return user, subtle.ConstantTimeCompare(sent[:], want[:]) == 1
+		return user, "user:" + user, subtle.ConstantTimeCompare(sent[:], want[:]) == 1
+	}
+	if hash, ok := c.hashed[user]; ok {
+		return user, "user:" + user, c.verified.check(user, pass, hash)
 	}
 	if c.cfg.Token != "" && subtle.ConstantTimeCompare(sent[:], c.token[:]) == 1 {
 		if user == "" {
 			user = "anonymous"
 		}
-		return user + " (shared token)", true
+		return user + " (shared token)", "shared token", true
 	}
-	return "", false
+	return "", "", false
 }
 
-// userDigests reads Config.Users: each user's token digest, from hex.
-func userDigests(users map[string]string) (map[string][sha256.Size]byte, error) {
-	out := make(map[string][sha256.Size]byte, len(users))
+// userDigests reads Config.Users: each user's token as a bcrypt hash
+// (salted and slow: "$2a$", "$2b$" or "$2y$"), or, as before, its
+// unsalted SHA-256 digest in hex.
+func userDigests(users map[string]string) (map[string][sha256.Size]byte, map[string][]byte, error) {
+	digests, hashed := map[string][sha256.Size]byte{}, map[string][]byte{}
 	for name, digest := range users {
-		b, err := hex.DecodeString(digest)
-		if err != nil || len(b) != sha256.Size || strings.TrimSpace(name) == "" || strings.Contains(name, ":") {
-			return nil, errBadUser(name)
+		if strings.TrimSpace(name) == "" || strings.Contains(name, ":") {
+			return nil, nil, errBadUser(name)
 		}
-		out[name] = [sha256.Size]byte(b)
+		if isBcrypt(digest) {
+			if _, err := bcrypt.Cost([]byte(digest)); err != nil {
+				return nil, nil, errBadUser(name)
+			}
+			hashed[name] = []byte(digest)
+			continue
+		}
+		b, err := hex.DecodeString(digest)
+		if err != nil || len(b) != sha256.Size {
+			return nil, nil, errBadUser(name)
+		}
+		digests[name] = [sha256.Size]byte(b)
 	}
-	return out, nil
+	return digests, hashed, nil
+}
+
+// isBcrypt reports whether a user's stored token is a bcrypt hash.
+func isBcrypt(s string) bool {
+	return strings.HasPrefix(s, "$2a$") || strings.HasPrefix(s, "$2b$") || strings.HasPrefix(s, "$2y$")
 }
 
 type errBadUser string
 
 func (e errBadUser) Error() string {
-	return "console: Users: user " + `"` + string(e) + `"` + ": want a name without a colon and the SHA-256 of the user's token in hex (64 digits)"
+	return "console: Users: user " + `"` + string(e) + `"` + ": want a name without a colon and the bcrypt hash of the user's token (htpasswd -nbBC 12 NAME TOKEN), or its SHA-256 in hex (64 digits)"
+}
+
+// verifiedTokens remembers, for a few minutes, the users' tokens that a
+// slow hash accepted, so that a page's refresh every few seconds does
+// not cost a bcrypt comparison each: by an HMAC under a key of this
+// process, never the token itself.
+type verifiedTokens struct {
+	key [32]byte
+	mu  sync.Mutex
+	ok  map[[sha256.Size]byte]time.Time
+}
+
+// verifiedTTL is how long an accepted token is remembered;
+// verifiedMax bounds how many are.
+const (
+	verifiedTTL = 5 * time.Minute
+	verifiedMax = 1000
+)
+
+func newVerifiedTokens() *verifiedTokens {
+	v := &verifiedTokens{ok: map[[sha256.Size]byte]time.Time{}}
+	_, _ = rand.Read(v.key[:]) // crypto/rand.Read does not fail
+	return v
+}
+
+// check reports whether pass is user's token, by hash.
+func (v *verifiedTokens) check(user, pass string, hash []byte) bool {
+	m := hmac.New(sha256.New, v.key[:])
+	m.Write(hash)
+	m.Write([]byte{0})
+	m.Write([]byte(user))
+	m.Write([]byte{0})
+	m.Write([]byte(pass))
+	k := [sha256.Size]byte(m.Sum(nil))
+	now := time.Now()
+	v.mu.Lock()
+	at, seen := v.ok[k]
+	v.mu.Unlock()
+	if seen && now.Sub(at) < verifiedTTL {
+		return true
+	}
+	if bcrypt.CompareHashAndPassword(hash, []byte(pass)) != nil {
+		return false
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if len(v.ok) >= verifiedMax {
+		clear(v.ok)
+	}
+	v.ok[k] = now
+	return true
 }
 
 // sameOrigin reports whether a request that changes something comes from
@@ -235,11 +341,38 @@ func withRequester(r *http.Request, rq requester) *http.Request {
 	return r.WithContext(context.WithValue(r.Context(), requesterKey{}, rq))
 }
 
-// clientKey is a client's address without its port, which changes with
-// each connection.
+// clientKey is the network a client's address is in, which failed
+// sign-ins count against: an IPv4 address, or the /64 of an IPv6
+// address (one host or link commonly holds a whole /64, and may change
+// address within it at will). The port, which changes with each
+// connection, is dropped.
 func clientKey(from string) string {
-	if host, _, err := net.SplitHostPort(from); err == nil {
-		return host
+	host := from
+	if h, _, err := net.SplitHostPort(from); err == nil {
+		host = h
 	}
-	return from
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return "net:" + host
+	}
+	if a = a.Unmap(); a.Is6() {
+		return "net:" + netip.PrefixFrom(a, 64).Masked().String()
+	}
+	return "net:" + a.String()
+}
+
+// userKey is the key failed sign-ins as a user name count against, so
+// that many networks guessing one user's token are throttled too.
+func userKey(user string) string { return "user:" + strings.TrimSpace(user) }
+
+// loopbackClient reports whether the client's address (a request's
+// peer, or the client a trusted proxy forwarded for) is a loopback one:
+// credentials it sends in clear never left the host.
+func loopbackClient(from string) bool {
+	host := from
+	if h, _, err := net.SplitHostPort(from); err == nil {
+		host = h
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.Unmap().IsLoopback()
 }

@@ -3,6 +3,7 @@ package console_test
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -128,22 +129,38 @@ func TestIdentityFromTheApplication(t *testing.T) {
 	}
 }
 
-// TestBehindATrustedProxy: from a trusted proxy, its identity header and
-// X-Forwarded-* are believed, so a POST whose Origin is the public name
-// passes and the audit names the user and the client's address; from
-// any other address they are not.
+// TestBehindATrustedProxy: from a trusted proxy that sends the proxy
+// secret, its identity header and X-Forwarded-* are believed, so a POST
+// whose Origin is the public name passes and the audit names the user
+// and the client's address (the first hop, from the right, that is not
+// a trusted proxy: never what the client wrote left of it); without the
+// secret, or from any other address, they are not.
 func TestBehindATrustedProxy(t *testing.T) {
 	t.Parallel()
+	const secret = "proxy-secret-0123456789"
 	proxied := map[string]string{
-		"X-Forwarded-User": "dana@example.com", "X-Forwarded-For": "203.0.113.9, 127.0.0.1",
+		"X-Forwarded-User": "dana@example.com", "X-Forwarded-For": "198.51.100.66, 203.0.113.9, 127.0.0.1",
 		"X-Forwarded-Host": "console.example.com", "X-Forwarded-Proto": "https",
 		"Origin": "https://console.example.com", "Sec-Fetch-Site": "same-origin",
 	}
 	cfg := console.Config{
 		IdentityHeader: "X-Forwarded-User", TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
-		AllowedHosts: []string{"console.example.com"},
+		AllowedHosts: []string{"console.example.com"}, ProxySecret: secret,
 	}
 	srv, store := serveConfig(t, cfg, true)
+	for name, value := range map[string]string{"no": "", "a wrong": "proxy-secret-0123456780"} {
+		headers := maps.Clone(proxied)
+		if value != "" {
+			headers[console.ProxySecretHeaderDefault] = value
+		}
+		if code, _, _ := request(t, srv, http.MethodPost, "/events/evil-1/requeue", "", "", url.Values{"reason": {"x"}}, headers); code != http.StatusMisdirectedRequest && code != http.StatusUnauthorized {
+			t.Errorf("the identity header from loopback with %s proxy secret = %d, want it refused", name, code)
+		}
+	}
+	if len(store.actions) != 0 {
+		t.Fatalf("an identity header without the proxy secret acted: %+v", store.actions)
+	}
+	proxied[console.ProxySecretHeaderDefault] = secret
 	if code, body, _ := request(t, srv, http.MethodPost, "/events/evil-1/requeue", "", "", url.Values{"reason": {"route added"}}, proxied); code != http.StatusSeeOther {
 		t.Fatalf("POST through the proxy = %d, want 303: %s", code, body)
 	}
@@ -168,7 +185,7 @@ func TestAuthSettingsAreChecked(t *testing.T) {
 	store := newFakeStore(t)
 	for want, cfg := range map[string]console.Config{
 		"Writer":         {Store: store, Samples: samples{}, Writer: store},
-		"IdentityHeader": {Store: store, Samples: samples{}, IdentityHeader: "X-Forwarded-User"},
+		"IdentityHeader": {Store: store, Samples: samples{}, IdentityHeader: "X-Forwarded-User", ProxySecret: "proxy-secret-0123456789"},
 		"Token":          {Store: store, Samples: samples{}, Token: "short"},
 	} {
 		if _, err := console.New(cfg); err == nil || !strings.Contains(err.Error(), want) {

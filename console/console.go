@@ -31,8 +31,10 @@ import (
 	"io/fs"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,10 +52,13 @@ import (
 type Store interface {
 	ListEvents(ctx context.Context, q mongo.EventQuery) ([]bson.Raw, *mongo.PageMark, error)
 	Find(ctx context.Context, id string) (bson.Raw, error)
+	LaterPublished(ctx context.Context, aggregateType, aggregateID string, at time.Time, limit int) (int, error)
 	FailureGroups(ctx context.Context, now time.Time, limit int) (events.FailureGroups, error)
 	Holders(ctx context.Context, now time.Time, failedHolds bool, limit int) ([]events.Holder, bool, error)
 	PublishedPerMinute(ctx context.Context, since, now time.Time) ([]int64, error)
 	Actions(ctx context.Context, limit int) ([]mongo.Action, error)
+	ActionByID(ctx context.Context, id bson.ObjectID) (mongo.Action, error)
+	Touched(ctx context.Context, action bson.ObjectID, ids []any) ([]any, error)
 	PausedTypes(ctx context.Context) ([]events.Pause, error)
 }
 
@@ -80,13 +85,20 @@ const (
 	RefreshDefault  = 5 * time.Second
 	// ActionMaxDefault is the most events one action touches.
 	ActionMaxDefault = 1000
-	// ActionMaxLimit bounds Config.ActionMax: a selection travels in the
-	// preview's form.
+	// ActionMaxLimit bounds Config.ActionMax: a preview's ids are held
+	// in memory and recorded whole in the audit.
 	ActionMaxLimit = 10000
 	// ActionsPerMinuteDefault and SignInFailuresPerMinuteDefault are
 	// the rate limits of Config.
 	ActionsPerMinuteDefault        = 30
 	SignInFailuresPerMinuteDefault = 10
+	// LoopbackHosts are the names a console without authentication
+	// answers to by default.
+	LoopbackHosts = "localhost,127.0.0.1,::1"
+	// ReadsPerUserDefault bounds the requests one user has read at once.
+	ReadsPerUserDefault = 4
+	// ProxySecretHeaderDefault carries Config.ProxySecret.
+	ProxySecretHeaderDefault = "X-Outbox-Proxy-Secret"
 	// ActionTimeoutDefault bounds an action's request.
 	ActionTimeoutDefault = 20 * time.Second
 	// requestTimeout bounds the queries of one request: a page that
@@ -139,43 +151,70 @@ type Config struct {
 	// marked "(shared token)": it is whatever was typed. Defaults to "".
 	Token string
 	// Users are per-user credentials, by HTTP Basic authentication: each
-	// user name and the SHA-256 digest, in hex, of that user's own token.
+	// user name and the bcrypt hash of that user's own token (salted
+	// and slow: htpasswd -nbBC 12 NAME TOKEN), or, as before, its
+	// SHA-256 digest in hex, which New warns of.
 	// When set, every request must give one (or the shared Token).
 	Users map[string]string
+	// OIDC, when set (NewOIDC), signs operators in through an OpenID
+	// provider: a session cookie, a CSRF token on every form, and a role
+	// from a claim (viewer, operator, admin). It replaces Identity,
+	// IdentityHeader, Users and Token.
+	OIDC *OIDC
+	// BulkAdminAbove is, with OIDC, the most events an operator may act
+	// on at once; more need an admin. Defaults to BulkAdminAboveDefault.
+	BulkAdminAbove int
 	// Identity, when set, tells who a request comes from as the
 	// application that mounts the console authenticated it; ok false
 	// refuses the request (401). It replaces Users and Token.
 	Identity func(r *http.Request) (user string, ok bool)
 	// IdentityHeader, when set, names the header in which a trusted
 	// proxy (TrustedProxies) passes the user it authenticated, such as
-	// oauth2-proxy's X-Forwarded-User. From any other address the
-	// header is ignored. Requires TrustedProxies.
+	// oauth2-proxy's X-Forwarded-User. From any other address, or
+	// without ProxySecret, the header is ignored. Requires
+	// TrustedProxies and ProxySecret.
 	IdentityHeader string
 	// TrustedProxies are the addresses of the reverse proxies in front
 	// of the console: only from them are X-Forwarded-For (the client's
 	// address, for the audit), X-Forwarded-Host and X-Forwarded-Proto
 	// (the host and scheme a POST's Origin is compared with, and the
-	// host AllowedHosts checks) and IdentityHeader believed.
+	// host AllowedHosts checks) and IdentityHeader believed. New warns
+	// when they include loopback or every address.
 	TrustedProxies []netip.Prefix
+	// ProxySecret is a secret, at least TokenMinLength characters, that
+	// the proxy sends in ProxySecretHeader on every request it forwards.
+	// When set, a request from TrustedProxies is believed only with it:
+	// another process on the proxy's host, or anything else that can
+	// reach the console from a trusted address, cannot pass a user or
+	// forwarded addresses. Required with IdentityHeader. Defaults to "".
+	ProxySecret string
+	// ProxySecretHeader is the header that carries ProxySecret. Defaults
+	// to ProxySecretHeaderDefault.
+	ProxySecretHeader string
 	// AllowedHosts are the Host names the console answers to: "name"
 	// on any port, "name:port", or "*" for any. A request for another
 	// is refused with 421, so that a page of another site whose name
 	// was rebound to the console's address (DNS rebinding) reads
-	// nothing. Defaults to none: any host (an application that mounts
-	// the console checks its own); `worker console` sets its address
-	// and localhost.
+	// nothing. Defaults to any host when the console authenticates
+	// (an application that mounts it checks its own), and to the
+	// loopback names (LoopbackHosts) when it does not: set it, or "*",
+	// to serve an unauthenticated console under another name. `worker
+	// console` sets its address and localhost.
 	AllowedHosts []string
 	// RequeuePerSecond spreads a group's requeue over time, so many
 	// events a second (mongo.RequeueFilter.PerSecond). Defaults to
 	// RequeuePerSecondDefault.
 	RequeuePerSecond int
-	// ActionsPerMinute is the most actions one operator may start in a
-	// minute; more are refused with 429. Defaults to
+	// ActionsPerMinute is the most actions one credential may start in
+	// a minute (a user, or the shared Token whatever name is typed);
+	// more are refused with 429. Defaults to
 	// ActionsPerMinuteDefault.
 	ActionsPerMinute int
 	// SignInFailuresPerMinute is the most failed sign-ins one client
-	// address may make in a minute; past it every request from there is
-	// refused with 429 until the minute ends. Defaults to
+	// network (an IPv4 address, an IPv6 /64) or one user name may make in
+	// a minute; past it every request from there, or as that user, is
+	// refused with 429 for a minute, then for twice as long at each
+	// new strike (at most an hour). Defaults to
 	// SignInFailuresPerMinuteDefault.
 	SignInFailuresPerMinute int
 	// ActionTimeout bounds an action's request: a requeue still running
@@ -186,6 +225,15 @@ type Config struct {
 	// selects the oldest ActionMax of its events, and the rest wait for
 	// another action. Defaults to ActionMaxDefault.
 	ActionMax int
+	// ReadsPerUser is how many requests one credential (or, without
+	// authentication, one client network) may have read at once; more
+	// are refused with 429, so that one operator's tabs cannot hold
+	// every database connection. Defaults to ReadsPerUserDefault.
+	ReadsPerUser int
+	// PreviewTTL is how long a preview may be confirmed: the console
+	// holds its ids for the user who asked until then, or until it is
+	// used. Defaults to PreviewTTLDefault.
+	PreviewTTL time.Duration
 	// Archetype is the logger and the clock: the database server's time,
 	// which ages and the held test compare with.
 	service.Archetype
@@ -200,6 +248,13 @@ func (c *Config) setDefaults() {
 	c.ActionsPerMinute = cmp.Or(c.ActionsPerMinute, ActionsPerMinuteDefault)
 	c.SignInFailuresPerMinute = cmp.Or(c.SignInFailuresPerMinute, SignInFailuresPerMinuteDefault)
 	c.ActionTimeout = cmp.Or(c.ActionTimeout, ActionTimeoutDefault)
+	c.PreviewTTL = cmp.Or(c.PreviewTTL, PreviewTTLDefault)
+	c.ReadsPerUser = cmp.Or(c.ReadsPerUser, ReadsPerUserDefault)
+	c.BulkAdminAbove = cmp.Or(c.BulkAdminAbove, BulkAdminAboveDefault)
+	if len(c.AllowedHosts) == 0 && c.OIDC == nil && c.Identity == nil && c.IdentityHeader == "" && len(c.Users) == 0 && c.Token == "" {
+		c.AllowedHosts = strings.Split(LoopbackHosts, ",")
+	}
+	c.ProxySecretHeader = http.CanonicalHeaderKey(cmp.Or(c.ProxySecretHeader, ProxySecretHeaderDefault))
 	c.BasePath = strings.TrimRight(c.BasePath, "/")
 }
 
@@ -213,14 +268,21 @@ func (c Config) Validate() error {
 		rule.Check("Refresh", c.Refresh >= time.Second, c.Refresh, "at least 1s"),
 		rule.Check("BasePath", c.BasePath == "" || strings.HasPrefix(c.BasePath, "/"), c.BasePath, `"" or a path starting with "/"`),
 		rule.Check("Token", c.Token == "" || len(c.Token) >= TokenMinLength, "<redacted>", fmt.Sprintf("at least %d characters", TokenMinLength)),
-		rule.Check("Writer", c.Writer == nil || c.Token != "" || len(c.Users) > 0 || c.Identity != nil || c.IdentityHeader != "", "set",
-			"with Token, Users, Identity or IdentityHeader: the actions need authentication"),
+		rule.Check("Writer", c.Writer == nil || c.OIDC != nil || c.Token != "" || len(c.Users) > 0 || c.Identity != nil || c.IdentityHeader != "", "set",
+			"with OIDC, Token, Users, Identity or IdentityHeader: the actions need authentication"),
+		rule.Check("BulkAdminAbove", c.BulkAdminAbove >= 1, c.BulkAdminAbove, "at least 1"),
 		rule.Check("IdentityHeader", c.IdentityHeader == "" || len(c.TrustedProxies) > 0, c.IdentityHeader, "set only with TrustedProxies: the header is believed from them alone"),
+		rule.Check("ProxySecret", c.IdentityHeader == "" || c.ProxySecret != "", "unset",
+			"set with IdentityHeader: the proxy proves itself with it, for an address alone lets any process on its host act as anyone"),
+		rule.Check("ProxySecret", c.ProxySecret == "" || len(c.ProxySecret) >= TokenMinLength, "<redacted>", fmt.Sprintf("at least %d characters", TokenMinLength)),
+		rule.Check("ProxySecret", c.ProxySecret == "" || len(c.TrustedProxies) > 0, "<redacted>", "set only with TrustedProxies"),
 		rule.Check("RequeuePerSecond", c.RequeuePerSecond >= 1, c.RequeuePerSecond, "at least 1"),
 		rule.Check("ActionMax", c.ActionMax >= 1 && c.ActionMax <= ActionMaxLimit, c.ActionMax, fmt.Sprintf("1 to %d", ActionMaxLimit)),
 		rule.Check("ActionsPerMinute", c.ActionsPerMinute >= 1, c.ActionsPerMinute, "at least 1"),
 		rule.Check("SignInFailuresPerMinute", c.SignInFailuresPerMinute >= 1, c.SignInFailuresPerMinute, "at least 1"),
 		rule.Check("ActionTimeout", c.ActionTimeout >= time.Second, c.ActionTimeout, "at least 1s"),
+		rule.Check("ReadsPerUser", c.ReadsPerUser >= 1, c.ReadsPerUser, "at least 1"),
+		rule.Check("PreviewTTL", c.PreviewTTL >= time.Minute, c.PreviewTTL, "at least 1m"),
 	)
 }
 
@@ -233,10 +295,21 @@ type Console struct {
 	mux   *http.ServeMux
 	pages map[string]*template.Template
 	token [sha256.Size]byte            // the digest of Config.Token
-	users map[string][sha256.Size]byte // Config.Users, decoded
+	proxy [sha256.Size]byte            // the digest of Config.ProxySecret
+	users map[string][sha256.Size]byte // Config.Users given as SHA-256 digests
+	// hashed are Config.Users given as bcrypt hashes; verified
+	// remembers the tokens they accepted lately.
+	hashed   map[string][]byte
+	verified *verifiedTokens
 	// actions limits the actions of each operator, signIns the failed
 	// sign-ins of each client address.
 	actions, signIns *limiter
+	// previews holds what each preview showed until it is confirmed.
+	previews *previewBook
+	// reading counts each credential's requests being read.
+	reading inFlight
+	// sessions are the signed-in browsers, with OIDC.
+	sessions *sessionBook
 	// acted is when this console last requeued or skipped events
 	// (UnixNano, by Config.Now): a list its source read before that is
 	// not shown (kept).
@@ -249,13 +322,23 @@ func New(cfg Config) (*Console, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Console{cfg: cfg, mux: http.NewServeMux(), token: sha256.Sum256([]byte(cfg.Token))}
+	c := &Console{cfg: cfg, mux: http.NewServeMux(), token: sha256.Sum256([]byte(cfg.Token)), proxy: sha256.Sum256([]byte(cfg.ProxySecret))}
+	warnBroadProxies(cfg)
 	var err error
-	if c.users, err = userDigests(cfg.Users); err != nil {
+	if c.users, c.hashed, err = userDigests(cfg.Users); err != nil {
 		return nil, err
 	}
+	c.verified = newVerifiedTokens()
+	if len(c.users) > 0 {
+		cfg.Logger.Warn("console: Users holds unsalted SHA-256 digests of tokens; store bcrypt hashes instead (htpasswd -nbBC 12 NAME TOKEN)", "users", len(c.users))
+	}
 	c.actions = newLimiter(cfg.ActionsPerMinute, time.Minute, time.Now)
-	c.signIns = newLimiter(cfg.SignInFailuresPerMinute, time.Minute, time.Now)
+	c.signIns = newLimiter(cfg.SignInFailuresPerMinute, time.Minute, time.Now).growing()
+	c.previews = newPreviewBook(cfg.PreviewTTL, cfg.Local)
+	if cfg.OIDC != nil {
+		c.sessions = newSessionBook(cfg.OIDC.cfg.SessionIdle, cfg.OIDC.cfg.SessionMaxAge, cfg.Local)
+		c.mux.HandleFunc("POST "+oidcSignOutPath, c.signOut)
+	}
 	if c.pages, err = parsePages(); err != nil {
 		return nil, err
 	}
@@ -270,6 +353,7 @@ func New(cfg Config) (*Console, error) {
 	c.route("/failures", "/api/failures", "failures", c.failures)
 	c.route("/held", "/api/held", "held", c.held)
 	c.route("/audit", "/api/audit", "audit", c.audit)
+	c.route("/audit/{id}", "/api/audit/{id}", "action", c.auditRecord)
 	c.mux.HandleFunc("GET /api/published", func(w http.ResponseWriter, r *http.Request) { c.serveJSON(w, r, c.published) })
 	if c.writes() {
 		c.route("/requeue", "/api/requeue", "confirm", c.confirmRequeue)
@@ -306,34 +390,101 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusMisdirectedRequest, map[string]string{"error": "refused: this console does not answer to the host " + strconv.Quote(rq.host) + " (AllowedHosts)"})
 		return
 	}
-	if c.authenticates() {
-		client := clientKey(rq.from)
-		if c.signIns.blocked(client) {
-			writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": "too many failed sign-ins from this address: wait a minute"})
+	secure := r.TLS != nil || rq.proto == "https"
+	if secure {
+		h.Set("Strict-Transport-Security", "max-age=31536000")
+	}
+	if _, _, basic := r.BasicAuth(); basic && !secure && !loopbackClient(rq.from) {
+		writeJSON(w, http.StatusForbidden, map[string]string{"error": "refused: credentials sent over plain HTTP from another host; serve the console with TLS (OUTBOX_CONSOLE_TLS_CERT) or behind a proxy that terminates it, and change the token that travelled in clear"})
+		return
+	}
+	if c.cfg.OIDC != nil {
+		if c.serveAuth(w, r) {
 			return
 		}
-		who, ok := c.identify(r)
+		s, ok := c.sessionOf(r)
+		if !ok {
+			if wantsPage(r) {
+				http.Redirect(w, r, c.cfg.BasePath+oidcSignInPath+"?"+url.Values{"next": {r.URL.RequestURI()}}.Encode(), http.StatusSeeOther)
+				return
+			}
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "sign in: open " + c.cfg.BasePath + "/ in a browser"})
+			return
+		}
+		rq.who, rq.credential, rq.role, rq.csrf = s.user, "oidc:"+s.user, s.role, s.csrf
+	} else if c.authenticates() {
+		client := clientKey(rq.from)
+		user, _, basic := r.BasicAuth()
+		if c.signIns.blocked(client) || basic && c.signIns.blocked(userKey(user)) {
+			writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": "too many failed sign-ins from this network or as this user: wait and try again"})
+			return
+		}
+		who, credential, ok := c.identify(r)
 		if !ok {
 			if r.Header.Get("Authorization") != "" || c.cfg.IdentityHeader != "" && r.Header.Get(c.cfg.IdentityHeader) != "" {
-				c.signIns.allow(client) // a sign-in that failed, not a first request without one
+				// A sign-in that failed, not a first request without one.
+				c.signIns.allow(client)
+				if basic {
+					c.signIns.allow(userKey(user))
+				}
 			}
 			c.unauthorized(w, r)
 			return
 		}
-		rq.who = who
+		rq.who, rq.credential = who, credential
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		switch {
-		case !c.writes():
+		case !c.writes() && (c.cfg.OIDC == nil || r.URL.Path != oidcSignOutPath):
 			writeJSON(w, http.StatusForbidden, map[string]string{"error": "the console is read-only: " + r.Method + " is refused"})
 			return
 		case !sameOrigin(r, rq):
 			writeJSON(w, http.StatusForbidden, map[string]string{"error": "refused: the request does not come from the console's own pages"})
 			return
+		case rq.csrf != "" && !csrfOK(r, rq.csrf):
+			writeJSON(w, http.StatusForbidden, map[string]string{"error": "refused: the form's CSRF token is not this session's: reload the page"})
+			return
 		}
 	}
 	r = withRequester(r, rq)
+	if !strings.HasPrefix(r.URL.Path, "/static/") {
+		reader := cmp.Or(rq.credential, clientKey(rq.from))
+		if !c.reading.enter(reader, c.cfg.ReadsPerUser) {
+			writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": fmt.Sprintf("more than %d requests of yours are being read (ReadsPerUser): wait for them", c.cfg.ReadsPerUser)})
+			return
+		}
+		defer c.reading.leave(reader)
+	}
 	c.mux.ServeHTTP(w, r)
+}
+
+// inFlight counts the requests each key has being served.
+type inFlight struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// enter counts one more request of key, unless it has max already.
+func (f *inFlight) enter(key string, maxInFlight int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n == nil {
+		f.n = map[string]int{}
+	}
+	if f.n[key] >= maxInFlight {
+		return false
+	}
+	f.n[key]++
+	return true
+}
+
+// leave counts one request of key done.
+func (f *inFlight) leave(key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n[key]--; f.n[key] <= 0 {
+		delete(f.n, key)
+	}
 }
 
 // writes reports whether the console's actions are on.
@@ -349,6 +500,11 @@ type errBadRequest struct{ msg string }
 
 func (e errBadRequest) Error() string { return e.msg }
 
+// errForbidden makes an action answer 403.
+type errForbidden struct{ msg string }
+
+func (e errForbidden) Error() string { return e.msg }
+
 // errTooMany makes an action answer 429.
 type errTooMany struct{ msg string }
 
@@ -360,7 +516,10 @@ func status(err error) int {
 	var notFound errNotFound
 	var bad errBadRequest
 	var tooMany errTooMany
+	var forbidden errForbidden
 	switch {
+	case errors.As(err, &forbidden):
+		return http.StatusForbidden
 	case errors.As(err, &tooMany):
 		return http.StatusTooManyRequests
 	case errors.As(err, &notFound):
@@ -389,14 +548,16 @@ func (c *Console) servePage(w http.ResponseWriter, r *http.Request, page string,
 		c.cfg.Logger.Warn("console page failed", "path", r.URL.Path, "error", err)
 	}
 	refresh := int(c.cfg.Refresh / time.Second)
-	if page == "confirm" {
+	if page == "confirm" || page == "action" || page == "events" && filtered(r.URL.Query()) {
 		// A preview is what the operator confirms: it must not change,
-		// nor lose the reason typed, under their hands.
+		// nor lose the reason typed, under their hands. A filtered list
+		// is a search the database runs at each read: shown once.
 		refresh = 0
 	}
 	c.render(w, code, page, layout{
 		Title: titles[page], Page: page, Base: c.cfg.BasePath, RefreshSeconds: refresh,
 		Data: v, Error: errText(err), Query: r.URL.Query(), Writes: c.writes(),
+		CSRF: requesterOf(r).csrf, User: requesterOf(r).who, Role: requesterOf(r).role,
 	})
 }
 

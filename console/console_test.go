@@ -41,10 +41,52 @@ type fakeStore struct {
 	skips       []string
 	actions     []mongo.Action
 	paused      []events.Pause
-	holders     []mongo.Holder // Holders' answer, when set
-	groupReads  int            // the reads of the failure groups
-	holderReads int            // the reads of the held aggregates' holders
-	chartErr    error          // PublishedPerMinute's error, when set
+	holders     []mongo.Holder          // Holders' answer, when set
+	groupReads  int                     // the reads of the failure groups
+	holderReads int                     // the reads of the held aggregates' holders
+	chartErr    error                   // PublishedPerMinute's error, when set
+	stamped     map[bson.ObjectID][]any // the ids each action stamped
+}
+
+// stamp records the ids action changed. f.mu is held.
+func (f *fakeStore) stamp(action bson.ObjectID, ids []any) {
+	if action.IsZero() {
+		return
+	}
+	if f.stamped == nil {
+		f.stamped = map[bson.ObjectID][]any{}
+	}
+	f.stamped[action] = append(f.stamped[action], ids...)
+}
+
+// Touched returns those of ids the fake's action stamped.
+func (f *fakeStore) Touched(_ context.Context, action bson.ObjectID, ids []any) ([]any, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []any
+	for _, id := range ids {
+		if slices.Contains(f.stamped[action], id) {
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}
+
+// LaterPublished counts nothing: the fake's events are not PUBLISHED.
+func (f *fakeStore) LaterPublished(context.Context, string, string, time.Time, int) (int, error) {
+	return 0, f.err
+}
+
+// ActionByID returns the fake's record of id.
+func (f *fakeStore) ActionByID(_ context.Context, id bson.ObjectID) (mongo.Action, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, a := range f.actions {
+		if a.ID == id {
+			return a, nil
+		}
+	}
+	return mongo.Action{}, fmt.Errorf("%w: %s", mongo.ErrNoAction, id.Hex())
 }
 
 func (f *fakeStore) Actions(context.Context, int) ([]mongo.Action, error) {
@@ -60,24 +102,20 @@ func (f *fakeStore) Requeue(_ context.Context, rf mongo.RequeueFilter, dryRun bo
 		f.requeues = append(f.requeues, rf)
 	}
 	if len(rf.Selected) > 0 {
+		f.stamp(rf.Action, rf.Selected)
 		return len(rf.Selected), f.err
 	}
-	return f.matching, f.err
-}
-
-func (f *fakeStore) Skip(_ context.Context, ids []string, _, _ string, _ time.Time, dryRun bool) (int, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if !dryRun {
-		f.skips = append(f.skips, ids...)
+	for _, id := range rf.IDs {
+		f.stamp(rf.Action, []any{id})
 	}
-	return len(ids), f.err
+	return f.matching, f.err
 }
 
 func (f *fakeStore) StartAction(_ context.Context, a mongo.Action) (bson.ObjectID, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	a.ID, a.State = bson.NewObjectID(), mongo.ActionStarted
+	a.Count = 0
 	f.actions = append([]mongo.Action{a}, f.actions...)
 	return a.ID, f.err
 }
@@ -102,11 +140,10 @@ func (f *fakeStore) finish(id bson.ObjectID, change func(a *mongo.Action)) error
 	return fmt.Errorf("no action %s", id.Hex())
 }
 
-func (f *fakeStore) ClassifyFailed(context.Context, int) (int, error) { return 0, nil }
-
-func (f *fakeStore) SkipSelected(_ context.Context, ids []any, _, _ string, _ time.Time) (int, error) {
+func (f *fakeStore) SkipSelected(_ context.Context, ids []any, _, _ string, _ time.Time, action bson.ObjectID) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.stamp(action, ids)
 	for _, id := range ids {
 		f.skips = append(f.skips, fmt.Sprint(id))
 	}

@@ -17,16 +17,17 @@ import (
 // minute than allowed is refused, and nothing more is done.
 func TestActionsAreRateLimited(t *testing.T) {
 	t.Parallel()
-	srv, store := serveConfig(t, console.Config{Token: token, ActionsPerMinute: 2}, true)
+	const anaToken, boToken = "ana-token-0123456789", "bo-token-0123456789"
+	srv, store := serveConfig(t, console.Config{Users: map[string]string{"ana": digest(anaToken), "bo": digest(boToken)}, ActionsPerMinute: 2}, true)
 	for i, want := range []int{http.StatusSeeOther, http.StatusSeeOther, http.StatusTooManyRequests} {
-		if code, _, _ := request(t, srv, http.MethodPost, "/events/evil-1/requeue", "ana", token, url.Values{"reason": {"x"}}, nil); code != want {
+		if code, _, _ := request(t, srv, http.MethodPost, "/events/evil-1/requeue", "ana", anaToken, url.Values{"reason": {"x"}}, nil); code != want {
 			t.Errorf("action %d = %d, want %d", i+1, code, want)
 		}
 	}
 	if len(store.requeues) != 2 || len(store.actions) != 2 {
 		t.Errorf("%d requeues, %d records; want the 2 allowed", len(store.requeues), len(store.actions))
 	}
-	if code, _, _ := request(t, srv, http.MethodPost, "/events/evil-1/requeue", "bo", token, url.Values{"reason": {"x"}}, nil); code != http.StatusSeeOther {
+	if code, _, _ := request(t, srv, http.MethodPost, "/events/evil-1/requeue", "bo", boToken, url.Values{"reason": {"x"}}, nil); code != http.StatusSeeOther {
 		t.Errorf("another operator's action = %d, want 303: the limit is per operator", code)
 	}
 }
@@ -77,11 +78,14 @@ func TestActionsHaveADeadline(t *testing.T) {
 	}
 }
 
-// halfDone is a Writer whose requeue changes 3 events, says so, then
-// fails.
+// halfDone is a Writer whose requeue changes the first 3 events it is
+// given (stamped with the action), says so, then fails.
 type halfDone struct{ *fakeStore }
 
 func (h halfDone) Requeue(_ context.Context, f mongo.RequeueFilter, _ bool) (int, error) {
+	h.mu.Lock()
+	h.stamp(f.Action, f.Selected[:3])
+	h.mu.Unlock()
 	f.Progress(3)
 	return 3, errors.New("requeue events (3 done): connection reset")
 }
@@ -91,12 +95,14 @@ func (h halfDone) Requeue(_ context.Context, f mongo.RequeueFilter, _ bool) (int
 func TestPartialFailureIsAudited(t *testing.T) {
 	t.Parallel()
 	store := newFakeStore(t)
+	store.matching = 5
 	srv, _ := serveConfig(t, console.Config{Token: token, Writer: halfDone{store}}, false)
-	code, body, _ := request(t, srv, http.MethodPost, "/events/evil-1/requeue", "ana", token, url.Values{"reason": {"x"}}, nil)
+	_, page, _ := request(t, srv, http.MethodGet, "/requeue?cause=x&reason=", "ana", token, nil, nil)
+	code, body, _ := request(t, srv, http.MethodPost, "/requeue", "ana", token, url.Values{"preview": {previewIn(t, page)}, "reason": {"x"}}, nil)
 	if code == http.StatusSeeOther || !strings.Contains(body, "connection reset") {
 		t.Errorf("a requeue that failed half way = %d, want the error shown: %s", code, body)
 	}
-	if a := store.actions; len(a) != 1 || a[0].State != mongo.ActionFailed || a[0].Count != 3 || !strings.Contains(a[0].Error, "connection reset") {
-		t.Errorf("audit = %+v, want failed with the 3 done and why", a)
+	if a := store.actions; len(a) != 1 || a[0].State != mongo.ActionFailed || a[0].Count != 3 || a[0].Planned != 5 || !strings.Contains(a[0].Error, "connection reset") {
+		t.Errorf("audit = %+v, want failed with the 3 of 5 done and why", a)
 	}
 }

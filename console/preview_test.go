@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"crypto/tls"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -52,6 +53,7 @@ func serve(ctx context.Context, c *console.Console, method, target string, form 
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	}
 	req.SetBasicAuth("ana", token)
+	req.TLS = &tls.ConnectionState{} // from 192.0.2.1: Basic only over TLS
 	rec := httptest.NewRecorder()
 	c.ServeHTTP(rec, req)
 	return rec
@@ -80,6 +82,11 @@ func TestGroupRequeueActsOnThePreview(t *testing.T) {
 		mongotest.Event("lookalike", events.StatusFailed, at, bson.E{Key: events.FieldLastError, Value: "broker returned 312 NO_ROUTE for x"}),
 	)
 	c := realConsole(t, store, nil, 100)
+	// The failures page's read stores the events' causes; the preview,
+	// a GET, writes nothing.
+	if rec := serve(t.Context(), c, http.MethodGet, "/failures", nil); rec.Code != http.StatusOK {
+		t.Fatalf("failures page = %d", rec.Code)
+	}
 	rec := serve(t.Context(), c, http.MethodGet, "/requeue?"+groupQuery, nil)
 	body := rec.Body.String()
 	if rec.Code != http.StatusOK || !strings.Contains(body, "4 FAILED events") || !strings.Contains(body, "g1") || !strings.Contains(body, oid.Hex()) {
@@ -90,7 +97,7 @@ func TestGroupRequeueActsOnThePreview(t *testing.T) {
 	if n, err := store.Skip(t.Context(), []string{"g2"}, "bo", "compensated by hand", time.Now(), false); err != nil || n != 1 {
 		t.Fatalf("skip g2 = %d, %v", n, err)
 	}
-	rec = serve(t.Context(), c, http.MethodPost, "/requeue", url.Values{"selection": {selectionIn(t, body)}, "reason": {"route added"}})
+	rec = serve(t.Context(), c, http.MethodPost, "/requeue", url.Values{"preview": {previewIn(t, body)}, "reason": {"route added"}})
 	if rec.Code != http.StatusSeeOther {
 		t.Fatalf("requeue = %d: %s", rec.Code, rec.Body)
 	}
@@ -138,8 +145,9 @@ func TestCancelledRequeueIsAudited(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	c := realConsole(t, store, cancelling{Store: store, done: 3, cancel: cancel}, 3)
+	serve(t.Context(), c, http.MethodGet, "/failures", nil)
 	body := serve(t.Context(), c, http.MethodGet, "/requeue?"+groupQuery, nil).Body.String()
-	rec := serve(ctx, c, http.MethodPost, "/requeue", url.Values{"selection": {selectionIn(t, body)}, "reason": {"route added"}})
+	rec := serve(ctx, c, http.MethodPost, "/requeue", url.Values{"preview": {previewIn(t, body)}, "reason": {"route added"}})
 	if rec.Code == http.StatusSeeOther {
 		t.Fatalf("a cancelled requeue answered %d as if done", rec.Code)
 	}

@@ -22,6 +22,9 @@ type layout struct {
 	Query url.Values
 	// Writes says the console's actions are on: pages show their forms.
 	Writes bool
+	// CSRF is the session's token, which every form posts (OIDC); User
+	// and Role who is signed in.
+	CSRF, User, Role string
 }
 
 var funcs = template.FuncMap{

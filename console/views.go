@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -80,7 +81,15 @@ type EventDetail struct {
 	// Document is the stored document as relaxed Extended JSON.
 	Document string                `json:"document"`
 	History  []events.AttemptError `json:"attemptHistory"`
+	// LaterPublished is, for a skipped FAILED event, how many later
+	// events of its aggregate are already published (at most
+	// laterPublishedMax): a requeue publishes it after them.
+	LaterPublished int `json:"laterPublished,omitempty"`
 }
+
+// laterPublishedMax bounds the count of a skipped event's later
+// published events: past it the page says "or more".
+const laterPublishedMax = 1000
 
 // FailureGroup is the FAILED events of one cause.
 type FailureGroup = events.FailureGroup
@@ -200,6 +209,21 @@ func replicas(terms []ownership.Term, members []ownership.Member, now time.Time,
 	return out, leader, events.Partitions - owned
 }
 
+// errorSearchMax bounds the text searched in lastError.
+const errorSearchMax = 200
+
+// filtered reports whether an events list's query narrows or pages it:
+// such a list is read at each view (not kept by the sampler), so it is
+// not refreshed.
+func filtered(q url.Values) bool {
+	for _, k := range []string{"type", "aggregate", "error", "cause", "reason", "olderThan", "after"} {
+		if q.Get(k) != "" {
+			return true
+		}
+	}
+	return false
+}
+
 // listStatuses are the statuses the events page lists.
 var listStatuses = []events.Status{events.StatusFailed, events.StatusNew, events.StatusProcessing, events.StatusPublished, events.StatusUnknown}
 
@@ -208,6 +232,11 @@ func (c *Console) events(r *http.Request) (any, error) {
 	status := events.Status(cmp.Or(q.Get("status"), string(events.StatusFailed)))
 	if !slices.Contains(listStatuses, status) {
 		return nil, errBadRequest{fmt.Sprintf("status %q: want FAILED, NEW, PROCESSING, PUBLISHED or unknown", status)}
+	}
+	if text := q.Get("error"); text != "" && status != events.StatusFailed {
+		return nil, errBadRequest{fmt.Sprintf("error: the search of lastError is only on FAILED events (status %s): it runs over every event of its status", status)}
+	} else if len(text) > errorSearchMax {
+		return nil, errBadRequest{fmt.Sprintf("error: at most %d characters (got %d)", errorSearchMax, len(text))}
 	}
 	eq := mongo.EventQuery{
 		Status: status, Type: q.Get("type"), AggregateID: q.Get("aggregate"), ErrorText: q.Get("error"),
@@ -267,7 +296,13 @@ func (c *Console) event(r *http.Request) (any, error) {
 	if err != nil {
 		text = []byte(fmt.Sprintf("(the document does not print as Extended JSON: %v)", err))
 	}
-	return EventDetail{EventRow: rowOf(doc), Document: string(text), History: attemptsOf(doc)}, nil
+	d := EventDetail{EventRow: rowOf(doc), Document: string(text), History: attemptsOf(doc)}
+	if d.Skipped && d.Status == string(events.StatusFailed) && d.AggregateID != "" {
+		if d.LaterPublished, err = c.cfg.Store.LaterPublished(r.Context(), d.AggregateType, d.AggregateID, d.CreatedAt, laterPublishedMax); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
 }
 
 // failures is the failure groups its source keeps (Config.Lists), read
@@ -416,7 +451,7 @@ func attemptsOf(doc bson.Raw) []events.AttemptError {
 var titles = map[string]string{
 	"overview": "Overview", "events": "Events", "event": "Event",
 	"failures": "Failures by cause", "held": "Held aggregates",
-	"audit": "Audit", "confirm": "Preview an action",
+	"audit": "Audit", "confirm": "Preview an action", "action": "An action",
 }
 
 // statusClass is the CSS class of a status.

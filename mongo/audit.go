@@ -2,6 +2,7 @@ package mongo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -48,6 +49,15 @@ type Action struct {
 	Error string `bson:"error,omitempty" json:"error,omitempty"`
 	// Ended is when the action ended; zero while it runs.
 	Ended time.Time `bson:"endedAt,omitzero" json:"endedAt,omitzero"`
+	// IDs are the _ids, as stored, of every event a console action set
+	// out to change (its preview's, at most the console's ActionMax),
+	// all of them. The events it did change carry the record's ID in
+	// FieldActions (Store.Touched). Actions leaves them out; ActionByID
+	// reads them.
+	IDs []any `bson:"ids,omitempty" json:"-"`
+	// Planned is how many events the action set out to change: with
+	// Count, whether it was applied in full.
+	Planned int `bson:"planned,omitempty" json:"planned,omitempty"`
 }
 
 // The states of an audited action.
@@ -119,7 +129,8 @@ func (s *Store) FinishAction(ctx context.Context, id bson.ObjectID, state string
 // Actions returns the last limit actions, newest first.
 func (s *Store) Actions(ctx context.Context, limit int) ([]Action, error) {
 	cur, err := s.coll.Database().Collection(s.audit()).Find(ctx, bson.D{},
-		options.Find().SetSort(bson.D{{Key: "at", Value: -1}, {Key: "_id", Value: -1}}).SetLimit(int64(limit)))
+		options.Find().SetSort(bson.D{{Key: "at", Value: -1}, {Key: "_id", Value: -1}}).SetLimit(int64(limit)).
+			SetProjection(bson.D{{Key: "ids", Value: 0}}))
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", s.audit(), err)
 	}
@@ -133,4 +144,24 @@ func (s *Store) Actions(ctx context.Context, limit int) ([]Action, error) {
 		}
 	}
 	return out, nil
+}
+
+// ErrNoAction is ActionByID's error when no record has the id asked for.
+var ErrNoAction = errors.New("no such action")
+
+// ActionByID returns the audit record id, with the ids of every event it
+// set out to change, or an error that wraps ErrNoAction.
+func (s *Store) ActionByID(ctx context.Context, id bson.ObjectID) (Action, error) {
+	var a Action
+	err := s.coll.Database().Collection(s.audit()).FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&a)
+	if isNoDocuments(err) {
+		return Action{}, fmt.Errorf("%w: no action %s in %s", ErrNoAction, id.Hex(), s.audit())
+	}
+	if err != nil {
+		return Action{}, fmt.Errorf("read action %s in %s: %w", id.Hex(), s.audit(), err)
+	}
+	if err := checkSchema(s.audit(), a.At, a.Schema); err != nil {
+		return Action{}, err
+	}
+	return a, nil
 }

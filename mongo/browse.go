@@ -8,6 +8,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/outboxrelay/outbox/events"
 )
@@ -221,4 +222,24 @@ func rawAll(ctx context.Context, cur *mongo.Cursor) ([]bson.Raw, error) {
 		docs = append(docs, append(bson.Raw(nil), cur.Current...))
 	}
 	return docs, cur.Err()
+}
+
+// LaterPublished counts, up to limit, the PUBLISHED events of an
+// aggregate created after at: those a skipped event of it, requeued now,
+// would be published after. Read through the console's
+// outbox_browse_aggregate index ({status, aggregateId, createdAt}).
+func (s *Store) LaterPublished(ctx context.Context, aggregateType, aggregateID string, at time.Time, limit int) (int, error) {
+	q := bson.D{
+		{Key: events.FieldStatus, Value: events.StatusPublished},
+		{Key: events.FieldAggregateID, Value: aggregateID},
+		{Key: events.FieldCreatedAt, Value: bson.D{{Key: "$gt", Value: at}}},
+	}
+	if aggregateType != "" {
+		q = append(q, bson.E{Key: events.FieldAggregateType, Value: aggregateType})
+	}
+	n, err := s.coll.CountDocuments(ctx, q, options.Count().SetLimit(int64(limit)))
+	if err != nil {
+		return 0, fmt.Errorf("count the later published events of aggregate %q: %w", aggregateID, err)
+	}
+	return int(n), nil
 }

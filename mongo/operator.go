@@ -39,7 +39,58 @@ type RequeueFilter struct {
 	// Progress, when set, is told the events requeued so far after each
 	// write, so that a requeue cut short still says what it did.
 	Progress func(done int)
+	// Action, when set, is the audit record of this requeue: every event
+	// it moves is stamped with it (FieldActions), so that the events one
+	// action moved are one query, and a requeue cut short is recounted.
+	Action bson.ObjectID
 }
+
+// FieldActions is the events' field that lists the audit records
+// (Action.ID) of the console actions that changed them: requeued or
+// skipped them.
+const FieldActions = "operatorActions"
+
+// stamp is the update that adds action to an event's FieldActions, or
+// nothing for a zero action.
+func stamp(action bson.ObjectID) bson.E {
+	if action.IsZero() {
+		return bson.E{}
+	}
+	return bson.E{Key: "$addToSet", Value: bson.D{{Key: FieldActions, Value: action}}}
+}
+
+// withStamp adds action's stamp to update.
+func withStamp(update bson.D, action bson.ObjectID) bson.D {
+	if e := stamp(action); e.Key != "" {
+		return append(update, e)
+	}
+	return update
+}
+
+// ErrNotAnID is the error of a selection that holds a value an event's
+// _id cannot be: a regular expression, a document, an array, null.
+var ErrNotAnID = errors.New("not an event id")
+
+// idValues checks that ids are values an _id can be, matched by
+// equality: a string, an ObjectID, a number or binary data (a UUID).
+// Anything else in an $in would match by pattern or by type (a regular
+// expression matches every string).
+func idValues(ids []any) (bson.A, error) {
+	out := make(bson.A, 0, len(ids))
+	for i, id := range ids {
+		switch id.(type) {
+		case string, bson.ObjectID, int32, int64, int, float64, bson.Binary, bson.Decimal128:
+			out = append(out, id)
+		default:
+			return nil, fmt.Errorf("selection element %d is a %T: %w", i, id, ErrNotAnID)
+		}
+	}
+	return out, nil
+}
+
+// IDCandidates are the values an id given as text may be stored as: the
+// string itself, and the ObjectID it is the hex of.
+func IDCandidates(id string) []any { return idCandidates([]string{id}) }
 
 func (f RequeueFilter) query() (bson.D, error) {
 	q := bson.D{{Key: events.FieldStatus, Value: events.StatusFailed}}
@@ -53,7 +104,11 @@ func (f RequeueFilter) query() (bson.D, error) {
 		q = append(q, bson.E{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: idCandidates(f.IDs)}}})
 	}
 	if len(f.Selected) > 0 {
-		q = append(q, bson.E{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: f.Selected}}})
+		ids, err := idValues(f.Selected)
+		if err != nil {
+			return nil, fmt.Errorf("requeue the selected events: %w", err)
+		}
+		q = append(q, bson.E{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: ids}}})
 	}
 	if f.Type != "" {
 		q = append(q, bson.E{Key: events.FieldType, Value: f.Type})
@@ -89,7 +144,7 @@ func (s *Store) Requeue(ctx context.Context, f RequeueFilter, dryRun bool) (int,
 		}
 		return int(n), nil
 	}
-	update := requeueUpdate(time.Time{})
+	update := withStamp(requeueUpdate(time.Time{}), f.Action)
 	if f.PerSecond > 0 {
 		return s.requeueSpread(ctx, q, f)
 	}
@@ -141,7 +196,7 @@ func (s *Store) requeueSpread(ctx context.Context, q bson.D, f RequeueFilter) (i
 		filter := slices.DeleteFunc(slices.Clone(q), func(e bson.E) bool { return e.Key == events.FieldID })
 		filter = append(filter, bson.E{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: ids}}})
 		end := s.failedTurn()
-		res, err := s.coll.UpdateMany(ctx, filter, requeueUpdate(due))
+		res, err := s.coll.UpdateMany(ctx, filter, withStamp(requeueUpdate(due), f.Action))
 		end()
 		if err != nil {
 			return total, fmt.Errorf("requeue events (%d done): %w", total, err)
@@ -243,16 +298,61 @@ func (s *Store) Find(ctx context.Context, id string) (bson.Raw, error) {
 
 // SkipSelected marks skipped the FAILED events of a console preview's
 // selection, their _ids as stored, that are not skipped yet, as Skip
-// does.
-func (s *Store) SkipSelected(ctx context.Context, ids []any, by, reason string, at time.Time) (int, error) {
+// does, and stamps each with action, the audit record of the skip
+// (FieldActions; none when zero). An id that is no _id value (a regular
+// expression, a document) refuses the whole selection (ErrNotAnID).
+func (s *Store) SkipSelected(ctx context.Context, ids []any, by, reason string, at time.Time, action bson.ObjectID) (int, error) {
 	if len(ids) == 0 {
 		return 0, nil
+	}
+	values, err := idValues(ids)
+	if err != nil {
+		return 0, fmt.Errorf("skip the selected events: %w", err)
 	}
 	return s.skip(ctx, bson.D{
 		{Key: events.FieldStatus, Value: events.StatusFailed},
 		{Key: events.FieldSkippedAt, Value: nil},
-		{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: ids}}},
-	}, by, reason, at)
+		{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: values}}},
+	}, by, reason, at, action)
+}
+
+// Touched returns those of ids (as stored) whose events carry action's
+// stamp (FieldActions): the events an action changed, read back from the
+// events themselves, so an action whose write failed half way is counted
+// by what it did, not by what its write answered. ids bound the read to
+// the _id index.
+func (s *Store) Touched(ctx context.Context, action bson.ObjectID, ids []any) ([]any, error) {
+	if len(ids) == 0 || action.IsZero() {
+		return nil, nil
+	}
+	values, err := idValues(ids)
+	if err != nil {
+		return nil, fmt.Errorf("read the events of action %s: %w", action.Hex(), err)
+	}
+	cur, err := s.timedFind(ctx, findCommand{
+		filter: bson.D{
+			{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: values}}},
+			{Key: FieldActions, Value: action},
+		},
+		sort:       bson.D{{Key: events.FieldCreatedAt, Value: 1}, {Key: events.FieldID, Value: 1}},
+		projection: bson.D{{Key: events.FieldID, Value: 1}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the events of action %s: %w", action.Hex(), err)
+	}
+	docs, err := rawAll(ctx, cur)
+	if err != nil {
+		return nil, fmt.Errorf("read the events of action %s: %w", action.Hex(), err)
+	}
+	out := make([]any, 0, len(docs))
+	for _, d := range docs {
+		var id any
+		if err := d.Lookup(events.FieldID).Unmarshal(&id); err != nil {
+			return nil, fmt.Errorf("read the events of action %s: %w", action.Hex(), err)
+		}
+		out = append(out, id)
+	}
+	return out, nil
 }
 
 // Skip marks the FAILED events named by ids (string or ObjectID hex) as
@@ -276,18 +376,19 @@ func (s *Store) Skip(ctx context.Context, ids []string, by, reason string, at ti
 		}
 		return int(n), nil
 	}
-	return s.skip(ctx, filter, by, reason, at)
+	return s.skip(ctx, filter, by, reason, at, bson.ObjectID{})
 }
 
-// skip marks the events filter matches skipped by, at, for reason.
-func (s *Store) skip(ctx context.Context, filter bson.D, by, reason string, at time.Time) (int, error) {
+// skip marks the events filter matches skipped by, at, for reason, each
+// stamped with action when it is not zero.
+func (s *Store) skip(ctx context.Context, filter bson.D, by, reason string, at time.Time, action bson.ObjectID) (int, error) {
 	defer s.failedTurn()()
-	res, err := s.coll.UpdateMany(ctx, filter, bson.D{{Key: "$set", Value: bson.D{
+	res, err := s.coll.UpdateMany(ctx, filter, withStamp(bson.D{{Key: "$set", Value: bson.D{
 		{Key: events.FieldSkippedBy, Value: by},
 		{Key: events.FieldSkippedAt, Value: at.UTC().Truncate(time.Millisecond)},
 		{Key: events.FieldSkipReason, Value: truncateError(reason)},
 		{Key: events.FieldSkipped, Value: true},
-	}}})
+	}}}, action))
 	if err != nil {
 		return 0, fmt.Errorf("skip events: %w", err)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -64,10 +65,18 @@ func consoleCommand(ctx context.Context, args []string, getenv func(string) stri
 		RequeuePerSecond: cfg.ConsoleRequeueRate, ActionMax: cfg.ConsoleActionMax,
 		ActionsPerMinute: cfg.ConsoleActionsPerMinute, SignInFailuresPerMinute: cfg.ConsoleSignInFailures,
 		Token: cfg.ConsoleToken, Users: cfg.ConsoleUsers, AllowedHosts: cfg.consoleHosts(),
-		TrustedProxies: cfg.ConsoleTrustedProxies, IdentityHeader: cfg.ConsoleIdentityHeader,
+		TrustedProxies: cfg.ConsoleTrustedProxies, IdentityHeader: cfg.ConsoleIdentityHeader, ProxySecret: cfg.ConsoleProxySecret,
 	}
 	if cfg.ConsoleWrites {
 		ccfg.Writer = store
+	}
+	if cfg.ConsoleOIDCIssuer != "" {
+		if ccfg.OIDC, err = console.NewOIDC(ctx, console.OIDCConfig{
+			IssuerURL: cfg.ConsoleOIDCIssuer, ClientID: cfg.ConsoleOIDCClientID, ClientSecret: cfg.ConsoleOIDCClientSecret,
+			RedirectURL: cfg.ConsoleOIDCRedirectURL, RolesClaim: cfg.ConsoleOIDCRolesClaim,
+		}); err != nil {
+			return err
+		}
 	}
 	con, err := console.New(ccfg)
 	if err != nil {
@@ -79,7 +88,15 @@ func consoleCommand(ctx context.Context, args []string, getenv func(string) stri
 		}
 	}
 	defer stopQuietly(clock, sampler)
-	return serveConsole(ctx, logger, cfg.ConsoleAddr, con, cfg.ConsoleWrites, cfg.consoleAuthenticates())
+	var certs *certReloader
+	if cfg.ConsoleTLSCert != "" {
+		if certs, err = newCertReloader(cfg.ConsoleTLSCert, cfg.ConsoleTLSKey, func(err error) {
+			logger.Warn("console TLS certificate not reloaded; serving the last one read", "error", err)
+		}); err != nil {
+			return fmt.Errorf("%w: %v", ErrUsage, err)
+		}
+	}
+	return serveConsole(ctx, logger, cfg.ConsoleAddr, con, cfg.ConsoleWrites, cfg.consoleAuthenticates(), certs)
 }
 
 // heldSource is the store where ordering holds aggregates, nil where it
@@ -124,10 +141,14 @@ func stopQuietly(services ...interface{ Stop(context.Context) error }) {
 // on an address other hosts reach (OUTBOX_CONSOLE_INSECURE_OPEN), it
 // says so. Credentials travel in clear over plain HTTP, which is why a
 // non-loopback address wants a proxy that terminates TLS in front.
-func serveConsole(ctx context.Context, logger *slog.Logger, addr string, h http.Handler, writes, authenticates bool) error {
+func serveConsole(ctx context.Context, logger *slog.Logger, addr string, h http.Handler, writes, authenticates bool, certs *certReloader) error {
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("console: listen on OUTBOX_CONSOLE_ADDR %s: %w", addr, err)
+	}
+	scheme := "http"
+	if certs != nil {
+		ln, scheme = tls.NewListener(ln, certs.tlsConfig()), "https"
 	}
 	if ap, err := netip.ParseAddrPort(ln.Addr().String()); (err != nil || !ap.Addr().Unmap().IsLoopback()) && !authenticates {
 		logger.Warn("the console listens on an address other hosts may reach without authentication, as OUTBOX_CONSOLE_INSECURE_OPEN=true allows; it shows every event's payload",
@@ -142,7 +163,7 @@ func serveConsole(ctx context.Context, logger *slog.Logger, addr string, h http.
 		WriteTimeout: 30 * time.Second,
 		IdleTimeout:  60 * time.Second,
 	}
-	logger.Info("console serving", "url", "http://"+ln.Addr().String()+"/", "actions", writes)
+	logger.Info("console serving", "url", scheme+"://"+ln.Addr().String()+"/", "actions", writes)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	select {

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/crypto/bcrypt"
+
 	"github.com/outboxrelay/outbox/console"
 )
 
@@ -41,6 +43,20 @@ type ConsoleConfig struct {
 	// and ConsoleIdentityHeader it believes.
 	ConsoleTrustedProxies []netip.Prefix
 	ConsoleIdentityHeader string
+	// ConsoleProxySecret is what the trusted proxies send in
+	// console.ProxySecretHeaderDefault: without it their requests are
+	// believed no more than any other's. Required with
+	// ConsoleIdentityHeader.
+	ConsoleProxySecret string
+	// ConsoleOIDC* sign operators in through an OpenID provider: its
+	// issuer, the console's client there, the console's callback URL
+	// and the claim that holds the users' console roles.
+	ConsoleOIDCIssuer, ConsoleOIDCClientID, ConsoleOIDCClientSecret string
+	ConsoleOIDCRedirectURL, ConsoleOIDCRolesClaim                   string
+	// ConsoleTLSCert and ConsoleTLSKey are the files of the console's
+	// TLS certificate and key: set, it serves HTTPS, and reads them again
+	// when they change.
+	ConsoleTLSCert, ConsoleTLSKey string
 	// ConsoleInsecureOpen lets it serve without authentication on an
 	// address other hosts reach.
 	ConsoleInsecureOpen bool
@@ -73,7 +89,7 @@ func consoleSettings() []setting {
 			usage: "most failed console sign-ins from one address in a minute; past it every request from there gets 429 until the minute ends",
 			parse: func(c *Config, v string) error { return parseIntBetween(&c.ConsoleSignInFailures, v, 1, 10000) }},
 		{env: "OUTBOX_CONSOLE_USERS_FILE", flag: "console-users-file", def: "", forConsole: true,
-			usage: "file of per-user console credentials, one name:sha256-hex-of-the-user's-token a line (# starts a comment); every request then signs in as one of them",
+			usage: "file of per-user console credentials, one name:bcrypt-hash a line as htpasswd -nbBC 12 NAME TOKEN writes it (or, unsalted, name:sha256-hex-of-the-token), # starts a comment; every request then signs in as one of them",
 			parse: parseUsersFile},
 		{env: "OUTBOX_CONSOLE_ALLOWED_HOSTS", flag: "console-allowed-hosts", def: "", forConsole: true,
 			usage: "comma-separated Host names the console answers to (name, name:port, or * for any); unset: its own address and localhost. Any other gets 421, which stops DNS rebinding",
@@ -87,6 +103,36 @@ func consoleSettings() []setting {
 				c.ConsoleIdentityHeader = http.CanonicalHeaderKey(strings.TrimSpace(v))
 				return nil
 			}},
+		{env: "OUTBOX_CONSOLE_PROXY_SECRET", flag: "console-proxy-secret", def: "", forConsole: true, secret: true,
+			usage: "secret, at least 16 characters, the trusted proxies send in the X-Outbox-Proxy-Secret header of every request; required with OUTBOX_CONSOLE_IDENTITY_HEADER, for an address alone lets any process on the proxy's host act as anyone. Prefer the variable: a flag shows in ps",
+			parse: func(c *Config, v string) error {
+				if v != "" && len(v) < console.TokenMinLength {
+					return fmt.Errorf("want at least %d characters (got %d)", console.TokenMinLength, len(v))
+				}
+				c.ConsoleProxySecret = v
+				return nil
+			}},
+		{env: "OUTBOX_CONSOLE_OIDC_ISSUER", flag: "console-oidc-issuer", def: "", forConsole: true,
+			usage: "issuer URL of the OpenID provider operators sign in through (authorization code with PKCE, then a session); needs OUTBOX_CONSOLE_OIDC_CLIENT_ID and OUTBOX_CONSOLE_OIDC_REDIRECT_URL",
+			parse: func(c *Config, v string) error { c.ConsoleOIDCIssuer = strings.TrimSpace(v); return nil }},
+		{env: "OUTBOX_CONSOLE_OIDC_CLIENT_ID", flag: "console-oidc-client-id", def: "", forConsole: true,
+			usage: "the console's client id at the OpenID provider",
+			parse: func(c *Config, v string) error { c.ConsoleOIDCClientID = strings.TrimSpace(v); return nil }},
+		{env: "OUTBOX_CONSOLE_OIDC_CLIENT_SECRET", flag: "console-oidc-client-secret", def: "", forConsole: true, secret: true,
+			usage: "the console's client secret at the OpenID provider; unset for a public client. Prefer the variable: a flag shows in ps",
+			parse: func(c *Config, v string) error { c.ConsoleOIDCClientSecret = v; return nil }},
+		{env: "OUTBOX_CONSOLE_OIDC_REDIRECT_URL", flag: "console-oidc-redirect-url", def: "", forConsole: true,
+			usage: "the console's callback as browsers reach it, registered at the provider: https://HOST/auth/callback",
+			parse: func(c *Config, v string) error { c.ConsoleOIDCRedirectURL = strings.TrimSpace(v); return nil }},
+		{env: "OUTBOX_CONSOLE_OIDC_ROLES_CLAIM", flag: "console-oidc-roles-claim", def: console.RolesClaimDefault, forConsole: true,
+			usage: "claim (ID token or userinfo) that lists a user's console roles: viewer, operator, admin",
+			parse: func(c *Config, v string) error { c.ConsoleOIDCRolesClaim = strings.TrimSpace(v); return nil }},
+		{env: "OUTBOX_CONSOLE_TLS_CERT", flag: "console-tls-cert", def: "", forConsole: true,
+			usage: "file of the console's TLS certificate (PEM, the chain after it): set with OUTBOX_CONSOLE_TLS_KEY, the console serves HTTPS, sends HSTS, and reads the pair again when the files change",
+			parse: func(c *Config, v string) error { c.ConsoleTLSCert = strings.TrimSpace(v); return nil }},
+		{env: "OUTBOX_CONSOLE_TLS_KEY", flag: "console-tls-key", def: "", forConsole: true,
+			usage: "file of the console's TLS private key (PEM); with OUTBOX_CONSOLE_TLS_CERT",
+			parse: func(c *Config, v string) error { c.ConsoleTLSKey = strings.TrimSpace(v); return nil }},
 		{env: "OUTBOX_CONSOLE_INSECURE_OPEN", flag: "console-insecure-open", def: "false", forConsole: true,
 			usage: "true lets the console serve without authentication on an address other hosts reach; without it such a console refuses to start",
 			parse: func(c *Config, v string) error { return parseBool(&c.ConsoleInsecureOpen, v) }},
@@ -120,9 +166,12 @@ func parseUsersFile(c *Config, path string) error {
 			continue
 		}
 		name, digest, ok := strings.Cut(line, ":")
-		name, digest = strings.TrimSpace(name), strings.ToLower(strings.TrimSpace(digest))
-		if d, err := hex.DecodeString(digest); !ok || name == "" || err != nil || len(d) != sha256.Size {
-			return fmt.Errorf("%s line %d: want name:sha256-hex (64 hex digits of the SHA-256 of the user's token)", path, i+1)
+		name, digest = strings.TrimSpace(name), strings.TrimSpace(digest)
+		if !strings.HasPrefix(digest, "$2") {
+			digest = strings.ToLower(digest)
+		}
+		if !ok || name == "" || !validUserHash(digest) {
+			return fmt.Errorf("%s line %d: want name:bcrypt-hash (htpasswd -nbBC 12 NAME TOKEN) or name:sha256-hex (64 hex digits of the SHA-256 of the user's token)", path, i+1)
 		}
 		if _, dup := users[name]; dup {
 			return fmt.Errorf("%s line %d: user %q is listed twice", path, i+1, name)
@@ -134,6 +183,17 @@ func parseUsersFile(c *Config, path string) error {
 	}
 	c.ConsoleUsers = users
 	return nil
+}
+
+// validUserHash reports whether a users file's value is a bcrypt hash or
+// a SHA-256 digest in hex.
+func validUserHash(v string) bool {
+	if strings.HasPrefix(v, "$2") {
+		_, err := bcrypt.Cost([]byte(v))
+		return err == nil
+	}
+	d, err := hex.DecodeString(v)
+	return err == nil && len(d) == sha256.Size
 }
 
 // parseHosts reads a comma-separated list of host names.
@@ -174,7 +234,7 @@ func parsePrefixes(dst *[]netip.Prefix, v string) error {
 // consoleAuthenticates reports whether the console asks who each request
 // is from.
 func (c ConsoleConfig) consoleAuthenticates() bool {
-	return c.ConsoleToken != "" || len(c.ConsoleUsers) > 0 || c.ConsoleIdentityHeader != ""
+	return c.ConsoleOIDCIssuer != "" || c.ConsoleToken != "" || len(c.ConsoleUsers) > 0 || c.ConsoleIdentityHeader != ""
 }
 
 // checkConsole checks the rules between the console's settings: actions
@@ -186,6 +246,14 @@ func (c ConsoleConfig) checkConsole() error {
 		return fmt.Errorf("%w: OUTBOX_CONSOLE_WRITES=true needs OUTBOX_CONSOLE_TOKEN, OUTBOX_CONSOLE_USERS_FILE or OUTBOX_CONSOLE_IDENTITY_HEADER: the console's actions are never open without authentication", ErrUsage)
 	case c.ConsoleIdentityHeader != "" && len(c.ConsoleTrustedProxies) == 0:
 		return fmt.Errorf("%w: OUTBOX_CONSOLE_IDENTITY_HEADER=%s needs OUTBOX_CONSOLE_TRUSTED_PROXIES: the header is believed only from the proxies that set it", ErrUsage, c.ConsoleIdentityHeader)
+	case c.ConsoleOIDCIssuer != "" && (c.ConsoleOIDCClientID == "" || c.ConsoleOIDCRedirectURL == ""):
+		return fmt.Errorf("%w: OUTBOX_CONSOLE_OIDC_ISSUER needs OUTBOX_CONSOLE_OIDC_CLIENT_ID and OUTBOX_CONSOLE_OIDC_REDIRECT_URL", ErrUsage)
+	case c.ConsoleOIDCIssuer != "" && (c.ConsoleToken != "" || len(c.ConsoleUsers) > 0 || c.ConsoleIdentityHeader != ""):
+		return fmt.Errorf("%w: OUTBOX_CONSOLE_OIDC_ISSUER replaces OUTBOX_CONSOLE_TOKEN, OUTBOX_CONSOLE_USERS_FILE and OUTBOX_CONSOLE_IDENTITY_HEADER: set one way of signing in", ErrUsage)
+	case (c.ConsoleTLSCert == "") != (c.ConsoleTLSKey == ""):
+		return fmt.Errorf("%w: OUTBOX_CONSOLE_TLS_CERT and OUTBOX_CONSOLE_TLS_KEY go together", ErrUsage)
+	case c.ConsoleIdentityHeader != "" && c.ConsoleProxySecret == "":
+		return fmt.Errorf("%w: OUTBOX_CONSOLE_IDENTITY_HEADER=%s needs OUTBOX_CONSOLE_PROXY_SECRET, which the proxy sends in %s: an address alone lets any process on the proxy's host act as anyone", ErrUsage, c.ConsoleIdentityHeader, console.ProxySecretHeaderDefault)
 	case !c.consoleAuthenticates() && !c.ConsoleInsecureOpen && !loopbackAddr(c.ConsoleAddr):
 		return fmt.Errorf("%w: OUTBOX_CONSOLE_ADDR=%s is reachable from other hosts and the console has no authentication, yet it shows every event's payload: set OUTBOX_CONSOLE_TOKEN or OUTBOX_CONSOLE_USERS_FILE, put it behind an authenticating proxy (OUTBOX_CONSOLE_IDENTITY_HEADER), or say OUTBOX_CONSOLE_INSECURE_OPEN=true", ErrUsage, c.ConsoleAddr)
 	}

@@ -29,7 +29,12 @@ func TestCheckConsole(t *testing.T) {
 		"writes without auth":                {ConsoleConfig{ConsoleAddr: "127.0.0.1:8090", ConsoleWrites: true}, "OUTBOX_CONSOLE_TOKEN"},
 		"writes with users":                  {ConsoleConfig{ConsoleAddr: "127.0.0.1:8090", ConsoleWrites: true, ConsoleUsers: map[string]string{"a": "x"}}, ""},
 		"identity header without proxies":    {ConsoleConfig{ConsoleAddr: "127.0.0.1:8090", ConsoleIdentityHeader: "X-Forwarded-User"}, "OUTBOX_CONSOLE_TRUSTED_PROXIES"},
-		"identity header behind proxies, 0s": {ConsoleConfig{ConsoleAddr: ":8090", ConsoleIdentityHeader: "X-Forwarded-User", ConsoleTrustedProxies: proxies, ConsoleWrites: true}, ""},
+		"identity header behind proxies, 0s": {ConsoleConfig{ConsoleAddr: ":8090", ConsoleIdentityHeader: "X-Forwarded-User", ConsoleTrustedProxies: proxies, ConsoleProxySecret: "proxy-secret-0123456789", ConsoleWrites: true}, ""},
+		"oidc":                               {ConsoleConfig{ConsoleAddr: ":8090", ConsoleOIDCIssuer: "https://login.example.com", ConsoleOIDCClientID: "c", ConsoleOIDCRedirectURL: "https://outbox.example.com/auth/callback", ConsoleWrites: true}, ""},
+		"oidc without a client":              {ConsoleConfig{ConsoleAddr: ":8090", ConsoleOIDCIssuer: "https://login.example.com"}, "OUTBOX_CONSOLE_OIDC_CLIENT_ID"},
+		"oidc beside a token":                {ConsoleConfig{ConsoleAddr: ":8090", ConsoleOIDCIssuer: "https://login.example.com", ConsoleOIDCClientID: "c", ConsoleOIDCRedirectURL: "https://outbox.example.com/auth/callback", ConsoleToken: "0123456789abcdef"}, "replaces"},
+		"a certificate without its key":      {ConsoleConfig{ConsoleAddr: "127.0.0.1:8090", ConsoleTLSCert: "tls.crt"}, "OUTBOX_CONSOLE_TLS_KEY"},
+		"identity header without a secret":   {ConsoleConfig{ConsoleAddr: ":8090", ConsoleIdentityHeader: "X-Forwarded-User", ConsoleTrustedProxies: proxies, ConsoleWrites: true}, "OUTBOX_CONSOLE_PROXY_SECRET"},
 	} {
 		err := tt.cfg.checkConsole()
 		switch {
@@ -74,6 +79,8 @@ func TestUsersFile(t *testing.T) {
 		text, want string
 	}{
 		"valid":     {"# operators\nana:" + digest + "\n\nbo : " + strings.ToUpper(digest) + "\n", ""},
+		"bcrypt":    {"ana:$2y$04$9eLDCVXqOz2tCbMRM3QBZOX0kDSEZ9bZTr8MUjO3djwU8lDsZcRYa\nbo:" + digest + "\n", ""},
+		"bad hash":  {"ana:$2y$04$short\n", "line 1"},
 		"no digest": {"ana:" + digest + "\nbo\n", "line 2"},
 		"short":     {"ana:abcd\n", "line 1"},
 		"twice":     {"ana:" + digest + "\nana:" + digest + "\n", "twice"},

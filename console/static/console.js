@@ -24,7 +24,12 @@
     var el = document.activeElement;
     return el && (el.tagName === "INPUT" || el.tagName === "SELECT" || el.tagName === "TEXTAREA");
   }
+  // inFlight is the refresh not answered yet: the next is skipped until
+  // it is, so that a slow database is never sent one read on another.
+  var inFlight = false;
   function refresh() {
+    if (inFlight) { return; }
+    inFlight = true;
     fetch(location.href, { headers: { Accept: "text/html" }, credentials: "same-origin" })
       .then(function (r) { return r.text(); })
       .then(function (html) {
@@ -44,7 +49,8 @@
         shown.textContent = "refreshed " + new Date().toLocaleTimeString();
         chart();
       })
-      .catch(function () { shown.textContent = "refresh failed; retrying"; });
+      .catch(function () { shown.textContent = "refresh failed; retrying"; })
+      .finally(function () { inFlight = false; });
   }
   // chart draws the overview's publish chart from its own request, so
   // that the page never waits for the count of the hour's publishes.
