@@ -3,6 +3,7 @@ package mongo_test
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -377,7 +378,7 @@ func (r *interleaving) operateFailed(ctx context.Context) error {
 		ID string `bson:"_id"`
 	}
 	err := r.coll.FindOne(ctx, bson.D{{Key: events.FieldStatus, Value: events.StatusFailed}, {Key: events.FieldSkippedAt, Value: nil}}).Decode(&doc)
-	if err == driver.ErrNoDocuments {
+	if errors.Is(err, driver.ErrNoDocuments) {
 		return nil
 	}
 	if err != nil {
