@@ -39,7 +39,7 @@ import (
 // check-order runs more of them.
 func TestInterleavingsChecker(t *testing.T) {
 	t.Parallel()
-	first, seeds := envInt(t, "OUTBOX_STORE_CHECK_FIRST", 1), envInt(t, "OUTBOX_STORE_CHECK_SEEDS", 4)
+	first, seeds := envInt(t, "OUTBOX_STORE_CHECK_FIRST", 1), envInt(t, "OUTBOX_STORE_CHECK_SEEDS", 3)
 	db := testenv.Database(t)
 	var total reached
 	start := time.Now()
