@@ -254,14 +254,19 @@ func (s *Store) claimIDs(ctx context.Context, lease events.Lease, ids []any, nul
 // names one by one (claimDocs).
 const partitionWritesMax = 16
 
-// claimDocs claims docs, as claimIDs. On FerretDB, which matches the $in
+// claimDocs claims docs, as claimIDs, as the dialect writes a claim.
+func (s *Store) claimDocs(ctx context.Context, lease events.Lease, docs []events.Claimed, nullAttempts bool) (int, error) {
+	return s.lane.claimWrite(ctx, s, lease, docs, nullAttempts)
+}
+
+// claimByPartition claims docs, as claimIDs. On FerretDB, which matches the $in
 // in Go against every document its equalities select, a batch read by
 // partition that lies in a few partitions is claimed with one update per
 // partition, each with an equality on it: FerretDB then decodes those
 // partitions' lanes, not every NEW event. Only then: each update is a
 // round trip, which a whole read's batch, spread over every partition,
 // would pay up to 64 times (through a slow link, past its deadline).
-func (s *Store) claimDocs(ctx context.Context, lease events.Lease, docs []events.Claimed, nullAttempts bool) (int, error) {
+func (s *Store) claimByPartition(ctx context.Context, lease events.Lease, docs []events.Claimed, nullAttempts bool) (int, error) {
 	byPartition := map[int][]any{}
 	for _, c := range docs {
 		p, ok, err := events.StoredPartition(c.Doc)
@@ -270,7 +275,7 @@ func (s *Store) claimDocs(ctx context.Context, lease events.Lease, docs []events
 		}
 		byPartition[p] = append(byPartition[p], c.ID)
 	}
-	if s.splitClaim || !s.partitionReads.reading() || len(byPartition) > partitionWritesMax {
+	if !s.partitionReads.reading() || len(byPartition) > partitionWritesMax {
 		return s.claimIDs(ctx, lease, idsOf(docs), nullAttempts)
 	}
 	n := 0

@@ -12,7 +12,7 @@ import (
 
 // SetSplitClaim chooses the claim's find strategy, so that the two-find
 // claim MongoDB uses is tested on FerretDB too.
-func SetSplitClaim(s *Store, split bool) { s.splitClaim = split }
+func SetSplitClaim(s *Store, split bool) { s.lane = dialectFor(!split) }
 
 // SetOnePassStats chooses how Stats counts, so that the counts by index
 // MongoDB uses are tested on FerretDB too.
@@ -119,14 +119,18 @@ func ReadByPartition(s *Store) {
 func ReadsByPartition(s *Store) bool {
 	s.partitionReads.mu.Lock()
 	defer s.partitionReads.mu.Unlock()
-	return !s.splitClaim && s.partitionReads.byPartition
+	_, scanned := s.lane.(scannedLane)
+	return scanned && s.partitionReads.byPartition
 }
 
 // SetSequenceAnomaly sets Config.SequenceAnomaly on a store made without.
 func SetSequenceAnomaly(s *Store, f func(kind string, n int)) { s.sequenceAnomaly = f }
 
 // SplitClaim reports whether s reads the lane by index (MongoDB's way).
-func SplitClaim(s *Store) bool { return s.splitClaim }
+func SplitClaim(s *Store) bool {
+	_, indexed := s.lane.(indexedLane)
+	return indexed
+}
 
 // SetMaxHeadRead bounds the events one claim's read goes through, so that
 // a test reaches the bound with a small lane.

@@ -74,26 +74,27 @@ func (s *Store) readHead(ctx context.Context, now time.Time, limit events.ClaimL
 	if limit.Owned != nil && ownedList(limit.Owned) == nil {
 		return head{}, nil
 	}
-	r := headReader{s: s, now: now, limit: limit, skipped: s.skipped.list(), h: &h}
+	r := headReader{s: s, now: now, limit: limit, q: q, skipped: s.skipped.list(), h: &h}
 	if batch := oneBatch(limit.Events); s.capBatch(batch) == batch {
 		// No read-ahead while replies are cut short (large documents, a
 		// find that failed): there it would cost round trips.
 		r.aheadMax = aheadBatches * limit.Events
-		if !s.splitClaim {
-			r.share = shareOf(limit.Owned)
-		}
+		r.share = s.lane.window(limit.Owned)
 	}
 	r.withBackoff = q.withBackoff
-	if !s.splitClaim && s.usePartitionReads(ctx, now) {
-		r.plan = plan.New(s.snapshot(now, limit, q, r.aheadMax))
-		return h, r.readByPartition(ctx)
-	}
-	if at, ok := s.ahead.resumeAt(limit, time.Now()); ok {
+	return h, s.lane.read(ctx, &r)
+}
+
+// readPages reads the lane whole, page after page, from the head or from
+// where the last read stopped at its bound (noteResume), and plans over it.
+func (r *headReader) readPages(ctx context.Context) error {
+	q := r.q
+	if at, ok := r.s.ahead.resumeAt(r.limit, time.Now()); ok {
 		r.after, r.resumed = at.after, true
 		q.held = maps.Clone(q.held)
 		maps.Copy(q.held, at.held)
 	}
-	r.plan = plan.New(s.snapshot(now, limit, q, r.aheadMax))
+	r.plan = plan.New(r.s.snapshot(r.now, r.limit, q, r.aheadMax))
 	for {
 		next, err := r.page(ctx)
 		if err != nil || !next {
@@ -101,10 +102,7 @@ func (s *Store) readHead(ctx context.Context, now time.Time, limit events.ClaimL
 			if err == nil {
 				r.noteResume()
 			}
-			if !s.splitClaim {
-				s.partitionReads.readWhole(r.outcome().Outside, err, r.sharedAndFull(), now)
-			}
-			return h, err
+			return err
 		}
 	}
 }
@@ -113,13 +111,15 @@ func (s *Store) readHead(ctx context.Context, now time.Time, limit events.ClaimL
 // read, the keys this store knows to have parked events, and how the
 // store reads its lane.
 func (s *Store) snapshot(now time.Time, limit events.ClaimLimit, q headQuery, ahead int) plan.Snapshot {
-	return plan.Snapshot{
+	snap := plan.Snapshot{
 		Now: now, Ordered: q.ordered, Owned: limit.Owned,
 		Events: limit.Events, Bytes: limit.Bytes, Ahead: ahead,
 		Held: q.held, Failed: q.failed, Paused: q.paused,
 		Parked: parkedView{&s.parked}, Unparking: unparkingView{&s.parked},
-		WithBackoff: q.withBackoff, LaneOwned: s.splitClaim, Stamp: s.splitClaim,
+		WithBackoff: q.withBackoff,
 	}
+	s.lane.shape(&snap)
+	return snap
 }
 
 // outcomeHead turns a plan's outcome into what the claim claims, keeps
@@ -127,7 +127,7 @@ func (s *Store) snapshot(now time.Time, limit events.ClaimLimit, q headQuery, ah
 // read by partition are parked by partition (byPartition).
 func (s *Store) outcomeHead(out plan.Outcome, byPartition bool, h *head) {
 	h.docs, h.ahead, h.held = out.Batch, out.Ahead, out.Held
-	h.parking.uncapped = s.splitClaim
+	h.parking.cap = s.lane.parkCap()
 	h.more = h.more || out.More
 	for _, pk := range out.Park {
 		at := -1
@@ -176,6 +176,7 @@ type headReader struct {
 	s       *Store
 	now     time.Time
 	limit   events.ClaimLimit
+	q       headQuery
 	skipped []any
 	h       *head
 	// plan decides what the claim makes of each event read.
@@ -211,8 +212,8 @@ func (r *headReader) page(ctx context.Context) (next bool, err error) {
 	// has no limit and is read as far as needed: a head the claim reads
 	// past costs two sorts, not one per page.
 	pageLimit := min(r.window()<<r.pages, r.s.maxRead())
-	if !r.s.splitClaim && r.pages > 0 {
-		pageLimit = 0
+	if r.pages > 0 {
+		pageLimit = r.s.lane.nextPageLimit(pageLimit)
 	}
 	opts := options.Find().
 		SetSort(bson.D{{Key: events.FieldCreatedAt, Value: 1}, {Key: events.FieldID, Value: 1}}).
@@ -220,8 +221,8 @@ func (r *headReader) page(ctx context.Context) (next bool, err error) {
 	if pageLimit > 0 {
 		opts.SetLimit(int64(pageLimit)).SetBatchSize(r.s.capBatch(oneBatch(pageLimit)))
 	}
-	if r.s.splitClaim {
-		opts.SetHint(laneIndex)
+	if hint := r.s.lane.hint(); hint != "" {
+		opts.SetHint(hint)
 	}
 	r.pages++
 	var cursors []*cursorHead
@@ -277,28 +278,14 @@ func (r *headReader) window() int {
 }
 
 // filters are the page's finds, each from the last event the page before
-// read: the lane's NEW events whose retryAt is not in the future, in one
-// find (FerretDB, with the events backing off too where withBackoff) or,
-// on MongoDB, two on the lane index: events never retried ({retryAt:
-// null}, in index order, so it examines what it returns), and due retries
-// (usually few; the server sorts them).
+// read: the lane's NEW events whose retryAt is not in the future (or, where
+// the plan holds their keys, backing off too), as the dialect reads them
+// (laneClauses, retryClauses).
 func (r *headReader) filters() []bson.D {
-	filter := func(retryAt ...bson.E) bson.D {
-		f := bson.D{{Key: events.FieldStatus, Value: events.StatusNew}}
-		if !r.s.splitClaim {
-			// FerretDB pushes $ne down to PostgreSQL, so parked events are
-			// never decoded; it would not push null down.
-			f = append(f, bson.E{Key: events.FieldParked, Value: bson.D{{Key: "$ne", Value: true}}})
-		} else {
-			f = append(f, bson.E{Key: events.FieldParked, Value: nil})
-		}
-		f = append(f, retryAt...)
-		if r.byPartition {
-			f = append(f, bson.E{Key: events.FieldPartition, Value: int32(r.partition)})
-		}
-		if r.s.splitClaim {
-			f = append(f, bson.E{Key: events.FieldPartition, Value: bson.D{{Key: "$in", Value: lanePartitions(r.limit.Owned)}}})
-		}
+	var out []bson.D
+	for _, retry := range r.s.lane.retryClauses(r.now, r.withBackoff) {
+		f := append(bson.D{{Key: events.FieldStatus, Value: events.StatusNew}}, r.s.lane.laneClauses(r)...)
+		f = append(f, retry...)
 		if r.after != nil {
 			// After the last event read, in claim order: on MongoDB an
 			// index range on each partition.
@@ -311,21 +298,9 @@ func (r *headReader) filters() []bson.D {
 		if len(r.skipped) > 0 {
 			f = append(f, bson.E{Key: events.FieldID, Value: bson.D{{Key: "$nin", Value: r.skipped}}})
 		}
-		return f
+		out = append(out, f)
 	}
-	notLater := bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: r.now}}}}
-	retryAt := func(v any) bson.E { return bson.E{Key: events.FieldRetryAt, Value: v} }
-	switch {
-	case r.withBackoff:
-		return []bson.D{filter()}
-	case r.s.splitClaim:
-		return []bson.D{
-			filter(retryAt(nil)),
-			filter(retryAt(append(bson.D{{Key: "$ne", Value: nil}}, notLater...))),
-		}
-	default:
-		return []bson.D{filter(retryAt(notLater))}
-	}
+	return out
 }
 
 // lanePartitions are the values of the partition field a claim reads: the

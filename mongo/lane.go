@@ -295,14 +295,12 @@ func (s *Store) loadParked(ctx context.Context, owned []bool, tenures []int64, n
 		{Key: events.FieldStatus, Value: events.StatusNew},
 		{Key: events.FieldParked, Value: true},
 	}
-	if len(ps) < events.Partitions && s.splitClaim {
+	if len(ps) < events.Partitions {
 		// null too: an event parked before its partition was stored
 		// (the stamp write failed) must not wait for good.
-		in := bson.A{nil}
-		for _, p := range ps {
-			in = append(in, int32(p))
+		if in, ok := s.lane.inPartitions(ps); ok {
+			filter = append(filter, in)
 		}
-		filter = append(filter, bson.E{Key: events.FieldPartition, Value: bson.D{{Key: "$in", Value: in}}})
 	}
 	proj := options.Find().SetProjection(bson.D{
 		{Key: events.FieldAggregateType, Value: 1}, {Key: events.FieldAggregateID, Value: 1},

@@ -45,8 +45,8 @@ func (s *Store) findClaimable(ctx context.Context, now time.Time, limit events.C
 		return nil, false, err
 	}
 	var misfiled []bson.Raw
-	if full && s.splitClaim {
-		if misfiled, err = s.misfiled(ctx); err != nil {
+	if full {
+		if misfiled, err = s.lane.misfiled(ctx, s); err != nil {
 			return nil, false, err
 		}
 	}
@@ -73,13 +73,13 @@ func (s *Store) findOrdered(ctx context.Context, now time.Time, limit events.Cla
 		defer close(pausedRead)
 		paused, pausedErr = s.pausedSet(ctx)
 	}()
-	held, failed, err := s.heldKeys(ctx, now, limit.FailedHolds, s.splitClaim, limit.Held)
+	held, failed, err := s.heldKeys(ctx, now, limit.FailedHolds, !s.lane.backoffInLane(), limit.Held)
 	<-pausedRead
 	if err := errors.Join(err, pausedErr); err != nil {
 		return nil, false, err
 	}
 	s.unparkReleased(ctx, limit.Owned, paused, failed)
-	q := headQuery{ordered: true, held: held, failed: failed, paused: paused, withBackoff: !s.splitClaim}
+	q := headQuery{ordered: true, held: held, failed: failed, paused: paused, withBackoff: s.lane.backoffInLane()}
 	return s.readLane(ctx, now, limit, q)
 }
 
@@ -122,8 +122,10 @@ func (s *Store) readLane(ctx context.Context, now time.Time, limit events.ClaimL
 func (s *Store) noNew(ctx context.Context, owned []bool) (bool, error) {
 	filter := bson.D{{Key: events.FieldStatus, Value: events.StatusNew}}
 	opts := options.Find().SetLimit(1).SetProjection(bson.D{{Key: events.FieldID, Value: 1}})
-	if s.splitClaim && owned != nil {
-		filter = append(filter, bson.E{Key: events.FieldPartition, Value: bson.D{{Key: "$in", Value: lanePartitions(owned)}}})
+	if owned != nil {
+		if in, ok := s.lane.inPartitions(ownedList(owned)); ok {
+			filter = append(filter, in)
+		}
 	}
 	cur, err := s.coll.Find(ctx, filter, opts)
 	if err != nil {

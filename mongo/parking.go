@@ -33,9 +33,9 @@ type parking struct {
 	// update, which FerretDB does not have).
 	stamp   map[int][]any
 	stamped int
-	// uncapped parks every event a whole read found, where an $in is
-	// matched through an index (MongoDB): parkMax is FerretDB's.
-	uncapped bool
+	// cap bounds what a whole read parks for each reason (0: none; the
+	// dialect's parkCap).
+	cap int
 }
 
 // parkID is an event to park, and its partition.
@@ -61,7 +61,7 @@ func (p *parking) addPark(reason string, at, partition int, key string, id any) 
 	if p.park == nil {
 		p.park, p.parked = map[string]map[int][]parkID{}, map[string]int{}
 	}
-	if at < 0 && !p.uncapped && p.parked[reason] >= parkMax {
+	if at < 0 && p.cap > 0 && p.parked[reason] >= p.cap {
 		return
 	}
 	if p.park[reason] == nil {
@@ -153,7 +153,7 @@ type unwrittenParks struct {
 func (u *unwrittenParks) put(p parking) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.p = parking{park: p.park, parked: p.parked, uncapped: p.uncapped}
+	u.p = parking{park: p.park, parked: p.parked, cap: p.cap}
 }
 
 func (u *unwrittenParks) take() parking {

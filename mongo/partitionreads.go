@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/outboxrelay/outbox/claim/plan"
 	"github.com/outboxrelay/outbox/events"
 )
 
@@ -252,6 +253,7 @@ func (r *headReader) readByPartition(ctx context.Context) error {
 		at++
 	}
 	r.byPartition = true
+	r.plan = plan.New(r.s.snapshot(r.now, r.limit, r.q, r.aheadMax))
 	r.plan.ReadingPartition(true)
 	visited := 0
 	soft, hasSoft := deadlineShare(ctx, 1, 3)

@@ -73,12 +73,9 @@ type Store struct {
 	coll   *mongo.Collection
 	logger *slog.Logger
 	txn    bool
-	// splitClaim reads the claim's lane by index (readHead): the owned
-	// partitions named, two finds on the lane index, partitions stored on
-	// events written without one; false on FerretDB, which plans no find
-	// with an index and sorts in Go, so that one find costs it one pass
-	// over the lane's NEW events.
-	splitClaim bool
+	// lane is how the claims read and write their lane on this server
+	// (dialect.go): FerretDB's until Detect finds MongoDB.
+	lane laneDialect
 	// ferret is a FerretDB server: it accepts $push's $slice and ignores
 	// it (trimAttempts), and knows no $dateTrunc (PublishedPerMinute).
 	ferret bool
@@ -157,6 +154,7 @@ func New(client *mongo.Client, cfg Config) *Store {
 		coll:         client.Database(cfg.Database).Collection(cfg.Collection),
 		logger:       cfg.Logger,
 		heldWindow:   heldWindow,
+		lane:         scannedLane{},
 		chartMax:     PublishChartFerretMax,
 		pausedCache:  pausedCache{maxAge: PausedTypesMaxAge},
 		readConcern:  cfg.ReadConcern.Level,
@@ -206,7 +204,7 @@ func (s *Store) Detect(ctx context.Context) error {
 	if err := errors.Join(txnErr, ferretErr); err != nil {
 		return err
 	}
-	s.txn, s.splitClaim, s.ferret, s.onePassStats = txn, !ferret, ferret, ferret
+	s.txn, s.lane, s.ferret, s.onePassStats = txn, dialectFor(ferret), ferret, ferret
 	return nil
 }
 
