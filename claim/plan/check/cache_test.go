@@ -242,7 +242,8 @@ func (c *parkedCache) reset(now ms) {
 type aheadPage struct {
 	docs   []bson.Raw
 	held   map[string]bool
-	readAt ms
+	readAt ms // on the replica's clock
+	at     ms // on the database's, when kept
 	ended  bool
 }
 

@@ -297,7 +297,7 @@ func (db *db) requeue(target *doc) {
 func (db *db) skip(target *doc) {
 	db.update(&update{name: "skip", ids: []string{target.id},
 		match: func(d *doc) bool { return d.status == statusFailed && !d.skipped },
-		set:   func(d *doc) { d.skipped = true },
+		set:   func(d *doc) { d.skipped, d.m.skipped = true, true },
 	}, db.s.now+1000, func(any) {})
 }
 

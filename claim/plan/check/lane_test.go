@@ -42,7 +42,7 @@ func (r *replica) readLane(c *claim) {
 			out := p.Outcome()
 			r.tracePlan("lane", docs, out)
 			out.Ahead = r.byteCut(out)
-			r.ahead.put(aheadPage{docs: out.Ahead, held: out.Held, readAt: now, ended: ended}, c.owned, c.terms)
+			r.ahead.put(aheadPage{docs: out.Ahead, held: out.Held, readAt: now, at: r.s.now, ended: ended}, c.owned, c.terms)
 			r.park(c, out)
 		}, nil)
 }
@@ -91,7 +91,7 @@ func (r *replica) snapshot(c *claim, now ms, ahead int) plan.Snapshot {
 // fromAhead is mongo/ahead.go's fromAhead over the model's page.
 func (r *replica) fromAhead(c *claim, now ms) (plan.Outcome, bool) {
 	page, fits := r.ahead.take(c.owned, c.terms, now, r.draining)
-	if !fits {
+	if !fits || page.at < r.aheadNotBefore {
 		return plan.Outcome{}, false
 	}
 	snap := r.snapshot(c, now, 0)
@@ -143,6 +143,7 @@ func (r *replica) tracePlan(from string, read []bson.Raw, out plan.Outcome) {
 			}
 		}
 	}
-	r.s.tracef(r.s.traceAgg, "replica %d plans from %s: read %v batch %v ahead %v park %v; held %v cached %v local %d",
-		r.id, from, ids(read), ids(out.Batch), ids(out.Ahead), ids(parked), out.Held[key], r.cache.Has(key), r.held[key])
+	r.s.tracef(r.s.traceAgg, "replica %d plans from %s: read %v batch %v ahead %v park %v; held %v cached %v unparking %v local %d",
+		r.id, from, ids(read), ids(out.Batch), ids(out.Ahead), ids(parked), out.Held[key], r.cache.Has(key),
+		unparkingView{&r.cache}.Has(key), r.held[key])
 }

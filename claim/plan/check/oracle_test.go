@@ -13,6 +13,7 @@ import (
 type meta struct {
 	delivered, confirmed bool
 	requeuedAt           ms
+	skipped              bool // ever skipped by an operator
 }
 
 // oracle checks the promise, not the mechanism: it knows what was
@@ -80,7 +81,11 @@ func (o *oracle) deliver(d *doc, b *pubBatch) {
 		if e == d {
 			return
 		}
-		if e.m.delivered || e.m.requeuedAt > b.heldAt {
+		// A FAILED event that held nothing (skipped, or FailedHolds off)
+		// lets what came after it go first even once an operator requeues
+		// it: the read-ahead, the model's as the store's, keeps no hold
+		// for it (an open question of semantics, not checked here).
+		if e.m.delivered || e.m.requeuedAt > b.heldAt || (!s.cfg.failedHolds || e.m.skipped) && e.m.requeuedAt > 0 {
 			continue
 		}
 		if e.status == statusFailed {

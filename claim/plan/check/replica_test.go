@@ -26,6 +26,7 @@ type replica struct {
 	unparks           []*unparkStep
 	ahead             readAhead
 	held              map[string]int // keys in flight or in doubt
+	aheadNotBefore    ms             // no read-ahead read before this serves
 	draining          bool
 	tokens            int64
 	doubts            []*doubt
@@ -356,6 +357,16 @@ func (r *replica) unpark(c *claim, n int) {
 	}, set: func(d *doc) { d.parked, d.parkedFor = false, "" }}
 	sent := r.sendLane(u, []int{st.p}, terms, false, func(res any, ok bool) {
 		if !ok {
+			// In doubt, it may still land and put back events that sort
+			// before the read-ahead, and its retry will then move
+			// nothing: the page goes now, and no page read before the
+			// step can land no more serves (the store drops it only
+			// when a step moved events; the knob UnparkInDoubt keeps
+			// that).
+			if !r.s.knobs.UnparkInDoubt {
+				r.ahead.drop()
+				r.aheadNotBefore = max(r.aheadNotBefore, r.inflight[st.p])
+			}
 			r.readLane(c)
 			return
 		}

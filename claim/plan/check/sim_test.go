@@ -48,6 +48,11 @@ type Knobs struct {
 	// counts against whatever cache entry its keys name now, as the store
 	// does (mongo/lane.go stepDone): a suspicion this checker raised.
 	StaleSteps bool
+	// UnparkInDoubt: an unpark step whose reply did not come keeps the
+	// read-ahead, as the store does (it drops it when a step moved
+	// events): the step may land after the lane was read, and its retry
+	// moves nothing. A hole this checker found.
+	UnparkInDoubt bool
 }
 
 // Counters are how often a run reached the states the known holes need.

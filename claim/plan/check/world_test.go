@@ -170,7 +170,7 @@ func (s *sim) operate() {
 		}
 		s.db.update(&update{name: "skip all",
 			match: func(d *doc) bool { return d.status == statusFailed && !d.skipped },
-			set:   func(d *doc) { d.skipped = true },
+			set:   func(d *doc) { d.skipped, d.m.skipped = true, true },
 		}, s.now+1000, func(any) {})
 		s.after(500, nil, s.operate)
 		return
