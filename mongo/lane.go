@@ -233,8 +233,14 @@ func (c *parkedKeys) toLoad(owned []bool, tenures []int64, now time.Time) (ps []
 	defer c.mu.Unlock()
 	if c.loaded == nil || now.Sub(c.loadedAt) >= parkedReload {
 		// What is parked is read again, and unparked anew: the queued
-		// steps of what is read go too (Store.loadParked).
-		c.loaded, c.keys, c.loadedAt, full = make([]int64, events.Partitions), nil, now, true
+		// steps of what is read go too (Store.loadParked). A key whose
+		// park is in doubt stays, held, until that park cannot land:
+		// the read may come before it.
+		c.loaded, c.loadedAt, full = make([]int64, events.Partitions), now, true
+		maps.DeleteFunc(c.keys, func(_ string, k *parkedKey) bool {
+			k.unparking = 0
+			return !now.Before(k.doubtUntil)
+		})
 	}
 	for p := range events.Partitions {
 		mine := owned == nil || owned[p]
@@ -291,6 +297,9 @@ func (s *Store) loadParked(ctx context.Context, owned []bool, tenures []int64, n
 		return full, nil
 	}
 	s.unparking.dropPartitions(ps)
+	// A dropped step may have been in doubt, and land after a read-ahead
+	// was read: the next claims read the lane again.
+	s.ahead.drop()
 	filter := bson.D{
 		{Key: events.FieldStatus, Value: events.StatusNew},
 		{Key: events.FieldParked, Value: true},

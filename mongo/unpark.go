@@ -43,6 +43,9 @@ type unparkStep struct {
 	// keys are the parked keys whose events this step puts back, which
 	// hold until it is written (parkedKeys.stepDone).
 	keys []string
+	// inDoubt says an earlier write of it failed, and may have landed
+	// since: its retry moving nothing does not mean nothing moved.
+	inDoubt bool
 }
 
 // noPartition is the partition of a step that unparks the events parked
@@ -86,6 +89,15 @@ func (q *unparkQueue) dropPartitions(ps []int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.steps = slices.DeleteFunc(q.steps, func(st unparkStep) bool { return slices.Contains(ps, st.partition) })
+}
+
+// doubt marks the first step's write as failed, perhaps landing later.
+func (q *unparkQueue) doubt() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.steps) > 0 {
+		q.steps[0].inDoubt = true
+	}
 }
 
 // done drops the first step, once written.
@@ -198,7 +210,13 @@ func (s *Store) unpark(ctx context.Context, owned []bool) (int, error) {
 		}
 		n, err := s.unparkStep(ctx, step)
 		if err != nil {
+			s.unparking.doubt()
 			return moved, err
+		}
+		if step.inDoubt {
+			// Its failed write may have moved events back since a
+			// read-ahead was read: count it as moving some.
+			n = max(n, 1)
 		}
 		moved += n
 		s.unparking.done()

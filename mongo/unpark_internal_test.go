@@ -71,3 +71,38 @@ func TestParkInDoubtIsNotUnparked(t *testing.T) {
 		t.Errorf("released %v past the park's deadline, want the key", r.held)
 	}
 }
+
+// TestUnparkStepInDoubtCountsAsMoving: an unpark step whose write failed
+// may land later; its retry moving nothing must still count as moving
+// some, so that the claim drops a read-ahead read before it landed, which
+// could serve a later event of the key before the one it put back (found
+// by claim/plan/check at seed 9375).
+func TestUnparkStepInDoubtCountsAsMoving(t *testing.T) {
+	t.Parallel()
+	var q unparkQueue
+	q.add([]unparkStep{{what: "a", partition: 3}})
+	q.doubt()
+	step, ok := q.next()
+	if !ok || !step.inDoubt {
+		t.Fatalf("first step after a failed write: %+v, %t; want it in doubt", step, ok)
+	}
+}
+
+// TestParkInDoubtSurvivesAReload: the full reload of the parked keys, once
+// a minute, keeps a key whose park is in doubt: the reload may read
+// before the park lands, and forgetting the key would leave what it
+// parks with nothing to unpark it.
+func TestParkInDoubtSurvivesAReload(t *testing.T) {
+	t.Parallel()
+	var c parkedKeys
+	now := time.Now()
+	c.toLoad(nil, nil, now)
+	c.add("order\x00k", "order.created", events.ParkedHeld, true)
+	c.inDoubt([]string{"order\x00k"}, now.Add(2*parkedReload))
+	if _, full := c.toLoad(nil, nil, now.Add(parkedReload)); !full {
+		t.Fatal("no full reload a parkedReload later")
+	}
+	if !c.holds("order\x00k") {
+		t.Error("the key whose park is in doubt was forgotten by the reload")
+	}
+}
