@@ -30,7 +30,10 @@ RUN --mount=type=cache,target=/go/pkg/mod \
       -o /out/ ./cmd/worker ./cmd/producer ./cmd/consumer
 
 FROM gcr.io/distroless/static-debian12:nonroot
+LABEL org.opencontainers.image.title="outbox" \
+      org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /out/ /usr/local/bin/
+COPY LICENSE /usr/share/doc/outbox/LICENSE
 # uid 65532: the worker needs no privileges, no shell and no writable files.
 USER nonroot:nonroot
 # OUTBOX_HTTP_ADDR: /healthz, /readyz, /metrics, /status, /trigger. It
