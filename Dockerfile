@@ -15,10 +15,12 @@ ARG GO_VERSION=1.26.8
 FROM golang:${GO_VERSION} AS build
 # The build the worker names (worker version, /status,
 # outbox_build_info): docker build --build-arg VERSION=v0.1.0 --build-arg
-# REVISION=$(git rev-parse HEAD). Unset, it says devel: the build context
-# has no .git to read them from.
+# REVISION=$(git rev-parse HEAD) --build-arg BUILD_DATE=$(date -u
+# +%Y-%m-%dT%H:%M:%SZ). Unset, it says devel and unknown: the build
+# context has no .git to read them from.
 ARG VERSION=""
 ARG REVISION=""
+ARG BUILD_DATE=""
 WORKDIR /src
 ENV CGO_ENABLED=0
 COPY . .
@@ -26,7 +28,7 @@ COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     go build -trimpath \
-      -ldflags="-s -w -X github.com/outboxrelay/outbox/internal/buildinfo.Version=${VERSION} -X github.com/outboxrelay/outbox/internal/buildinfo.Revision=${REVISION}" \
+      -ldflags="-s -w -X github.com/outboxrelay/outbox/internal/buildinfo.Version=${VERSION} -X github.com/outboxrelay/outbox/internal/buildinfo.Revision=${REVISION} -X github.com/outboxrelay/outbox/internal/buildinfo.BuildDate=${BUILD_DATE}" \
       -o /out/ ./cmd/worker ./cmd/producer ./cmd/consumer
 
 FROM gcr.io/distroless/static-debian12:nonroot

@@ -26,17 +26,19 @@ help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 # bin/worker names its build (worker version, /status,
-# outbox_build_info): the v* tag of HEAD, if any (else it says devel), and
-# the commit, -dirty with changes not committed. The linker stamps them, so
-# that they hold whatever GOFLAGS says of -buildvcs; a release is stamped
-# the same way by .goreleaser.yaml.
+# outbox_build_info): the v* tag of HEAD, if any (else it says devel),
+# the commit, -dirty with changes not committed, and the build date (UTC;
+# SOURCE_DATE_EPOCH, when set, for a reproducible build). The linker
+# stamps them, so that they hold whatever GOFLAGS says of -buildvcs; a
+# release is stamped the same way by .goreleaser.yaml.
 BUILDINFO     := github.com/outboxrelay/outbox/internal/buildinfo
 VERSION       ?= $(shell git describe --tags --exact-match --match 'v*' 2>/dev/null)
 REVISION      ?= $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
-LDFLAGS       := -X $(BUILDINFO).Version=$(VERSION) -X $(BUILDINFO).Revision=$(REVISION)
+BUILD_DATE    ?= $(shell date -u $(if $(SOURCE_DATE_EPOCH),-d @$(SOURCE_DATE_EPOCH)) +%Y-%m-%dT%H:%M:%SZ)
+LDFLAGS       := -X $(BUILDINFO).Version=$(VERSION) -X $(BUILDINFO).Revision=$(REVISION) -X $(BUILDINFO).BuildDate=$(BUILD_DATE)
 
 .PHONY: build
-build: ## Build all packages and bin/worker (stamped with the v* tag of HEAD, if any, and the commit)
+build: ## Build all packages and bin/worker (stamped with the v* tag of HEAD, if any, the commit and the build date)
 	$(GO) build $(PKGS)
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/worker ./cmd/worker
 
