@@ -152,10 +152,10 @@ GORELEASER    := github.com/goreleaser/goreleaser/v2@v2.15.1
 ACTIONLINT    := github.com/rhysd/actionlint/cmd/actionlint@v1.7.12
 
 .PHONY: release-check
-release-check: ## Check the release configuration (goreleaser check) and the GitHub workflows (actionlint); CI runs it on every push
+release-check: ## Check the release configuration (goreleaser check), the GitHub workflows (actionlint) and the release records of CHANGELOG.md against the tags (needs a clone with history); CI runs it on every push
 	$(GO) run $(GORELEASER) check
 	$(GO) run $(ACTIONLINT) .github/workflows/*.yml
-	bash scripts/release-notes.sh "$$(sed -n 's/^## \(v[0-9][^ ]*\).*/\1/p' CHANGELOG.md | head -n 1)" >/dev/null
+	bash scripts/release-notes.sh --check
 
 .PHONY: release-snapshot
 release-snapshot: ## Build the release's binaries and checksums into dist/ without publishing (goreleaser release --snapshot; the image needs docker buildx)

@@ -24,10 +24,9 @@ import (
 )
 
 // upgradeFrom is the earlier version the rolling-upgrade test starts
-// from: the previous release once there is one; until the first, the
-// commit of main before versions existed (e2818bd, "docs: the latest
-// figures name the build and the host"). OUTBOX_TEST_UPGRADE_FROM names
-// another revision.
+// from: the commit of main before versions existed (e2818bd, "docs: the
+// latest figures name the build and the host"). OUTBOX_TEST_UPGRADE_FROM
+// names another revision (v0.1.0, the release CHANGELOG.md records).
 const upgradeFrom = "e2818bd"
 
 // buildRevision builds the worker of rev, a revision of this
