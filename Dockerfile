@@ -32,7 +32,16 @@ RUN --mount=type=cache,target=/go/pkg/mod \
       -o /out/ ./cmd/worker ./cmd/producer ./cmd/consumer
 
 FROM gcr.io/distroless/static-debian12:nonroot
+# The same build arguments: the labels say the build the worker names
+# (.goreleaser.yaml labels a release's image the same way).
+ARG VERSION=""
+ARG REVISION=""
+ARG BUILD_DATE=""
 LABEL org.opencontainers.image.title="outbox" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${BUILD_DATE}" \
+      org.opencontainers.image.source="https://github.com/outboxrelay/outbox" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /out/ /usr/local/bin/
 COPY LICENSE /usr/share/doc/outbox/LICENSE

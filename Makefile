@@ -43,7 +43,7 @@ build: ## Build all packages and bin/worker (stamped with the v* tag of HEAD, if
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/worker ./cmd/worker
 
 .PHONY: servers
-servers: ## Install and start PostgreSQL and RabbitMQ, install promtool and Chromium, where missing (scripts/servers.sh; needs root or passwordless sudo for what is missing)
+servers: ## Install and start PostgreSQL and RabbitMQ, install promtool, Chromium and jq, where missing (scripts/servers.sh; needs root or passwordless sudo for what is missing)
 	bash scripts/servers.sh
 
 # deploy/'s tests run promtool on the alert rules and console/'s drive
@@ -147,9 +147,14 @@ baseline-worker: ## Build bin/worker-baseline from BASELINE=<git rev>
 	(cd "$$tmp" && $(GO) build -o "$(CURDIR)/$(BASELINE_BIN)" ./cmd/worker) && \
 	echo "built $(BASELINE_BIN) from $(BASELINE) ($$(git rev-parse --short "$(BASELINE)^{commit}"))"
 
-# The release tools, pinned; `go run` fetches and builds them.
+# The release tools, pinned; `go run` fetches and builds them. syft
+# writes the archives' SBOMs (GoReleaser runs it from PATH):
+# release-snapshot installs it into $(GOBIN) unless a syft of
+# $(SYFT_VERSION) is there or on PATH (the workflow downloads it).
 GORELEASER    := github.com/goreleaser/goreleaser/v2@v2.15.1
 ACTIONLINT    := github.com/rhysd/actionlint/cmd/actionlint@v1.7.12
+SYFT_VERSION  := v1.57.2
+GOVULNCHECK   := golang.org/x/vuln/cmd/govulncheck@v1.10.0
 
 .PHONY: release-check
 release-check: ## Check the release configuration (goreleaser check), the GitHub workflows (actionlint) and the release records of CHANGELOG.md against the tags (needs a clone with history); CI runs it on every push
@@ -158,8 +163,23 @@ release-check: ## Check the release configuration (goreleaser check), the GitHub
 	bash scripts/release-notes.sh --check
 
 .PHONY: release-snapshot
-release-snapshot: ## Build the release's binaries and checksums into dist/ without publishing (goreleaser release --snapshot; the image needs docker buildx)
-	$(GO) run $(GORELEASER) release --snapshot --clean --skip=docker
+release-snapshot: syft-tool ## Build the release's archives, their SBOMs and checksums into dist/ without publishing, and check them (scripts/release-snapshot.sh); the image needs docker buildx and the signatures the workflow's identity
+	PATH="$(GOBIN):$$PATH" $(GO) run $(GORELEASER) release --snapshot --clean --skip=docker,sign
+	bash scripts/release-snapshot.sh dist
+
+.PHONY: syft-tool
+syft-tool: ## Install syft $(SYFT_VERSION) into $(GOBIN) unless it is there or on PATH
+	@if go version -m "$(GOBIN)/syft" 2>/dev/null | grep -q "mod[[:space:]]*github.com/anchore/syft[[:space:]]*$(SYFT_VERSION)[[:space:]]" || \
+		syft version 2>/dev/null | grep -q "^Version:[[:space:]]*$(patsubst v%,%,$(SYFT_VERSION))$$"; then \
+		echo "syft $(SYFT_VERSION): installed"; \
+	else \
+		echo "$(GO) install github.com/anchore/syft/cmd/syft@$(SYFT_VERSION)"; \
+		GOBIN=$(GOBIN) $(GO) install github.com/anchore/syft/cmd/syft@$(SYFT_VERSION); \
+	fi
+
+.PHONY: vulncheck
+vulncheck: ## Report known vulnerabilities in the code's call graph and its modules (govulncheck, pinned; CI runs it)
+	$(GO) run $(GOVULNCHECK) ./...
 
 # ---------------------------------------------------------------------------
 # Reserved for other owners; add each target with a `## ` help comment:
