@@ -1,6 +1,7 @@
 package scripts
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -36,7 +37,7 @@ func newGitRepo(t *testing.T) *gitRepo {
 // the next commit, and fails the test if it fails.
 func (r *gitRepo) git(args ...string) string {
 	r.t.Helper()
-	out, err := r.run(exec.Command("git", args...))
+	out, err := r.run(exec.CommandContext(r.t.Context(), "git", args...))
 	if err != nil {
 		r.t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
@@ -71,8 +72,8 @@ func (r *gitRepo) commit(changelog string) (hash, day string) {
 // it passed.
 func (r *gitRepo) check() (string, bool) {
 	r.t.Helper()
-	out, err := r.run(exec.Command("bash", "scripts/release-notes.sh", "--check"))
-	if _, ok := err.(*exec.ExitError); err != nil && !ok {
+	out, err := r.run(exec.CommandContext(r.t.Context(), "bash", "scripts/release-notes.sh", "--check"))
+	if exitErr := (*exec.ExitError)(nil); err != nil && !errors.As(err, &exitErr) {
 		r.t.Fatal(err)
 	}
 	return out, err == nil
@@ -80,8 +81,8 @@ func (r *gitRepo) check() (string, bool) {
 
 func (r *gitRepo) notes(tag string) (string, bool) {
 	r.t.Helper()
-	out, err := r.run(exec.Command("bash", "scripts/release-notes.sh", tag))
-	if _, ok := err.(*exec.ExitError); err != nil && !ok {
+	out, err := r.run(exec.CommandContext(r.t.Context(), "bash", "scripts/release-notes.sh", tag))
+	if exitErr := (*exec.ExitError)(nil); err != nil && !errors.As(err, &exitErr) {
 		r.t.Fatal(err)
 	}
 	return out, err == nil
@@ -218,7 +219,7 @@ func TestReleaseCheckRefusesAShallowClone(t *testing.T) {
 // mixed-version test does).
 func TestRepositoryReleases(t *testing.T) {
 	t.Parallel()
-	cmd := exec.Command("bash", "scripts/release-notes.sh", "--check")
+	cmd := exec.CommandContext(t.Context(), "bash", "scripts/release-notes.sh", "--check")
 	cmd.Dir = root
 	out, err := cmd.CombinedOutput()
 	if err != nil {

@@ -180,7 +180,7 @@ func TestReleaseSnapshotCheck(t *testing.T) {
 		d := goodDist(t)
 		tc.spoil(d)
 		d.write(t)
-		cmd := exec.Command("bash", "scripts/release-snapshot.sh", d.dir)
+		cmd := exec.CommandContext(t.Context(), "bash", "scripts/release-snapshot.sh", d.dir)
 		cmd.Dir = root
 		out, err := cmd.CombinedOutput()
 		if tc.want == "" {
