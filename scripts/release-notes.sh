@@ -4,6 +4,10 @@
 # its release record), the notes of its GitHub release. A tag without a
 # section, or with an empty one, fails: every release says what changed.
 #
+# release-notes.sh --last: print the newest release that CHANGELOG.md
+# records, "vX.Y.Z <full commit hash>" (the mixed-version test builds it);
+# fails when no release section has a record.
+#
 # release-notes.sh --check: check the releases both ways, from CHANGELOG.md
 # and from the tags (make release-check, CI on every push):
 #   - every release section "## vX.Y.Z" has content and a release record,
@@ -19,7 +23,7 @@
 # its tags. The check reads the history, so it needs a clone that is not
 # shallow.
 set -euo pipefail
-usage="usage: scripts/release-notes.sh vX.Y.Z | --check"
+usage="usage: scripts/release-notes.sh vX.Y.Z | --check | --last"
 arg=${1:?$usage}
 cd "$(dirname "$0")/.."
 
@@ -48,6 +52,18 @@ notes() {
 tag_commit() {
 	git rev-parse -q --verify "refs/tags/$1^{commit}" 2>/dev/null || true
 }
+
+if [ "$arg" = "--last" ]; then
+	while read -r tag; do
+		record=$(section CHANGELOG.md "$tag" | grep -E "$record_re" | head -n 1 || true)
+		if [[ $record =~ $record_re ]]; then
+			echo "$tag ${BASH_REMATCH[1]}"
+			exit 0
+		fi
+	done < <(awk '/^## v[0-9]/ { print $2 }' CHANGELOG.md)
+	echo "CHANGELOG.md records no release (no \"Released from commit ...\" under a \"## vX.Y.Z\" heading)" >&2
+	exit 1
+fi
 
 if [ "$arg" != "--check" ]; then
 	tag=$arg

@@ -88,6 +88,22 @@ func (r *gitRepo) notes(tag string) (string, bool) {
 	return out, err == nil
 }
 
+// wantLast checks what release-notes.sh --last prints: "" wants it to
+// fail.
+func (r *gitRepo) wantLast(want string) {
+	r.t.Helper()
+	out, err := r.run(exec.CommandContext(r.t.Context(), "bash", "scripts/release-notes.sh", "--last"))
+	if want == "" {
+		if err == nil {
+			r.t.Fatalf("release-notes.sh --last = %q, want it to fail: no release is recorded", out)
+		}
+		return
+	}
+	if err != nil || strings.TrimSpace(out) != want {
+		r.t.Fatalf("release-notes.sh --last = %q (%v), want %q", out, err, want)
+	}
+}
+
 func (r *gitRepo) wantCheck(pass bool, wantOutput string) {
 	r.t.Helper()
 	out, ok := r.check()
@@ -117,6 +133,7 @@ func TestReleaseRecords(t *testing.T) {
 	// Tagged, it is the release being made: its tag is on HEAD.
 	r.git("tag", "-a", "v0.1.0", "-m", "v0.1.0")
 	r.wantCheck(true, "release sections: 1")
+	r.wantLast("") // not recorded yet
 	if out, ok := r.notes("v0.1.0"); !ok || out != "- The first release.\n\n" {
 		t.Errorf("notes of v0.1.0 = %q (passed %v), want the section's text", out, ok)
 	}
@@ -126,6 +143,7 @@ func TestReleaseRecords(t *testing.T) {
 	withRecord := strings.Replace(v1, "## v0.1.0\n\n", "## v0.1.0\n\n"+record(rel1, day1), 1)
 	r.commit(withRecord)
 	r.wantCheck(true, "release sections: 1")
+	r.wantLast("v0.1.0 " + rel1)
 	// The notes leave the record out: the same as at the tag.
 	if out, ok := r.notes("v0.1.0"); !ok || out != "- The first release.\n\n" {
 		t.Errorf("notes of v0.1.0 = %q (passed %v), want the section's text without its record", out, ok)
@@ -175,8 +193,10 @@ func TestReleaseRecords(t *testing.T) {
 	rel2, day2 := r.commit(v2)
 	r.git("tag", "-a", "v0.2.0", "-m", "v0.2.0")
 	r.wantCheck(true, "release sections: 2")
+	r.wantLast("v0.1.0 " + rel1) // the newest recorded
 	r.commit(strings.Replace(v2, "## v0.2.0\n\n", "## v0.2.0\n\n"+record(rel2, day2), 1))
 	r.wantCheck(true, "release sections: 2, each with its commit; v* tags here: 2")
+	r.wantLast("v0.2.0 " + rel2)
 	// Two sections that name one commit, or the older the later commit.
 	r.git("tag", "-d", "v0.1.0", "v0.2.0")
 	swapped := strings.Replace(strings.Replace(v2, "## v0.2.0\n\n", "## v0.2.0\n\n"+record(rel1, day1), 1),
