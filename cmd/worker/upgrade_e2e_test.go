@@ -98,11 +98,17 @@ const (
 // events is in their order, and each duplicate is an event claimed more
 // than once (a handoff, or the claims of a killed replica recovered),
 // which its document shows.
+// It runs on FerretDB here, and on a MongoDB replica set in the container
+// suite (TestContainers), where the two versions share the database's
+// fence.
 func TestRollingUpgrade(t *testing.T) {
 	t.Parallel()
+	rollingUpgradeScenario(t, localStack(t))
+}
+
+func rollingUpgradeScenario(t *testing.T, s stack) {
 	release, rev := lastRelease(t)
 	oldBin := buildRevision(t, rev)
-	s := localStack(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
 	defer cancel()
 	db := s.database(t)
