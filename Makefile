@@ -1,7 +1,7 @@
 # Targets print what they run. `make` alone lists them.
 # The targets that need servers and tools (test, test-race) first run
 # scripts/servers.sh, which installs and starts PostgreSQL and RabbitMQ and
-# installs promtool and Chromium where they are missing (as make dev does
+# installs promtool, Chromium and jq where they are missing (as make dev does
 # for the servers, with the same script); .ci/run runs `make lint` and
 # `make test`.
 
@@ -50,7 +50,7 @@ servers: ## Install and start PostgreSQL and RabbitMQ, install promtool, Chromiu
 # Chromium: with CI set they fail when the tool is missing, elsewhere they
 # skip with a message; `servers` installs both first.
 .PHONY: test
-test: servers ## Run all tests, then the concurrent packages again under the race detector (ensures PostgreSQL, RabbitMQ, promtool and Chromium first)
+test: servers ## Run all tests, then the concurrent packages again under the race detector (ensures PostgreSQL, RabbitMQ, promtool, Chromium and jq first)
 	$(GO) test $(TEST_FLAGS) $(PKGS)
 	$(GO) test -race $(TEST_FLAGS) $(RACE_PKGS)
 
