@@ -15,10 +15,12 @@ ARG GO_VERSION=1.26.8
 FROM golang:${GO_VERSION} AS build
 # The build the worker names (worker version, /status,
 # outbox_build_info): docker build --build-arg VERSION=v0.1.0 --build-arg
-# REVISION=$(git rev-parse HEAD). Unset, it says devel: the build context
-# has no .git to read them from.
+# REVISION=$(git rev-parse HEAD) --build-arg BUILD_DATE=$(date -u
+# +%Y-%m-%dT%H:%M:%SZ). Unset, it says devel and unknown: the build
+# context has no .git to read them from.
 ARG VERSION=""
 ARG REVISION=""
+ARG BUILD_DATE=""
 WORKDIR /src
 ENV CGO_ENABLED=0
 COPY . .
@@ -26,11 +28,23 @@ COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     go build -trimpath \
-      -ldflags="-s -w -X github.com/outboxrelay/outbox/internal/buildinfo.Version=${VERSION} -X github.com/outboxrelay/outbox/internal/buildinfo.Revision=${REVISION}" \
+      -ldflags="-s -w -X github.com/outboxrelay/outbox/internal/buildinfo.Version=${VERSION} -X github.com/outboxrelay/outbox/internal/buildinfo.Revision=${REVISION} -X github.com/outboxrelay/outbox/internal/buildinfo.BuildDate=${BUILD_DATE}" \
       -o /out/ ./cmd/worker ./cmd/producer ./cmd/consumer
 
 FROM gcr.io/distroless/static-debian12:nonroot
+# The same build arguments: the labels say the build the worker names
+# (.goreleaser.yaml labels a release's image the same way).
+ARG VERSION=""
+ARG REVISION=""
+ARG BUILD_DATE=""
+LABEL org.opencontainers.image.title="outbox" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${BUILD_DATE}" \
+      org.opencontainers.image.source="https://github.com/outboxrelay/outbox" \
+      org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /out/ /usr/local/bin/
+COPY LICENSE /usr/share/doc/outbox/LICENSE
 # uid 65532: the worker needs no privileges, no shell and no writable files.
 USER nonroot:nonroot
 # OUTBOX_HTTP_ADDR: /healthz, /readyz, /metrics, /status, /trigger. It

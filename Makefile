@@ -1,7 +1,7 @@
 # Targets print what they run. `make` alone lists them.
 # The targets that need servers and tools (test, test-race) first run
 # scripts/servers.sh, which installs and starts PostgreSQL and RabbitMQ and
-# installs promtool and Chromium where they are missing (as make dev does
+# installs promtool, Chromium and jq where they are missing (as make dev does
 # for the servers, with the same script); .ci/run runs `make lint` and
 # `make test`.
 
@@ -26,29 +26,31 @@ help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 # bin/worker names its build (worker version, /status,
-# outbox_build_info): the v* tag of HEAD, if any (else it says devel), and
-# the commit, -dirty with changes not committed. The linker stamps them, so
-# that they hold whatever GOFLAGS says of -buildvcs; a release is stamped
-# the same way by .goreleaser.yaml.
+# outbox_build_info): the v* tag of HEAD, if any (else it says devel),
+# the commit, -dirty with changes not committed, and the build date (UTC;
+# SOURCE_DATE_EPOCH, when set, for a reproducible build). The linker
+# stamps them, so that they hold whatever GOFLAGS says of -buildvcs; a
+# release is stamped the same way by .goreleaser.yaml.
 BUILDINFO     := github.com/outboxrelay/outbox/internal/buildinfo
 VERSION       ?= $(shell git describe --tags --exact-match --match 'v*' 2>/dev/null)
 REVISION      ?= $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
-LDFLAGS       := -X $(BUILDINFO).Version=$(VERSION) -X $(BUILDINFO).Revision=$(REVISION)
+BUILD_DATE    ?= $(shell date -u $(if $(SOURCE_DATE_EPOCH),-d @$(SOURCE_DATE_EPOCH)) +%Y-%m-%dT%H:%M:%SZ)
+LDFLAGS       := -X $(BUILDINFO).Version=$(VERSION) -X $(BUILDINFO).Revision=$(REVISION) -X $(BUILDINFO).BuildDate=$(BUILD_DATE)
 
 .PHONY: build
-build: ## Build all packages and bin/worker (stamped with the v* tag of HEAD, if any, and the commit)
+build: ## Build all packages and bin/worker (stamped with the v* tag of HEAD, if any, the commit and the build date)
 	$(GO) build $(PKGS)
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/worker ./cmd/worker
 
 .PHONY: servers
-servers: ## Install and start PostgreSQL and RabbitMQ, install promtool and Chromium, where missing (scripts/servers.sh; needs root or passwordless sudo for what is missing)
+servers: ## Install and start PostgreSQL and RabbitMQ, install promtool, Chromium and jq, where missing (scripts/servers.sh; needs root or passwordless sudo for what is missing)
 	bash scripts/servers.sh
 
 # deploy/'s tests run promtool on the alert rules and console/'s drive
 # Chromium: with CI set they fail when the tool is missing, elsewhere they
 # skip with a message; `servers` installs both first.
 .PHONY: test
-test: servers ## Run all tests, then the concurrent packages again under the race detector (ensures PostgreSQL, RabbitMQ, promtool and Chromium first)
+test: servers ## Run all tests, then the concurrent packages again under the race detector (ensures PostgreSQL, RabbitMQ, promtool, Chromium and jq first)
 	$(GO) test $(TEST_FLAGS) $(PKGS)
 	$(GO) test -race $(TEST_FLAGS) $(RACE_PKGS)
 
@@ -145,19 +147,39 @@ baseline-worker: ## Build bin/worker-baseline from BASELINE=<git rev>
 	(cd "$$tmp" && $(GO) build -o "$(CURDIR)/$(BASELINE_BIN)" ./cmd/worker) && \
 	echo "built $(BASELINE_BIN) from $(BASELINE) ($$(git rev-parse --short "$(BASELINE)^{commit}"))"
 
-# The release tools, pinned; `go run` fetches and builds them.
+# The release tools, pinned; `go run` fetches and builds them. syft
+# writes the archives' SBOMs (GoReleaser runs it from PATH):
+# release-snapshot installs it into $(GOBIN) unless a syft of
+# $(SYFT_VERSION) is there or on PATH (the workflow downloads it).
 GORELEASER    := github.com/goreleaser/goreleaser/v2@v2.15.1
 ACTIONLINT    := github.com/rhysd/actionlint/cmd/actionlint@v1.7.12
+SYFT_VERSION  := v1.57.2
+GOVULNCHECK   := golang.org/x/vuln/cmd/govulncheck@v1.10.0
 
 .PHONY: release-check
-release-check: ## Check the release configuration (goreleaser check) and the GitHub workflows (actionlint); CI runs it on every push
+release-check: ## Check the release configuration (goreleaser check), the GitHub workflows (actionlint) and the release records of CHANGELOG.md against the tags (needs a clone with history); CI runs it on every push
 	$(GO) run $(GORELEASER) check
 	$(GO) run $(ACTIONLINT) .github/workflows/*.yml
-	bash scripts/release-notes.sh "$$(sed -n 's/^## \(v[0-9][^ ]*\).*/\1/p' CHANGELOG.md | head -n 1)" >/dev/null
+	bash scripts/release-notes.sh --check
 
 .PHONY: release-snapshot
-release-snapshot: ## Build the release's binaries and checksums into dist/ without publishing (goreleaser release --snapshot; the image needs docker buildx)
-	$(GO) run $(GORELEASER) release --snapshot --clean --skip=docker
+release-snapshot: syft-tool ## Build the release's archives, their SBOMs and checksums into dist/ without publishing, and check them (scripts/release-snapshot.sh); the image needs docker buildx and the signatures the workflow's identity
+	PATH="$(GOBIN):$$PATH" $(GO) run $(GORELEASER) release --snapshot --clean --skip=docker,sign
+	bash scripts/release-snapshot.sh dist
+
+.PHONY: syft-tool
+syft-tool: ## Install syft $(SYFT_VERSION) into $(GOBIN) unless it is there or on PATH
+	@if go version -m "$(GOBIN)/syft" 2>/dev/null | grep -q "mod[[:space:]]*github.com/anchore/syft[[:space:]]*$(SYFT_VERSION)[[:space:]]" || \
+		syft version 2>/dev/null | grep -q "^Version:[[:space:]]*$(patsubst v%,%,$(SYFT_VERSION))$$"; then \
+		echo "syft $(SYFT_VERSION): installed"; \
+	else \
+		echo "$(GO) install github.com/anchore/syft/cmd/syft@$(SYFT_VERSION)"; \
+		GOBIN=$(GOBIN) $(GO) install github.com/anchore/syft/cmd/syft@$(SYFT_VERSION); \
+	fi
+
+.PHONY: vulncheck
+vulncheck: ## Report known vulnerabilities in the code's call graph and its modules (govulncheck, pinned; CI runs it)
+	$(GO) run $(GOVULNCHECK) ./...
 
 # ---------------------------------------------------------------------------
 # Reserved for other owners; add each target with a `## ` help comment:

@@ -28,15 +28,15 @@ const (
 	amqpVBin32        = 0xb0
 	amqpTrue          = 0x41
 	amqpFalse         = 0x42
-	amqpInt           = 0x71
 	amqpLong          = 0x81
 	amqpTimestamp     = 0x83
 )
 
 // amqp10AppProperties encodes the headers named with prefix, whose values
-// checkExtension has let through (strings, booleans, 32- and 64-bit
-// integers, binary and times), as an AMQP 1.0 application-properties
-// section, in the order of their names.
+// checkExtension has let through and withBinaryMode has made strings,
+// booleans or integers, as an AMQP 1.0 application-properties section,
+// in the order of their names. An integer is an AMQP long, as the AMQP
+// format of CloudEvents maps its Integer.
 func amqp10AppProperties(headers map[string]any, prefix string) []byte {
 	var names []string
 	for name := range headers {
@@ -73,7 +73,9 @@ func appendAMQPValue(b []byte, v any) []byte {
 		}
 		return append(b, amqpFalse)
 	case int32:
-		return binary.BigEndian.AppendUint32(append(b, amqpInt), uint32(v))
+		// The AMQP format of CloudEvents maps an Integer to an AMQP long,
+		// whatever its size.
+		return binary.BigEndian.AppendUint64(append(b, amqpLong), uint64(int64(v)))
 	case int64:
 		return binary.BigEndian.AppendUint64(append(b, amqpLong), uint64(v))
 	case []byte:

@@ -1,8 +1,10 @@
 package events
 
 import (
+	"encoding/base64"
 	"fmt"
 	"math"
+	"net/url"
 	"strings"
 	"time"
 
@@ -45,7 +47,9 @@ func withBinaryMode(doc bson.Raw, m Message, source, prefix string) (Message, er
 		default:
 			if err := checkExtension(prefix, name, attr, v); err != nil && (bad == nil || err.Field < bad.Field) {
 				bad = err
+				continue
 			}
+			m.Headers[name] = canonical(v)
 		}
 	}
 	if bad != nil {
@@ -72,6 +76,22 @@ func withBinaryMode(doc bson.Raw, m Message, source, prefix string) (Message, er
 		m.Headers[HeaderAMQP10AppProperties] = amqp10AppProperties(m.Headers, prefix)
 	}
 	return m, nil
+}
+
+// canonical is an extension's value as the message carries it: a Binary
+// and a Timestamp as their canonical strings (Base64, RFC 3339), which
+// CloudEvents allows for every type, because AMQP 0-9-1 has neither (a
+// header's byte array is no AMQP 1.0 binary to RabbitMQ's plugins, and its
+// timestamp holds whole seconds); other values as they are.
+func canonical(v any) any {
+	switch v := v.(type) {
+	case []byte:
+		return base64.StdEncoding.EncodeToString(v)
+	case time.Time:
+		return v.UTC().Format(ceTimeLayout)
+	default:
+		return v
+	}
 }
 
 // readAs returns the attribute name that the readers of prefix take the
@@ -133,6 +153,18 @@ func checkExtension(prefix, name, attr string, v any) *InvalidError {
 		return invalid(path, "is read as the CloudEvents extension %q (prefix %q), but CloudEvents names are lower-case letters and digits only, and readers reject the whole event; rename the header, or use another prefix",
 			attr, prefix)
 	}
+	switch attr {
+	case ceData:
+		return invalid(path, `is read as the CloudEvents attribute "data" (prefix %q), but "data" is the event's data, which no attribute may name; rename the header`, prefix)
+	case ceDataSchema:
+		s, ok := v.(string)
+		if !ok {
+			return invalid(path, "is a %s, but the CloudEvents attribute dataschema is an absolute URI (RFC 3986), a string", headerKind(v))
+		}
+		if err := checkAbsoluteURI(s); err != nil {
+			return invalid(path, "is read as the CloudEvents attribute dataschema, an absolute URI (RFC 3986), but %v", err)
+		}
+	}
 	if s, ok := v.(string); ok {
 		return cloudEventsStringError(path, attr, s)
 	}
@@ -151,6 +183,18 @@ func checkExtension(prefix, name, attr string, v any) *InvalidError {
 		return invalid(path, "is a %s, which the CloudEvents extension %s cannot hold: its types are strings, booleans, 32-bit integers, binary and timestamps",
 			headerKind(v), attr)
 	}
+}
+
+// checkAbsoluteURI reports why s is not an absolute URI (RFC 3986): a
+// URI-reference with a scheme.
+func checkAbsoluteURI(s string) error {
+	if err := CheckCloudEventsSource(s); err != nil {
+		return err
+	}
+	if u, err := url.Parse(s); err != nil || u.Scheme == "" {
+		return fmt.Errorf("%q has no scheme", s)
+	}
+	return nil
 }
 
 // isAttributeName reports whether s is a CloudEvents attribute name:

@@ -36,8 +36,8 @@ func withoutAMQP10(t *testing.T, prefix string, headers map[string]any) map[stri
 	want := map[string]any{}
 	for k, v := range headers {
 		if strings.HasPrefix(k, prefix) {
-			if tm, ok := v.(time.Time); ok {
-				v = tm.Truncate(time.Millisecond)
+			if i, ok := v.(int32); ok {
+				v = int64(i) // an Integer is an AMQP long
 			}
 			want[k] = v
 		}
@@ -98,8 +98,9 @@ func TestFormatBinaryEventHeaders(t *testing.T) {
 				{Key: "cloudEvents:blob", Value: bson.Binary{Data: []byte{1, 2}}}, {Key: "cloudEvents:due", Value: time.Date(2024, 1, 2, 3, 4, 5, 6e6, time.UTC)},
 				{Key: "cloudEvents:id", Value: "forged"},
 			},
+			// Binary and Timestamp as their canonical strings (conformance_test.go).
 			want: map[string]any{"cloudEvents:tenant": "acme", "cloudEvents:retries": int32(3), "cloudEvents:big": int64(math.MaxInt32), "cloudEvents:ok": true,
-				"cloudEvents:blob": []byte{1, 2}, "cloudEvents:due": time.Date(2024, 1, 2, 3, 4, 5, 6e6, time.UTC)},
+				"cloudEvents:blob": "AQI=", "cloudEvents:due": "2024-01-02T03:04:05.006Z"},
 		},
 		{
 			name: "an extension of a type CloudEvents has not", prefix: PrefixAMQP,

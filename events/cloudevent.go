@@ -27,6 +27,14 @@ const (
 	ceTraceState      = "tracestate"
 )
 
+// Names a header cannot give an extension: data is the event's data
+// (structured mode's member, which no attribute may be named), and
+// dataschema, an optional attribute of the core, is an absolute URI.
+const (
+	ceData       = "data"
+	ceDataSchema = "dataschema"
+)
+
 // The sequence extension (ceSequence, in sequence.go) is the event's
 // sequence, where it has one.
 

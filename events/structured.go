@@ -1,6 +1,10 @@
 package events
 
-import "go.mongodb.org/mongo-driver/v2/bson"
+import (
+	"strings"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
 
 // withStructuredMode turns m, a plain message, into CloudEvents'
 // structured content mode: its body becomes the data of the JSON
@@ -16,7 +20,24 @@ func withStructuredMode(doc bson.Raw, m Message, source string, maxBytes int) (M
 		return Message{}, err
 	}
 	m.ContentType = ContentTypeCloudEvents
+	dropForgedAttributes(m.Headers)
 	return m, nil
+}
+
+// dropForgedAttributes deletes the event headers that a binary-mode
+// reader would take for an attribute the relay owns, under any of the
+// bindings' prefixes and in any case, as binary mode does: some readers
+// look at the headers before the content type, and a header must not
+// contradict the envelope.
+func dropForgedAttributes(headers map[string]any) {
+	for name := range headers {
+		for _, p := range [...]string{PrefixAMQP, PrefixAMQPColon, PrefixKnative} {
+			if len(name) > len(p) && strings.EqualFold(name[:len(p)], p) && owned(name[len(p):]) {
+				delete(headers, name)
+				break
+			}
+		}
+	}
 }
 
 // envelope returns the CloudEvents JSON envelope of ce with data, a JSON

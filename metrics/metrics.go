@@ -160,10 +160,11 @@ func New(reg prometheus.Registerer) *Metrics {
 		DBCommands: s.CounterVec("db_commands_total",
 			"Database commands this worker sent, by command name (find, update, delete, commitTransaction, ...).", "command"),
 		BuildInfo: s.GaugeVec("build_info",
-			"1, labelled with the worker's build: version (v0.1.0, or devel), VCS revision and Go version.", "version", "revision", "goversion"),
+			"1, labelled with the worker's build: version (v0.1.0, or devel), VCS revision, build date, Go version and the platform it was built for.",
+			"version", "revision", "build_date", "goversion", "goos", "goarch"),
 	}
 	build := buildinfo.Read()
-	m.BuildInfo.WithLabelValues(build.Version, build.Revision, build.GoVersion).Set(1)
+	m.BuildInfo.WithLabelValues(build.Version, build.Revision, build.BuildDate, build.GoVersion, build.GOOS, build.GOARCH).Set(1)
 	for _, job := range YieldingJobs {
 		m.RunsLeftOut.WithLabelValues(job)
 	}

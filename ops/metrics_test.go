@@ -196,7 +196,8 @@ func TestMetricsEndpoint(t *testing.T) {
 		"result": metrics.ClaimOutcomes,
 		"kind":   metrics.SequenceKinds,
 		// outbox_build_info: one series, this binary's build.
-		"version": {buildinfo.Read().Version}, "revision": {buildinfo.Read().Revision}, "goversion": {buildinfo.Read().GoVersion},
+		"version": {buildinfo.Read().Version}, "revision": {buildinfo.Read().Revision}, "build_date": {buildinfo.Read().BuildDate},
+		"goversion": {buildinfo.Read().GoVersion}, "goos": {buildinfo.Read().GOOS}, "goarch": {buildinfo.Read().GOARCH},
 		"command": {"find", "getMore", "update", "delete", "insert", "aggregate", "count", "commitTransaction",
 			"abortTransaction", "createIndexes", "ping", "hello", "endSessions", "killCursors", "other"},
 	}

@@ -3,8 +3,9 @@
 # ensures it: PostgreSQL (the backend of the embedded FerretDB that stands
 # in for MongoDB) and RabbitMQ, installed with apt-get where they are
 # missing, started where they are not running, and left running; and the
-# tools of the tests, promtool (the alert rules' unit tests) and Chromium
-# (the console's browser test), installed where missing.
+# tools of the tests, promtool (the alert rules' unit tests), Chromium
+# (the console's browser test) and jq (scripts/release-snapshot.sh, which
+# scripts/'s tests run), installed where missing.
 #
 # scripts/dev.sh (make dev) sources this file and calls ensure_postgres and
 # ensure_rabbitmq; make test and make test-race run it alone, which ensures
@@ -196,12 +197,17 @@ ensure_promtool() { ensure_tool promtool prometheus; }
 # CI=true it fails rather than skips without it. Nothing to start.
 ensure_chromium() { ensure_tool chromium chromium; }
 
+# jq: scripts/release-snapshot.sh reads GoReleaser's JSON with it, and
+# scripts/'s tests run that script; they fail without it.
+ensure_jq() { ensure_tool jq jq; }
+
 # ensure_test: everything make test needs, the servers and the tools.
 ensure_test() {
 	ensure_postgres
 	ensure_rabbitmq
 	ensure_promtool
 	ensure_chromium
+	ensure_jq
 }
 
 # Run alone (not sourced): everything, servers and tools.

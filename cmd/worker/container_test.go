@@ -43,6 +43,9 @@ func TestContainers(t *testing.T) {
 		// event on a replica set (ordering_e2e_test.go).
 		{"ordering", func(t *testing.T) { runOrderingScenarios(t, s) }},
 		{"wakeup", func(t *testing.T) { wakeupScenario(t, s) }},
+		// From the last release and back, with a SIGKILL each way, while
+		// the two versions share the fence (upgrade_e2e_test.go).
+		{"rolling-upgrade", func(t *testing.T) { rollingUpgradeScenario(t, s) }},
 	})
 }
 

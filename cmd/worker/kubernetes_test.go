@@ -83,8 +83,9 @@ type podSpec struct {
 }
 
 type container struct {
-	Name  string `yaml:"name"`
-	Image string `yaml:"image"`
+	Name  string   `yaml:"name"`
+	Image string   `yaml:"image"`
+	Args  []string `yaml:"args"`
 	Ports []struct {
 		Name          string `yaml:"name"`
 		ContainerPort int    `yaml:"containerPort"`
@@ -173,6 +174,18 @@ func kustomizeBuild(t *testing.T, dir string) map[string][]k8sObject {
 		out[o.Kind] = append(out[o.Kind], o)
 	}
 	return out
+}
+
+// named is the object of kind named name.
+func named(t *testing.T, objs map[string][]k8sObject, kind, name string) k8sObject {
+	t.Helper()
+	for _, o := range objs[kind] {
+		if o.Metadata.Name == name {
+			return o
+		}
+	}
+	t.Fatalf("the base renders no %s %s", kind, name)
+	return k8sObject{}
 }
 
 func one(t *testing.T, objs map[string][]k8sObject, kind string) k8sObject {
@@ -280,8 +293,11 @@ func TestKubernetesWorkerSettings(t *testing.T) {
 		}
 	}
 
-	// Credentials only in the Secret, and only placeholders in git.
-	secret := one(t, objs, "Secret")
+	// Credentials only in the Secrets, and only placeholders in git.
+	if setup := named(t, objs, "Secret", "outbox-setup"); !strings.Contains(setup.StringData["OUTBOX_MONGO_URI"], "REPLACE-ME") {
+		t.Errorf("Secret outbox-setup: OUTBOX_MONGO_URI is not a marked placeholder (REPLACE-ME): keep real credentials out of git")
+	}
+	secret := named(t, objs, "Secret", "outbox-worker")
 	for _, k := range []string{"OUTBOX_MONGO_URI", "OUTBOX_AMQP_URL", "OUTBOX_HTTP_TOKEN"} {
 		v, ok := secret.StringData[k]
 		if !ok {
@@ -380,40 +396,104 @@ func TestKubernetesWorkerSettings(t *testing.T) {
 	}
 }
 
-// TestKubernetesPodSecurity checks the Deployment's hardening, resources,
-// and that the PodDisruptionBudget, Service and PodMonitor select its pods.
-func TestKubernetesPodSecurity(t *testing.T) {
-	t.Parallel()
-	objs := kubernetesManifests(t)
-	dep := one(t, objs, "Deployment")
-	pod := dep.Spec.Template.Spec
+// checkPodSecurity checks a pod's hardening and its first container's
+// resources: the relay's and the setup Job's alike.
+func checkPodSecurity(t *testing.T, what string, pod podSpec) {
+	t.Helper()
+	if len(pod.Containers) == 0 {
+		t.Fatalf("%s: the pod has no container", what)
+	}
 	c := pod.Containers[0]
 	isTrue := func(b *bool) bool { return b != nil && *b }
 	if !isTrue(pod.SecurityContext.RunAsNonRoot) {
-		t.Error("pod securityContext.runAsNonRoot must be true")
+		t.Errorf("%s: pod securityContext.runAsNonRoot must be true", what)
 	}
 	// The image's USER is a name; the kubelet refuses runAsNonRoot without
 	// a numeric runAsUser.
 	if u := pod.SecurityContext.RunAsUser; u == nil || *u == 0 {
-		t.Errorf("pod securityContext.runAsUser = %v, want a non-zero uid (the image's nonroot is 65532)", u)
+		t.Errorf("%s: pod securityContext.runAsUser = %v, want a non-zero uid (the image's nonroot is 65532)", what, u)
 	}
 	if !isTrue(c.SecurityContext.ReadOnlyRootFilesystem) {
-		t.Error("container readOnlyRootFilesystem must be true")
+		t.Errorf("%s: container readOnlyRootFilesystem must be true", what)
 	}
 	if a := c.SecurityContext.AllowPrivilegeEscalation; a == nil || *a {
-		t.Error("container allowPrivilegeEscalation must be false")
+		t.Errorf("%s: container allowPrivilegeEscalation must be false", what)
 	}
 	if !slices.Equal(c.SecurityContext.Capabilities.Drop, []string{"ALL"}) {
-		t.Errorf("container capabilities.drop = %q, want [ALL]", c.SecurityContext.Capabilities.Drop)
+		t.Errorf("%s: container capabilities.drop = %q, want [ALL]", what, c.SecurityContext.Capabilities.Drop)
 	}
 	for _, r := range []string{"cpu", "memory"} {
 		if c.Resources.Requests[r] == "" {
-			t.Errorf("no %s request", r)
+			t.Errorf("%s: no %s request", what, r)
 		}
 	}
 	if c.Resources.Limits["memory"] == "" {
-		t.Error("no memory limit")
+		t.Errorf("%s: no memory limit", what)
 	}
+}
+
+// TestKubernetesSetupJob: least privilege by default. The base runs
+// worker setup as a Job, connected as the setup user of its own Secret,
+// with the relay's database and collection and the relay's image; the
+// relay runs with OUTBOX_SETUP=check, so that its user needs no right to
+// create anything (deploy/'s tests check the roles).
+func TestKubernetesSetupJob(t *testing.T) {
+	t.Parallel()
+	objs := kubernetesManifests(t)
+	job := one(t, objs, "Job")
+	if len(job.Spec.Template.Spec.Containers) != 1 {
+		t.Fatalf("the setup Job's pod has %d containers, want 1", len(job.Spec.Template.Spec.Containers))
+	}
+	setup := job.Spec.Template.Spec.Containers[0]
+	relay := one(t, objs, "Deployment").Spec.Template.Spec.Containers[0]
+	if !slices.Equal(setup.Args, []string{"setup"}) {
+		t.Errorf("the Job runs worker %q, want worker setup", setup.Args)
+	}
+	if setup.Image != relay.Image {
+		t.Errorf("the Job runs image %q, the relay %q: worker setup must be the relay's version", setup.Image, relay.Image)
+	}
+	uriSecret := func(c container) string {
+		for _, e := range c.Env {
+			if e.Name == "OUTBOX_MONGO_URI" && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+				return e.ValueFrom.SecretKeyRef.Name
+			}
+		}
+		return ""
+	}
+	if got := uriSecret(setup); got != "outbox-setup" {
+		t.Errorf("the Job's OUTBOX_MONGO_URI comes from Secret %q, want outbox-setup (the setup user)", got)
+	}
+	if got := uriSecret(relay); got != "outbox-worker" {
+		t.Errorf("the relay's OUTBOX_MONGO_URI comes from Secret %q, want outbox-worker (the relay's user)", got)
+	}
+
+	setupEnv := workerEnv(t, objs, setup)
+	setupCfg, _, err := loadConfig("setup", nil, func(k string) string { return setupEnv[k] }, operatorCommand, nil)
+	if err != nil {
+		t.Fatalf("worker setup would refuse the Job's environment: %v", err)
+	}
+	relayEnv := workerEnv(t, objs, relay)
+	relayCfg, _, err := loadConfig("run", nil, func(k string) string { return relayEnv[k] }, relayCommand, nil)
+	if err != nil {
+		t.Fatalf("the worker would refuse the relay's environment: %v", err)
+	}
+	if relayCfg.Setup != setupCheck {
+		t.Errorf("the relay runs with OUTBOX_SETUP=%s, want %s: its user may not create collections and indexes", relayCfg.Setup, setupCheck)
+	}
+	if setupCfg.MongoDatabase != relayCfg.MongoDatabase || setupCfg.MongoCollection != relayCfg.MongoCollection {
+		t.Errorf("the Job sets up %s.%s, the relay uses %s.%s", setupCfg.MongoDatabase, setupCfg.MongoCollection, relayCfg.MongoDatabase, relayCfg.MongoCollection)
+	}
+}
+
+// TestKubernetesPodSecurity checks the hardening and resources of the
+// Deployment's pods and the setup Job's, and that the
+// PodDisruptionBudget, Service and PodMonitor select the relay's pods.
+func TestKubernetesPodSecurity(t *testing.T) {
+	t.Parallel()
+	objs := kubernetesManifests(t)
+	dep := one(t, objs, "Deployment")
+	checkPodSecurity(t, "Deployment", dep.Spec.Template.Spec)
+	checkPodSecurity(t, "Job", one(t, objs, "Job").Spec.Template.Spec)
 
 	podLabels := dep.Spec.Template.Metadata.Labels
 	selects := func(sel map[string]string) bool {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/outboxrelay/outbox/internal/buildinfo"
 	"github.com/outboxrelay/outbox/internal/gcfloor"
 	"github.com/outboxrelay/outbox/internal/telemetry"
 )
@@ -28,6 +29,7 @@ func runCommand(ctx context.Context, args []string, getenv func(string) string, 
 	applyMemoryLimit(cfg, logger)
 	defer startGCFloor(getenv).Stop()
 	cfg.Tracing.InstanceID = cfg.WorkerID
+	cfg.Tracing.ServiceVersion = buildinfo.Read().Version
 	tracer, err := telemetry.New(ctx, cfg.Tracing, logger)
 	if err != nil {
 		return err

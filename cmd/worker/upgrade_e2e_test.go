@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -23,12 +24,26 @@ import (
 	"github.com/outboxrelay/outbox/internal/workerproc"
 )
 
-// upgradeFrom is the earlier version the rolling-upgrade test starts
-// from: the previous release once there is one; until the first, the
-// commit of main before versions existed (e2818bd, "docs: the latest
-// figures name the build and the host"). OUTBOX_TEST_UPGRADE_FROM names
-// another revision.
-const upgradeFrom = "e2818bd"
+// lastRelease is the version the rolling-upgrade test starts from: the
+// newest release CHANGELOG.md records, with the commit it was built from
+// (scripts/release-notes.sh --last), so that every release is tested
+// against the one before it. OUTBOX_TEST_UPGRADE_FROM names another
+// revision instead.
+func lastRelease(t *testing.T) (name, rev string) {
+	t.Helper()
+	if v := os.Getenv("OUTBOX_TEST_UPGRADE_FROM"); v != "" {
+		return v, v
+	}
+	out, err := exec.CommandContext(t.Context(), "bash", "../../scripts/release-notes.sh", "--last").Output()
+	if err != nil {
+		t.Fatalf("scripts/release-notes.sh --last: %v (the rolling-upgrade test starts from the last release CHANGELOG.md records)", err)
+	}
+	name, rev, ok := strings.Cut(strings.TrimSpace(string(out)), " ")
+	if !ok {
+		t.Fatalf("scripts/release-notes.sh --last printed %q, want \"vX.Y.Z <commit>\"", out)
+	}
+	return name, rev
+}
 
 // buildRevision builds the worker of rev, a revision of this
 // repository's history, exported with git archive into a temporary
@@ -66,29 +81,35 @@ func buildRevision(t *testing.T, rev string) string {
 const (
 	upgradeAggregates = 4
 	upgradePace       = 250 * time.Millisecond
-	upgradeReplicas   = 2
+	upgradeReplicas   = 3
 	// upgradeGrace is the pods' grace period: the worker's default
 	// shutdown timeout (30 s), which the test gives its replicas, and
 	// 10 s (deploy/kubernetes).
 	upgradeGrace = 40 * time.Second
 )
 
-// TestRollingUpgrade: replicas of the earlier version relay a steady
+// TestRollingUpgrade: three replicas of the last release relay a steady
 // insert load; they are replaced one by one by replicas of this version
 // (a new one started and holding partitions, then an old one stopped
-// with SIGTERM), as a Kubernetes rolling update does. Every event is
-// delivered, the first delivery of each aggregate's events is in their
-// order, and each duplicate is an event claimed more than once (a
-// handoff), which its document shows.
+// with SIGTERM, as a Kubernetes rolling update does, but the second
+// killed with SIGKILL, as a node that dies mid-rollout), and then the
+// same back (a rollback) with the second new one killed. Every event is
+// delivered, none is FAILED, the first delivery of each aggregate's
+// events is in their order, and each duplicate is an event claimed more
+// than once (a handoff, or the claims of a killed replica recovered),
+// which its document shows.
+// It runs on FerretDB here, and on a MongoDB replica set in the container
+// suite (TestContainers), where the two versions share the database's
+// fence.
 func TestRollingUpgrade(t *testing.T) {
 	t.Parallel()
-	rev := upgradeFrom
-	if v := os.Getenv("OUTBOX_TEST_UPGRADE_FROM"); v != "" {
-		rev = v
-	}
+	rollingUpgradeScenario(t, localStack(t))
+}
+
+func rollingUpgradeScenario(t *testing.T, s stack) {
+	release, rev := lastRelease(t)
 	oldBin := buildRevision(t, rev)
-	s := localStack(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 12*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
 	defer cancel()
 	db := s.database(t)
 	coll := db.Collection("events")
@@ -102,6 +123,24 @@ func TestRollingUpgrade(t *testing.T) {
 		env["OUTBOX_SHUTDOWN_TIMEOUT"] = "30s"
 		return startWorkerBin(t, bin, name, env)
 	}
+	// roll replaces the replicas from by replicas of bin, one at a time;
+	// the one at index killAt is killed rather than stopped.
+	const killAt = 1
+	roll := func(from []*workerproc.Proc, bin, prefix, what string) []*workerproc.Proc {
+		to := make([]*workerproc.Proc, len(from))
+		for i := range from {
+			to[i] = start(bin, fmt.Sprintf("%s%d", prefix, i))
+			waitOwning(ctx, t, to[i])
+			if i == killAt {
+				from[i].Kill()
+				t.Logf("killed %s (SIGKILL) mid-%s", from[i].Name(), what)
+			} else {
+				stopLikeKubernetes(t, from[i])
+			}
+			t.Logf("%s: replaced %s by %s; %d events received", what, from[i].Name(), to[i].Name(), r.distinct())
+		}
+		return to
+	}
 	old := make([]*workerproc.Proc, upgradeReplicas)
 	for i := range old {
 		old[i] = start(oldBin, fmt.Sprintf("old%d", i))
@@ -109,13 +148,10 @@ func TestRollingUpgrade(t *testing.T) {
 
 	load := startLoad(ctx, t, coll)
 	explained(t, coll, func() { r.waitDistinct(ctx, t, upgradeAggregates*5) })
-	for i := range old {
-		p := start(workerBinary(t), fmt.Sprintf("new%d", i))
-		waitOwning(ctx, t, p)
-		stopLikeKubernetes(t, old[i])
-		t.Logf("replaced %s (%s) by %s; %d events received", old[i].Name(), rev, p.Name(), r.distinct())
-	}
-	// This version alone relays a while of the load, then the rest drains.
+	current := roll(old, workerBinary(t), "new", "upgrade from "+release)
+	// This version alone relays a while of the load, then the rollback.
+	explained(t, coll, func() { r.waitDistinct(ctx, t, r.distinct()+upgradeAggregates*5) })
+	back := roll(current, oldBin, "back", "rollback to "+release)
 	explained(t, coll, func() { r.waitDistinct(ctx, t, r.distinct()+upgradeAggregates*5) })
 	byAggregate := load.stop()
 	var ids []string
@@ -124,6 +160,12 @@ func TestRollingUpgrade(t *testing.T) {
 	}
 	explained(t, coll, func() { r.waitIDs(ctx, t, ids) })
 	waitCount(ctx, t, coll, bson.D{{Key: events.FieldStatus, Value: events.StatusPublished}}, int64(len(ids)))
+	if n, err := coll.CountDocuments(ctx, bson.D{{Key: events.FieldStatus, Value: events.StatusFailed}}); err != nil || n != 0 {
+		t.Errorf("%d events FAILED (%v) over the upgrade and rollback, want 0", n, err)
+	}
+	for _, p := range back {
+		stopLikeKubernetes(t, p)
+	}
 	r.drain(t)
 
 	first := r.firstArrivals()
@@ -136,7 +178,7 @@ func TestRollingUpgrade(t *testing.T) {
 		}
 	}
 	dups := r.duplicates()
-	t.Logf("%d events over a rolling upgrade from %s; %d delivered more than once", len(ids), rev, len(dups))
+	t.Logf("%d events over a rolling upgrade from %s (%s) and back; %d delivered more than once", len(ids), release, rev, len(dups))
 	for id, n := range dups {
 		attempts := attemptsOf(ctx, t, coll, id)
 		if attempts < 2 {

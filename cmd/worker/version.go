@@ -11,12 +11,12 @@ import (
 )
 
 // versionCommand is `worker version` (and `worker --version`): the
-// version, the VCS revision and the Go version of this build, with
-// nothing connected and no setting read.
+// version, the VCS revision, the build date, the Go version and the
+// platform of this build, with nothing connected and no setting read.
 func versionCommand(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("version", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	asJSON := fs.Bool("json", false, "print JSON: version, revision, goVersion")
+	asJSON := fs.Bool("json", false, "print JSON: version, revision, buildDate, goVersion, goos, goarch")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return &helpRequest{text: commandUsage("version", fs, nil)}

@@ -7,19 +7,24 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/outboxrelay/outbox/internal/buildinfo"
+	"github.com/outboxrelay/outbox/internal/otlpsink"
+	"github.com/outboxrelay/outbox/internal/telemetry"
 	"github.com/outboxrelay/outbox/internal/testenv"
 )
 
 // `worker version`, `worker --version` and `worker version --json` print
-// this build's version, revision and Go version, and need no setting.
+// this build's version, revision, build date, Go version and platform,
+// and need no setting.
 func TestVersionCommand(t *testing.T) {
 	t.Parallel()
 	want := buildinfo.Read()
@@ -101,33 +106,36 @@ func TestMongoHandshakeNamesTheReplica(t *testing.T) {
 	}
 }
 
-// buildStamped builds the worker with a version and revision stamped by
-// the linker, as a release is built.
-func buildStamped(t *testing.T, version, revision string) string {
+// buildStamped builds the worker with a version, revision and build
+// date stamped by the linker, as a release is built.
+func buildStamped(t *testing.T, version, revision, date string) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "worker")
 	pkg := "github.com/outboxrelay/outbox/internal/buildinfo"
 	cmd := exec.CommandContext(t.Context(), "go", "build", "-o", bin,
-		"-ldflags", "-X "+pkg+".Version="+version+" -X "+pkg+".Revision="+revision, ".")
+		"-ldflags", "-X "+pkg+".Version="+version+" -X "+pkg+".Revision="+revision+" -X "+pkg+".BuildDate="+date, ".")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin
 }
 
-// A release build names its version everywhere an operator looks: worker
-// version, the start-up line, /status, outbox_build_info, and the name of
-// its broker connection.
+// A release build names its version, revision, build date and platform
+// everywhere an operator looks: worker version, the start-up line,
+// /status, outbox_build_info, the service.version of its traces, and the
+// name of its broker connection.
 func TestStampedBuildSaysItsVersion(t *testing.T) {
 	t.Parallel()
-	const version, revision = "v9.8.7", "0123456789abcdef0123456789abcdef01234567"
-	bin := buildStamped(t, version, revision)
+	const version, revision, date = "v9.8.7", "0123456789abcdef0123456789abcdef01234567", "2026-11-27T21:15:04Z"
+	platform := runtime.GOOS + "/" + runtime.GOARCH
+	bin := buildStamped(t, version, revision, date)
 	out, err := exec.CommandContext(t.Context(), bin, "--version").Output()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "outbox worker v9.8.7 (revision " + revision + ", "; !strings.HasPrefix(string(out), want) {
-		t.Errorf("worker --version = %q, want it to start %q", out, want)
+	if want := "outbox worker v9.8.7 (revision " + revision + ", built " + date + ", go"; !strings.HasPrefix(string(out), want) ||
+		!strings.HasSuffix(string(out), " "+platform+")\n") {
+		t.Errorf("worker --version = %q, want it to start %q and end with %s", out, want, platform)
 	}
 
 	s := localStack(t)
@@ -137,24 +145,50 @@ func TestStampedBuildSaysItsVersion(t *testing.T) {
 	workerID := db.Name() + "-stamped"
 	env := s.relayEnv(db.Name(), exchange, workerID)
 	env["OUTBOX_LOG_LEVEL"] = "info"
+	// Its traces: the spans of its database commands, from the start.
+	sink := otlpsink.New()
+	srv := httptest.NewServer(sink)
+	t.Cleanup(srv.Close)
+	env["OTEL_TRACES_EXPORTER"] = "otlp"
+	env["OTEL_EXPORTER_OTLP_ENDPOINT"] = srv.URL
+	env["OTEL_BSP_SCHEDULE_DELAY"] = "100"
+	env["OUTBOX_TRACE_MONGO"] = "true"
 	p := startWorkerBin(t, bin, "stamped", env)
 
 	var status struct {
 		Build buildinfo.Info `json:"build"`
 	}
 	getStatus(ctx, t, p, &status)
-	if status.Build.Version != version || status.Build.Revision != revision {
-		t.Errorf("/status build = %+v, want version %s, revision %s", status.Build, version, revision)
+	if want := (buildinfo.Info{Version: version, Revision: revision, BuildDate: date, GoVersion: status.Build.GoVersion,
+		GOOS: runtime.GOOS, GOARCH: runtime.GOARCH}); status.Build != want || !strings.HasPrefix(status.Build.GoVersion, "go") {
+		t.Errorf("/status build = %+v, want %+v", status.Build, want)
 	}
 	_, metrics, err := httpGet(ctx, "http://"+httpAddr(t, p)+"/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := `outbox_build_info{goversion="` + status.Build.GoVersion + `",revision="` + revision + `",version="` + version + `"} 1`; !strings.Contains(string(metrics), want) {
+	if want := `outbox_build_info{build_date="` + date + `",goarch="` + runtime.GOARCH + `",goos="` + runtime.GOOS +
+		`",goversion="` + status.Build.GoVersion + `",revision="` + revision + `",version="` + version + `"} 1`; !strings.Contains(string(metrics), want) {
 		t.Errorf("/metrics lacks %s", want)
 	}
-	if log := readLog(t, p); !strings.Contains(log, `"version":"v9.8.7","revision":"`+revision+`"`) || !strings.Contains(log, `"msg":"worker starting"`) {
-		t.Errorf("the start-up line does not name the version and revision:\n%s", log)
+	if log := readLog(t, p); !strings.Contains(log, `"version":"v9.8.7","revision":"`+revision+`","build_date":"`+date+`"`) ||
+		!strings.Contains(log, `"goos":"`+runtime.GOOS+`","goarch":"`+runtime.GOARCH+`"`) || !strings.Contains(log, `"msg":"worker starting"`) {
+		t.Errorf("the start-up line does not name the version, revision, build date and platform:\n%s", log)
+	}
+	testenv.Eventually(t, timeLeft(ctx), func() (bool, string) {
+		spans := sink.Spans()
+		for _, sp := range spans {
+			if sp.Resource["service.name"] == telemetry.ServiceNameDefault {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("no span of the worker among %d received", len(spans))
+	})
+	for _, sp := range sink.Spans() {
+		if sp.Resource["service.name"] == telemetry.ServiceNameDefault && sp.Resource["service.version"] != version {
+			t.Errorf("span %s: resource service.version = %q, want %q (resource %v)", sp.Name, sp.Resource["service.version"], version, sp.Resource)
+			break
+		}
 	}
 	wantName := "outbox-worker " + workerID + " " + version
 	if _, err := exec.LookPath("rabbitmqctl"); err != nil && os.Getenv("CI") == "" {

@@ -311,7 +311,8 @@ func overriddenURIOptions(uri string) []uriOverride {
 func (w *worker) run(ctx context.Context) error {
 	build := buildinfo.Read()
 	w.logger.Info("worker starting",
-		"version", build.Version, "revision", build.Revision, "go_version", build.GoVersion,
+		"version", build.Version, "revision", build.Revision, "build_date", build.BuildDate,
+		"go_version", build.GoVersion, "goos", build.GOOS, "goarch", build.GOARCH,
 		"mongo_uri", redact.URL(w.cfg.MongoURI), "amqp_url", redactSetting(w.cfg.AMQPURL),
 		"exchange", w.cfg.AMQPExchange, "batch_size", w.cfg.BatchSize, "claim_schedule", w.cfg.ClaimSchedule,
 		// Derived when not set: the log says what they came to.

@@ -11,7 +11,7 @@ import (
 const root = "../.."
 
 // TestRepositoryLinks checks that every relative link of the README, the
-// CHANGELOG and docs/*.md names a file or directory that exists, and that
+// CHANGELOG, CONTRIBUTING.md, SECURITY.md and docs/*.md names a file or directory that exists, and that
 // every #anchor into a Markdown file (the same one included) matches one
 // of its headings by GitHub's rules.
 func TestRepositoryLinks(t *testing.T) {
@@ -20,7 +20,8 @@ func TestRepositoryLinks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	docs = append([]string{filepath.Join(root, "README.md"), filepath.Join(root, "CHANGELOG.md")}, docs...)
+	docs = append([]string{filepath.Join(root, "README.md"), filepath.Join(root, "CHANGELOG.md"),
+		filepath.Join(root, "CONTRIBUTING.md"), filepath.Join(root, "SECURITY.md")}, docs...)
 	anchors := map[string]map[string]bool{} // cleaned path -> its anchors
 	anchorsOf := func(path string) (map[string]bool, error) {
 		if a, ok := anchors[path]; ok {

@@ -55,6 +55,10 @@ type Config struct {
 	// InstanceID is the resource's service.instance.id (the worker's
 	// id); "" leaves it out. OTEL_RESOURCE_ATTRIBUTES may override it.
 	InstanceID string
+	// ServiceVersion is the resource's service.version (the worker's
+	// version, as worker version prints it); "" leaves it out.
+	// OTEL_RESOURCE_ATTRIBUTES may override it.
+	ServiceVersion string
 	// Secrets are the values of the OTLP headers (API keys): every log
 	// line of the SDK has them replaced by xxxxx before it is written.
 	Secrets []string

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"runtime/debug"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
@@ -46,7 +45,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (*Provider, error
 	if err != nil {
 		return nil, fmt.Errorf("otlp trace exporter: %w", err)
 	}
-	res, err := newResource(ctx, cfg.InstanceID)
+	res, err := newResource(ctx, cfg.InstanceID, cfg.ServiceVersion)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", EnvResourceAttrs, err)
 	}
@@ -78,16 +77,17 @@ func newExporter(ctx context.Context, protocol string) (sdktrace.SpanExporter, e
 }
 
 // newResource describes this worker: service.name outbox-worker,
-// service.instance.id its worker id, service.version its module version
-// when built from one, the SDK's own attributes, then what
+// service.instance.id its worker id, service.version its version (as
+// stamped into a release, the same as worker version and
+// outbox_build_info say), the SDK's own attributes, then what
 // OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME say, which win.
-func newResource(ctx context.Context, instanceID string) (*resource.Resource, error) {
+func newResource(ctx context.Context, instanceID, version string) (*resource.Resource, error) {
 	attrs := []resource.Option{resource.WithAttributes(semconv.ServiceName(ServiceNameDefault))}
 	if instanceID != "" {
 		attrs = append(attrs, resource.WithAttributes(semconv.ServiceInstanceID(instanceID)))
 	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		attrs = append(attrs, resource.WithAttributes(semconv.ServiceVersion(bi.Main.Version)))
+	if version != "" {
+		attrs = append(attrs, resource.WithAttributes(semconv.ServiceVersion(version)))
 	}
 	attrs = append(attrs, resource.WithTelemetrySDK(), resource.WithFromEnv(), resource.WithSchemaURL(semconv.SchemaURL))
 	return resource.New(ctx, attrs...)

@@ -20,7 +20,7 @@ import (
 // TestProviderExportsOverOTLP runs the real OTLP/HTTP exporter against an
 // in-test receiver: the spans arrive with the service name, the resource
 // attributes and the headers of the OTEL_* variables, and the instance id
-// the worker gives. (t.Setenv: the exporter and the SDK read the process's
+// and version the worker gives. (t.Setenv: the exporter and the SDK read the process's
 // environment, so this test cannot run in parallel.)
 func TestProviderExportsOverOTLP(t *testing.T) {
 	sink := otlpsink.New()
@@ -36,6 +36,7 @@ func TestProviderExportsOverOTLP(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.InstanceID = "w-1"
+	cfg.ServiceVersion = "v9.8.7"
 	p, err := New(t.Context(), cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +57,7 @@ func TestProviderExportsOverOTLP(t *testing.T) {
 	res := spans[0].Resource
 	for k, want := range map[string]string{
 		"service.name": "relay-under-test", "deployment.environment.name": "test", "team": "payments ops",
-		"service.instance.id": "w-1", "telemetry.sdk.language": "go",
+		"service.instance.id": "w-1", "service.version": "v9.8.7", "telemetry.sdk.language": "go",
 	} {
 		if res[k] != want {
 			t.Errorf("resource %s = %q, want %q (resource %v)", k, res[k], want, res)

@@ -117,11 +117,32 @@ func Containers(t testing.TB) (mongoURI, amqpURL string) {
 	return mongoURI, amqpURL + "/"
 }
 
-// replicaSetURI starts MongoImage as a single-node replica set, removed in
-// t.Cleanup, and returns its URI.
-func replicaSetURI(ctx context.Context, t testing.TB) string {
+// ContainersWithAuth is Containers with MongoDB's authentication on: its
+// root user is user with password (authSource admin), the only user until
+// the test creates others. The URI returned is the root user's.
+func ContainersWithAuth(t testing.TB, user, password string) (mongoURI, amqpURL string) {
 	t.Helper()
-	mc, err := tcmongo.Run(ctx, MongoImage, tcmongo.WithReplicaSet("rs0"))
+	RequireDocker(t)
+	ctx, cancel := context.WithTimeout(t.Context(), containerStartTimeout)
+	defer cancel()
+	mongoURI = replicaSetURI(ctx, t, tcmongo.WithUsername(user), tcmongo.WithPassword(password))
+	rc, err := tcrabbit.Run(ctx, RabbitImage, tcrabbit.WithAdminUsername("outbox"), tcrabbit.WithAdminPassword("outbox-e2e"))
+	testcontainers.CleanupContainer(t, rc)
+	if err != nil {
+		t.Fatalf("testenv: start %s: %v", RabbitImage, err)
+	}
+	amqpURL, err = rc.AmqpURL(ctx)
+	if err != nil {
+		t.Fatalf("testenv: RabbitMQ URL: %v", err)
+	}
+	return mongoURI, amqpURL + "/"
+}
+
+// replicaSetURI starts MongoImage as a single-node replica set, with more
+// options if given, removed in t.Cleanup, and returns its URI.
+func replicaSetURI(ctx context.Context, t testing.TB, more ...testcontainers.ContainerCustomizer) string {
+	t.Helper()
+	mc, err := tcmongo.Run(ctx, MongoImage, append([]testcontainers.ContainerCustomizer{tcmongo.WithReplicaSet("rs0")}, more...)...)
 	testcontainers.CleanupContainer(t, mc)
 	if err != nil {
 		t.Fatalf("testenv: start %s: %v", MongoImage, err)
