@@ -29,8 +29,9 @@ func eventDoc(i int, createdAt time.Time) (bson.D, error) {
 }
 
 // skippedFailedDoc is an event that failed an hour ago and that an
-// operator skipped: history that holds no aggregate, of aggregates of its
-// own (far past the backlogs' ids).
+// operator skipped, as this release's skip writes it (skipped: true beside
+// skippedAt): history that holds no aggregate, of aggregates of its own
+// (far past the backlogs' ids).
 func skippedFailedDoc(i int, createdAt time.Time) (bson.D, error) {
 	at := createdAt.Add(-time.Hour)
 	doc, err := eventDoc(skippedIDBase+i, at)
@@ -46,6 +47,7 @@ func skippedFailedDoc(i int, createdAt time.Time) (bson.D, error) {
 		bson.E{Key: events.FieldLastError, Value: "returned 312 NO_ROUTE"},
 		bson.E{Key: events.FieldFailedAt, Value: at},
 		bson.E{Key: events.FieldSkippedAt, Value: at},
+		bson.E{Key: events.FieldSkipped, Value: true},
 		bson.E{Key: events.FieldAttempts, Value: 5},
 	), nil
 }
