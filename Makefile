@@ -190,11 +190,11 @@ bench-starvation: $(if $(BASELINE),baseline-worker) ## Only the opt-in starvatio
 	$(GO) build -o $(BIN)/worker ./cmd/worker
 	$(GO) run ./cmd/bench -worker $(BIN)/worker -out results/starvation -only paused-head,held-head $(BASELINE_FLAG) $(BENCH_FLAGS)
 
-# check-order runs for OUTBOX_CHECK_DURATION, 10m unless OUTBOX_CHECK_SEEDS
-# bounds it instead (OUTBOX_CHECK_FROM: the first seed).
-CHECK_ORDER_DURATION := $(or $(OUTBOX_CHECK_DURATION),$(if $(OUTBOX_CHECK_SEEDS),,10m))
+# check-order runs for OUTBOX_TEST_CHECK_DURATION, 10m unless OUTBOX_TEST_CHECK_SEEDS
+# bounds it instead (OUTBOX_TEST_CHECK_FROM: the first seed).
+CHECK_ORDER_DURATION := $(or $(OUTBOX_TEST_CHECK_DURATION),$(if $(OUTBOX_TEST_CHECK_SEEDS),,10m))
 
 .PHONY: check-order
-check-order: ## Hunt interleavings of the ordered claim as long as asked (OUTBOX_CHECK_DURATION=10m or OUTBOX_CHECK_SEEDS=n), then the real store on FerretDB (OUTBOX_STORE_CHECK_SEEDS=20): prints seeds per minute, operations explored, the states the known holes need, and any failing seed
-	OUTBOX_CHECK_DURATION=$(CHECK_ORDER_DURATION) $(GO) test -run TestInterleavingsChecker -count=1 -v -timeout 0 ./claim/plan/check/
-	OUTBOX_STORE_CHECK_SEEDS=$(or $(OUTBOX_STORE_CHECK_SEEDS),20) $(GO) test -run TestInterleavingsChecker -count=1 -v -timeout 0 ./mongo/
+check-order: ## Hunt interleavings of the ordered claim as long as asked (OUTBOX_TEST_CHECK_DURATION=10m or OUTBOX_TEST_CHECK_SEEDS=n), then the real store on FerretDB (OUTBOX_TEST_STORE_CHECK_SEEDS=20): prints seeds per minute, operations explored, the states the known holes need, and any failing seed
+	OUTBOX_TEST_CHECK_DURATION=$(CHECK_ORDER_DURATION) $(GO) test -run TestInterleavingsChecker -count=1 -v -timeout 0 ./claim/plan/check/
+	OUTBOX_TEST_STORE_CHECK_SEEDS=$(or $(OUTBOX_TEST_STORE_CHECK_SEEDS),20) $(GO) test -run TestInterleavingsChecker -count=1 -v -timeout 0 ./mongo/

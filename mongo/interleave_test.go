@@ -35,18 +35,18 @@ import (
 //
 // It is the store's half of the search: claim/plan/check searches a model
 // of the protocol much faster. A failing seed replays alone:
-// OUTBOX_STORE_CHECK_FIRST=<seed> OUTBOX_STORE_CHECK_SEEDS=1; make
+// OUTBOX_TEST_STORE_CHECK_FIRST=<seed> OUTBOX_TEST_STORE_CHECK_SEEDS=1; make
 // check-order runs more of them.
 func TestInterleavingsChecker(t *testing.T) {
 	t.Parallel()
-	first, seeds := envInt(t, "OUTBOX_STORE_CHECK_FIRST", 1), envInt(t, "OUTBOX_STORE_CHECK_SEEDS", 3)
+	first, seeds := envInt(t, "OUTBOX_TEST_STORE_CHECK_FIRST", 1), envInt(t, "OUTBOX_TEST_STORE_CHECK_SEEDS", 3)
 	db := testenv.Database(t)
 	var total reached
 	start := time.Now()
 	for seed := first; seed < first+seeds; seed++ {
 		r := newInterleaving(t, db, uint64(seed))
 		if err := r.run(t.Context()); err != nil {
-			t.Fatalf("seed %d: %v\nreplay: OUTBOX_STORE_CHECK_FIRST=%d OUTBOX_STORE_CHECK_SEEDS=1 go test -run TestInterleavingsChecker ./mongo/", seed, err, seed)
+			t.Fatalf("seed %d: %v\nreplay: OUTBOX_TEST_STORE_CHECK_FIRST=%d OUTBOX_TEST_STORE_CHECK_SEEDS=1 go test -run TestInterleavingsChecker ./mongo/", seed, err, seed)
 		}
 		total.add(r.reached)
 	}

@@ -150,7 +150,9 @@ func testDatabase(t *testing.T, ctx context.Context, prefix string) string {
 		t.Fatalf("PostgreSQL at %s is needed (pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start): %v", adminURL, err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		// DROP DATABASE waits for an immediate checkpoint: beside other
+		// packages' writes it took over 30 s.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		admin, err := pgx.Connect(ctx, adminURL)
 		if err != nil {

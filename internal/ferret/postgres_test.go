@@ -35,7 +35,9 @@ func TestEnsurePostgresDatabaseConcurrent(t *testing.T) {
 		t.Fatalf("PostgreSQL at %s is needed (pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start): %v", adminURL, err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		// DROP DATABASE waits for an immediate checkpoint: beside other
+		// packages' writes it took over 30 s.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()); err != nil {
 			t.Errorf("drop test database %s: %v", name, err)

@@ -39,7 +39,10 @@ const ClientMaxPoolSize = 20
 const (
 	ferretStartTimeout = 30 * time.Second
 	pingTimeout        = 30 * time.Second
-	cleanupTimeout     = 30 * time.Second
+	// cleanupTimeout bounds a test database's drop: DROP DATABASE waits
+	// for an immediate checkpoint, which beside other packages' writes
+	// took over 30 s (CI: internal/ferret).
+	cleanupTimeout = 2 * time.Minute
 )
 
 // embeddedURI starts, on its first call in this test binary, the FerretDB

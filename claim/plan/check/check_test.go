@@ -55,19 +55,19 @@ func (w *sweep) String() string {
 // seeds and fails with the seed of any run the oracle rejects, or if the
 // search did not reach each state the known holes need often enough.
 //
-// OUTBOX_CHECK_SEEDS=n runs n seeds; OUTBOX_CHECK_DURATION=10m runs seeds
-// for that long (at most n where both are set); OUTBOX_CHECK_FROM=s
+// OUTBOX_TEST_CHECK_SEEDS=n runs n seeds; OUTBOX_TEST_CHECK_DURATION=10m runs seeds
+// for that long (at most n where both are set); OUTBOX_TEST_CHECK_FROM=s
 // starts at seed s;
-// OUTBOX_CHECK_KNOB re-opens a hole (knobsFromEnv).
-// OUTBOX_CHECK_SEED=s replays seed s alone, and with OUTBOX_CHECK_TRACE=a
+// OUTBOX_TEST_CHECK_KNOB re-opens a hole (knobsFromEnv).
+// OUTBOX_TEST_CHECK_SEED=s replays seed s alone, and with OUTBOX_TEST_CHECK_TRACE=a
 // (an aggregateId, such as a12) tells what happened to that aggregate.
 func TestInterleavingsChecker(t *testing.T) {
-	if s := os.Getenv("OUTBOX_CHECK_SEED"); s != "" {
+	if s := os.Getenv("OUTBOX_TEST_CHECK_SEED"); s != "" {
 		seed, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
-			t.Fatalf("OUTBOX_CHECK_SEED=%q: %v", s, err)
+			t.Fatalf("OUTBOX_TEST_CHECK_SEED=%q: %v", s, err)
 		}
-		tr := run(seed, knobsFromEnv(t), os.Getenv("OUTBOX_CHECK_TRACE"))
+		tr := run(seed, knobsFromEnv(t), os.Getenv("OUTBOX_TEST_CHECK_TRACE"))
 		for _, line := range tr.trace {
 			t.Log(line)
 		}
@@ -79,20 +79,20 @@ func TestInterleavingsChecker(t *testing.T) {
 		return
 	}
 	knobs := knobsFromEnv(t)
-	from := envUint(t, "OUTBOX_CHECK_FROM", 0)
-	seeds := envUint(t, "OUTBOX_CHECK_SEEDS", defaultSeeds)
+	from := envUint(t, "OUTBOX_TEST_CHECK_FROM", 0)
+	seeds := envUint(t, "OUTBOX_TEST_CHECK_SEEDS", defaultSeeds)
 	var duration time.Duration
-	if d := os.Getenv("OUTBOX_CHECK_DURATION"); d != "" {
+	if d := os.Getenv("OUTBOX_TEST_CHECK_DURATION"); d != "" {
 		var err error
 		if duration, err = time.ParseDuration(d); err != nil {
-			t.Fatalf("OUTBOX_CHECK_DURATION=%q: %v", d, err)
+			t.Fatalf("OUTBOX_TEST_CHECK_DURATION=%q: %v", d, err)
 		}
-		if os.Getenv("OUTBOX_CHECK_SEEDS") == "" {
+		if os.Getenv("OUTBOX_TEST_CHECK_SEEDS") == "" {
 			seeds = 1 << 62 // as long as asked
 		}
 	}
 	want := minReached
-	if (testing.Short() || raceEnabled) && duration == 0 && os.Getenv("OUTBOX_CHECK_SEEDS") == "" {
+	if (testing.Short() || raceEnabled) && duration == 0 && os.Getenv("OUTBOX_TEST_CHECK_SEEDS") == "" {
 		seeds, want = defaultSeeds/10, minReached/10
 	}
 	w := &sweep{}
@@ -115,7 +115,7 @@ func TestInterleavingsChecker(t *testing.T) {
 			t.Errorf("... and %d more", len(w.failed)-20)
 			break
 		}
-		t.Errorf("seed %d (replay: OUTBOX_CHECK_SEED=%d go test -run TestInterleavingsChecker -v ./claim/plan/check/): %s",
+		t.Errorf("seed %d (replay: OUTBOX_TEST_CHECK_SEED=%d go test -run TestInterleavingsChecker -v ./claim/plan/check/): %s",
 			r.Seed, r.Seed, r.Violation)
 	}
 	for _, s := range []struct {
@@ -133,11 +133,11 @@ func TestInterleavingsChecker(t *testing.T) {
 	}
 }
 
-// knobsFromEnv reads OUTBOX_CHECK_KNOB: hole1, hole2, hole3, hole4,
+// knobsFromEnv reads OUTBOX_TEST_CHECK_KNOB: hole1, hole2, hole3, hole4,
 // straggling-park, stale-steps or unpark-in-doubt re-open that hole in the model, to measure how many
 // seeds the checker needs to find it.
 func knobsFromEnv(t *testing.T) Knobs {
-	switch k := os.Getenv("OUTBOX_CHECK_KNOB"); k {
+	switch k := os.Getenv("OUTBOX_TEST_CHECK_KNOB"); k {
 	case "":
 		return Knobs{}
 	case "hole1":
@@ -155,7 +155,7 @@ func knobsFromEnv(t *testing.T) Knobs {
 	case "unpark-in-doubt":
 		return Knobs{UnparkInDoubt: true}
 	default:
-		t.Fatalf("OUTBOX_CHECK_KNOB=%q: hole1, hole2, hole3, hole4, straggling-park, stale-steps or unpark-in-doubt", k)
+		t.Fatalf("OUTBOX_TEST_CHECK_KNOB=%q: hole1, hole2, hole3, hole4, straggling-park, stale-steps or unpark-in-doubt", k)
 		return Knobs{}
 	}
 }

@@ -142,7 +142,7 @@ type sim struct {
 	// FAILED events skipped); over: every event reached its end.
 	drain, over bool
 	violation   string
-	// traceAgg, where set (OUTBOX_CHECK_TRACE with OUTBOX_CHECK_SEED),
+	// traceAgg, where set (OUTBOX_TEST_CHECK_TRACE with OUTBOX_TEST_CHECK_SEED),
 	// names the aggregate whose story tracef tells.
 	traceAgg string
 	traced   []string
