@@ -136,7 +136,11 @@ func clone(m map[string]bool) map[string]bool {
 // drain that the read-ahead serves next.
 func TestPlanProperties(t *testing.T) {
 	t.Parallel()
-	for seed := range uint64(20000) {
+	lanes := uint64(20000)
+	if raceEnabled {
+		lanes /= 10
+	}
+	for seed := range lanes {
 		checkSeed(t, seed)
 		if t.Failed() {
 			return
