@@ -215,7 +215,7 @@ func (p *switchPublisher) Publish(_ context.Context, msgs []events.Message) []er
 	return errs
 }
 
-// TestAbandonedKeysHeldUntilTheWriteCannotLand (issue 40, hole 3): a claim
+// TestAbandonedKeysHeldUntilTheWriteCannotLand a claim
 // write whose error came back early (a broken connection) may still be
 // applied by the server until its own deadline: releases that find nothing
 // before it prove nothing, and the write's aggregates stay held. Before:

@@ -28,7 +28,7 @@ func (s *handOverStore) ReadClaimable(ctx context.Context, now time.Time, limit 
 	return docs, more, err
 }
 
-// TestParksOnlyWhileHeld (issue 40, hole 4): a claim whose partitions
+// TestParksOnlyWhileHeld a claim whose partitions
 // change hands after its read parks nothing in them. Its parks are
 // written under the claimer's hold, and only in the partitions still held
 // under the tenure it read with: a park written after the give-back could

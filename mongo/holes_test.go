@@ -91,7 +91,7 @@ func TestResumeHoldsUntilItsUnparkIsWritten(t *testing.T) {
 	})
 }
 
-// TestLostEventHoldsItsKey (issue 40, hole 3): a claim whose write loses
+// TestLostEventHoldsItsKey a claim whose write loses
 // an event it read to another write (another worker's claim; on FerretDB
 // two guarded updates can both read it as NEW) does not keep a later
 // event of that aggregate: it puts it back, attempt refunded. Before:

@@ -69,7 +69,7 @@ func envInt(t *testing.T, name string, def int) int {
 	return n
 }
 
-// reached counts the states the holes of issue 40 needed: a claim cut by
+// reached counts the states that known ordering holes needed: a claim cut by
 // its byte bound, a resume with events written during its unpark, a claim
 // write after a give-back of a partition it read in, a park after one.
 type reached struct {

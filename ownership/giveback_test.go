@@ -126,7 +126,7 @@ func TestSmallClockJumpKeepsThePartitions(t *testing.T) {
 	}
 }
 
-// TestWriteInDoubtLastsUntilItsDeadline (issue 40, hole 3): a write whose
+// TestWriteInDoubtLastsUntilItsDeadline a write whose
 // error came back early (a broken connection, 10 margins before its
 // deadline) may still be applied by the server until its deadline, which
 // the driver sent as maxTimeMS: a give-back does not free its partition

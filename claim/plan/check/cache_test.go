@@ -15,7 +15,7 @@ import (
 // what it knows of the parked events of its partitions, by key (a type's
 // unkeyed events under plan.UnkeyedPrefix).
 //
-// As in the store since issue 40's fix of hole 2: a released key stays,
+// As in the store: a released key stays,
 // as being unparked (plan.Snapshot.Unparking: its events held, neither
 // taken nor parked), until every unpark step naming it is written or
 // dropped. And, beyond the store (the hole this checker found): a key is

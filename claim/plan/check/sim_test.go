@@ -23,7 +23,7 @@ import (
 // also the monotonic clock leases are measured with.
 type ms = int64
 
-// Knobs re-open one known hole of the protocol each (issue 40, part 1),
+// Knobs re-open one known hole of the protocol each,
 // in the model only; only tests set them.
 type Knobs struct {
 	// DropByteCut: a claim cut by the byte bound drops the event that did

@@ -128,7 +128,7 @@ func (r *replica) writeClaim(c *claim, out plan.Outcome, then func()) {
 			r.ahead.drop()
 		}
 		// An event lost to another write holds its key (the store since
-		// issue 40's fix of hole 3): what the claim won behind it goes
+		// the fix of a straggling claim): what the claim won behind it goes
 		// back unpublished. With the knob PartialClaim it is published.
 		var docs []*doc
 		lost, behind := map[string]bool{}, map[int]bool{}
