@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -12,11 +11,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
-	driver "go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/outboxrelay/outbox/events"
-	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/mongo"
 )
 
@@ -75,18 +71,7 @@ func publishedReadingStore(t *testing.T) (*mongo.Store, func() int) {
 			}
 		},
 	}
-	client, err := driver.Connect(options.Client().ApplyURI(testenv.MongoURI(t)).SetMonitor(monitor))
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
-	db := client.Database(testenv.UniqueName(t, "t_"))
-	t.Cleanup(func() { _ = db.Drop(context.Background()) })
-	s := mongo.New(client, mongo.Config{Database: db.Name(), Logger: slog.New(slog.DiscardHandler)})
-	if err := s.Prepare(t.Context()); err != nil {
-		t.Fatalf("Prepare: %v", err)
-	}
-	return s, func() int {
+	return monitoredStore(t, monitor), func() int {
 		mu.Lock()
 		defer mu.Unlock()
 		return read
