@@ -23,8 +23,12 @@ import (
 	"github.com/outboxrelay/outbox/mongo"
 )
 
-// shardKey is the shard key docs/scaling.md advises.
-var shardKey = bson.D{{Key: events.FieldPartition, Value: 1}, {Key: events.FieldAggregateID, Value: 1}}
+// shardKey is the shard key docs/scaling.md advises, and shardMiddle the
+// value that splits the partitions in two.
+var (
+	shardKey    = bson.D{{Key: events.FieldPartition, Value: 1}, {Key: events.FieldAggregateID, Value: 1}}
+	shardMiddle = bson.D{{Key: events.FieldPartition, Value: int32(events.Partitions / 2)}, {Key: events.FieldAggregateID, Value: bson.MinKey{}}}
+)
 
 func TestContainerShardedClaim(t *testing.T) {
 	t.Parallel()
@@ -37,18 +41,10 @@ func TestContainerShardedClaim(t *testing.T) {
 	}
 	coll := s.Collection()
 	ns := coll.Database().Name() + "." + coll.Name()
-	if err := cluster.Client.Database("admin").RunCommand(ctx, bson.D{{Key: "shardCollection", Value: ns}, {Key: "key", Value: shardKey}}).Err(); err != nil {
-		t.Fatalf("shardCollection %s: %v", ns, err)
-	}
 	// Two chunks: the first, where the collection began, holds the events
 	// without a stored partition (null sorts before every number) and
 	// partitions 0 to 31; the second, on the other shard, 32 to 63.
-	low := cluster.ChunkShard(t, ns, bson.D{{Key: events.FieldPartition, Value: bson.MinKey{}}, {Key: events.FieldAggregateID, Value: bson.MinKey{}}})
-	high := cluster.Shards[0]
-	if high == low {
-		high = cluster.Shards[1]
-	}
-	cluster.MoveChunk(t, ns, bson.D{{Key: events.FieldPartition, Value: int32(events.Partitions / 2)}, {Key: events.FieldAggregateID, Value: bson.MinKey{}}}, high)
+	low, high := cluster.ShardTwoWays(t, ns, shardKey, shardMiddle)
 
 	lowOwned, highOwned := partitionRange(0, 16), partitionRange(32, 48)
 	lowAggs, highAggs := ownedAggregates("low", lowOwned, 100), ownedAggregates("high", highOwned, 100)

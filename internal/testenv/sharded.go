@@ -38,7 +38,7 @@ const shardedReadyTimeout = 2 * time.Minute
 // ShardedCluster starts Sharded: RequireDocker (skip, or fail when
 // required), then the five containers, removed in t.Cleanup with their
 // network. The balancer is stopped, so that the chunks stay where a test
-// puts them (MoveChunk).
+// puts them (ShardTwoWays).
 func ShardedCluster(t testing.TB) Sharded {
 	t.Helper()
 	RequireDocker(t)
@@ -122,35 +122,43 @@ func startServer(ctx context.Context, t testing.TB, nw *testcontainers.DockerNet
 	return addr
 }
 
-// MoveChunk splits the sharded collection ns (database.collection) at
-// middle, a value of its whole shard key, unless a chunk begins there
-// already, and puts the chunk that begins at middle on shard to.
-func (c Sharded) MoveChunk(t testing.TB, ns string, middle bson.D, to string) {
+// ShardTwoWays shards the collection ns (database.collection) on key and
+// splits it at middle, a value of the whole key: the chunk below middle
+// stays on the shard the collection began on, first, and the chunk from
+// middle on goes to the other shard, second.
+func (c Sharded) ShardTwoWays(t testing.TB, ns string, key, middle bson.D) (first, second string) {
 	t.Helper()
 	ctx := t.Context()
-	if owner, err := c.chunkShard(ctx, ns, middle); err != nil {
-		t.Fatalf("testenv: chunk of %s at %v: %v", ns, middle, err)
-	} else if owner == "" {
-		if err := adminCommand(ctx, c.Client, bson.D{{Key: "split", Value: ns}, {Key: "middle", Value: middle}}); err != nil {
-			t.Fatalf("testenv: split %s at %v: %v", ns, middle, err)
-		}
+	if err := adminCommand(ctx, c.Client, bson.D{{Key: "shardCollection", Value: ns}, {Key: "key", Value: key}}); err != nil {
+		t.Fatalf("testenv: shard %s on %v: %v", ns, key, err)
 	}
-	owner, err := c.chunkShard(ctx, ns, middle)
-	if err != nil || owner == "" {
-		t.Fatalf("testenv: chunk of %s at %v after the split: shard %q, %v", ns, middle, owner, err)
+	var lowest bson.D
+	for _, e := range key {
+		lowest = append(lowest, bson.E{Key: e.Key, Value: bson.MinKey{}})
 	}
-	if owner == to {
-		return
+	first = c.chunkOwner(t, ns, lowest)
+	second = c.Shards[0]
+	if second == first {
+		second = c.Shards[1]
 	}
-	move := bson.D{{Key: "moveChunk", Value: ns}, {Key: "find", Value: middle}, {Key: "to", Value: to}, {Key: "_waitForDelete", Value: true}}
+	if err := adminCommand(ctx, c.Client, bson.D{{Key: "split", Value: ns}, {Key: "middle", Value: middle}}); err != nil {
+		t.Fatalf("testenv: split %s at %v: %v", ns, middle, err)
+	}
+	if c.chunkOwner(t, ns, middle) == second {
+		return first, second
+	}
+	move := bson.D{{Key: "moveChunk", Value: ns}, {Key: "find", Value: middle}, {Key: "to", Value: second}, {Key: "_waitForDelete", Value: true}}
 	if err := adminCommand(ctx, c.Client, move); err != nil {
-		t.Fatalf("testenv: move the chunk of %s at %v to %s: %v", ns, middle, to, err)
+		t.Fatalf("testenv: move the chunk of %s at %v to %s: %v", ns, middle, second, err)
 	}
+	if owner := c.chunkOwner(t, ns, middle); owner != second {
+		t.Fatalf("testenv: the chunk of %s at %v is on %s after its move to %s", ns, middle, owner, second)
+	}
+	return first, second
 }
 
-// ChunkShard is the shard that holds the chunk of ns beginning at
-// start (the shard key's MinKey values for the first chunk).
-func (c Sharded) ChunkShard(t testing.TB, ns string, start bson.D) string {
+// chunkOwner is the shard that holds the chunk of ns beginning at start.
+func (c Sharded) chunkOwner(t testing.TB, ns string, start bson.D) string {
 	t.Helper()
 	owner, err := c.chunkShard(t.Context(), ns, start)
 	if err != nil || owner == "" {
