@@ -103,18 +103,34 @@ func Containers(t testing.TB) (mongoURI, amqpURL string) {
 	RequireDocker(t)
 	ctx, cancel := context.WithTimeout(t.Context(), containerStartTimeout)
 	defer cancel()
-	mongoURI = replicaSetURI(ctx, t)
+	return replicaSetURI(ctx, t), rabbitURL(ctx, t)
+}
+
+// RabbitMQ is the container suite's broker for a test that starts its
+// MongoDB otherwise (ShardedCluster): RequireDocker, then RabbitImage,
+// removed in t.Cleanup. It returns its URL.
+func RabbitMQ(t testing.TB) string {
+	t.Helper()
+	RequireDocker(t)
+	ctx, cancel := context.WithTimeout(t.Context(), containerStartTimeout)
+	defer cancel()
+	return rabbitURL(ctx, t)
+}
+
+// rabbitURL starts RabbitImage, removed in t.Cleanup, and returns its URL.
+func rabbitURL(ctx context.Context, t testing.TB) string {
+	t.Helper()
 	// Not guest: RabbitMQ lets guest in from localhost only.
 	rc, err := tcrabbit.Run(ctx, RabbitImage, tcrabbit.WithAdminUsername("outbox"), tcrabbit.WithAdminPassword("outbox-e2e"))
 	testcontainers.CleanupContainer(t, rc)
 	if err != nil {
 		t.Fatalf("testenv: start %s: %v", RabbitImage, err)
 	}
-	amqpURL, err = rc.AmqpURL(ctx)
+	url, err := rc.AmqpURL(ctx)
 	if err != nil {
 		t.Fatalf("testenv: RabbitMQ URL: %v", err)
 	}
-	return mongoURI, amqpURL + "/"
+	return url + "/"
 }
 
 // ContainersWithAuth is Containers with MongoDB's authentication on: its
@@ -125,17 +141,7 @@ func ContainersWithAuth(t testing.TB, user, password string) (mongoURI, amqpURL 
 	RequireDocker(t)
 	ctx, cancel := context.WithTimeout(t.Context(), containerStartTimeout)
 	defer cancel()
-	mongoURI = replicaSetURI(ctx, t, tcmongo.WithUsername(user), tcmongo.WithPassword(password))
-	rc, err := tcrabbit.Run(ctx, RabbitImage, tcrabbit.WithAdminUsername("outbox"), tcrabbit.WithAdminPassword("outbox-e2e"))
-	testcontainers.CleanupContainer(t, rc)
-	if err != nil {
-		t.Fatalf("testenv: start %s: %v", RabbitImage, err)
-	}
-	amqpURL, err = rc.AmqpURL(ctx)
-	if err != nil {
-		t.Fatalf("testenv: RabbitMQ URL: %v", err)
-	}
-	return mongoURI, amqpURL + "/"
+	return replicaSetURI(ctx, t, tcmongo.WithUsername(user), tcmongo.WithPassword(password)), rabbitURL(ctx, t)
 }
 
 // replicaSetURI starts MongoImage as a single-node replica set, with more
