@@ -362,6 +362,7 @@ func New(cfg Config) (*Console, error) {
 		c.mux.HandleFunc("POST /skip", c.skipSelection)
 		c.mux.HandleFunc("POST /events/{id}/requeue", c.requeueEvent)
 		c.mux.HandleFunc("POST /events/{id}/skip", c.skipEvent)
+		c.mux.HandleFunc("POST /events/{id}/discard", c.discardEvent)
 		c.mux.HandleFunc("POST /pause", c.pauseType)
 		c.mux.HandleFunc("POST /resume", c.resumeType)
 	}
