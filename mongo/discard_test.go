@@ -1,10 +1,12 @@
 package mongo_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	driver "go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/mongo"
@@ -75,4 +77,33 @@ func TestDiscardIsTerminalAndFreesItsAggregate(t *testing.T) {
 	if a := get(t, coll, "a"); a.DiscardedBy != "ada" || a.Status != events.StatusFailed {
 		t.Errorf("a = %s discarded by %q; want FAILED, ada's record kept", a.Status, a.DiscardedBy)
 	}
+}
+
+// TestDiscardedHoldsNothingInTheClaims: the claims pass a discarded
+// event as they pass a skipped one, whether it was not skipped before
+// or was skipped before the skipped flag existed (skippedAt alone: the
+// discard writes the flag); a FAILED event not discarded still holds.
+func TestDiscardedHoldsNothingInTheClaims(t *testing.T) {
+	t.Parallel()
+	eachClaimStrategy(t, func(t *testing.T, s *mongo.Store, coll *driver.Collection) {
+		failed := func(id, agg string) bson.D {
+			d := laneEvent(id, "order.created", agg, 0)
+			d[3].Value = events.StatusFailed
+			return d
+		}
+		old := append(failed("old", "b"), field(events.FieldSkippedAt, base))
+		insert(t, coll, failed("fresh", "a"), old, failed("holds", "c"),
+			laneEvent("a2", "order.created", "a", 10), laneEvent("b2", "order.created", "b", 11), laneEvent("c2", "order.created", "c", 12))
+		if n, err := s.Discard(t.Context(), []string{"fresh", "old"}, "op", "duplicates", time.Now(), false); err != nil || n != 2 {
+			t.Fatalf("Discard = %d, %v", n, err)
+		}
+		if !has(t, coll, "old", events.FieldSkipped) {
+			t.Errorf("an event skipped before the flag existed was discarded without %s", events.FieldSkipped)
+		}
+		got := claimLane(t, s, "t", events.ClaimLimit{Events: 10, Ordered: true, FailedHolds: true})
+		slices.Sort(got)
+		if !slices.Equal(got, []string{"a2", "b2"}) {
+			t.Errorf("claimed %v, want [a2 b2]: behind the discarded events, not behind the FAILED one", got)
+		}
+	})
 }
