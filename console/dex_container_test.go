@@ -5,29 +5,24 @@ package console_test
 // confidential client with its secret, and the roles from the provider's
 // groups claim. Dex runs from its published image where Docker exists
 // (the container suite: it skips, saying so, where there is none), or
-// from a binary OUTBOX_TEST_DEX_BINARY names, which needs no Docker.
+// from a binary OUTBOX_TEST_DEX_BINARY names, which needs no Docker
+// (testenv.Dex).
 // Each user signs in at Dex's own password form, through the
 // authorization code flow with PKCE the console starts.
 
 import (
-	"context"
 	"fmt"
 	"html"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/testcontainers/testcontainers-go"
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"golang.org/x/crypto/bcrypt"
 
 	"github.com/outboxrelay/outbox/console"
 	"github.com/outboxrelay/outbox/events"
@@ -37,127 +32,13 @@ import (
 	"github.com/outboxrelay/outbox/service"
 )
 
-// dexImage is the Dex the container suite runs: the first release whose
-// static users carry groups.
-const dexImage = "ghcr.io/dexidp/dex:v2.45.1"
-
-// envDexBinary names a dex binary to run instead of the image.
-const envDexBinary = "OUTBOX_TEST_DEX_BINARY"
-
-const (
-	dexClientID     = "outbox-console"
-	dexClientSecret = "dex-console-secret-0123456789"
-	dexPassword     = "correct horse battery"
-)
-
-// dexUsers are Dex's static users and their groups: the console's roles
-// are groups of the same names, beside groups that are none.
-var dexUsers = []struct{ email, name string }{
-	{"vera@example.com", "vera"}, {"otto@example.com", "otto"}, {"ada@example.com", "ada"}, {"nora@example.com", "nora"},
-}
-
-var dexGroups = map[string][]string{
-	"vera@example.com": {"viewer"},
-	"otto@example.com": {"operator", "payments-team"},
-	"ada@example.com":  {"admin"},
-	"nora@example.com": {"payments-team"},
-}
-
-// dexConfig is Dex's configuration: an in-memory storage, its password
-// database with the static users, the console as a static client, and
-// no approval screen (the console asks for nothing a user must grant).
-func dexConfig(t *testing.T, issuer, listen, redirect string) string {
-	t.Helper()
-	hash, err := bcrypt.GenerateFromPassword([]byte(dexPassword), bcrypt.DefaultCost) // Dex refuses a cost under 10
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "issuer: %s\nstorage:\n  type: memory\nweb:\n  http: %s\n", issuer, listen)
-	b.WriteString("logger:\n  level: warn\noauth2:\n  skipApprovalScreen: true\n  responseTypes: [code]\nenablePasswordDB: true\n")
-	fmt.Fprintf(&b, "staticClients:\n  - id: %s\n    secret: %s\n    name: outbox console\n    redirectURIs:\n      - %s\n", dexClientID, dexClientSecret, redirect)
-	b.WriteString("staticPasswords:\n")
-	for i, u := range dexUsers {
-		fmt.Fprintf(&b, "  - email: %q\n    hash: %q\n    username: %q\n    userID: \"%08d-0000-4000-8000-000000000000\"\n    groups: [%s]\n",
-			u.email, hash, u.name, i+1, strings.Join(dexGroups[u.email], ", "))
-	}
-	return b.String()
-}
-
-// freePort is a port nothing listens on now, for Dex, whose issuer must
-// name the address the console and the browser reach it at before it
-// starts.
-func freePort(t *testing.T) int {
-	t.Helper()
-	lis, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := lis.Addr().(*net.TCPAddr).Port
-	if err := lis.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return port
-}
-
-// startDex starts Dex with the console's redirect URL and returns its
-// issuer once its discovery document is served.
-func startDex(t *testing.T, redirect string) string {
-	t.Helper()
-	port := freePort(t)
-	issuer := fmt.Sprintf("http://127.0.0.1:%d/dex", port)
-	dir := t.TempDir()
-	config := filepath.Join(dir, "config.yaml")
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	defer cancel()
-	if bin := os.Getenv(envDexBinary); bin != "" {
-		if err := os.WriteFile(config, []byte(dexConfig(t, issuer, fmt.Sprintf("127.0.0.1:%d", port), redirect)), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		var logs strings.Builder
-		cmd := exec.CommandContext(context.WithoutCancel(t.Context()), bin, "serve", config)
-		cmd.Stdout, cmd.Stderr = &logs, &logs
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("start %s: %v", bin, err)
-		}
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			if t.Failed() {
-				t.Logf("dex's log:\n%s", logs.String())
-			}
-		})
-	} else {
-		testenv.RequireDocker(t)
-		if err := os.WriteFile(config, []byte(dexConfig(t, issuer, fmt.Sprintf("0.0.0.0:%d", port), redirect)), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		// The same port inside and out: the issuer Dex writes into its
-		// tokens is the address the console checks them against.
-		c, err := testcontainers.Run(ctx, dexImage,
-			testcontainers.WithExposedPorts(fmt.Sprintf("127.0.0.1:%d:%d/tcp", port, port)),
-			testcontainers.WithFiles(testcontainers.ContainerFile{HostFilePath: config, ContainerFilePath: "/etc/dex/outbox.yaml", FileMode: 0o644}),
-			testcontainers.WithCmd("dex", "serve", "/etc/dex/outbox.yaml"),
-		)
-		testcontainers.CleanupContainer(t, c)
-		if err != nil {
-			t.Fatalf("start %s: %v", dexImage, err)
-		}
-	}
-	discovery := issuer + "/.well-known/openid-configuration"
-	testenv.Eventually(t, time.Minute, func() (bool, string) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, discovery, nil)
-		if err != nil {
-			return false, err.Error()
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return false, err.Error()
-		}
-		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, fmt.Sprintf("%s answered %d", discovery, resp.StatusCode)
-	})
-	return issuer
+// dexUsers are Dex's static users: the console's roles are groups of
+// the same names, beside groups that are none.
+var dexUsers = []testenv.DexUser{
+	{Email: "vera@example.com", Name: "vera", Groups: []string{"viewer"}},
+	{Email: "otto@example.com", Name: "otto", Groups: []string{"operator", "payments-team"}},
+	{Email: "ada@example.com", Name: "ada", Groups: []string{"admin"}},
+	{Email: "nora@example.com", Name: "nora", Groups: []string{"payments-team"}},
 }
 
 // dexSignIn signs email in from the console's overview at Dex's
@@ -170,7 +51,7 @@ func dexSignIn(t *testing.T, b *agent, consoleURL, email string) (int, string) {
 		t.Fatalf("the overview without a session led to %s (%d), want Dex's password form:\n%s", at, code, page)
 	}
 	post := mustParse(t, at).ResolveReference(mustParse(t, html.UnescapeString(form[1]))).String()
-	code, page, h := b.do(http.MethodPost, post, url.Values{"login": {email}, "password": {dexPassword}})
+	code, page, h := b.do(http.MethodPost, post, url.Values{"login": {email}, "password": {testenv.DexPassword}})
 	if code < 300 || code >= 400 {
 		t.Fatalf("Dex's sign-in of %s = %d, want a redirect:\n%s", email, code, page)
 	}
@@ -191,7 +72,7 @@ func TestContainerDexSignInRoles(t *testing.T) {
 		t.Fatal(err)
 	}
 	consoleURL := "http://" + lis.Addr().String()
-	issuer := startDex(t, consoleURL+"/auth/callback")
+	issuer := testenv.Dex(t, consoleURL+"/auth/callback", dexUsers)
 
 	store := mongotest.Store(t)
 	at := time.Now().UTC().Add(-time.Hour).Truncate(time.Millisecond)
@@ -201,7 +82,7 @@ func TestContainerDexSignInRoles(t *testing.T) {
 		mongotest.Event("other", events.StatusFailed, at.Add(2*time.Second), bson.E{Key: events.FieldLastError, Value: "nacked"}),
 	)
 	o, err := console.NewOIDC(t.Context(), console.OIDCConfig{
-		IssuerURL: issuer, ClientID: dexClientID, ClientSecret: dexClientSecret, RedirectURL: consoleURL + "/auth/callback",
+		IssuerURL: issuer, ClientID: testenv.DexClientID, ClientSecret: testenv.DexClientSecret, RedirectURL: consoleURL + "/auth/callback",
 		Scopes: []string{"profile", "email", "groups"}, RolesClaim: "groups",
 	})
 	if err != nil {
