@@ -342,3 +342,43 @@ func TestOIDCDiscardNeedsAdmin(t *testing.T) {
 		t.Errorf("audit = %+v, want ada's discard of evil-1, done, with its reason", a)
 	}
 }
+
+// TestOIDCBulkDiscardNeedsAdmin: a discard of a selection is previewed
+// as a skip is; the preview is refused to an operator, and an admin's is
+// done once confirmed, on the previewed events alone, and audited.
+func TestOIDCBulkDiscardNeedsAdmin(t *testing.T) {
+	t.Parallel()
+	s := startOIDC(t, console.Config{})
+	s.store.matching = 2
+	otto := newAgent(t)
+	otto.signIn(s, "otto@example.com")
+	if _, page, _ := otto.do(http.MethodGet, s.url+"/events?status=FAILED", nil); strings.Contains(page, "/discard") {
+		t.Errorf("an operator's list of FAILED events offers a discard of a selection")
+	}
+	if code, page, _ := otto.do(http.MethodGet, s.url+"/discard?id=e-0&id=e-1", nil); code != http.StatusForbidden || !strings.Contains(page, "admin") {
+		t.Errorf("an operator's preview of a discard = %d, want 403 naming the admin role:\n%s", code, page)
+	}
+	ada := newAgent(t)
+	ada.signIn(s, "ada@example.com")
+	if _, page, _ := ada.do(http.MethodGet, s.url+"/events?status=FAILED", nil); !strings.Contains(page, `formaction="/discard"`) {
+		t.Errorf("an admin's list of FAILED events offers no discard of a selection:\n%s", page)
+	}
+	code, preview, _ := ada.do(http.MethodGet, s.url+"/discard?id=e-0&id=e-1", nil)
+	if code != http.StatusOK || !strings.Contains(preview, "2 FAILED events") || !strings.Contains(preview, "never") {
+		t.Fatalf("an admin's preview of a discard = %d, want 2 events that are never to be published:\n%s", code, preview)
+	}
+	form := url.Values{"preview": {previewIn(t, preview)}, "reason": {"duplicates"}, "csrf": {csrfIn(t, preview)}}
+	if code, _, _ := ada.do(http.MethodPost, s.url+"/discard", form); code != http.StatusBadRequest || len(s.store.discards) != 0 {
+		t.Errorf("a bulk discard without its confirmation = %d, discarded %v; want 400 and nothing", code, s.store.discards)
+	}
+	form.Set("confirm", "discard")
+	if code, page, _ := ada.do(http.MethodPost, s.url+"/discard", form); code != http.StatusSeeOther {
+		t.Fatalf("an admin's bulk discard = %d, want 303:\n%s", code, page)
+	}
+	if d := s.store.discards; !slices.Equal(d, []string{"e-0", "e-1"}) {
+		t.Errorf("discarded %v, want the previewed e-0 and e-1", d)
+	}
+	if a := s.store.actions; len(a) != 1 || a[0].Name != "discard" || a[0].By != "ada@example.com" || len(a[0].IDs) != 2 {
+		t.Errorf("audit = %+v, want ada's discard of the 2 previewed events", a)
+	}
+}
