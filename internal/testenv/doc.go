@@ -17,5 +17,7 @@
 // A missing server fails the test with instructions to start it; tests are
 // never skipped for that, except by RequireDocker, which guards the
 // container suite that runs where Docker exists: ReplicaSet (a real MongoDB
-// replica set) and Containers (that and RabbitMQ) start its servers.
+// replica set) and Containers (that and RabbitMQ) start its servers, and
+// Dex an OpenID provider (or from a dex binary, OUTBOX_TEST_DEX_BINARY,
+// without Docker).
 package testenv
