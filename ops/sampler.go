@@ -182,7 +182,7 @@ func NewSampler(cfg SamplerConfig) (*Sampler, error) {
 		Name: "sampler", Schedule: cfg.Schedule, Run: s.runOnce, RunAtStart: true, Logger: cfg.Logger,
 		// A sample only reads: a stop need not wait for it.
 		CancelOnStop: true,
-		Yield: cfg.Yield, LeftOut: cfg.Metrics.RunsLeftOut.WithLabelValues("sampler").Inc,
+		Yield:        cfg.Yield, LeftOut: cfg.Metrics.RunsLeftOut.WithLabelValues("sampler").Inc,
 	}); err != nil {
 		return nil, err
 	}
