@@ -15,7 +15,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/outboxrelay/outbox/internal/testenv"
+	"github.com/outboxrelay/outbox/events/internal/servertest"
 )
 
 const waitFor = 20 * time.Second
@@ -30,14 +30,14 @@ type rig struct {
 	queue    string
 	dlq      string
 	business *mongo.Collection
-	logs     *testenv.LogBuffer
+	logs     *servertest.LogBuffer
 }
 
 // setup declares a queue that dead-letters to its own DLQ through the
 // default exchange, and starts an inbox with handler in a fresh database.
 func setup(t *testing.T, handler Handler, cfg Config) *rig {
 	t.Helper()
-	r := &rig{t: t, db: testenv.Database(t), logs: &testenv.LogBuffer{}}
+	r := &rig{t: t, db: servertest.Database(t), logs: &servertest.LogBuffer{}}
 	r.business = r.db.Collection("business")
 	cfg.Database = r.db.Name()
 	cfg.Logger = slog.New(slog.NewJSONHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -48,11 +48,11 @@ func setup(t *testing.T, handler Handler, cfg Config) *rig {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	testenv.Start(t, in)
+	servertest.Start(t, in)
 	r.in = in
 
-	r.conn = testenv.Dial(t, testenv.AMQPURL(t))
-	r.queue, r.dlq = testenv.UniqueName(t, "inbox_q_"), testenv.UniqueName(t, "inbox_dlq_")
+	r.conn = servertest.Dial(t, servertest.AMQPURL(t))
+	r.queue, r.dlq = servertest.UniqueName(t, "inbox_q_"), servertest.UniqueName(t, "inbox_dlq_")
 	t.Cleanup(func() {
 		if ch, err := r.conn.Channel(); err == nil {
 			_, _ = ch.QueueDelete(r.queue, false, false, false)
@@ -146,7 +146,7 @@ func (r *rig) run() {
 // inbox's logs.
 func (r *rig) eventually(what string, cond func() bool) {
 	r.t.Helper()
-	testenv.Eventually(r.t, waitFor, func() (bool, string) {
+	servertest.Eventually(r.t, waitFor, func() (bool, string) {
 		return cond(), what + "\nlogs:\n" + r.logs.String()
 	})
 }
@@ -392,10 +392,10 @@ func TestNoMessageIDRejected(t *testing.T) {
 // handler must be idempotent, and expires records with its cleanup job.
 func TestWithoutTransactions(t *testing.T) {
 	t.Parallel()
-	if !testenv.IsFerretDB() {
+	r := setup(t, (&recorder{}).handle, Config{})
+	if !servertest.IsFerretDB(t, r.db.Client()) {
 		t.Skip("runs on FerretDB; a real MongoDB is the container suite's")
 	}
-	r := setup(t, (&recorder{}).handle, Config{})
 	if r.in.Transactional() || r.in.ExpiresByTTL() {
 		t.Errorf("Transactional, ExpiresByTTL = %v, %v on FerretDB; want false, false", r.in.Transactional(), r.in.ExpiresByTTL())
 	}
@@ -471,7 +471,7 @@ func (r *rig) useQuorumQueue() {
 	if _, err := r.ch.QueueDelete(r.queue, false, false, false); err != nil { // setup's classic queue
 		r.t.Fatal(err)
 	}
-	r.queue = testenv.UniqueName(r.t, "inbox_qq_") // deleted by setup's cleanup
+	r.queue = servertest.UniqueName(r.t, "inbox_qq_") // deleted by setup's cleanup
 	if _, err := r.ch.QueueDeclare(r.queue, true, false, false, false, amqp.Table{
 		"x-queue-type":              "quorum",
 		"x-dead-letter-exchange":    "",

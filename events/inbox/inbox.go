@@ -14,8 +14,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/outboxrelay/outbox/internal/deployment"
 )
 
 // Handler processes one message. With transactions, ctx carries the
@@ -153,7 +151,7 @@ func (i *Inbox) Start(ctx context.Context) error {
 	if i.started {
 		return nil
 	}
-	txn, err := deployment.SupportsTransactions(ctx, i.client)
+	txn, err := supportsTransactions(ctx, i.client)
 	if err != nil {
 		return fmt.Errorf("inbox: %w", err)
 	}
@@ -471,4 +469,21 @@ func deliveryCount(h amqp.Table) (int, bool) {
 
 func optionsUpsertAfter() options.Lister[options.FindOneAndUpdateOptions] {
 	return options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After)
+}
+
+// supportsTransactions asks the server what it is: transactions need a
+// replica set member (setName) or a mongos router (msg "isdbgrid"). A
+// standalone server, and FerretDB, report neither. The relay asks the
+// same in its own module; this module cannot import the relay's
+// packages, and the question is a few lines.
+func supportsTransactions(ctx context.Context, client *mongo.Client) (bool, error) {
+	var hello struct {
+		SetName string `bson:"setName"`
+		Msg     string `bson:"msg"`
+	}
+	err := client.Database("admin").RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&hello)
+	if err != nil {
+		return false, fmt.Errorf("ask the server what it is (hello): %w", err)
+	}
+	return hello.SetName != "" || hello.Msg == "isdbgrid", nil
 }

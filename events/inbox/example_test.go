@@ -11,7 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/outboxrelay/outbox/inbox"
+	"github.com/outboxrelay/outbox/events/inbox"
 )
 
 // New validates the configuration and names the setting at fault; it does

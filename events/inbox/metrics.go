@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/outboxrelay/outbox/internal/promset"
+	"github.com/outboxrelay/outbox/events/internal/promset"
 )
 
 // Reasons a message is rejected (label reason of outbox_inbox_rejected_total).

@@ -12,7 +12,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/outboxrelay/outbox/internal/rule"
+	"github.com/outboxrelay/outbox/events/internal/rule"
 )
 
 const (
