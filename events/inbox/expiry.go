@@ -126,7 +126,7 @@ func (i *Inbox) cleanupOnce(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("delete expired records: %w", err)
 	}
-	i.metrics.Expired.Add(float64(res.DeletedCount))
+	i.metrics.Expired(res.DeletedCount)
 	if _, err := i.attempts.DeleteMany(ctx, bson.D{{Key: fieldUpdatedAt, Value: bson.D{{Key: "$lt", Value: cutoff}}}}); err != nil {
 		return res.DeletedCount, fmt.Errorf("delete expired attempts: %w", err)
 	}

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -215,9 +214,9 @@ func TestDuplicateAfterLaterEventSkipped(t *testing.T) {
 	r.publish("o-1/v2", "o-1")
 	r.publish("o-1/v1", "o-1") // a killed replica's batch, delivered again
 	r.run()
-	m := r.in.Metrics()
 	r.eventually("2 processed and 1 duplicate", func() bool {
-		return testutil.ToFloat64(m.Processed) == 2 && testutil.ToFloat64(m.Duplicates) == 1
+		s := r.in.Stats()
+		return s.Processed == 2 && s.Duplicates == 1
 	})
 	if got := strings.Join(h.seen(), ","); got != "o-1/v1,o-1/v2" {
 		t.Errorf("handler ran for %s, want o-1/v1,o-1/v2 once each, in order", got)
@@ -249,8 +248,7 @@ func TestKilledBetweenCommitAndAck(t *testing.T) {
 	}
 
 	r.run()
-	m := r.in.Metrics()
-	r.eventually("the redelivery is skipped as a duplicate", func() bool { return testutil.ToFloat64(m.Duplicates) == 1 })
+	r.eventually("the redelivery is skipped as a duplicate", func() bool { return r.in.Stats().Duplicates == 1 })
 	if got := h.seen(); len(got) != 1 {
 		t.Errorf("handler ran %d times (%v), want once", len(got), got)
 	}
@@ -287,7 +285,7 @@ func TestFailingHandlerLeavesNoRecord(t *testing.T) {
 	if n := r.attemptsOf("m-fail"); n != 1 {
 		t.Errorf("after a failed attempt: attempts = %d, want 1", n)
 	}
-	if got := testutil.ToFloat64(r.in.Metrics().HandlerErrors); got != 1 {
+	if got := r.in.Stats().HandlerErrors; got != 1 {
 		t.Errorf("handler errors = %v, want 1", got)
 	}
 	if err := ch.Close(); err != nil {
@@ -295,7 +293,7 @@ func TestFailingHandlerLeavesNoRecord(t *testing.T) {
 	}
 
 	r.run()
-	r.eventually("the retry processed", func() bool { return testutil.ToFloat64(r.in.Metrics().Processed) == 1 })
+	r.eventually("the retry processed", func() bool { return r.in.Stats().Processed == 1 })
 	if n := r.countIn(r.in.records, "m-fail"); n != 1 {
 		t.Errorf("after the successful retry: %d inbox records, want 1", n)
 	}
@@ -328,7 +326,8 @@ func TestPoisonDeadLettered(t *testing.T) {
 		}
 		return nil
 	}}
-	r := setup(t, h.handle, Config{MaxAttempts: 3})
+	spy := &metricsSpy{}
+	r := setup(t, h.handle, Config{MaxAttempts: 3, Metrics: spy.metrics()})
 	r.publish("poison", "o-1")
 	r.publish("fine", "o-2")
 	r.run()
@@ -345,7 +344,7 @@ func TestPoisonDeadLettered(t *testing.T) {
 	if dead.MessageId != "poison" {
 		t.Errorf("dead-lettered %q, want poison", dead.MessageId)
 	}
-	r.eventually("fine processed", func() bool { return testutil.ToFloat64(r.in.Metrics().Processed) == 1 })
+	r.eventually("fine processed", func() bool { return r.in.Stats().Processed == 1 })
 	runs := 0
 	for _, id := range h.seen() {
 		if id == "poison" {
@@ -358,8 +357,9 @@ func TestPoisonDeadLettered(t *testing.T) {
 	if got, want := r.in.Stats(), (Stats{Processed: 1, HandlerErrors: 3, Rejected: 1}); got != want {
 		t.Errorf("Stats() = %+v, want %+v", got, want)
 	}
-	if got := testutil.ToFloat64(r.in.Metrics().Rejected.WithLabelValues(ReasonMaxAttempts)); got != 1 {
-		t.Errorf("rejected{max_attempts} = %v, want 1", got)
+	want := map[string]int{"processed": 1, "handler_error": 3, "rejected " + ReasonMaxAttempts: 1, "handled": 4}
+	if diff := spy.diff(want); diff != "" {
+		t.Errorf("Metrics calls (-want +got):\n%s", diff)
 	}
 	if n := r.countIn(r.in.records, "poison"); n != 0 {
 		t.Errorf("poison has %d inbox records, want 0", n)

@@ -1,14 +1,9 @@
 package inbox
 
-import (
-	"fmt"
+import "time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/outboxrelay/outbox/events/internal/promset"
-)
-
-// Reasons a message is rejected (label reason of outbox_inbox_rejected_total).
+// Reasons a message is rejected (Metrics.Rejected's reason; label reason
+// of the relay's outbox_inbox_rejected_total).
 const (
 	// ReasonMaxAttempts: the handler failed MaxAttempts times.
 	ReasonMaxAttempts = "max_attempts"
@@ -16,35 +11,59 @@ const (
 	ReasonNoMessageID = "no_message_id"
 )
 
-// Metrics are the inbox's collectors. Labels carry only the small fixed
-// set of reasons above: never message ids, types or payloads.
+// Metrics are what the inbox counts, as functions it calls as each thing
+// happens; a nil one is not called. They are called from the goroutines
+// of Run and Handle and from the cleanup job, so each must be safe for
+// concurrent use. Their arguments carry only the small fixed set of
+// reasons above and durations: never message ids, types or payloads.
+//
+// The inbox names no metrics library, so that a service's go.mod gets
+// none from it. docs/inbox.md shows them counted by Prometheus collectors
+// named outbox_inbox_*. A later minor version may add fields; it will not
+// remove or change one.
 type Metrics struct {
-	Processed       prometheus.Counter
-	Duplicates      prometheus.Counter
-	HandlerErrors   prometheus.Counter
-	Rejected        *prometheus.CounterVec
-	HandlerDuration prometheus.Histogram
-	Expired         prometheus.Counter
+	// Processed is called when a handler succeeded and its message's id
+	// was recorded.
+	Processed func()
+	// Duplicate is called when a message is acknowledged without running
+	// the handler: its id was already recorded.
+	Duplicate func()
+	// HandlerError is called when a handler run returned an error or
+	// panicked; each one rolled back.
+	HandlerError func()
+	// Rejected is called when a message is rejected with requeue=false
+	// (dead-lettered where the queue has a dead-letter exchange), with
+	// ReasonMaxAttempts or ReasonNoMessageID.
+	Rejected func(reason string)
+	// Handled is called with the time from the start of a message's
+	// processing to its commit (insert, handler, commit), successful or
+	// not.
+	Handled func(d time.Duration)
+	// Expired is called with the number of records the cleanup job
+	// deleted after Retention (servers without TTL indexes only).
+	Expired func(n int64)
 }
 
-func newMetrics(reg prometheus.Registerer) (*Metrics, error) {
-	s := promset.New("outbox", "inbox")
-	m := &Metrics{
-		Processed:     s.Counter("processed_total", "Messages whose handler succeeded and whose id was recorded."),
-		Duplicates:    s.Counter("duplicates_total", "Messages acknowledged without running the handler: their id was already recorded."),
-		HandlerErrors: s.Counter("handler_errors_total", "Handler runs that returned an error or panicked; each one rolled back."),
-		Rejected: s.CounterVec("rejected_total",
-			"Messages rejected with requeue=false (dead-lettered where the queue has a dead-letter exchange), by reason.", "reason"),
-		HandlerDuration: s.Histogram("handler_duration_seconds",
-			"Time from the start of a message's processing to its commit (insert, handler, commit), successful or not.",
-			prometheus.ExponentialBuckets(0.0005, 2, 16)),
-		Expired: s.Counter("expired_total", "Records deleted by the cleanup job after Retention (servers without TTL indexes only)."),
+// withDefaults is m with a no-op in place of each nil function, so that
+// the inbox calls them without checking.
+func (m Metrics) withDefaults() Metrics {
+	if m.Processed == nil {
+		m.Processed = func() {}
 	}
-	for _, r := range []string{ReasonMaxAttempts, ReasonNoMessageID} {
-		m.Rejected.WithLabelValues(r) // export zeros, so alerts see the series
+	if m.Duplicate == nil {
+		m.Duplicate = func() {}
 	}
-	if err := s.Register(reg); err != nil {
-		return nil, fmt.Errorf("inbox: register metrics (one Inbox per Registerer): %w", err)
+	if m.HandlerError == nil {
+		m.HandlerError = func() {}
 	}
-	return m, nil
+	if m.Rejected == nil {
+		m.Rejected = func(string) {}
+	}
+	if m.Handled == nil {
+		m.Handled = func(time.Duration) {}
+	}
+	if m.Expired == nil {
+		m.Expired = func(int64) {}
+	}
+	return m
 }
