@@ -188,6 +188,10 @@ syft-tool: ## Install syft $(SYFT_VERSION) into $(GOBIN) unless it is there or o
 		GOBIN=$(GOBIN) $(GO) install github.com/anchore/syft/cmd/syft@$(SYFT_VERSION); \
 	fi
 
+.PHONY: api-check
+api-check: ## Compare the public module's API (events/) with the last release's (apidiff, pinned): fail on an incompatible change CHANGELOG.md's Unreleased section does not name under **Breaking** (scripts/api-check.sh; .ci/run runs it; needs the clone's history)
+	bash scripts/api-check.sh
+
 .PHONY: vulncheck
 vulncheck: ## Report known vulnerabilities in the code's call graph and its modules, both modules (govulncheck, pinned; CI runs it)
 	$(GO) run $(GOVULNCHECK) ./...
