@@ -130,7 +130,8 @@ bench: $(if $(BASELINE),baseline-worker) ## Benchmark the worker on FerretDB + R
 
 .PHONY: bench-go
 bench-go: ## Run the testing.B benchmarks of the hot code (message conversion, ordering keys, round planning, frame sizing, owners' and claim's reads; the reads need PostgreSQL)
-	$(GO) test -run '^$$' -bench . -benchmem ./events/ ./claim/ ./broker/ ./mongo/
+	cd $(PUBLIC_MODULE) && $(GO) test -run '^$$' -bench . -benchmem .
+	$(GO) test -run '^$$' -bench . -benchmem ./claim/ ./broker/ ./mongo/
 
 .PHONY: console-screenshots
 console-screenshots: ## Take the screenshots of docs/console.md, light and dark, with the console's browser test (needs chromium)
