@@ -1,10 +1,7 @@
 package scripts
 
 import (
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/outboxrelay/outbox/internal/testenv"
@@ -38,22 +35,25 @@ func TestContainerPublicModule(t *testing.T) {
 	}, "-run", "Container", "./...")
 }
 
+// TestContainerPublicModuleRabbitMQ4 runs the public module's tests
+// against RabbitMQ 4 (testenv.RabbitImage4) in a container, with this
+// suite's FerretDB: the inbox's queues, dead-lettering and quorum
+// queues' delivery counts on the 4.x series; TestPublicModule covers
+// the local 3.x.
+func TestContainerPublicModuleRabbitMQ4(t *testing.T) {
+	t.Parallel()
+	// Rabbit first: without Docker it skips before FerretDB starts.
+	amqpURL := testenv.Rabbit(t, testenv.RabbitImage4)
+	runPublicModule(t, []string{
+		"OUTBOX_TEST_MONGO_URI=" + testenv.MongoURI(t),
+		testenv.EnvAMQPURL + "=" + amqpURL,
+	}, "./...")
+}
+
 func runPublicModule(t *testing.T, env []string, args ...string) {
 	t.Helper()
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("the go command is not on PATH: %v", err)
-	}
-	cmdArgs := []string{"test", "-count=1"}
 	if raceEnabled {
-		cmdArgs = append(cmdArgs, "-race")
+		args = append([]string{"-race"}, args...)
 	}
-	cmd := exec.CommandContext(t.Context(), goTool, append(cmdArgs, args...)...)
-	cmd.Dir = filepath.Join(root, publicModule)
-	cmd.Env = append(os.Environ(), env...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s in %s: %v\n%s", strings.Join(cmd.Args, " "), cmd.Dir, err, out)
-	}
-	t.Logf("%s in %s:\n%s", strings.Join(cmd.Args, " "), cmd.Dir, out)
+	testenv.GoTest(t, filepath.Join(root, publicModule), env, args...)
 }

@@ -62,8 +62,19 @@ func dockerHealth(ctx context.Context) (err error) {
 	return provider.Health(ctx)
 }
 
-// RabbitImage is the RabbitMQ the container suite runs.
+// RabbitImage is the RabbitMQ the container suite runs the relay with.
 const RabbitImage = "rabbitmq:3.13-alpine"
+
+// RabbitImage4 is the RabbitMQ 4 series the container suite runs the
+// broker's tests and the inbox's against, beside RabbitImage: 4.0 removed
+// classic queue mirroring and deprecated transient non-exclusive queues
+// and global QoS, and made AMQP 1.0 native, all of which a publisher and
+// a consumer meet.
+const RabbitImage4 = "rabbitmq:4.2-alpine"
+
+// RabbitImages are the RabbitMQ versions whose differences the container
+// suite tests: the last 3.x and a 4.x.
+var RabbitImages = []string{RabbitImage, RabbitImage4}
 
 // containerStartTimeout bounds the start of the container suite's servers,
 // image pulls included.
@@ -104,17 +115,7 @@ func Containers(t testing.TB) (mongoURI, amqpURL string) {
 	ctx, cancel := context.WithTimeout(t.Context(), containerStartTimeout)
 	defer cancel()
 	mongoURI = replicaSetURI(ctx, t)
-	// Not guest: RabbitMQ lets guest in from localhost only.
-	rc, err := tcrabbit.Run(ctx, RabbitImage, tcrabbit.WithAdminUsername("outbox"), tcrabbit.WithAdminPassword("outbox-e2e"))
-	testcontainers.CleanupContainer(t, rc)
-	if err != nil {
-		t.Fatalf("testenv: start %s: %v", RabbitImage, err)
-	}
-	amqpURL, err = rc.AmqpURL(ctx)
-	if err != nil {
-		t.Fatalf("testenv: RabbitMQ URL: %v", err)
-	}
-	return mongoURI, amqpURL + "/"
+	return mongoURI, rabbitURL(ctx, t, RabbitImage)
 }
 
 // ContainersWithAuth is Containers with MongoDB's authentication on: its
@@ -126,16 +127,35 @@ func ContainersWithAuth(t testing.TB, user, password string) (mongoURI, amqpURL 
 	ctx, cancel := context.WithTimeout(t.Context(), containerStartTimeout)
 	defer cancel()
 	mongoURI = replicaSetURI(ctx, t, tcmongo.WithUsername(user), tcmongo.WithPassword(password))
-	rc, err := tcrabbit.Run(ctx, RabbitImage, tcrabbit.WithAdminUsername("outbox"), tcrabbit.WithAdminPassword("outbox-e2e"))
+	return mongoURI, rabbitURL(ctx, t, RabbitImage)
+}
+
+// Rabbit is the container suite's RabbitMQ of image (one of RabbitImages)
+// for tests that need no MongoDB of their own: RequireDocker (skip, or
+// fail when required), then the container, removed in t.Cleanup. It
+// returns its AMQP URL, whose user is not guest.
+func Rabbit(t testing.TB, image string) string {
+	t.Helper()
+	RequireDocker(t)
+	ctx, cancel := context.WithTimeout(t.Context(), containerStartTimeout)
+	defer cancel()
+	return rabbitURL(ctx, t, image)
+}
+
+// rabbitURL starts image, removed in t.Cleanup, and returns its AMQP URL.
+func rabbitURL(ctx context.Context, t testing.TB, image string) string {
+	t.Helper()
+	// Not guest: RabbitMQ lets guest in from localhost only.
+	rc, err := tcrabbit.Run(ctx, image, tcrabbit.WithAdminUsername("outbox"), tcrabbit.WithAdminPassword("outbox-e2e"))
 	testcontainers.CleanupContainer(t, rc)
 	if err != nil {
-		t.Fatalf("testenv: start %s: %v", RabbitImage, err)
+		t.Fatalf("testenv: start %s: %v", image, err)
 	}
-	amqpURL, err = rc.AmqpURL(ctx)
+	amqpURL, err := rc.AmqpURL(ctx)
 	if err != nil {
-		t.Fatalf("testenv: RabbitMQ URL: %v", err)
+		t.Fatalf("testenv: RabbitMQ URL of %s: %v", image, err)
 	}
-	return mongoURI, amqpURL + "/"
+	return amqpURL + "/"
 }
 
 // replicaSetURI starts MongoImage as a single-node replica set, with more
