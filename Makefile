@@ -1,9 +1,9 @@
 # Targets print what they run. `make` alone lists them.
 # The targets that need servers and tools (test, test-race) first run
 # scripts/servers.sh, which installs and starts PostgreSQL and RabbitMQ and
-# installs promtool, Chromium and jq where they are missing (as make dev does
-# for the servers, with the same script); .ci/run runs `make lint` and
-# `make test`.
+# installs promtool, Chromium, jq and apidiff where they are missing (as
+# make dev does for the servers and apidiff, with the same script);
+# .ci/run runs `make lint`, `make api-check` and `make test`.
 
 GO            ?= go
 # The pinned golangci-lint: `make lint` installs it into $(GOBIN) when
@@ -51,14 +51,14 @@ build: ## Build all packages (the public module's too) and bin/worker (stamped w
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/worker ./cmd/worker
 
 .PHONY: servers
-servers: ## Install and start PostgreSQL and RabbitMQ, install promtool, Chromium and jq, where missing (scripts/servers.sh; needs root or passwordless sudo for what is missing)
+servers: ## Install and start PostgreSQL and RabbitMQ, install promtool, Chromium, jq and apidiff, where missing (scripts/servers.sh; needs root or passwordless sudo for what is missing)
 	bash scripts/servers.sh
 
 # deploy/'s tests run promtool on the alert rules and console/'s drive
 # Chromium: with CI set they fail when the tool is missing, elsewhere they
 # skip with a message; `servers` installs both first.
 .PHONY: test
-test: servers ## Run all tests (the public module's too), then the concurrent packages and the public module again under the race detector (ensures PostgreSQL, RabbitMQ, promtool, Chromium and jq first)
+test: servers ## Run all tests (the public module's too), then the concurrent packages and the public module again under the race detector (ensures PostgreSQL, RabbitMQ, promtool, Chromium, jq and apidiff first)
 	$(GO) test $(TEST_FLAGS) $(PKGS)
 	$(GO) test -race $(TEST_FLAGS) $(RACE_PKGS)
 	$(GO) test -race $(TEST_FLAGS) -run '^TestPublicModule$$' ./scripts/
