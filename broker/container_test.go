@@ -18,7 +18,7 @@ func TestContainerRabbitMQVersions(t *testing.T) {
 	for _, image := range testenv.RabbitImages {
 		// One at a time: each runs the whole package.
 		t.Run(image, func(t *testing.T) {
-			amqpURL := testenv.Rabbit(t, image)
+			amqpURL := testenv.RabbitMQOf(t, image)
 			// The tests read their broker from OUTBOX_TEST_AMQP_URL; the
 			// run must not start this test again.
 			testenv.GoTest(t, ".", []string{testenv.EnvAMQPURL + "=" + amqpURL}, "-skip", "^TestContainer", ".")

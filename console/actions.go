@@ -23,6 +23,7 @@ import (
 type Writer interface {
 	Requeue(ctx context.Context, f mongo.RequeueFilter, dryRun bool) (int, error)
 	SkipSelected(ctx context.Context, ids []any, by, reason string, at time.Time, action bson.ObjectID) (int, error)
+	DiscardSelected(ctx context.Context, ids []any, by, reason string, at time.Time, action bson.ObjectID) (int, error)
 	Select(ctx context.Context, sel mongo.Selection, limit int) ([]any, int, error)
 	Touched(ctx context.Context, action bson.ObjectID, ids []any) ([]any, error)
 	StartAction(ctx context.Context, a mongo.Action) (bson.ObjectID, error)
@@ -75,7 +76,10 @@ func (c *Console) requeueEvent(w http.ResponseWriter, r *http.Request) {
 		c.refuse(w, r, err)
 		return
 	}
-	if row := rowOf(doc); err == nil && row.Skipped {
+	if row := rowOf(doc); err == nil && row.Discarded {
+		c.refuse(w, r, errBadRequest{"this event was discarded: it is never requeued"})
+		return
+	} else if err == nil && row.Skipped {
 		if r.PostFormValue("confirm") != "skipped" {
 			c.refuse(w, r, errBadRequest{"this event was skipped: its aggregate's later events flowed past it, and a requeue publishes it after them; confirm that on its page"})
 			return
@@ -93,6 +97,20 @@ func (c *Console) skipEvent(w http.ResponseWriter, r *http.Request) {
 	a := mongo.Action{Name: "skip", Target: "ids: " + id, IDs: mongo.IDCandidates(id), Planned: 1}
 	c.act(w, r, a, func(ctx context.Context, audit bson.ObjectID, _ func(int)) (int, error) {
 		return c.cfg.Writer.SkipSelected(ctx, mongo.IDCandidates(id), actor(r), reasonValue(r), c.cfg.Now(), audit)
+	}, "/events/"+url.PathEscape(id))
+}
+
+// discardEvent discards one FAILED event: it is kept and skipped, and
+// never requeued. Only an admin may, with OIDC (mayAct).
+func (c *Console) discardEvent(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if r.PostFormValue("confirm") != "discard" {
+		c.refuse(w, r, errBadRequest{"a discard cannot be undone: confirm it on the event's page"})
+		return
+	}
+	a := mongo.Action{Name: "discard", Target: "ids: " + id, IDs: mongo.IDCandidates(id), Planned: 1}
+	c.act(w, r, a, func(ctx context.Context, audit bson.ObjectID, _ func(int)) (int, error) {
+		return c.cfg.Writer.DiscardSelected(ctx, mongo.IDCandidates(id), actor(r), reasonValue(r), c.cfg.Now(), audit)
 	}, "/events/"+url.PathEscape(id))
 }
 
@@ -202,7 +220,7 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, a mongo.Action, do
 	if err != nil && len(a.IDs) > 0 {
 		n, err = c.recount(endCtx, id, a, n, err)
 	}
-	if n > 0 && c.cfg.Lists != nil && (a.Name == "requeue" || a.Name == "skip") {
+	if n > 0 && c.cfg.Lists != nil && (a.Name == "requeue" || a.Name == "skip" || a.Name == "discard") {
 		// The kept lists are out of date: read at each view until the
 		// source has read them again, which it does soon.
 		c.acted.Store(c.cfg.Now().UnixNano())

@@ -21,8 +21,9 @@ import (
 // console behind an OpenID provider: sent to the provider's sign-in, an
 // operator signs in, previews and runs a group's requeue, finds every
 // event it moved on the action's page, is refused a bulk skip above
-// BulkAdminAbove (an admin's), and signs out, after which the console
-// asks to sign in again.
+// BulkAdminAbove and a discard (an admin's: the event's page offers none,
+// and one posted from it all the same is refused), and signs out, after
+// which the console asks to sign in again.
 func TestBrowserOIDCSignInActAndSignOut(t *testing.T) {
 	t.Parallel()
 	ctx := browser(t)
@@ -64,7 +65,20 @@ func TestBrowserOIDCSignInActAndSignOut(t *testing.T) {
 	srv.Start()
 	t.Cleanup(srv.Close)
 
-	var who, preview, audit, action, refused, signedOut, after string
+	var who, preview, audit, action, refused, eventPage, discard, signedOut, after string
+	// forgeDiscard turns the event page's requeue form, its CSRF token
+	// and all, into a discard and posts it: what an operator could send
+	// without the page's help.
+	const forgeDiscard = `(() => {
+		const f = document.querySelector('form.action');
+		f.action = '/events/n0/discard';
+		const i = document.createElement('input');
+		i.type = 'hidden'; i.name = 'confirm'; i.value = 'discard';
+		f.appendChild(i);
+		f.querySelector('input[name=reason]').value = 'a duplicate';
+		f.submit();
+		return true;
+	})()`
 	err = chromedp.Run(ctx,
 		scheme("light"),
 		chromedp.Navigate(base+"/failures"),
@@ -87,6 +101,12 @@ func TestBrowserOIDCSignInActAndSignOut(t *testing.T) {
 		chromedp.Navigate(base+"/skip?id=n0&id=n1&id=n2&id=n3"),
 		chromedp.WaitVisible(`main`),
 		chromedp.Text(`main`, &refused),
+		chromedp.Navigate(base+"/events/n0"),
+		chromedp.WaitVisible(`form.action`),
+		chromedp.Text(`main`, &eventPage),
+		chromedp.Evaluate(forgeDiscard, nil),
+		chromedp.WaitVisible(`p[role=alert]`),
+		chromedp.Text(`main`, &discard),
 		chromedp.Click(`#signout`),
 		chromedp.WaitVisible(`body`),
 		chromedp.Text(`body`, &signedOut),
@@ -116,6 +136,15 @@ func TestBrowserOIDCSignInActAndSignOut(t *testing.T) {
 	}
 	if !strings.Contains(refused, "admin") {
 		t.Errorf("an operator's preview of a skip of 4 (BulkAdminAbove 3) was not refused for want of admin:\n%s", refused)
+	}
+	if strings.Contains(eventPage, "Discard") {
+		t.Errorf("an operator's page of a FAILED event offers a discard:\n%s", eventPage)
+	}
+	if !strings.Contains(discard, "admin") {
+		t.Errorf("an operator's discard was not refused for want of admin:\n%s", discard)
+	}
+	if e, err := store.Find(t.Context(), "n0"); err != nil || e.Lookup(events.FieldDiscardedAt).Type != 0 {
+		t.Errorf("n0 was discarded by an operator: %v", err)
 	}
 	if !strings.Contains(signedOut, "signed out") || !strings.Contains(after, "sign in") {
 		t.Errorf("after sign-out: %q, then the API says %q; want signed out, then asked to sign in", signedOut, after)

@@ -360,8 +360,11 @@ func New(cfg Config) (*Console, error) {
 		c.mux.HandleFunc("POST /requeue", c.requeueSelection)
 		c.route("/skip", "/api/skip", "confirm", c.confirmSkip)
 		c.mux.HandleFunc("POST /skip", c.skipSelection)
+		c.route("/discard", "/api/discard", "confirm", c.confirmDiscard)
+		c.mux.HandleFunc("POST /discard", c.discardSelection)
 		c.mux.HandleFunc("POST /events/{id}/requeue", c.requeueEvent)
 		c.mux.HandleFunc("POST /events/{id}/skip", c.skipEvent)
+		c.mux.HandleFunc("POST /events/{id}/discard", c.discardEvent)
 		c.mux.HandleFunc("POST /pause", c.pauseType)
 		c.mux.HandleFunc("POST /resume", c.resumeType)
 	}

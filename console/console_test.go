@@ -39,6 +39,7 @@ type fakeStore struct {
 	requeues    []mongo.RequeueFilter // the requeues done (not dry runs)
 	selections  []mongo.Selection
 	skips       []string
+	discards    []string
 	actions     []mongo.Action
 	paused      []events.Pause
 	holders     []mongo.Holder          // Holders' answer, when set
@@ -148,6 +149,16 @@ func (f *fakeStore) SkipSelected(_ context.Context, ids []any, _, _ string, _ ti
 		f.skips = append(f.skips, fmt.Sprint(id))
 	}
 	return len(ids), f.err
+}
+
+func (f *fakeStore) DiscardSelected(_ context.Context, ids []any, _, _ string, _ time.Time, action bson.ObjectID) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stamp(action, ids)
+	for _, id := range ids {
+		f.discards = append(f.discards, fmt.Sprint(id))
+	}
+	return 1, f.err
 }
 
 // Select selects the first matching events of the fake's documents.

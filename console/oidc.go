@@ -27,8 +27,8 @@ import (
 // a cookie (Secure, HttpOnly, SameSite=Lax) that expires when idle and
 // at an absolute age, a CSRF token on every form, and a role from a
 // claim of the user's: viewer reads, operator requeues, skips, pauses
-// and resumes, admin also acts on more than BulkAdminAbove events at
-// once. The sessions and the sign-ins under way live in this process.
+// and resumes, admin also discards and acts on more than BulkAdminAbove
+// events at once. The sessions and the sign-ins under way live in this process.
 
 // The roles, least first.
 const (
@@ -477,6 +477,11 @@ func (c *Console) mayAct(r *http.Request, name string, planned int) string {
 	role := requesterOf(r).role
 	if c.cfg.OIDC == nil || role == "" && requesterOf(r).credential == "" {
 		return ""
+	}
+	if name == "discard" && roleRank(role) < roleRank(RoleAdmin) {
+		// A discard cannot be undone: whatever the number of events, it
+		// is an admin's.
+		return fmt.Sprintf("%s may not discard events: that needs the role %s", cmp.Or(role, "no role"), RoleAdmin)
 	}
 	need := RoleOperator
 	if planned > c.cfg.BulkAdminAbove {

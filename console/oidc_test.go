@@ -7,12 +7,14 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/outboxrelay/outbox/console"
+	"github.com/outboxrelay/outbox/mongo"
 	"github.com/outboxrelay/outbox/service"
 )
 
@@ -291,5 +293,92 @@ func TestOIDCRolesCSRFAndExpiry(t *testing.T) {
 	otto.cookies[host]["outbox_console_session"] = &stolen
 	if code, _, _ := otto.do(http.MethodGet, s.url+"/api/events", nil); code != http.StatusUnauthorized {
 		t.Errorf("a read with a signed-out session's cookie = %d, want 401", code)
+	}
+}
+
+// TestOIDCDiscardNeedsAdmin: a discard of one FAILED event, from its
+// page, is refused to a viewer and to an operator, whatever their
+// number of events, and done for an admin, audited with the event.
+func TestOIDCDiscardNeedsAdmin(t *testing.T) {
+	t.Parallel()
+	s := startOIDC(t, console.Config{})
+	form := func(page string) url.Values {
+		return url.Values{"reason": {"a duplicate of order 7's"}, "csrf": {csrfIn(t, page)}, "confirm": {"discard"}}
+	}
+	for _, user := range []string{"vera@example.com", "otto@example.com"} {
+		b := newAgent(t)
+		b.signIn(s, user)
+		_, page, _ := b.do(http.MethodGet, s.url+"/events/evil-1", nil)
+		if strings.Contains(page, "/discard") {
+			t.Errorf("%s's page of a FAILED event offers a discard", user)
+		}
+		if code, page, _ := b.do(http.MethodPost, s.url+"/events/evil-1/discard", form(page)); code != http.StatusForbidden || !strings.Contains(page, "admin") {
+			t.Errorf("%s's discard = %d, want 403 naming the admin role:\n%s", user, code, page)
+		}
+	}
+	if len(s.store.discards) != 0 || len(s.store.actions) != 0 {
+		t.Fatalf("after refusals, discards %v and audit %+v; want none", s.store.discards, s.store.actions)
+	}
+	ada := newAgent(t)
+	ada.signIn(s, "ada@example.com")
+	_, page, _ := ada.do(http.MethodGet, s.url+"/events/evil-1", nil)
+	if !strings.Contains(page, `action="/events/evil-1/discard"`) {
+		t.Errorf("an admin's page of a FAILED event offers no discard:\n%s", page)
+	}
+	unconfirmed := form(page)
+	unconfirmed.Del("confirm")
+	if code, _, _ := ada.do(http.MethodPost, s.url+"/events/evil-1/discard", unconfirmed); code != http.StatusBadRequest || len(s.store.discards) != 0 {
+		t.Errorf("an admin's discard without its confirmation = %d, discarded %v; want 400 and nothing", code, s.store.discards)
+	}
+	if code, page, _ := ada.do(http.MethodPost, s.url+"/events/evil-1/discard", form(page)); code != http.StatusSeeOther {
+		t.Fatalf("an admin's discard = %d, want 303:\n%s", code, page)
+	}
+	if d := s.store.discards; !slices.Contains(d, "evil-1") {
+		t.Errorf("discarded %v, want evil-1", d)
+	}
+	a := s.store.actions
+	if len(a) != 1 || a[0].Name != "discard" || a[0].By != "ada@example.com" || a[0].Count != 1 || a[0].State != mongo.ActionDone ||
+		!slices.Contains(a[0].IDs, any("evil-1")) || a[0].Reason != "a duplicate of order 7's" {
+		t.Errorf("audit = %+v, want ada's discard of evil-1, done, with its reason", a)
+	}
+}
+
+// TestOIDCBulkDiscardNeedsAdmin: a discard of a selection is previewed
+// as a skip is; the preview is refused to an operator, and an admin's is
+// done once confirmed, on the previewed events alone, and audited.
+func TestOIDCBulkDiscardNeedsAdmin(t *testing.T) {
+	t.Parallel()
+	s := startOIDC(t, console.Config{})
+	s.store.matching = 2
+	otto := newAgent(t)
+	otto.signIn(s, "otto@example.com")
+	if _, page, _ := otto.do(http.MethodGet, s.url+"/events?status=FAILED", nil); strings.Contains(page, "/discard") {
+		t.Errorf("an operator's list of FAILED events offers a discard of a selection")
+	}
+	if code, page, _ := otto.do(http.MethodGet, s.url+"/discard?id=e-0&id=e-1", nil); code != http.StatusForbidden || !strings.Contains(page, "admin") {
+		t.Errorf("an operator's preview of a discard = %d, want 403 naming the admin role:\n%s", code, page)
+	}
+	ada := newAgent(t)
+	ada.signIn(s, "ada@example.com")
+	if _, page, _ := ada.do(http.MethodGet, s.url+"/events?status=FAILED", nil); !strings.Contains(page, `formaction="/discard"`) {
+		t.Errorf("an admin's list of FAILED events offers no discard of a selection:\n%s", page)
+	}
+	code, preview, _ := ada.do(http.MethodGet, s.url+"/discard?id=e-0&id=e-1", nil)
+	if code != http.StatusOK || !strings.Contains(preview, "2 FAILED events") || !strings.Contains(preview, "never") {
+		t.Fatalf("an admin's preview of a discard = %d, want 2 events that are never to be published:\n%s", code, preview)
+	}
+	form := url.Values{"preview": {previewIn(t, preview)}, "reason": {"duplicates"}, "csrf": {csrfIn(t, preview)}}
+	if code, _, _ := ada.do(http.MethodPost, s.url+"/discard", form); code != http.StatusBadRequest || len(s.store.discards) != 0 {
+		t.Errorf("a bulk discard without its confirmation = %d, discarded %v; want 400 and nothing", code, s.store.discards)
+	}
+	form.Set("confirm", "discard")
+	if code, page, _ := ada.do(http.MethodPost, s.url+"/discard", form); code != http.StatusSeeOther {
+		t.Fatalf("an admin's bulk discard = %d, want 303:\n%s", code, page)
+	}
+	if d := s.store.discards; !slices.Equal(d, []string{"e-0", "e-1"}) {
+		t.Errorf("discarded %v, want the previewed e-0 and e-1", d)
+	}
+	if a := s.store.actions; len(a) != 1 || a[0].Name != "discard" || a[0].By != "ada@example.com" || len(a[0].IDs) != 2 {
+		t.Errorf("audit = %+v, want ada's discard of the 2 previewed events", a)
 	}
 }

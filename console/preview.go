@@ -26,7 +26,7 @@ const previewShown = 20
 // Preview is the data of the page that shows what an action will touch
 // and asks to confirm it.
 type Preview struct {
-	// Action is requeue or skip.
+	// Action is requeue, skip or discard.
 	Action string `json:"action"`
 	// Target says how the events were chosen: a failure group, ids.
 	Target string `json:"target"`
@@ -154,6 +154,30 @@ func (c *Console) skipSelection(w http.ResponseWriter, r *http.Request) {
 	a := mongo.Action{Name: "skip", Target: heldTarget(p), IDs: p.ids}
 	c.act(w, r, a, func(ctx context.Context, audit bson.ObjectID, _ func(int)) (int, error) {
 		return c.cfg.Writer.SkipSelected(ctx, p.ids, actor(r), reasonValue(r), c.cfg.Now(), audit)
+	}, "/audit")
+}
+
+// confirmDiscard previews a discard, an admin's only (mayAct).
+func (c *Console) confirmDiscard(r *http.Request) (any, error) {
+	return c.preview(r, "discard")
+}
+
+// discardSelection discards the events of a preview: kept, skipped, and
+// never requeued. The form must say so again (its box checked), before
+// the preview is used up.
+func (c *Console) discardSelection(w http.ResponseWriter, r *http.Request) {
+	if r.PostFormValue("confirm") != "discard" {
+		c.refuse(w, r, errBadRequest{"a discard cannot be undone: confirm it on the preview"})
+		return
+	}
+	p, err := c.previewPosted(r, "discard")
+	if err != nil {
+		c.refuse(w, r, err)
+		return
+	}
+	a := mongo.Action{Name: "discard", Target: heldTarget(p), IDs: p.ids}
+	c.act(w, r, a, func(ctx context.Context, audit bson.ObjectID, _ func(int)) (int, error) {
+		return c.cfg.Writer.DiscardSelected(ctx, p.ids, actor(r), reasonValue(r), c.cfg.Now(), audit)
 	}, "/audit")
 }
 

@@ -61,6 +61,9 @@ type EventRow struct {
 	RetryAt       time.Time `json:"retryAt,omitzero"`
 	FailedAt      time.Time `json:"failedAt,omitzero"`
 	Skipped       bool      `json:"skipped,omitempty"`
+	// Discarded is an event an operator discarded: skipped for good, never
+	// requeued.
+	Discarded bool `json:"discarded,omitempty"`
 }
 
 // EventList is the events page's data.
@@ -417,12 +420,13 @@ func rowOf(doc bson.Raw) EventRow {
 	at := func(key string) time.Time { t, _ := doc.Lookup(key).TimeOK(); return t }
 	attempts, _ := doc.Lookup(events.FieldAttempts).AsInt64OK()
 	_, skipped := doc.Lookup(events.FieldSkippedAt).TimeOK()
+	_, discarded := doc.Lookup(events.FieldDiscardedAt).TimeOK()
 	return EventRow{
 		ID: mongo.IDText(doc.Lookup(events.FieldID)), Type: str(events.FieldType),
 		AggregateType: str(events.FieldAggregateType), AggregateID: str(events.FieldAggregateID),
 		Status: str(events.FieldStatus), CreatedAt: at(events.FieldCreatedAt), Attempts: attempts,
 		LastError: str(events.FieldLastError), RetryAt: at(events.FieldRetryAt), FailedAt: at(events.FieldFailedAt),
-		Skipped: skipped,
+		Skipped: skipped, Discarded: discarded,
 	}
 }
 

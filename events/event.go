@@ -42,6 +42,12 @@ const (
 	// hold their aggregates never decodes the skipped ones, which pile up
 	// until an operator acts.
 	FieldSkipped = "skipped"
+	// An operator's discard of a FAILED event: a decision that it is never
+	// to be published (worker discard). The event is kept, skipped, and
+	// no requeue takes it back.
+	FieldDiscardedBy   = "discardedBy"
+	FieldDiscardedAt   = "discardedAt"
+	FieldDiscardReason = "discardReason"
 )
 
 // Event is the stored outbox document, as the worker and its tools read it.
@@ -75,6 +81,9 @@ type Delivery struct {
 	SkippedBy     string         `bson:"skippedBy,omitempty"`
 	SkippedAt     time.Time      `bson:"skippedAt,omitempty"`
 	SkipReason    string         `bson:"skipReason,omitempty"`
+	DiscardedBy   string         `bson:"discardedBy,omitempty"`
+	DiscardedAt   time.Time      `bson:"discardedAt,omitempty"`
+	DiscardReason string         `bson:"discardReason,omitempty"`
 }
 
 // Draft is an event a producer wants to publish.

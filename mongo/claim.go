@@ -289,19 +289,29 @@ func (s *Store) claimByPartition(ctx context.Context, lease events.Lease, docs [
 	return n, nil
 }
 
-// claimIn is claimIDs within partition (none: -1). The write is guarded by
+// claimIn is claimIDs within partition (none: -1).
+func (s *Store) claimIn(ctx context.Context, lease events.Lease, ids []any, partition int, nullAttempts bool) (int, error) {
+	filter, update := claimUpdate(lease, ids, partition, nullAttempts)
+	res, err := s.coll.UpdateMany(ctx, filter, update)
+	if err != nil {
+		return 0, err
+	}
+	return int(res.ModifiedCount), nil
+}
+
+// claimUpdate is the filter and update of claimIn, apart so that a test
+// can explain the very write a claim sends. The write is guarded by
 // status NEW, and by parked: an event parked since the read (by a claim
 // that has taken its partition since) waits with the rest of its
 // aggregate; both are equalities FerretDB pushes down.
-func (s *Store) claimIn(ctx context.Context, lease events.Lease, ids []any, partition int, nullAttempts bool) (int, error) {
-	filter := unparkedIn(partition, ids)
+func claimUpdate(lease events.Lease, ids []any, partition int, nullAttempts bool) (filter, update bson.D) {
+	filter = unparkedIn(partition, ids)
 	set := bson.D{
 		{Key: events.FieldStatus, Value: events.StatusProcessing},
 		{Key: events.FieldWorkerID, Value: lease.WorkerID},
 		{Key: events.FieldProcessingAt, Value: lease.At},
 		{Key: events.FieldClaimToken, Value: lease.Token},
 	}
-	var update bson.D
 	if nullAttempts {
 		// {attempts: null} also matches a document whose attempts was
 		// removed since the find; one given a number meanwhile is not
@@ -314,11 +324,7 @@ func (s *Store) claimIn(ctx context.Context, lease events.Lease, ids []any, part
 	// skipped too: left by a requeue of an earlier version, it would keep
 	// the event from holding its aggregate if it fails again.
 	update = append(update, bson.E{Key: "$unset", Value: bson.D{{Key: events.FieldRetryAt, Value: ""}, {Key: events.FieldSkipped, Value: ""}}})
-	res, err := s.coll.UpdateMany(ctx, filter, update)
-	if err != nil {
-		return 0, err
-	}
-	return int(res.ModifiedCount), nil
+	return filter, update
 }
 
 // asTimeout makes a timeout of any kind the driver reports (a server-side

@@ -46,6 +46,10 @@ type laneDialect interface {
 	// those without a stored partition); ok is false where the server
 	// would match it in Go against everything it decodes anyway.
 	inPartitions(ps []int) (clause bson.E, ok bool)
+	// boundsEach says the server plans each clause of an $or on an
+	// index, so that a sequence check bounds each aggregate by its own
+	// versions (sequenceFilter).
+	boundsEach() bool
 	// misfiled reads the NEW events no lane reads, on a full reload.
 	misfiled(ctx context.Context, s *Store) ([]bson.Raw, error)
 	// claimWrite claims docs for lease: one update, or one per partition.
@@ -98,6 +102,8 @@ func (indexedLane) inPartitions(ps []int) (bson.E, bool) {
 	}
 	return bson.E{Key: events.FieldPartition, Value: bson.D{{Key: "$in", Value: in}}}, true
 }
+
+func (indexedLane) boundsEach() bool { return true }
 
 func (indexedLane) misfiled(ctx context.Context, s *Store) ([]bson.Raw, error) {
 	return s.misfiled(ctx)
@@ -155,6 +161,9 @@ func (scannedLane) hint() string          { return "" }
 func (scannedLane) parkCap() int          { return parkMax }
 
 func (scannedLane) inPartitions([]int) (bson.E, bool) { return bson.E{}, false }
+
+// boundsEach: FerretDB matches an $or in Go, after decoding every event.
+func (scannedLane) boundsEach() bool { return false }
 
 // misfiled: the claims read by status and parked: {$ne: true}, and meet
 // such events at the head.

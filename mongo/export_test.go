@@ -98,6 +98,24 @@ func ExplainLane(ctx context.Context, s *Store, now time.Time, limit events.Clai
 	return out, nil
 }
 
+// ExplainClaimWrite explains, without running it, the update a claim of
+// ids writes on MongoDB (indexedLane.claimWrite): on a sharded cluster,
+// which shards mongos sends it to.
+func ExplainClaimWrite(ctx context.Context, s *Store, lease events.Lease, ids []any) (bson.Raw, error) {
+	filter, update := claimUpdate(lease, ids, -1, false)
+	cmd := bson.D{
+		{Key: "explain", Value: bson.D{
+			{Key: "update", Value: s.coll.Name()},
+			{Key: "updates", Value: bson.A{bson.D{{Key: "q", Value: filter}, {Key: "u", Value: update}, {Key: "multi", Value: true}}}},
+		}},
+		{Key: "verbosity", Value: "queryPlanner"},
+	}
+	return s.coll.Database().RunCommand(ctx, cmd).Raw()
+}
+
+// LaneIndex is the index the claim's lane finds name.
+const LaneIndex = laneIndex
+
 // DropReadAhead forgets what the last claim read past its batch.
 func DropReadAhead(s *Store) { s.ahead.drop() }
 

@@ -99,6 +99,17 @@ func countingStore(t *testing.T) (*mongo.Store, func(command string) int) {
 		counts[e.CommandName]++
 		mu.Unlock()
 	}}
+	return monitoredStore(t, monitor), func(command string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return counts[command]
+	}
+}
+
+// monitoredStore returns a prepared store on a database of its own whose
+// client reports its commands to monitor.
+func monitoredStore(t *testing.T, monitor *event.CommandMonitor) *mongo.Store {
+	t.Helper()
 	client, err := driver.Connect(options.Client().ApplyURI(testenv.MongoURI(t)).SetMonitor(monitor))
 	if err != nil {
 		t.Fatalf("connect: %v", err)
@@ -110,11 +121,7 @@ func countingStore(t *testing.T) (*mongo.Store, func(command string) int) {
 	if err := s.Prepare(t.Context()); err != nil {
 		t.Fatalf("Prepare: %v", err)
 	}
-	return s, func(command string) int {
-		mu.Lock()
-		defer mu.Unlock()
-		return counts[command]
-	}
+	return s
 }
 
 // Every replica prepares the collection at each start: once the indexes

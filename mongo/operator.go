@@ -12,8 +12,8 @@ import (
 	"github.com/outboxrelay/outbox/events"
 )
 
-// The operator's tools: requeue, skip and show (Find) a FAILED event, and
-// cut short the backoff of a NEW one (RetryNow).
+// The operator's tools: requeue, skip, discard and show (Find) a FAILED
+// event, and cut short the backoff of a NEW one (RetryNow).
 
 // RequeueFilter chooses FAILED events to move back to NEW. At least one of
 // IDs, Selected, Type and All must be set; All chooses every FAILED
@@ -100,6 +100,9 @@ func (f RequeueFilter) query() (bson.D, error) {
 	if len(f.IDs) == 0 || f.Type != "" || len(f.Selected) > 0 || f.All {
 		q = append(q, bson.E{Key: events.FieldSkippedAt, Value: nil})
 	}
+	// A discarded event is never requeued, not even by its id: an
+	// operator decided it is not to be published.
+	q = append(q, bson.E{Key: events.FieldDiscardedAt, Value: nil})
 	if len(f.IDs) > 0 {
 		q = append(q, bson.E{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: idCandidates(f.IDs)}}})
 	}
@@ -391,6 +394,87 @@ func (s *Store) skip(ctx context.Context, filter bson.D, by, reason string, at t
 	}}}, action))
 	if err != nil {
 		return 0, fmt.Errorf("skip events: %w", err)
+	}
+	return int(res.ModifiedCount), nil
+}
+
+// Discard marks the FAILED events named by ids (string or ObjectID hex)
+// discarded by an operator, as DiscardSelected does, unstamped. With
+// dryRun it only counts those it would discard.
+func (s *Store) Discard(ctx context.Context, ids []string, by, reason string, at time.Time, dryRun bool) (int, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	in := bson.E{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: idCandidates(ids)}}}
+	if dryRun {
+		n, err := s.coll.CountDocuments(ctx, discardable(in))
+		if err != nil {
+			return 0, fmt.Errorf("count events to discard: %w", err)
+		}
+		return int(n), nil
+	}
+	return s.discard(ctx, in, by, reason, at, bson.ObjectID{})
+}
+
+// DiscardSelected marks discarded the FAILED events of ids, their _ids
+// as stored, that are not discarded yet, and stamps each with action
+// (none when zero). A discard is a skip that cannot be undone: the
+// event stays FAILED and is kept, for the record, with discardedBy,
+// discardedAt and discardReason; its aggregate's later events flow (an
+// event not yet skipped is skipped by the same hand; one skipped before
+// keeps that skip's record); and no requeue takes it back. An id that is
+// no _id value refuses the whole selection (ErrNotAnID).
+func (s *Store) DiscardSelected(ctx context.Context, ids []any, by, reason string, at time.Time, action bson.ObjectID) (int, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	values, err := idValues(ids)
+	if err != nil {
+		return 0, fmt.Errorf("discard the selected events: %w", err)
+	}
+	return s.discard(ctx, bson.E{Key: events.FieldID, Value: bson.D{{Key: "$in", Value: values}}}, by, reason, at, action)
+}
+
+// discardable is the filter of the FAILED events in that are not
+// discarded yet.
+func discardable(in bson.E) bson.D {
+	return bson.D{
+		{Key: events.FieldStatus, Value: events.StatusFailed},
+		{Key: events.FieldDiscardedAt, Value: nil},
+		in,
+	}
+}
+
+// discard skips the events of in that are FAILED and neither skipped nor
+// discarded, then marks every FAILED one not yet discarded discarded.
+// The skip comes first: a process that dies between the two leaves
+// events skipped, which a requeue by id can still undo, never an event
+// marked discarded that still holds its aggregate. Both writes stamp
+// action, so that a discard cut short is recounted by its stamp.
+func (s *Store) discard(ctx context.Context, in bson.E, by, reason string, at time.Time, action bson.ObjectID) (int, error) {
+	at = at.UTC().Truncate(time.Millisecond)
+	reason = truncateError(reason)
+	defer s.failedTurn()()
+	if _, err := s.coll.UpdateMany(ctx, append(discardable(in), bson.E{Key: events.FieldSkippedAt, Value: nil}),
+		withStamp(bson.D{{Key: "$set", Value: bson.D{
+			{Key: events.FieldSkippedBy, Value: by},
+			{Key: events.FieldSkippedAt, Value: at},
+			{Key: events.FieldSkipReason, Value: reason},
+			{Key: events.FieldSkipped, Value: true},
+		}}}, action)); err != nil {
+		return 0, fmt.Errorf("discard events: skip them: %w", err)
+	}
+	res, err := s.coll.UpdateMany(ctx, discardable(in), withStamp(bson.D{{Key: "$set", Value: bson.D{
+		{Key: events.FieldDiscardedBy, Value: by},
+		{Key: events.FieldDiscardedAt, Value: at},
+		{Key: events.FieldDiscardReason, Value: reason},
+		// Set as a skip sets it, for an event skipped before skipped
+		// was written: the claims' read of the FAILED keys leaves it
+		// out on the server.
+		{Key: events.FieldSkipped, Value: true},
+	}}}, action))
+	if err != nil {
+		return 0, fmt.Errorf("discard events: %w", err)
 	}
 	return int(res.ModifiedCount), nil
 }

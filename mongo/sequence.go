@@ -67,26 +67,15 @@ func (s *Store) orderBySequence(ctx context.Context, now time.Time, limit events
 	if len(aggs) == 0 {
 		return docs, nil
 	}
-	lowest, highest := int64(-1), int64(-1)
-	var ids []string
-	for _, key := range keys {
-		a := aggs[key]
-		if lowest < 0 || a.minBatch < lowest {
-			lowest = a.minBatch
-		}
-		highest = max(highest, a.maxBatch)
-		if !slices.Contains(ids, a.id) {
-			ids = append(ids, a.id)
-		}
-	}
+	bounds := sequenceBounds(keys, aggs)
 	var published map[string][]int64
 	var pubErr error
 	pubRead := make(chan struct{})
 	go func() {
 		defer close(pubRead)
-		published, pubErr = s.publishedSequences(ctx, ids, lowest)
+		published, pubErr = s.publishedSequences(ctx, s.sequenceFilter(events.StatusPublished, bounds))
 	}()
-	err := s.missingSequences(ctx, ids, highest, aggs, inBatch)
+	err := s.missingSequences(ctx, s.sequenceFilter(events.StatusNew, bounds), aggs, inBatch)
 	<-pubRead
 	if err := errors.Join(err, pubErr); err != nil {
 		return nil, err
@@ -186,27 +175,12 @@ var sequenceProjection = bson.D{
 	{Key: events.FieldType, Value: 1},
 }
 
-// sequenceFilter selects the events of status of the aggregates ids whose
-// sequence satisfies cond: an equality on status first, and on the
-// aggregateId where there is one, which FerretDB pushes down to
-// PostgreSQL (it matches the rest in Go); on MongoDB the sequence index.
-func sequenceFilter(status events.Status, ids []string, cond bson.D) bson.D {
-	f := bson.D{{Key: events.FieldStatus, Value: status}}
-	if len(ids) == 1 {
-		f = append(f, bson.E{Key: events.FieldAggregateID, Value: ids[0]})
-	} else {
-		f = append(f, bson.E{Key: events.FieldAggregateID, Value: bson.D{{Key: "$in", Value: ids}}})
-	}
-	return append(f, bson.E{Key: events.FieldSequence, Value: cond})
-}
-
-// missingSequences reads the NEW events of the aggregates ids below
-// highest, and keeps in each aggregate those outside the batch below its
-// own highest sequence in the batch. A NEW event is read whether due,
+// missingSequences reads the NEW events filter selects, and keeps in
+// each aggregate those outside the batch below its own highest sequence
+// in the batch. A NEW event is read whether due,
 // backing off or parked: each of those must go before the batch's later
 // versions.
-func (s *Store) missingSequences(ctx context.Context, ids []string, highest int64, aggs map[string]*seqAggregate, inBatch map[string]bool) error {
-	filter := sequenceFilter(events.StatusNew, ids, bson.D{{Key: "$lt", Value: highest}})
+func (s *Store) missingSequences(ctx context.Context, filter bson.D, aggs map[string]*seqAggregate, inBatch map[string]bool) error {
 	cur, err := s.coll.Find(ctx, filter, options.Find().SetProjection(sequenceProjection).SetBatchSize(heldBatch))
 	if err != nil {
 		return fmt.Errorf("find earlier versions: %w", err)
@@ -228,10 +202,9 @@ func (s *Store) missingSequences(ctx context.Context, ids []string, highest int6
 	return nil
 }
 
-// publishedSequences reads the sequences of the PUBLISHED events of the
-// aggregates ids at or above lowest, by ordering key.
-func (s *Store) publishedSequences(ctx context.Context, ids []string, lowest int64) (map[string][]int64, error) {
-	filter := sequenceFilter(events.StatusPublished, ids, bson.D{{Key: "$gte", Value: lowest}})
+// publishedSequences reads the sequences of the PUBLISHED events filter
+// selects, by ordering key.
+func (s *Store) publishedSequences(ctx context.Context, filter bson.D) (map[string][]int64, error) {
 	cur, err := s.coll.Find(ctx, filter, options.Find().SetProjection(sequenceProjection).SetBatchSize(heldBatch))
 	if err != nil {
 		return nil, fmt.Errorf("find published versions: %w", err)

@@ -180,6 +180,8 @@ func NewSampler(cfg SamplerConfig) (*Sampler, error) {
 	var err error
 	if s.job, err = schedule.New(schedule.Config{
 		Name: "sampler", Schedule: cfg.Schedule, Run: s.runOnce, RunAtStart: true, Logger: cfg.Logger,
+		// A sample only reads: a stop need not wait for it.
+		CancelOnStop: true,
 		Yield: cfg.Yield, LeftOut: cfg.Metrics.RunsLeftOut.WithLabelValues("sampler").Inc,
 	}); err != nil {
 		return nil, err

@@ -128,6 +128,12 @@ type Config struct {
 	// LeftOut, when set, is called for each tick left out because of
 	// Yield (for a metric). Defaults to nil.
 	LeftOut func()
+	// CancelOnStop cancels a run in flight as soon as Stop is called,
+	// for a job whose runs only read (a gauge's sample): it has nothing
+	// to finish, and on a slow database its read would otherwise hold
+	// the worker's shutdown up to Stop's deadline. Defaults to false: a
+	// run that writes is let finish until the deadline.
+	CancelOnStop bool
 }
 
 // Validate reports the first bad field, naming it and its value.
@@ -298,6 +304,9 @@ func (j *Job) Stop(ctx context.Context) error {
 		close(j.stopping)
 		j.startOnce.Do(func() { close(j.done) }) // never started: nothing to wait for
 	})
+	if j.cfg.CancelOnStop && j.cancel != nil {
+		j.cancel()
+	}
 	select {
 	case <-j.done:
 		return nil

@@ -232,6 +232,31 @@ func TestStopDeadlineCancelsRun(t *testing.T) {
 	}
 }
 
+// A job whose runs only read (CancelOnStop) has nothing to finish: Stop
+// cancels its run in flight at once and returns nil, long before its
+// deadline, instead of holding the worker's shutdown up to it.
+func TestStopCancelsReadOnlyRun(t *testing.T) {
+	t.Parallel()
+	started := make(chan struct{})
+	j, err := schedule.New(schedule.Config{Name: "reader", Schedule: idle, CancelOnStop: true, Logger: slog.New(slog.DiscardHandler),
+		Run: func(ctx context.Context) (bool, error) {
+			close(started)
+			<-ctx.Done() // a read the server answers only after the stop
+			return false, ctx.Err()
+		}})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	start(t, j)
+	j.Trigger()
+	receive(t, started, "the run")
+	stopped := make(chan error, 1)
+	go func() { stopped <- j.Stop(context.Background()) }() // no deadline: only the cancel ends the run
+	if err := receive(t, stopped, "Stop of a job that cancels its run"); err != nil {
+		t.Errorf("Stop = %v, want nil", err)
+	}
+}
+
 func TestStartContextDoesNotCancelRuns(t *testing.T) {
 	t.Parallel()
 	errs := make(chan error, 1)

@@ -43,7 +43,7 @@ func TestContainerPublicModule(t *testing.T) {
 func TestContainerPublicModuleRabbitMQ4(t *testing.T) {
 	t.Parallel()
 	// Rabbit first: without Docker it skips before FerretDB starts.
-	amqpURL := testenv.Rabbit(t, testenv.RabbitImage4)
+	amqpURL := testenv.RabbitMQOf(t, testenv.RabbitImage4)
 	runPublicModule(t, []string{
 		"OUTBOX_TEST_MONGO_URI=" + testenv.MongoURI(t),
 		testenv.EnvAMQPURL + "=" + amqpURL,

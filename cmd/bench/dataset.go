@@ -34,22 +34,13 @@ func eventDoc(i int, createdAt time.Time) (bson.D, error) {
 // (far past the backlogs' ids).
 func skippedFailedDoc(i int, createdAt time.Time) (bson.D, error) {
 	at := createdAt.Add(-time.Hour)
-	doc, err := eventDoc(skippedIDBase+i, at)
-	if err != nil {
-		return nil, err
-	}
-	for j := range doc {
-		if doc[j].Key == events.FieldStatus {
-			doc[j].Value = events.StatusFailed
-		}
-	}
-	return append(doc,
+	return settledDoc(skippedIDBase+i, at, events.StatusFailed,
 		bson.E{Key: events.FieldLastError, Value: "returned 312 NO_ROUTE"},
 		bson.E{Key: events.FieldFailedAt, Value: at},
 		bson.E{Key: events.FieldSkippedAt, Value: at},
 		bson.E{Key: events.FieldSkipped, Value: true},
 		bson.E{Key: events.FieldAttempts, Value: 5},
-	), nil
+	)
 }
 
 // skippedIDBase puts skippedFailedDoc's aggregates past every backlog's.
@@ -58,21 +49,26 @@ const skippedIDBase = 10_000_000
 // publishedDoc is an event already relayed: history that a claim must
 // never read.
 func publishedDoc(i int, createdAt time.Time) (bson.D, error) {
+	return settledDoc(i, createdAt, events.StatusPublished,
+		bson.E{Key: events.FieldWorkerID, Value: "bench-history"},
+		bson.E{Key: events.FieldProcessingAt, Value: createdAt},
+		bson.E{Key: events.FieldAttempts, Value: 1},
+		bson.E{Key: events.FieldPublishedAt, Value: createdAt},
+	)
+}
+
+// settledDoc is event i, written at createdAt, as status with fields.
+func settledDoc(i int, createdAt time.Time, status events.Status, fields ...bson.E) (bson.D, error) {
 	doc, err := eventDoc(i, createdAt)
 	if err != nil {
 		return nil, err
 	}
 	for j := range doc {
 		if doc[j].Key == events.FieldStatus {
-			doc[j].Value = events.StatusPublished
+			doc[j].Value = status
 		}
 	}
-	return append(doc,
-		bson.E{Key: events.FieldWorkerID, Value: "bench-history"},
-		bson.E{Key: events.FieldProcessingAt, Value: createdAt},
-		bson.E{Key: events.FieldAttempts, Value: 1},
-		bson.E{Key: events.FieldPublishedAt, Value: createdAt},
-	), nil
+	return append(doc, fields...), nil
 }
 
 // insertEvents inserts n documents made by mk in chunks of insertChunk,

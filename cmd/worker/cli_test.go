@@ -25,6 +25,7 @@ func TestCommandHelp(t *testing.T) {
 		"stats":   {"--json"},
 		"requeue": {"--id ID", "--ids-from FILE", "--type TYPE", "--all", "--yes", "--dry-run"},
 		"skip":    {"--id ID", "--by NAME", "--reason TEXT", "--dry-run"},
+		"discard": {"--id ID", "--by NAME", "--reason TEXT", "--dry-run"},
 		"show":    {"--id ID"},
 		"pause":   {"--type TYPE", "--by NAME", "--reason TEXT"},
 		"resume":  {"--type TYPE", "--by NAME", "--reason TEXT"},

@@ -50,7 +50,7 @@ func defaultConfig() Config {
 		MaxMessageBytes:  claim.MaxBodyBytesDefault,
 		Retention:        7 * 24 * time.Hour,
 		HTTPAddr:         ":8080",
-		ConsoleConfig:    ConsoleConfig{ConsoleAddr: "127.0.0.1:8090", ConsoleRequeueRate: 100, ConsoleActionMax: 1000, ConsoleActionsPerMinute: 30, ConsoleSignInFailures: 10, ConsoleOIDCRolesClaim: "roles"},
+		ConsoleConfig:    ConsoleConfig{ConsoleAddr: "127.0.0.1:8090", ConsoleRequeueRate: 100, ConsoleActionMax: 1000, ConsoleActionsPerMinute: 30, ConsoleSignInFailures: 10, ConsoleOIDCRolesClaim: "roles", ConsoleOIDCScopes: []string{"profile", "email"}},
 		ShutdownTimeout:  30 * time.Second,
 		WorkerID:         defaultWorkerID(),
 		LogLevel:         slog.LevelInfo,

@@ -73,7 +73,7 @@ func consoleCommand(ctx context.Context, args []string, getenv func(string) stri
 	if cfg.ConsoleOIDCIssuer != "" {
 		if ccfg.OIDC, err = console.NewOIDC(ctx, console.OIDCConfig{
 			IssuerURL: cfg.ConsoleOIDCIssuer, ClientID: cfg.ConsoleOIDCClientID, ClientSecret: cfg.ConsoleOIDCClientSecret,
-			RedirectURL: cfg.ConsoleOIDCRedirectURL, RolesClaim: cfg.ConsoleOIDCRolesClaim,
+			RedirectURL: cfg.ConsoleOIDCRedirectURL, RolesClaim: cfg.ConsoleOIDCRolesClaim, Scopes: cfg.ConsoleOIDCScopes,
 		}); err != nil {
 			return err
 		}

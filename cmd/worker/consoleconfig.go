@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -53,6 +54,9 @@ type ConsoleConfig struct {
 	// and the claim that holds the users' console roles.
 	ConsoleOIDCIssuer, ConsoleOIDCClientID, ConsoleOIDCClientSecret string
 	ConsoleOIDCRedirectURL, ConsoleOIDCRolesClaim                   string
+	// ConsoleOIDCScopes are asked besides openid: many providers put a
+	// user's groups in the tokens only when a scope asks for them.
+	ConsoleOIDCScopes []string
 	// ConsoleTLSCert and ConsoleTLSKey are the files of the console's
 	// TLS certificate and key: set, it serves HTTPS, and reads them again
 	// when they change.
@@ -127,6 +131,11 @@ func consoleSettings() []setting {
 		{env: "OUTBOX_CONSOLE_OIDC_ROLES_CLAIM", flag: "console-oidc-roles-claim", def: console.RolesClaimDefault, forConsole: true,
 			usage: "claim (ID token or userinfo) that lists a user's console roles: viewer, operator, admin",
 			parse: func(c *Config, v string) error { c.ConsoleOIDCRolesClaim = strings.TrimSpace(v); return nil }},
+		{env: "OUTBOX_CONSOLE_OIDC_SCOPES", flag: "console-oidc-scopes", def: "profile,email", forConsole: true,
+			usage: "comma-separated scopes asked besides openid; add the one that puts the roles claim in the tokens (Dex: groups)",
+			parse: func(c *Config, v string) error {
+				return parseScopes(&c.ConsoleOIDCScopes, cmp.Or(strings.TrimSpace(v), "profile,email"))
+			}},
 		{env: "OUTBOX_CONSOLE_TLS_CERT", flag: "console-tls-cert", def: "", forConsole: true,
 			usage: "file of the console's TLS certificate (PEM, the chain after it): set with OUTBOX_CONSOLE_TLS_KEY, the console serves HTTPS, sends HSTS, and reads the pair again when the files change",
 			parse: func(c *Config, v string) error { c.ConsoleTLSCert = strings.TrimSpace(v); return nil }},
@@ -207,6 +216,22 @@ func parseHosts(dst *[]string, v string) error {
 			return fmt.Errorf("%q is not a host name (name, name:port or *)", h)
 		}
 		*dst = append(*dst, h)
+	}
+	return nil
+}
+
+// parseScopes reads a comma-separated list of OAuth2 scopes, which
+// cannot hold a space: the request sends them space-separated.
+func parseScopes(dst *[]string, v string) error {
+	*dst = nil
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		if strings.ContainsAny(s, " \t\"") {
+			return fmt.Errorf("%q is not a scope (comma-separate them)", s)
+		}
+		*dst = append(*dst, s)
 	}
 	return nil
 }

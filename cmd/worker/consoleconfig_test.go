@@ -100,3 +100,24 @@ func TestUsersFile(t *testing.T) {
 		}
 	}
 }
+
+// TestConsoleOIDCScopes: the scopes asked besides openid default to
+// profile and email, and a provider that puts groups in a token only
+// when asked (Dex's groups, Keycloak's client scopes) gets them asked.
+func TestConsoleOIDCScopes(t *testing.T) {
+	t.Parallel()
+	for v, want := range map[string][]string{
+		"":                       {"profile", "email"},
+		"profile, email, groups": {"profile", "email", "groups"},
+		"groups,,":               {"groups"},
+	} {
+		cfg, _, err := loadConfig("console", nil, envOf(map[string]string{"OUTBOX_CONSOLE_OIDC_SCOPES": v}), consoleKind, nil)
+		if err != nil || !slices.Equal(cfg.ConsoleOIDCScopes, want) {
+			t.Errorf("OUTBOX_CONSOLE_OIDC_SCOPES=%q: scopes %q, %v; want %q", v, cfg.ConsoleOIDCScopes, err, want)
+		}
+	}
+	if _, _, err := loadConfig("console", nil, envOf(map[string]string{"OUTBOX_CONSOLE_OIDC_SCOPES": "email groups"}), consoleKind, nil); err == nil ||
+		!strings.Contains(err.Error(), "OUTBOX_CONSOLE_OIDC_SCOPES") {
+		t.Errorf("a scope with a space: %v, want an error naming the setting", err)
+	}
+}

@@ -5,6 +5,7 @@
 //	worker stats [--json]    counts by status, oldest NEW age, stale claims
 //	worker requeue ...       move FAILED events back to NEW; retry named backing-off NEW events now
 //	worker skip ...          let an aggregate's later events pass a FAILED one
+//	worker discard ...       never publish a FAILED event; kept, skipped, not requeued
 //	worker pause TYPE ...    stop relaying an event type; resume TYPE relays it again
 //	worker show --id ID      print one event document
 //	worker console           serve the operator console (read-only)
@@ -53,6 +54,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, environ
 		err = requeueCommand(ctx, args, getenv, stdout, stderr)
 	case "skip":
 		err = skipCommand(ctx, args, getenv, stdout, stderr)
+	case "discard":
+		err = discardCommand(ctx, args, getenv, stdout, stderr)
 	case "show":
 		err = showCommand(ctx, args, getenv, stdout, stderr)
 	case "pause", "resume":

@@ -99,7 +99,7 @@ func (l *listFlag) Set(v string) error {
 }
 
 // namedEvents are the flags of the commands that change the events an
-// operator names (requeue, skip): --id, repeatable, and --dry-run.
+// operator names (requeue, skip, discard): --id, repeatable, and --dry-run.
 type namedEvents struct {
 	ids    listFlag
 	dryRun bool

@@ -139,6 +139,60 @@ func TestSkip(t *testing.T) {
 	}
 }
 
+// TestDiscard marks a FAILED event discarded, and skipped, with who and
+// why; a requeue naming it leaves it so; it leaves an event that is not
+// FAILED alone, refuses to run without --by or --reason, and is audited.
+func TestDiscard(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	now := time.Now().UTC()
+	var docs []any
+	for id, status := range map[string]events.Status{"bad-1": events.StatusFailed, "new-1": events.StatusNew} {
+		d := events.Draft{ID: id, Type: "t", AggregateType: "order", AggregateID: "7", Payload: bson.D{{Key: "n", Value: 1}}}
+		docs = append(docs, draftDoc(t, d, now, bson.E{Key: events.FieldStatus, Value: status}))
+	}
+	db := testenv.Database(t)
+	coll, env := toolsOutbox(ctx, t, testenv.MongoURI(t), db, docs)
+
+	runTool(ctx, t, env, 2, "discard", "--id", "bad-1", "--reason", "duplicate")
+	runTool(ctx, t, env, 2, "discard", "--id", "bad-1", "--by", "alice")
+	if out := runTool(ctx, t, env, 0, "discard", "--id", "bad-1,new-1", "--by", "alice", "--reason", "duplicate", "--dry-run"); out != "1 FAILED events would be discarded\n" {
+		t.Errorf("dry run printed %q", out)
+	}
+	out := runTool(ctx, t, env, 0, "discard", "--id", "bad-1", "--id", "new-1", "--by", "alice", "--reason", "a duplicate of order 7's")
+	if !strings.HasPrefix(out, "discarded 1 FAILED events") {
+		t.Errorf("discard printed %q", out)
+	}
+	runTool(ctx, t, env, 0, "requeue", "--id", "bad-1", "--by", "bo", "--reason", "try again")
+	var got []events.Event
+	cur, err := coll.Find(ctx, bson.D{})
+	if err != nil || cur.All(ctx, &got) != nil {
+		t.Fatalf("find: %v", err)
+	}
+	for _, e := range got {
+		switch e.ID {
+		case "bad-1":
+			if e.Status != events.StatusFailed || e.DiscardedBy != "alice" || e.DiscardReason != "a duplicate of order 7's" || e.DiscardedAt.IsZero() || e.SkippedAt.IsZero() {
+				t.Errorf("discarded event: %s by %q because %q at %s, skipped at %s; want FAILED, alice, the reason, a time, skipped",
+					e.Status, e.DiscardedBy, e.DiscardReason, e.DiscardedAt, e.SkippedAt)
+			}
+		case "new-1":
+			if e.Status != events.StatusNew || e.DiscardedBy != "" {
+				t.Errorf("NEW event after discard: %s discarded by %q; want untouched", e.Status, e.DiscardedBy)
+			}
+		}
+	}
+	actions, err := mongo.New(db.Client(), mongo.Config{Database: db.Name(), Collection: coll.Name()}).Actions(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(actions) != 2 || actions[1].Name != "discard" || actions[1].By != "alice" || actions[1].Count != 1 || actions[1].Source != "cli" ||
+		actions[0].Name != "requeue" || actions[0].Count != 0 {
+		t.Errorf("audit = %+v; want alice's discard of 1, then bo's requeue of 0", actions)
+	}
+}
+
 // toolsScenario: stats, requeue and show against a prepared outbox.
 func toolsScenario(t *testing.T, s stack) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)

@@ -18,6 +18,7 @@ var commands = []commandInfo{
 	{"stats", "print counts by status, the oldest NEW event's age, stale claims and held aggregates"},
 	{"requeue", "move FAILED events back to NEW, and make NEW events named by id that back off before a retry due now"},
 	{"skip", "mark FAILED events skipped so that later events of their aggregates flow"},
+	{"discard", "mark FAILED events discarded: kept, skipped, and never requeued"},
 	{"show", "print one event document with its history fields"},
 	{"pause", "stop relaying the events of a type: they stay NEW and, with ordering, hold their aggregates (worker pause TYPE --reason TEXT)"},
 	{"resume", "relay the events of a paused type again (worker resume TYPE --reason TEXT)"},

@@ -17,8 +17,10 @@
 // A missing server fails the test with instructions to start it; tests are
 // never skipped for that, except by RequireDocker, which guards the
 // container suite that runs where Docker exists: ReplicaSet (a real MongoDB
-// replica set), Containers (that and RabbitMQ) and Rabbit (one RabbitMQ of
-// RabbitImages, 3.x or 4.x) start its servers.
+// replica set), Containers (that and RabbitMQ), RabbitMQ and RabbitMQOf (one
+// RabbitMQ of RabbitImages, 3.x or 4.x) start its servers, and Dex an
+// OpenID provider (or from a dex binary, OUTBOX_TEST_DEX_BINARY, without
+// Docker).
 //
 // GoTest runs a suite again in another process with servers named in its
 // environment: the broker's on each RabbitMQ of RabbitImages, and the

@@ -114,27 +114,22 @@ func Containers(t testing.TB) (mongoURI, amqpURL string) {
 	RequireDocker(t)
 	ctx, cancel := context.WithTimeout(t.Context(), containerStartTimeout)
 	defer cancel()
-	mongoURI = replicaSetURI(ctx, t)
-	return mongoURI, rabbitURL(ctx, t, RabbitImage)
+	return replicaSetURI(ctx, t), rabbitURL(ctx, t, RabbitImage)
 }
 
-// ContainersWithAuth is Containers with MongoDB's authentication on: its
-// root user is user with password (authSource admin), the only user until
-// the test creates others. The URI returned is the root user's.
-func ContainersWithAuth(t testing.TB, user, password string) (mongoURI, amqpURL string) {
+// RabbitMQ is the container suite's broker for a test that starts its
+// MongoDB otherwise (ShardedCluster): RequireDocker, then RabbitImage,
+// removed in t.Cleanup. It returns its URL.
+func RabbitMQ(t testing.TB) string {
 	t.Helper()
-	RequireDocker(t)
-	ctx, cancel := context.WithTimeout(t.Context(), containerStartTimeout)
-	defer cancel()
-	mongoURI = replicaSetURI(ctx, t, tcmongo.WithUsername(user), tcmongo.WithPassword(password))
-	return mongoURI, rabbitURL(ctx, t, RabbitImage)
+	return RabbitMQOf(t, RabbitImage)
 }
 
-// Rabbit is the container suite's RabbitMQ of image (one of RabbitImages)
-// for tests that need no MongoDB of their own: RequireDocker (skip, or
-// fail when required), then the container, removed in t.Cleanup. It
-// returns its AMQP URL, whose user is not guest.
-func Rabbit(t testing.TB, image string) string {
+// RabbitMQOf is RabbitMQ with image, one of RabbitImages, for the tests
+// run on each RabbitMQ series: RequireDocker (skip, or fail when
+// required), then the container, removed in t.Cleanup. It returns its
+// AMQP URL, whose user is not guest.
+func RabbitMQOf(t testing.TB, image string) string {
 	t.Helper()
 	RequireDocker(t)
 	ctx, cancel := context.WithTimeout(t.Context(), containerStartTimeout)
@@ -151,11 +146,22 @@ func rabbitURL(ctx context.Context, t testing.TB, image string) string {
 	if err != nil {
 		t.Fatalf("testenv: start %s: %v", image, err)
 	}
-	amqpURL, err := rc.AmqpURL(ctx)
+	url, err := rc.AmqpURL(ctx)
 	if err != nil {
 		t.Fatalf("testenv: RabbitMQ URL of %s: %v", image, err)
 	}
-	return amqpURL + "/"
+	return url + "/"
+}
+
+// ContainersWithAuth is Containers with MongoDB's authentication on: its
+// root user is user with password (authSource admin), the only user until
+// the test creates others. The URI returned is the root user's.
+func ContainersWithAuth(t testing.TB, user, password string) (mongoURI, amqpURL string) {
+	t.Helper()
+	RequireDocker(t)
+	ctx, cancel := context.WithTimeout(t.Context(), containerStartTimeout)
+	defer cancel()
+	return replicaSetURI(ctx, t, tcmongo.WithUsername(user), tcmongo.WithPassword(password)), rabbitURL(ctx, t, RabbitImage)
 }
 
 // replicaSetURI starts MongoImage as a single-node replica set, with more
