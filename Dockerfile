@@ -23,6 +23,9 @@ ARG REVISION=""
 ARG BUILD_DATE=""
 WORKDIR /src
 ENV CGO_ENABLED=0
+# The whole context: go.mod replaces the public module
+# (github.com/outboxrelay/outbox/events) with ./events, so the build needs
+# that directory as much as the relay's own.
 COPY . .
 # Static binaries; the module and build caches survive between builds.
 RUN --mount=type=cache,target=/go/pkg/mod \

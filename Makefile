@@ -1,9 +1,9 @@
 # Targets print what they run. `make` alone lists them.
 # The targets that need servers and tools (test, test-race) first run
 # scripts/servers.sh, which installs and starts PostgreSQL and RabbitMQ and
-# installs promtool, Chromium and jq where they are missing (as make dev does
-# for the servers, with the same script); .ci/run runs `make lint` and
-# `make test`.
+# installs promtool, Chromium, jq and apidiff where they are missing (as
+# make dev does for the servers and apidiff, with the same script);
+# .ci/run runs `make lint`, `make api-check` and `make test`.
 
 GO            ?= go
 # The pinned golangci-lint: `make lint` installs it into $(GOBIN) when
@@ -15,9 +15,18 @@ BIN           := bin
 PKGS          := ./...
 TEST_FLAGS    ?= -count=1 -timeout 20m
 # The packages whose goroutines share state (publisher, claimer, schedules,
-# HTTP server, inbox, partition ownership, wake-up): make test runs them
-# under the race detector too.
-RACE_PKGS     := ./broker/... ./claim/... ./schedule/... ./ops/... ./inbox/... ./retention/... ./recovery/... ./ownership/... ./wake/...
+# HTTP server, partition ownership, wake-up; the inbox is the public
+# module's, below): make test runs them under the race detector too,
+# but for the broker's container test, which only starts RabbitMQ 3.x and
+# 4.x and runs the package again in another process: the first pass ran it.
+RACE_PKGS     := ./broker/... ./claim/... ./schedule/... ./ops/... ./retention/... ./recovery/... ./ownership/... ./wake/...
+# The module services import (events, events/inbox: docs/api.md), nested
+# in events/ with a go.mod of its own. `./...` does not enter it: the
+# targets below name it. Its tests need servers they cannot start (its
+# go.mod holds no FerretDB), so scripts' TestPublicModule runs them with
+# this suite's FerretDB and RabbitMQ, in `go test ./...` and, under the
+# race detector, in the race pass.
+PUBLIC_MODULE := events
 
 .DEFAULT_GOAL := help
 
@@ -38,24 +47,26 @@ BUILD_DATE    ?= $(shell date -u $(if $(SOURCE_DATE_EPOCH),-d @$(SOURCE_DATE_EPO
 LDFLAGS       := -X $(BUILDINFO).Version=$(VERSION) -X $(BUILDINFO).Revision=$(REVISION) -X $(BUILDINFO).BuildDate=$(BUILD_DATE)
 
 .PHONY: build
-build: ## Build all packages and bin/worker (stamped with the v* tag of HEAD, if any, the commit and the build date)
+build: ## Build all packages (the public module's too) and bin/worker (stamped with the v* tag of HEAD, if any, the commit and the build date)
 	$(GO) build $(PKGS)
+	cd $(PUBLIC_MODULE) && $(GO) build ./...
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/worker ./cmd/worker
 
 .PHONY: servers
-servers: ## Install and start PostgreSQL and RabbitMQ, install promtool, Chromium and jq, where missing (scripts/servers.sh; needs root or passwordless sudo for what is missing)
+servers: ## Install and start PostgreSQL and RabbitMQ, install promtool, Chromium, jq and apidiff, where missing (scripts/servers.sh; needs root or passwordless sudo for what is missing)
 	bash scripts/servers.sh
 
 # deploy/'s tests run promtool on the alert rules and console/'s drive
 # Chromium: with CI set they fail when the tool is missing, elsewhere they
 # skip with a message; `servers` installs both first.
 .PHONY: test
-test: servers ## Run all tests, then the concurrent packages again under the race detector (ensures PostgreSQL, RabbitMQ, promtool, Chromium and jq first)
+test: servers ## Run all tests (the public module's too), then the concurrent packages and the public module again under the race detector (ensures PostgreSQL, RabbitMQ, promtool, Chromium, jq and apidiff first)
 	$(GO) test $(TEST_FLAGS) $(PKGS)
-	$(GO) test -race $(TEST_FLAGS) $(RACE_PKGS)
+	$(GO) test -race $(TEST_FLAGS) -skip '^TestContainerRabbitMQVersions$$' $(RACE_PKGS)
+	$(GO) test -race $(TEST_FLAGS) -run '^TestPublicModule$$' ./scripts/
 
 .PHONY: test-race
-test-race: servers ## Run all tests with the race detector
+test-race: servers ## Run all tests (the public module's too) with the race detector
 	$(GO) test -race $(TEST_FLAGS) $(PKGS)
 
 .PHONY: rules
@@ -64,8 +75,9 @@ rules: ## Check and unit-test the Prometheus alert rules (needs promtool), and r
 	$(GO) test -count=1 ./deploy -run TestPrometheusRule -update
 
 .PHONY: vet
-vet: ## Run go vet
+vet: ## Run go vet (on the public module too)
 	$(GO) vet $(PKGS)
+	cd $(PUBLIC_MODULE) && $(GO) vet ./...
 
 .PHONY: fmt
 fmt: ## Fail if any Go file needs gofmt
@@ -76,8 +88,9 @@ fmt: ## Fail if any Go file needs gofmt
 	echo "gofmt: ok"
 
 .PHONY: lint
-lint: vet fmt lint-tool ## Run go vet, the gofmt check and golangci-lint (the pinned version, installed if missing)
+lint: vet fmt lint-tool ## Run go vet, the gofmt check and golangci-lint (the pinned version, installed if missing), on both modules
 	$(GOLANGCI_LINT) run $(PKGS)
+	cd $(PUBLIC_MODULE) && $(GOLANGCI_LINT) run ./...
 
 .PHONY: lint-tool
 lint-tool: ## Install golangci-lint $(GOLANGCI_LINT_VERSION) into $(GOBIN) unless it is there
@@ -119,7 +132,8 @@ bench: $(if $(BASELINE),baseline-worker) ## Benchmark the worker on FerretDB + R
 
 .PHONY: bench-go
 bench-go: ## Run the testing.B benchmarks of the hot code (message conversion, ordering keys, round planning, frame sizing, owners' and claim's reads; the reads need PostgreSQL)
-	$(GO) test -run '^$$' -bench . -benchmem ./events/ ./claim/ ./broker/ ./mongo/
+	cd $(PUBLIC_MODULE) && $(GO) test -run '^$$' -bench . -benchmem .
+	$(GO) test -run '^$$' -bench . -benchmem ./claim/ ./broker/ ./mongo/
 
 .PHONY: console-screenshots
 console-screenshots: ## Take the screenshots of docs/console.md, light and dark, with the console's browser test (needs chromium)
@@ -177,9 +191,14 @@ syft-tool: ## Install syft $(SYFT_VERSION) into $(GOBIN) unless it is there or o
 		GOBIN=$(GOBIN) $(GO) install github.com/anchore/syft/cmd/syft@$(SYFT_VERSION); \
 	fi
 
+.PHONY: api-check
+api-check: ## Compare the public module's API (events/) with the last release's (apidiff, pinned): fail on an incompatible change CHANGELOG.md's Unreleased section does not name under **Breaking** (scripts/api-check.sh; .ci/run runs it; needs the clone's history)
+	bash scripts/api-check.sh
+
 .PHONY: vulncheck
-vulncheck: ## Report known vulnerabilities in the code's call graph and its modules (govulncheck, pinned; CI runs it)
+vulncheck: ## Report known vulnerabilities in the code's call graph and its modules, both modules (govulncheck, pinned; CI runs it)
 	$(GO) run $(GOVULNCHECK) ./...
+	cd $(PUBLIC_MODULE) && $(GO) run $(GOVULNCHECK) ./...
 
 # ---------------------------------------------------------------------------
 # Reserved for other owners; add each target with a `## ` help comment:

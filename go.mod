@@ -13,6 +13,7 @@ require (
 	github.com/go-logr/logr v1.4.4
 	github.com/google/go-cmp v0.7.0
 	github.com/jackc/pgx/v5 v5.6.0
+	github.com/outboxrelay/outbox/events v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.1
@@ -184,3 +185,9 @@ require (
 	modernc.org/token v1.1.0 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
+
+// The public module (events, events/inbox) is built from this tree, never
+// from a published version, so that the relay and the packages services
+// import change in one commit. A replace makes `go install ...@version`
+// of the relay refuse: the relay ships as archives and an image instead.
+replace github.com/outboxrelay/outbox/events => ./events

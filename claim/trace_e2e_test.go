@@ -20,7 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxrelay/outbox/events"
-	inboxpkg "github.com/outboxrelay/outbox/inbox"
+	inboxpkg "github.com/outboxrelay/outbox/events/inbox"
 	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/mongo"
 	"github.com/outboxrelay/outbox/mongo/mongotest"

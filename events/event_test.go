@@ -9,8 +9,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"go.mongodb.org/mongo-driver/v2/bson"
-
-	"github.com/outboxrelay/outbox/internal/testenv"
 )
 
 type orderCreated struct {
@@ -30,7 +28,7 @@ func TestDraftDocument(t *testing.T) {
 		return append(bson.D{
 			{Key: FieldID, Value: id},
 			{Key: FieldType, Value: "order.created"},
-			{Key: FieldPayload, Value: testenv.Marshal(t, payload)},
+			{Key: FieldPayload, Value: marshal(t, payload)},
 			{Key: FieldStatus, Value: StatusNew},
 			{Key: FieldCreatedAt, Value: now.UTC()},
 		}, extra...)
@@ -71,7 +69,7 @@ func TestDraftDocument(t *testing.T) {
 			want: doc("e-1", map[string]any{"total": int64(4200)},
 				bson.E{Key: FieldAggregateType, Value: "order"},
 				bson.E{Key: FieldAggregateID, Value: "o-1"},
-				bson.E{Key: FieldHeaders, Value: testenv.Marshal(t, map[string]any{"tenant": "acme"})},
+				bson.E{Key: FieldHeaders, Value: marshal(t, map[string]any{"tenant": "acme"})},
 			),
 		},
 		{
@@ -236,7 +234,7 @@ func TestDraftDocumentIsPublishable(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Document: %v", err)
 			}
-			m, err := NewMessage(testenv.Marshal(t, doc), 0)
+			m, err := NewMessage(marshal(t, doc), 0)
 			if err != nil {
 				t.Fatalf("NewMessage of an accepted draft: %v", err)
 			}
@@ -261,7 +259,7 @@ func withoutPartition(t *testing.T, doc bson.D) bson.D {
 	if i < 0 {
 		t.Fatalf("no %s in %v", FieldPartition, doc)
 	}
-	p, ok, err := StoredPartition(testenv.Marshal(t, doc))
+	p, ok, err := StoredPartition(marshal(t, doc))
 	if !ok || err != nil {
 		t.Fatalf("StoredPartition = %d, %v, %v; want the partition of the key", p, ok, err)
 	}

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-
-	"github.com/outboxrelay/outbox/internal/testenv"
 )
 
 // jsonDocs are payloads for the tests of appendJSON: every type it writes,
@@ -100,7 +98,7 @@ func TestAppendJSONMatchesDriver(t *testing.T) {
 	for name, d := range jsonDocs(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			raw := testenv.Marshal(t, d)
+			raw := marshal(t, d)
 			want, err := bson.MarshalExtJSON(bson.Raw(raw), false, false)
 			if err != nil {
 				t.Fatal(err)
@@ -123,7 +121,7 @@ func TestAppendJSONMatchesDriver(t *testing.T) {
 func TestAppendJSONLeavesToTheDriver(t *testing.T) {
 	t.Parallel()
 	for name, d := range jsonDocs(t) {
-		raw := testenv.Marshal(t, d)
+		raw := marshal(t, d)
 		_, ok := appendJSON(nil, raw)
 		if want := !strings.HasPrefix(name, "driver") && name != "deep"; ok != want {
 			t.Errorf("%s: appendJSON ok = %t, want %t", name, ok, want)
@@ -136,7 +134,7 @@ func TestAppendJSONLeavesToTheDriver(t *testing.T) {
 // fails, appendJSON leaves the document to it.
 func FuzzAppendJSON(f *testing.F) {
 	for _, d := range jsonDocs(f) {
-		f.Add([]byte(testenv.Marshal(f, d)))
+		f.Add([]byte(marshal(f, d)))
 	}
 	f.Fuzz(func(t *testing.T, doc []byte) {
 		got, ok := appendJSON(nil, doc)

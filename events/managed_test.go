@@ -11,7 +11,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/outboxrelay/outbox/events"
-	"github.com/outboxrelay/outbox/internal/testenv"
 )
 
 func TestCheckManaged(t *testing.T) {
@@ -59,7 +58,10 @@ func TestCheckManaged(t *testing.T) {
 			t.Parallel()
 			doc := append(bson.D{{Key: "_id", Value: "e1"}, {Key: "type", Value: "order.created"},
 				{Key: "payload", Value: bson.D{}}, {Key: "status", Value: "NEW"}, {Key: "createdAt", Value: now}}, tt.fields...)
-			raw := testenv.Marshal(t, doc)
+			raw, err := bson.Marshal(doc)
+			if err != nil {
+				t.Fatal(err)
+			}
 			got, err := events.CheckManaged(raw)
 			if tt.wantErr != "" {
 				var ie *events.InvalidError

@@ -1,29 +1,37 @@
 package events
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-
-	"github.com/outboxrelay/outbox/internal/benchorder"
-	"github.com/outboxrelay/outbox/internal/testenv"
 )
 
-// benchEvent is an event as the bench's producer writes it: an aggregate
-// and an order payload whose JSON body is about 300 bytes.
+// benchEvent is an event as the bench's producer writes it
+// (internal/benchorder of the relay's module, which this module cannot
+// import; keep the two alike): an aggregate and an order payload whose
+// JSON body is about 300 bytes.
 func benchEvent(b *testing.B, i int) bson.Raw {
 	b.Helper()
+	id := fmt.Sprintf("order-%08d", i)
 	d, err := Draft{
-		Type:          benchorder.Type,
-		AggregateType: benchorder.AggregateType,
-		AggregateID:   benchorder.AggregateID(i),
-		Payload:       benchorder.Payload(i),
+		Type:          "order.created",
+		AggregateType: "order",
+		AggregateID:   id,
+		Payload: bson.D{
+			{Key: "orderId", Value: id},
+			{Key: "customerId", Value: fmt.Sprintf("customer-%06d", i%100000)},
+			{Key: "amount", Value: 1999 + i%1000},
+			{Key: "currency", Value: "EUR"},
+			{Key: "note", Value: strings.Repeat("n", 190)},
+		},
 	}.Document(time.Now())
 	if err != nil {
 		b.Fatal(err)
 	}
-	return testenv.Marshal(b, d)
+	return marshal(b, d)
 }
 
 func BenchmarkNewMessage(b *testing.B) {

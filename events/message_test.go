@@ -10,8 +10,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
-
-	"github.com/outboxrelay/outbox/internal/testenv"
 )
 
 // Fixtures shared by the NewMessage tests.
@@ -74,7 +72,7 @@ func eventDoc(t testing.TB, edits ...docEdit) bson.Raw {
 	for _, edit := range edits {
 		d = edit(d)
 	}
-	return testenv.Marshal(t, d)
+	return marshal(t, d)
 }
 
 // malformedString returns a valid event document with field (or, for

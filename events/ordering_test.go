@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-
-	"github.com/outboxrelay/outbox/internal/testenv"
 )
 
 func TestOrderingKey(t *testing.T) {
@@ -25,7 +23,7 @@ func TestOrderingKey(t *testing.T) {
 		{"null id", bson.D{{Key: FieldAggregateID, Value: nil}}, "", false},
 		{"type not a string", bson.D{{Key: FieldAggregateType, Value: 1}, {Key: FieldAggregateID, Value: "42"}}, "\x0042", true},
 	} {
-		got, ok := OrderingKey(testenv.Marshal(t, tc.doc))
+		got, ok := OrderingKey(marshal(t, tc.doc))
 		if got != tc.want || ok != tc.ordered {
 			t.Errorf("%s: OrderingKey = %q, %t; want %q, %t", tc.name, got, ok, tc.want, tc.ordered)
 		}
@@ -44,15 +42,15 @@ func TestPartition(t *testing.T) {
 	if got := PartitionOf(""); got != int(uint32(0x811c9dc5)%Partitions) {
 		t.Errorf("PartitionOf(\"\") = %d, want %d", got, uint32(0x811c9dc5)%Partitions)
 	}
-	a := testenv.Marshal(t, bson.D{{Key: FieldID, Value: "e1"}, {Key: FieldAggregateType, Value: "order"}, {Key: FieldAggregateID, Value: "42"}})
-	b := testenv.Marshal(t, bson.D{{Key: FieldID, Value: "e2"}, {Key: FieldAggregateType, Value: "order"}, {Key: FieldAggregateID, Value: "42"}})
+	a := marshal(t, bson.D{{Key: FieldID, Value: "e1"}, {Key: FieldAggregateType, Value: "order"}, {Key: FieldAggregateID, Value: "42"}})
+	b := marshal(t, bson.D{{Key: FieldID, Value: "e2"}, {Key: FieldAggregateType, Value: "order"}, {Key: FieldAggregateID, Value: "42"}})
 	if Partition(a) != Partition(b) || Partition(a) != PartitionOf("order\x0042") {
 		t.Errorf("events of one aggregate in partitions %d and %d", Partition(a), Partition(b))
 	}
 	// Unordered events spread by _id.
 	seen := map[int]bool{}
 	for i := range 1000 {
-		seen[Partition(testenv.Marshal(t, bson.D{{Key: FieldID, Value: bson.NewObjectID()}, {Key: "n", Value: i}}))] = true
+		seen[Partition(marshal(t, bson.D{{Key: FieldID, Value: bson.NewObjectID()}, {Key: "n", Value: i}}))] = true
 	}
 	if len(seen) < Partitions*3/4 {
 		t.Errorf("1000 unordered events fell in %d of %d partitions", len(seen), Partitions)
@@ -63,7 +61,7 @@ func TestCompareOrder(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	doc := func(id any, at time.Time) bson.Raw {
-		return testenv.Marshal(t, bson.D{{Key: FieldID, Value: id}, {Key: FieldCreatedAt, Value: at}})
+		return marshal(t, bson.D{{Key: FieldID, Value: id}, {Key: FieldCreatedAt, Value: at}})
 	}
 	o1, o2 := bson.NewObjectIDFromTimestamp(t0), bson.NewObjectIDFromTimestamp(t0.Add(time.Second))
 	for _, tc := range []struct {
@@ -123,7 +121,7 @@ func TestPartitionIsThatOfTheKey(t *testing.T) {
 		{{Key: FieldAggregateType, Value: "日本"}, {Key: FieldAggregateID, Value: "\x00x"}},
 		{{Key: FieldAggregateID, Value: "order-00000001"}, {Key: FieldAggregateType, Value: "order"}},
 	} {
-		doc := testenv.Marshal(t, d)
+		doc := marshal(t, d)
 		key, ok := OrderingKey(doc)
 		if !ok {
 			t.Fatalf("%v: no ordering key", d)

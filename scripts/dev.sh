@@ -135,6 +135,9 @@ done
 
 ensure_postgres
 ensure_rabbitmq
+# Not for the stack: make api-check's tool, so that a developer has what
+# CI runs (scripts/servers.sh pins it).
+ensure_apidiff
 ensure_ports_free
 
 LOG_DIR=$(mktemp -d /tmp/outbox-dev.XXXXXX)

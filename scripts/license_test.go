@@ -1,6 +1,7 @@
 package scripts
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -121,5 +122,15 @@ func TestReleaseCarriesTheLicense(t *testing.T) {
 	}
 	if !strings.Contains(string(dockerfile), `org.opencontainers.image.licenses="`+licenseSPDX+`"`) {
 		t.Errorf("Dockerfile does not label the image org.opencontainers.image.licenses=%q", licenseSPDX)
+	}
+}
+
+// The public module is published on its own (a module's zip holds only
+// its own directory): it carries the same LICENSE, so that the terms
+// reach whoever gets it from the module proxy.
+func TestPublicModuleCarriesTheLicense(t *testing.T) {
+	t.Parallel()
+	if got, want := readFile(t, filepath.Join(publicModule, "LICENSE")), readFile(t, "LICENSE"); !bytes.Equal(got, want) {
+		t.Errorf("%s/LICENSE differs from LICENSE: copy it", publicModule)
 	}
 }

@@ -4,8 +4,9 @@
 # in for MongoDB) and RabbitMQ, installed with apt-get where they are
 # missing, started where they are not running, and left running; and the
 # tools of the tests, promtool (the alert rules' unit tests), Chromium
-# (the console's browser test) and jq (scripts/release-snapshot.sh, which
-# scripts/'s tests run), installed where missing.
+# (the console's browser test), jq (scripts/release-snapshot.sh, which
+# scripts/'s tests run) and apidiff (scripts/api-check.sh), installed
+# where missing.
 #
 # scripts/dev.sh (make dev) sources this file and calls ensure_postgres and
 # ensure_rabbitmq; make test and make test-race run it alone, which ensures
@@ -201,6 +202,23 @@ ensure_chromium() { ensure_tool chromium chromium; }
 # scripts/'s tests run that script; they fail without it.
 ensure_jq() { ensure_tool jq jq; }
 
+# apidiff compares the public module's API with the last release's
+# (scripts/api-check.sh, make api-check, .ci/run). Pinned: a newer one may
+# judge a change differently. Installed with go install into GOBIN (or
+# GOPATH/bin) unless that version is there.
+APIDIFF_MODULE=golang.org/x/exp
+APIDIFF_VERSION=v0.0.0-20261113113407-e3970619a1a4
+APIDIFF=$(go env GOBIN 2>/dev/null || true)
+APIDIFF=${APIDIFF:-$(go env GOPATH 2>/dev/null)/bin}/apidiff
+ensure_apidiff() {
+	if go version -m "$APIDIFF" 2>/dev/null | grep -qE "^[[:space:]]+mod[[:space:]]+$APIDIFF_MODULE[[:space:]]+$APIDIFF_VERSION([[:space:]]|$)"; then
+		log "apidiff: $APIDIFF_MODULE $APIDIFF_VERSION"
+		return
+	fi
+	log "go install $APIDIFF_MODULE/cmd/apidiff@$APIDIFF_VERSION"
+	GOBIN=$(dirname "$APIDIFF") go install "$APIDIFF_MODULE/cmd/apidiff@$APIDIFF_VERSION"
+}
+
 # ensure_test: everything make test needs, the servers and the tools.
 ensure_test() {
 	ensure_postgres
@@ -208,6 +226,7 @@ ensure_test() {
 	ensure_promtool
 	ensure_chromium
 	ensure_jq
+	ensure_apidiff
 }
 
 # Run alone (not sourced): everything, servers and tools.

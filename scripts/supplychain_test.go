@@ -230,15 +230,16 @@ func TestReleaseWorkflowSignsAndAttests(t *testing.T) {
 	}
 }
 
-// Dependabot proposes updates of the Go modules, the actions and the
-// Dockerfiles' base images.
+// Dependabot proposes updates of the Go modules (the relay's and the
+// public module's), the actions and the Dockerfiles' base images.
 func TestDependabotCoversEveryEcosystem(t *testing.T) {
 	t.Parallel()
 	var cfg struct {
 		Version int `yaml:"version"`
 		Updates []struct {
-			Ecosystem string `yaml:"package-ecosystem"`
-			Directory string `yaml:"directory"`
+			Ecosystem   string   `yaml:"package-ecosystem"`
+			Directory   string   `yaml:"directory"`
+			Directories []string `yaml:"directories"`
 		} `yaml:"updates"`
 	}
 	if err := yaml.Unmarshal(readFile(t, ".github/dependabot.yml"), &cfg); err != nil {
@@ -247,13 +248,25 @@ func TestDependabotCoversEveryEcosystem(t *testing.T) {
 	if cfg.Version != 2 {
 		t.Errorf(".github/dependabot.yml: version %d, want 2", cfg.Version)
 	}
-	got := map[string]string{}
+	got := map[string]map[string]bool{}
 	for _, u := range cfg.Updates {
-		got[u.Ecosystem] = u.Directory
+		if got[u.Ecosystem] == nil {
+			got[u.Ecosystem] = map[string]bool{}
+		}
+		for _, d := range append([]string{u.Directory}, u.Directories...) {
+			if d != "" {
+				got[u.Ecosystem][d] = true
+			}
+		}
 	}
-	for _, eco := range []string{"gomod", "github-actions", "docker"} {
-		if got[eco] != "/" {
-			t.Errorf(".github/dependabot.yml: %s updates in %q, want \"/\" (go.mod, .github/workflows, the Dockerfiles)", eco, got[eco])
+	for _, want := range []struct{ eco, dir, what string }{
+		{"gomod", "/", "go.mod"},
+		{"gomod", "/" + publicModule, "the public module's go.mod"},
+		{"github-actions", "/", ".github/workflows"},
+		{"docker", "/", "the Dockerfiles"},
+	} {
+		if !got[want.eco][want.dir] {
+			t.Errorf(".github/dependabot.yml: no %s updates in %q (%s)", want.eco, want.dir, want.what)
 		}
 	}
 }

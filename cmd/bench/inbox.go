@@ -15,7 +15,7 @@ import (
 	driver "go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/outboxrelay/outbox/inbox"
+	"github.com/outboxrelay/outbox/events/inbox"
 )
 
 // Settings of the inbox stage. The prefetch is the demo consumer's.

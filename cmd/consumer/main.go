@@ -41,7 +41,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/outboxrelay/outbox/broker"
-	"github.com/outboxrelay/outbox/inbox"
+	"github.com/outboxrelay/outbox/events/inbox"
 	"github.com/outboxrelay/outbox/internal/backoff"
 	"github.com/outboxrelay/outbox/internal/envflag"
 	"github.com/outboxrelay/outbox/internal/redact"

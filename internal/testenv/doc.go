@@ -17,7 +17,12 @@
 // A missing server fails the test with instructions to start it; tests are
 // never skipped for that, except by RequireDocker, which guards the
 // container suite that runs where Docker exists: ReplicaSet (a real MongoDB
-// replica set) and Containers (that and RabbitMQ) start its servers, and
-// Dex an OpenID provider (or from a dex binary, OUTBOX_TEST_DEX_BINARY,
-// without Docker).
+// replica set), Containers (that and RabbitMQ), RabbitMQ and RabbitMQOf (one
+// RabbitMQ of RabbitImages, 3.x or 4.x) start its servers, and Dex an
+// OpenID provider (or from a dex binary, OUTBOX_TEST_DEX_BINARY, without
+// Docker).
+//
+// GoTest runs a suite again in another process with servers named in its
+// environment: the broker's on each RabbitMQ of RabbitImages, and the
+// public module's (events/), which `go test ./...` does not enter.
 package testenv

@@ -62,8 +62,19 @@ func dockerHealth(ctx context.Context) (err error) {
 	return provider.Health(ctx)
 }
 
-// RabbitImage is the RabbitMQ the container suite runs.
+// RabbitImage is the RabbitMQ the container suite runs the relay with.
 const RabbitImage = "rabbitmq:3.13-alpine"
+
+// RabbitImage4 is the RabbitMQ 4 series the container suite runs the
+// broker's tests and the inbox's against, beside RabbitImage: 4.0 removed
+// classic queue mirroring and deprecated transient non-exclusive queues
+// and global QoS, and made AMQP 1.0 native, all of which a publisher and
+// a consumer meet.
+const RabbitImage4 = "rabbitmq:4.2-alpine"
+
+// RabbitImages are the RabbitMQ versions whose differences the container
+// suite tests: the last 3.x and a 4.x.
+var RabbitImages = []string{RabbitImage, RabbitImage4}
 
 // containerStartTimeout bounds the start of the container suite's servers,
 // image pulls included.
@@ -103,7 +114,7 @@ func Containers(t testing.TB) (mongoURI, amqpURL string) {
 	RequireDocker(t)
 	ctx, cancel := context.WithTimeout(t.Context(), containerStartTimeout)
 	defer cancel()
-	return replicaSetURI(ctx, t), rabbitURL(ctx, t)
+	return replicaSetURI(ctx, t), rabbitURL(ctx, t, RabbitImage)
 }
 
 // RabbitMQ is the container suite's broker for a test that starts its
@@ -111,24 +122,33 @@ func Containers(t testing.TB) (mongoURI, amqpURL string) {
 // removed in t.Cleanup. It returns its URL.
 func RabbitMQ(t testing.TB) string {
 	t.Helper()
+	return RabbitMQOf(t, RabbitImage)
+}
+
+// RabbitMQOf is RabbitMQ with image, one of RabbitImages, for the tests
+// run on each RabbitMQ series: RequireDocker (skip, or fail when
+// required), then the container, removed in t.Cleanup. It returns its
+// AMQP URL, whose user is not guest.
+func RabbitMQOf(t testing.TB, image string) string {
+	t.Helper()
 	RequireDocker(t)
 	ctx, cancel := context.WithTimeout(t.Context(), containerStartTimeout)
 	defer cancel()
-	return rabbitURL(ctx, t)
+	return rabbitURL(ctx, t, image)
 }
 
-// rabbitURL starts RabbitImage, removed in t.Cleanup, and returns its URL.
-func rabbitURL(ctx context.Context, t testing.TB) string {
+// rabbitURL starts image, removed in t.Cleanup, and returns its AMQP URL.
+func rabbitURL(ctx context.Context, t testing.TB, image string) string {
 	t.Helper()
 	// Not guest: RabbitMQ lets guest in from localhost only.
-	rc, err := tcrabbit.Run(ctx, RabbitImage, tcrabbit.WithAdminUsername("outbox"), tcrabbit.WithAdminPassword("outbox-e2e"))
+	rc, err := tcrabbit.Run(ctx, image, tcrabbit.WithAdminUsername("outbox"), tcrabbit.WithAdminPassword("outbox-e2e"))
 	testcontainers.CleanupContainer(t, rc)
 	if err != nil {
-		t.Fatalf("testenv: start %s: %v", RabbitImage, err)
+		t.Fatalf("testenv: start %s: %v", image, err)
 	}
 	url, err := rc.AmqpURL(ctx)
 	if err != nil {
-		t.Fatalf("testenv: RabbitMQ URL: %v", err)
+		t.Fatalf("testenv: RabbitMQ URL of %s: %v", image, err)
 	}
 	return url + "/"
 }
@@ -141,7 +161,7 @@ func ContainersWithAuth(t testing.TB, user, password string) (mongoURI, amqpURL 
 	RequireDocker(t)
 	ctx, cancel := context.WithTimeout(t.Context(), containerStartTimeout)
 	defer cancel()
-	return replicaSetURI(ctx, t, tcmongo.WithUsername(user), tcmongo.WithPassword(password)), rabbitURL(ctx, t)
+	return replicaSetURI(ctx, t, tcmongo.WithUsername(user), tcmongo.WithPassword(password)), rabbitURL(ctx, t, RabbitImage)
 }
 
 // replicaSetURI starts MongoImage as a single-node replica set, with more

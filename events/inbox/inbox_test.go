@@ -9,13 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/outboxrelay/outbox/internal/testenv"
+	"github.com/outboxrelay/outbox/events/internal/servertest"
 )
 
 const waitFor = 20 * time.Second
@@ -30,14 +29,14 @@ type rig struct {
 	queue    string
 	dlq      string
 	business *mongo.Collection
-	logs     *testenv.LogBuffer
+	logs     *servertest.LogBuffer
 }
 
 // setup declares a queue that dead-letters to its own DLQ through the
 // default exchange, and starts an inbox with handler in a fresh database.
 func setup(t *testing.T, handler Handler, cfg Config) *rig {
 	t.Helper()
-	r := &rig{t: t, db: testenv.Database(t), logs: &testenv.LogBuffer{}}
+	r := &rig{t: t, db: servertest.Database(t), logs: &servertest.LogBuffer{}}
 	r.business = r.db.Collection("business")
 	cfg.Database = r.db.Name()
 	cfg.Logger = slog.New(slog.NewJSONHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -48,11 +47,11 @@ func setup(t *testing.T, handler Handler, cfg Config) *rig {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	testenv.Start(t, in)
+	servertest.Start(t, in)
 	r.in = in
 
-	r.conn = testenv.Dial(t, testenv.AMQPURL(t))
-	r.queue, r.dlq = testenv.UniqueName(t, "inbox_q_"), testenv.UniqueName(t, "inbox_dlq_")
+	r.conn = servertest.Dial(t, servertest.AMQPURL(t))
+	r.queue, r.dlq = servertest.UniqueName(t, "inbox_q_"), servertest.UniqueName(t, "inbox_dlq_")
 	t.Cleanup(func() {
 		if ch, err := r.conn.Channel(); err == nil {
 			_, _ = ch.QueueDelete(r.queue, false, false, false)
@@ -146,7 +145,7 @@ func (r *rig) run() {
 // inbox's logs.
 func (r *rig) eventually(what string, cond func() bool) {
 	r.t.Helper()
-	testenv.Eventually(r.t, waitFor, func() (bool, string) {
+	servertest.Eventually(r.t, waitFor, func() (bool, string) {
 		return cond(), what + "\nlogs:\n" + r.logs.String()
 	})
 }
@@ -215,9 +214,9 @@ func TestDuplicateAfterLaterEventSkipped(t *testing.T) {
 	r.publish("o-1/v2", "o-1")
 	r.publish("o-1/v1", "o-1") // a killed replica's batch, delivered again
 	r.run()
-	m := r.in.Metrics()
 	r.eventually("2 processed and 1 duplicate", func() bool {
-		return testutil.ToFloat64(m.Processed) == 2 && testutil.ToFloat64(m.Duplicates) == 1
+		s := r.in.Stats()
+		return s.Processed == 2 && s.Duplicates == 1
 	})
 	if got := strings.Join(h.seen(), ","); got != "o-1/v1,o-1/v2" {
 		t.Errorf("handler ran for %s, want o-1/v1,o-1/v2 once each, in order", got)
@@ -249,8 +248,7 @@ func TestKilledBetweenCommitAndAck(t *testing.T) {
 	}
 
 	r.run()
-	m := r.in.Metrics()
-	r.eventually("the redelivery is skipped as a duplicate", func() bool { return testutil.ToFloat64(m.Duplicates) == 1 })
+	r.eventually("the redelivery is skipped as a duplicate", func() bool { return r.in.Stats().Duplicates == 1 })
 	if got := h.seen(); len(got) != 1 {
 		t.Errorf("handler ran %d times (%v), want once", len(got), got)
 	}
@@ -287,7 +285,7 @@ func TestFailingHandlerLeavesNoRecord(t *testing.T) {
 	if n := r.attemptsOf("m-fail"); n != 1 {
 		t.Errorf("after a failed attempt: attempts = %d, want 1", n)
 	}
-	if got := testutil.ToFloat64(r.in.Metrics().HandlerErrors); got != 1 {
+	if got := r.in.Stats().HandlerErrors; got != 1 {
 		t.Errorf("handler errors = %v, want 1", got)
 	}
 	if err := ch.Close(); err != nil {
@@ -295,7 +293,7 @@ func TestFailingHandlerLeavesNoRecord(t *testing.T) {
 	}
 
 	r.run()
-	r.eventually("the retry processed", func() bool { return testutil.ToFloat64(r.in.Metrics().Processed) == 1 })
+	r.eventually("the retry processed", func() bool { return r.in.Stats().Processed == 1 })
 	if n := r.countIn(r.in.records, "m-fail"); n != 1 {
 		t.Errorf("after the successful retry: %d inbox records, want 1", n)
 	}
@@ -328,7 +326,8 @@ func TestPoisonDeadLettered(t *testing.T) {
 		}
 		return nil
 	}}
-	r := setup(t, h.handle, Config{MaxAttempts: 3})
+	spy := &metricsSpy{}
+	r := setup(t, h.handle, Config{MaxAttempts: 3, Metrics: spy.metrics()})
 	r.publish("poison", "o-1")
 	r.publish("fine", "o-2")
 	r.run()
@@ -345,7 +344,7 @@ func TestPoisonDeadLettered(t *testing.T) {
 	if dead.MessageId != "poison" {
 		t.Errorf("dead-lettered %q, want poison", dead.MessageId)
 	}
-	r.eventually("fine processed", func() bool { return testutil.ToFloat64(r.in.Metrics().Processed) == 1 })
+	r.eventually("fine processed", func() bool { return r.in.Stats().Processed == 1 })
 	runs := 0
 	for _, id := range h.seen() {
 		if id == "poison" {
@@ -358,8 +357,9 @@ func TestPoisonDeadLettered(t *testing.T) {
 	if got, want := r.in.Stats(), (Stats{Processed: 1, HandlerErrors: 3, Rejected: 1}); got != want {
 		t.Errorf("Stats() = %+v, want %+v", got, want)
 	}
-	if got := testutil.ToFloat64(r.in.Metrics().Rejected.WithLabelValues(ReasonMaxAttempts)); got != 1 {
-		t.Errorf("rejected{max_attempts} = %v, want 1", got)
+	want := map[string]int{"processed": 1, "handler_error": 3, "rejected " + ReasonMaxAttempts: 1, "handled": 4}
+	if diff := spy.diff(want); diff != "" {
+		t.Errorf("Metrics calls (-want +got):\n%s", diff)
 	}
 	if n := r.countIn(r.in.records, "poison"); n != 0 {
 		t.Errorf("poison has %d inbox records, want 0", n)
@@ -392,10 +392,10 @@ func TestNoMessageIDRejected(t *testing.T) {
 // handler must be idempotent, and expires records with its cleanup job.
 func TestWithoutTransactions(t *testing.T) {
 	t.Parallel()
-	if !testenv.IsFerretDB() {
+	r := setup(t, (&recorder{}).handle, Config{})
+	if !servertest.IsFerretDB(t, r.db.Client()) {
 		t.Skip("runs on FerretDB; a real MongoDB is the container suite's")
 	}
-	r := setup(t, (&recorder{}).handle, Config{})
 	if r.in.Transactional() || r.in.ExpiresByTTL() {
 		t.Errorf("Transactional, ExpiresByTTL = %v, %v on FerretDB; want false, false", r.in.Transactional(), r.in.ExpiresByTTL())
 	}
@@ -471,7 +471,7 @@ func (r *rig) useQuorumQueue() {
 	if _, err := r.ch.QueueDelete(r.queue, false, false, false); err != nil { // setup's classic queue
 		r.t.Fatal(err)
 	}
-	r.queue = testenv.UniqueName(r.t, "inbox_qq_") // deleted by setup's cleanup
+	r.queue = servertest.UniqueName(r.t, "inbox_qq_") // deleted by setup's cleanup
 	if _, err := r.ch.QueueDeclare(r.queue, true, false, false, false, amqp.Table{
 		"x-queue-type":              "quorum",
 		"x-dead-letter-exchange":    "",

@@ -15,7 +15,7 @@ import (
 )
 
 // TracerName is the instrumentation scope of the inbox's spans.
-const TracerName = "github.com/outboxrelay/outbox/inbox"
+const TracerName = "github.com/outboxrelay/outbox/events/inbox"
 
 // AttrOutcome is the consumer span's attribute that says how the delivery
 // was settled: "ack", "requeue" or "reject".

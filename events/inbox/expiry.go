@@ -9,8 +9,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
-
-	"github.com/outboxrelay/outbox/schedule"
 )
 
 // ttlIndexName names the expiry index of both collections.
@@ -101,11 +99,23 @@ func hasTTL(ctx context.Context, coll *mongo.Collection, seconds int32) (bool, e
 // cleanupLoop runs cleanupOnce every CleanupInterval until ctx ends.
 func (i *Inbox) cleanupLoop(ctx context.Context, done chan<- struct{}) {
 	defer close(done)
-	schedule.Every(ctx, i.cfg.CleanupInterval, func(ctx context.Context) {
+	t := time.NewTicker(i.cfg.CleanupInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		// A select picks at random among ready cases: a tick that is
+		// ready when ctx ends must not start a run.
+		if ctx.Err() != nil {
+			return
+		}
 		if _, err := i.cleanupOnce(ctx); err != nil && ctx.Err() == nil {
 			i.logger.Warn("inbox: cleanup of expired records failed; retrying next interval", "error", err)
 		}
-	})
+	}
 }
 
 // cleanupOnce deletes records and attempts documents older than Retention
@@ -116,7 +126,7 @@ func (i *Inbox) cleanupOnce(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("delete expired records: %w", err)
 	}
-	i.metrics.Expired.Add(float64(res.DeletedCount))
+	i.metrics.Expired(res.DeletedCount)
 	if _, err := i.attempts.DeleteMany(ctx, bson.D{{Key: fieldUpdatedAt, Value: bson.D{{Key: "$lt", Value: cutoff}}}}); err != nil {
 		return res.DeletedCount, fmt.Errorf("delete expired attempts: %w", err)
 	}

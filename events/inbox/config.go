@@ -6,13 +6,12 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/outboxrelay/outbox/internal/rule"
+	"github.com/outboxrelay/outbox/events/internal/rule"
 )
 
 const (
@@ -121,9 +120,9 @@ type Config struct {
 	// Logger receives the inbox's log lines, each with message_id. Message
 	// bodies and headers are never logged. Defaults to slog.Default().
 	Logger *slog.Logger
-	// Registerer registers the inbox's metrics (see Metrics). Nil leaves
-	// them unregistered.
-	Registerer prometheus.Registerer
+	// Metrics receive what the inbox counts (see Metrics). Defaults to
+	// counting nothing but Stats.
+	Metrics Metrics
 	// TracerProvider starts the CONSUMER span of each message's handler
 	// (see Handle). Defaults to otel.GetTracerProvider(), the global one,
 	// which starts no recording span until the application sets one.

@@ -1,9 +1,9 @@
 package inbox
 
 // The container suite: the transactional path on a real MongoDB (a
-// single-node replica set, so that transactions exist), started with
-// testcontainers-go. It needs a Docker engine and skips, saying so, where
-// there is none. It calls process directly: settling a delivery is the
+// single-node replica set, so that transactions exist), which the relay's
+// container suite starts with testcontainers-go and names in
+// OUTBOX_TEST_REPLICA_SET_URI. Without it the test skips, saying so. It calls process directly: settling a delivery is the
 // same on both paths and covered by the FerretDB tests.
 
 import (
@@ -18,15 +18,15 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/outboxrelay/outbox/internal/testenv"
+	"github.com/outboxrelay/outbox/events/internal/servertest"
 )
 
 func TestContainerTransactions(t *testing.T) {
 	t.Parallel()
-	client := testenv.ReplicaSet(t)
+	client := servertest.Connect(t, servertest.ReplicaSetURI(t))
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	db := client.Database(testenv.UniqueName(t, "inbox_"))
+	db := client.Database(servertest.UniqueName(t, "inbox_"))
 	business := db.Collection("business")
 	// Collections must exist before a transaction writes to them on
 	// MongoDB before 4.4; creating them keeps the test about the inbox.
@@ -61,7 +61,7 @@ func TestContainerTransactions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.Start(t, in)
+	servertest.Start(t, in)
 	if !in.Transactional() || !in.ExpiresByTTL() {
 		t.Fatalf("Transactional, ExpiresByTTL = %v, %v on a replica set; want true, true", in.Transactional(), in.ExpiresByTTL())
 	}

@@ -14,8 +14,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/outboxrelay/outbox/internal/deployment"
 )
 
 // Handler processes one message. With transactions, ctx carries the
@@ -63,7 +61,7 @@ type Inbox struct {
 	records  *mongo.Collection
 	attempts *mongo.Collection
 	handler  Handler
-	metrics  *Metrics
+	metrics  Metrics
 	logger   *slog.Logger
 	tracer   trace.Tracer
 	now      func() time.Time
@@ -78,18 +76,14 @@ type Inbox struct {
 }
 
 // New returns an Inbox that runs handler for each new message, recording
-// ids in cfg.Database on client. It applies the defaults, validates cfg and
-// registers the metrics; it does no I/O.
+// ids in cfg.Database on client. It applies the defaults and validates
+// cfg; it does no I/O.
 func New(client *mongo.Client, handler Handler, cfg Config) (*Inbox, error) {
 	if client == nil || handler == nil {
 		return nil, errors.New("inbox: New needs a client and a handler")
 	}
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	m, err := newMetrics(cfg.Registerer)
-	if err != nil {
 		return nil, err
 	}
 	db := client.Database(cfg.Database)
@@ -99,17 +93,14 @@ func New(client *mongo.Client, handler Handler, cfg Config) (*Inbox, error) {
 		records:  db.Collection(cfg.Collection),
 		attempts: db.Collection(cfg.Collection + AttemptsSuffix),
 		handler:  handler,
-		metrics:  m,
+		metrics:  cfg.Metrics.withDefaults(),
 		logger:   cfg.Logger,
 		tracer:   cfg.TracerProvider.Tracer(TracerName),
 		now:      time.Now,
 	}, nil
 }
 
-// Metrics returns the inbox's collectors.
-func (i *Inbox) Metrics() *Metrics { return i.metrics }
-
-// Stats are the inbox's totals since New, as its metrics count them.
+// Stats are the inbox's totals since New, as Metrics count them.
 type Stats struct {
 	Processed     int64 // handler committed and id recorded
 	Duplicates    int64 // acknowledged without running the handler
@@ -153,7 +144,7 @@ func (i *Inbox) Start(ctx context.Context) error {
 	if i.started {
 		return nil
 	}
-	txn, err := deployment.SupportsTransactions(ctx, i.client)
+	txn, err := supportsTransactions(ctx, i.client)
 	if err != nil {
 		return fmt.Errorf("inbox: %w", err)
 	}
@@ -260,7 +251,7 @@ func (i *Inbox) processMessage(ctx context.Context, d amqp.Delivery) (_ outcome,
 	}
 	id := d.MessageId
 	if id == "" {
-		i.metrics.Rejected.WithLabelValues(ReasonNoMessageID).Inc()
+		i.metrics.Rejected(ReasonNoMessageID)
 		i.stats.rejected.Add(1)
 		i.logger.Error("inbox: message rejected: no message_id to deduplicate on",
 			"message_id", id, "routing_key", d.RoutingKey, "reason", ReasonNoMessageID)
@@ -275,13 +266,13 @@ func (i *Inbox) processMessage(ctx context.Context, d amqp.Delivery) (_ outcome,
 	}
 	switch {
 	case dup:
-		i.metrics.Duplicates.Inc()
+		i.metrics.Duplicate()
 		i.stats.duplicates.Add(1)
 		i.logger.Debug("inbox: duplicate skipped", "message_id", id, "redelivered", d.Redelivered)
 		return outcomeAck, nil, nil
 	case err == nil:
-		i.metrics.HandlerDuration.Observe(i.now().Sub(start).Seconds())
-		i.metrics.Processed.Inc()
+		i.metrics.Handled(i.now().Sub(start))
+		i.metrics.Processed()
 		i.stats.processed.Add(1)
 		if d.Redelivered {
 			i.forgetAttempts(ctx, id)
@@ -296,8 +287,8 @@ func (i *Inbox) processMessage(ctx context.Context, d amqp.Delivery) (_ outcome,
 		i.logger.Warn("inbox: database failed; message requeued", "message_id", id, "error", err)
 		return outcomeRequeue, nil, fmt.Errorf("inbox: message %s: %w", id, err)
 	}
-	i.metrics.HandlerDuration.Observe(i.now().Sub(start).Seconds())
-	i.metrics.HandlerErrors.Inc()
+	i.metrics.Handled(i.now().Sub(start))
+	i.metrics.HandlerError()
 	i.stats.handlerErrors.Add(1)
 	n, source, cerr := i.countAttempt(ctx, d)
 	if cerr != nil {
@@ -306,7 +297,7 @@ func (i *Inbox) processMessage(ctx context.Context, d amqp.Delivery) (_ outcome,
 		return outcomeRequeue, herr.err, fmt.Errorf("inbox: message %s: count attempt: %w", id, cerr)
 	}
 	if n >= i.cfg.MaxAttempts {
-		i.metrics.Rejected.WithLabelValues(ReasonMaxAttempts).Inc()
+		i.metrics.Rejected(ReasonMaxAttempts)
 		i.stats.rejected.Add(1)
 		i.logger.Error("inbox: message rejected after its last attempt (dead-lettered if the queue has a dead-letter exchange)",
 			"message_id", id, "attempts", n, "max_attempts", i.cfg.MaxAttempts, "attempts_from", source,
@@ -471,4 +462,21 @@ func deliveryCount(h amqp.Table) (int, bool) {
 
 func optionsUpsertAfter() options.Lister[options.FindOneAndUpdateOptions] {
 	return options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After)
+}
+
+// supportsTransactions asks the server what it is: transactions need a
+// replica set member (setName) or a mongos router (msg "isdbgrid"). A
+// standalone server, and FerretDB, report neither. The relay asks the
+// same in its own module; this module cannot import the relay's
+// packages, and the question is a few lines.
+func supportsTransactions(ctx context.Context, client *mongo.Client) (bool, error) {
+	var hello struct {
+		SetName string `bson:"setName"`
+		Msg     string `bson:"msg"`
+	}
+	err := client.Database("admin").RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&hello)
+	if err != nil {
+		return false, fmt.Errorf("ask the server what it is (hello): %w", err)
+	}
+	return hello.SetName != "" || hello.Msg == "isdbgrid", nil
 }

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -74,29 +73,17 @@ func TestQueueTypeOf(t *testing.T) {
 	}
 }
 
-func TestMetricsRegisteredTwice(t *testing.T) {
+// A Config without Metrics counts nothing and calls nothing: every nil
+// function becomes a no-op.
+func TestMetricsDefaults(t *testing.T) {
 	t.Parallel()
-	reg := prometheus.NewRegistry()
-	if _, err := newMetrics(reg); err != nil {
-		t.Fatalf("first registration: %v", err)
-	}
-	if _, err := newMetrics(reg); err == nil {
-		t.Error("second registration on the same registry: no error, want one saying one Inbox per Registerer")
-	}
-	names := map[string]bool{}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		names[mf.GetName()] = true
-	}
-	for _, n := range []string{"outbox_inbox_rejected_total", "outbox_inbox_processed_total", "outbox_inbox_duplicates_total",
-		"outbox_inbox_handler_errors_total", "outbox_inbox_handler_duration_seconds", "outbox_inbox_expired_total"} {
-		if !names[n] {
-			t.Errorf("metric %s not exported", n)
-		}
-	}
+	m := Metrics{}.withDefaults()
+	m.Processed()
+	m.Duplicate()
+	m.HandlerError()
+	m.Rejected(ReasonMaxAttempts)
+	m.Handled(time.Second)
+	m.Expired(1)
 }
 
 // TestTracerProviderDefaultsToTheGlobal: as OpenTelemetry's instrumentation

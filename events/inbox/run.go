@@ -3,10 +3,9 @@ package inbox
 import (
 	"context"
 	"fmt"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-
-	"github.com/outboxrelay/outbox/internal/backoff"
 )
 
 // Run processes deliveries one at a time until deliveries is closed (it
@@ -84,7 +83,14 @@ func (i *Inbox) pause(ctx context.Context) bool {
 	if i.cfg.RetryPause <= 0 {
 		return true
 	}
-	return backoff.Sleep(ctx, i.cfg.RetryPause)
+	t := time.NewTimer(i.cfg.RetryPause)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // ackBatch holds the latest delivery to acknowledge and how many settled

@@ -10,7 +10,7 @@
 // the server can do), and passes the deliveries of one AMQP consumer to
 // Run, or single deliveries to Handle:
 //
-//	in, err := inbox.New(client, handle, inbox.Config{Database: "shop", Registerer: reg})
+//	in, err := inbox.New(client, handle, inbox.Config{Database: "shop"})
 //	if err != nil { ... }
 //	if err := in.Start(ctx); err != nil { ... }
 //	defer in.Stop(ctx)

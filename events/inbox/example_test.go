@@ -5,13 +5,12 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/outboxrelay/outbox/inbox"
+	"github.com/outboxrelay/outbox/events/inbox"
 )
 
 // New validates the configuration and names the setting at fault; it does
@@ -31,7 +30,7 @@ func ExampleNew() {
 
 	_, err = inbox.New(client, handle, inbox.Config{Database: "shop", Retention: 10 * time.Minute})
 	fmt.Println(err)
-	in, err := inbox.New(client, handle, inbox.Config{Database: "shop", Registerer: prometheus.NewRegistry()})
+	in, err := inbox.New(client, handle, inbox.Config{Database: "shop", Metrics: inbox.Metrics{Processed: func() { /* count it */ }}})
 	fmt.Println(in != nil, err)
 	// Output:
 	// inbox: Retention 10m0s: want at least 1h0m0s, and more than the longest redelivery window
