@@ -1,0 +1,119 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/outboxrelay/outbox/claim"
+	"github.com/outboxrelay/outbox/fleet"
+)
+
+// writeFleet writes a fleet file and returns its path.
+func writeFleet(t *testing.T, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "fleet.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestFleetFileSetsEachOutbox(t *testing.T) {
+	t.Parallel()
+	path := writeFleet(t, `
+outboxes:
+  - name: orders
+    database: shop
+    collection: outbox
+    exchange: orders
+    batch_size: 50
+    ordering: none
+    retention: 1h
+  - name: billing
+    mongo_uri: mongodb://billing-db:27017
+    database: billing
+    collection: outbox
+    exchange: billing
+    message_format: cloudevents-binary
+`)
+	env := map[string]string{"OUTBOX_FLEET_FILE": path, "OUTBOX_BATCH_SIZE": "300", "OUTBOX_MONGO_URI": "mongodb://main-db:27017"}
+	cfg, _, err := loadConfig("run", nil, envOf(env), relayCommand, nil)
+	if err != nil {
+		t.Fatalf("loadConfig: %v", err)
+	}
+	base := defaultConfig()
+	base.MongoURI, base.BatchSize, base.FleetFile = "mongodb://main-db:27017", 300, path
+	base.CloudEventsSource = ""
+	orders := base
+	orders.MongoDatabase, orders.MongoCollection, orders.AMQPExchange = "shop", "outbox", "orders"
+	orders.BatchSize, orders.Ordering, orders.Retention = 50, claim.OrderingNone, time.Hour
+	orders.CloudEventsSource = "/outbox/shop/outbox" // derived from its own database and collection
+	billing := base
+	billing.MongoURI, billing.MongoDatabase, billing.MongoCollection, billing.AMQPExchange = "mongodb://billing-db:27017", "billing", "outbox", "billing"
+	billing.MessageFormat, billing.CloudEventsSource = "cloudevents-binary", "/outbox/billing/outbox"
+	// Both may have a batch in flight: the auto bound is shared.
+	orders.BatchBytes, billing.BatchBytes = base.BatchBytes/2, base.BatchBytes/2
+	want := []outboxConfig{{"orders", orders}, {"billing", billing}}
+	if diff := cmp.Diff(want, cfg.Outboxes); diff != "" {
+		t.Errorf("Outboxes (-want +got):\n%s", diff)
+	}
+}
+
+func TestFleetFileErrorsNameTheOutboxAndTheField(t *testing.T) {
+	t.Parallel()
+	const head = "outboxes:\n  - name: a\n    database: d\n    collection: c\n    exchange: e\n"
+	for _, tc := range []struct{ name, text, want string }{
+		{"bad value", head + "    batch_size: 0\n", `line 2: outbox "a": batch_size "0": want 1 to 10000`},
+		{"bad schedule", head + "    claim_schedule: often\n", `outbox "a": claim_schedule "often": want a cron schedule`},
+		{"bad uri, password hidden", head + "    mongo_uri: http://u:secret@x\n", `outbox "a": mongo_uri "http://u:xxxxx@x"`},
+		{"unknown field", head + "    bach_size: 3\n", "field bach_size not found"},
+		{"bad name", strings.Replace(head, "name: a", "name: A", 1), `outbox "A": name: "A": want lower-case`},
+		{"one collection twice", head + "  - name: b\n    database: d\n    collection: c\n    exchange: f\n", `outbox "b": collection "c": outbox "a" relays it already`},
+		{"a side collection", head + "  - name: b\n    database: d\n    collection: c_owners\n    exchange: f\n", `outbox "b": collection "c_owners" is where the worker keeps outbox "a"'s owners`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			path := writeFleet(t, tc.text)
+			_, _, err := loadConfig("run", nil, envOf(map[string]string{"OUTBOX_FLEET_FILE": path}), relayCommand, nil)
+			if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), path) {
+				t.Errorf("loadConfig = %v, want a usage error naming %s and %q", err, path, tc.want)
+			}
+			if err != nil && strings.Contains(err.Error(), "secret") {
+				t.Errorf("loadConfig = %v: shows a password", err)
+			}
+		})
+	}
+	t.Run("missing file", func(t *testing.T) {
+		t.Parallel()
+		_, _, err := loadConfig("run", nil, envOf(map[string]string{"OUTBOX_FLEET_FILE": "/nonexistent/fleet.yaml"}), relayCommand, nil)
+		if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "OUTBOX_FLEET_FILE") {
+			t.Errorf("loadConfig = %v, want a usage error naming OUTBOX_FLEET_FILE", err)
+		}
+	})
+}
+
+// TestFleetFieldsAreSettings guards the map from the file's fields to the
+// settings: a field the worker did not map would be accepted and ignored.
+func TestFleetFieldsAreSettings(t *testing.T) {
+	t.Parallel()
+	var envs []string
+	for _, s := range settings() {
+		envs = append(envs, s.env)
+	}
+	for _, f := range fleet.Fields() {
+		env, ok := fleetFieldSettings[f]
+		if !ok || !slices.Contains(envs, env) {
+			t.Errorf("fleet field %s sets %q, which is no setting", f, env)
+		}
+	}
+	if len(fleetFieldSettings) != len(fleet.Fields()) {
+		t.Errorf("fleetFieldSettings maps %d fields, the file has %d", len(fleetFieldSettings), len(fleet.Fields()))
+	}
+}
