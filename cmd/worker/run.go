@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 
@@ -35,14 +34,7 @@ func runCommand(ctx context.Context, args []string, getenv func(string) string, 
 	if err != nil {
 		return err
 	}
-	// A fleet file of one outbox is relayed; the wiring of several comes
-	// next, and until then a file of several is refused rather than half
-	// relayed.
-	if len(cfg.Outboxes) != 1 {
-		_ = tracer.Shutdown(context.WithoutCancel(ctx))
-		return fmt.Errorf("%w: OUTBOX_FLEET_FILE lists %d outboxes; this build relays one", ErrUsage, len(cfg.Outboxes))
-	}
-	w, err := newWorker(cfg.Outboxes[0].Config, logger, tracer)
+	w, err := newWorker(cfg, logger, tracer)
 	if err != nil {
 		_ = tracer.Shutdown(context.WithoutCancel(ctx)) // nothing was traced yet
 		return err
