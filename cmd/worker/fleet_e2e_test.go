@@ -6,7 +6,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -182,4 +184,73 @@ func (o *fleetOutbox) check(t *testing.T) {
 	}
 	distinct, total, _ := o.r.Snapshot()
 	t.Logf("outbox %s: %d events, %d deliveries", o.name, distinct, total)
+}
+
+// TestE2EFleetDatabaseDown: a worker of two outboxes on two database
+// links, one of them cut. The other relays all its events meanwhile;
+// /readyz stays 200 and names the outbox that is not ready, which alone
+// answers 503 with ?outbox=; once its link is back, it relays its events
+// too.
+func TestE2EFleetDatabaseDown(t *testing.T) {
+	t.Parallel()
+	s := localStack(t)
+	const n = 200
+	ctx, cancel := context.WithTimeout(t.Context(), e2eTimeout(2*n)+time.Minute)
+	defer cancel()
+	client := s.connect(t, testenv.ClientMaxPoolSize)
+	downURI, proxy := testenv.Proxied(t, s.mongoURI)
+	up := &fleetOutbox{name: "up", db: uniqueDatabase(t, client), collection: "events"}
+	down := &fleetOutbox{name: "down", db: uniqueDatabase(t, client), collection: "events"}
+	var file strings.Builder
+	file.WriteString("outboxes:\n")
+	for _, o := range []*fleetOutbox{up, down} {
+		o.coll = o.db.Collection(o.collection)
+		o.exchange = testenv.UniqueName(t, "ex_"+o.name+"_")
+		o.r = consumeOrdered(t, s, o.exchange, "#")
+		fmt.Fprintf(&file, "  - name: %s\n    database: %s\n    collection: %s\n    exchange: %s\n", o.name, o.db.Name(), o.collection, o.exchange)
+	}
+	fmt.Fprintf(&file, "    mongo_uri: %s\n", downURI)
+	path := filepath.Join(t.TempDir(), "fleet.yaml")
+	if err := os.WriteFile(path, []byte(file.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := time.Now().UTC().Add(-time.Hour).Truncate(time.Millisecond)
+	up.insert(ctx, t, base, n)
+	down.insert(ctx, t, base, n)
+
+	proxy.Cut()
+	id := up.db.Name() + "-w0"
+	env := s.workerEnv(up.db.Name(), "unused", id)
+	env["OUTBOX_FLEET_FILE"] = path
+	env["OUTBOX_LOG_LEVEL"] = "info" // the HTTP address is logged at info
+	p := startWorker(t, id, env)
+
+	up.r.waitDistinct(ctx, t, n)
+	testenv.Eventually(t, timeLeft(ctx), func() (bool, string) {
+		code, body := workerGet(ctx, t, p, "/readyz")
+		var ready struct {
+			Ready    bool              `json:"ready"`
+			NotReady map[string]string `json:"notReady"`
+		}
+		_ = json.Unmarshal(body, &ready)
+		return code == http.StatusOK && ready.Ready && strings.HasPrefix(ready.NotReady["down"], "mongodb: ") && len(ready.NotReady) == 1,
+			fmt.Sprintf("/readyz %d %s, want 200 naming outbox down's database as not ready", code, body)
+	})
+	if code, body := workerGet(ctx, t, p, "/readyz?outbox=down"); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz?outbox=down = %d %s, want 503", code, body)
+	}
+	if code, body := workerGet(ctx, t, p, "/readyz?outbox=up"); code != http.StatusOK {
+		t.Errorf("/readyz?outbox=up = %d %s, want 200", code, body)
+	}
+	if got := down.r.distinct(); got != 0 {
+		t.Errorf("%d events of outbox down arrived while its database was cut, want none", got)
+	}
+
+	proxy.Restore()
+	down.r.waitDistinct(ctx, t, n)
+	stopWorkers(t, p)
+	for _, o := range []*fleetOutbox{up, down} {
+		o.r.drain(t)
+		o.check(t)
+	}
 }

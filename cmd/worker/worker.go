@@ -226,6 +226,9 @@ func (w *worker) run(ctx context.Context) error {
 	if err := w.http.Start(ctx); err != nil {
 		return w.stop(err, false)
 	}
+	// Said apart from "worker running": an outbox whose database is down
+	// holds that line back, while /readyz and /status already answer.
+	w.logger.Info("http server listening", "http_addr", w.http.Addr(), "pprof_addr", w.http.PprofAddr())
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var wg sync.WaitGroup
