@@ -206,7 +206,7 @@ func settings() []setting {
 				return oneOf(&c.OrderingAfterFailed, v, claim.AfterFailedWait, claim.AfterFailedContinue)
 			}},
 	}, consoleSettings(), traceSettings(), []setting{
-		{env: "OUTBOX_FLEET_FILE", flag: "fleet-file", def: "",
+		{env: "OUTBOX_FLEET_FILE", flag: "fleet-file", def: "", forOperatorCommands: true,
 			usage: "YAML file listing the outboxes to relay, each with its name, database, collection, exchange and the settings it sets apart (docs/configuration.md, Fleet file); unset: the one outbox the other settings describe, named default",
 			parse: func(c *Config, v string) error { c.FleetFile = v; return nil }},
 		{env: "OUTBOX_SETUP", flag: "setup", def: setupAuto,
@@ -242,6 +242,10 @@ func loadConfig(name string, args []string, getenv func(string) string, kind com
 		chosen = append(chosen, s)
 		values[s.flag] = fs.String(s.flag, "", fmt.Sprintf("%s (env %s, default %q)", s.usage, s.env, redactSetting(s.def)))
 	}
+	var outbox string
+	if kind != relayCommand {
+		fs.StringVar(&outbox, "outbox", "", "`NAME` of the outbox of OUTBOX_FLEET_FILE to act on (needed when the file lists several); without a file, the one outbox is named "+implicitOutbox)
+	}
 	if extra != nil {
 		extra(fs)
 	}
@@ -273,6 +277,11 @@ func loadConfig(name string, args []string, getenv func(string) string, kind com
 		sources[s.env] = src
 		if err := s.parse(&cfg, strings.TrimSpace(src.value)); err != nil {
 			return Config{}, nil, invalidSetting(s, src, err.Error())
+		}
+	}
+	if kind != relayCommand {
+		if err := selectOutbox(&cfg, outbox, chosen); err != nil {
+			return Config{}, nil, err
 		}
 	}
 	if kind == relayCommand {

@@ -182,3 +182,49 @@ func outboxNames(outboxes []outboxConfig) []string {
 	}
 	return slices.Clip(names)
 }
+
+// selectOutbox points an operator command's cfg at the outbox named name
+// (--outbox): without a fleet file the one outbox, named implicitOutbox;
+// with one, the entry of that name, whose fields set those of the
+// command's settings (chosen) that the file may set. A file of one
+// outbox needs no name.
+func selectOutbox(cfg *Config, name string, chosen []setting) error {
+	if cfg.FleetFile == "" {
+		if name != "" && name != implicitOutbox {
+			return fmt.Errorf("%w: --outbox %q: OUTBOX_FLEET_FILE is unset, and the one outbox the settings describe is named %s", ErrUsage, name, implicitOutbox)
+		}
+		return nil
+	}
+	entries, err := fleet.Load(cfg.FleetFile)
+	if err != nil {
+		return fmt.Errorf("%w: OUTBOX_FLEET_FILE %s", ErrUsage, err)
+	}
+	names := make([]string, len(entries))
+	for i, e := range entries {
+		names[i] = e.Name
+	}
+	i := slices.Index(names, name)
+	switch {
+	case name == "" && len(entries) == 1:
+		i = 0
+	case name == "":
+		return fmt.Errorf("%w: OUTBOX_FLEET_FILE %s lists %d outboxes (%s): name one with --outbox", ErrUsage, cfg.FleetFile, len(entries), strings.Join(names, ", "))
+	case i < 0:
+		return fmt.Errorf("%w: --outbox %q: OUTBOX_FLEET_FILE %s lists no such outbox (it lists %s)%s", ErrUsage, name, cfg.FleetFile, strings.Join(names, ", "), didYouMean(name, names, "%s"))
+	}
+	e := entries[i]
+	for _, s := range e.Settings() {
+		j := slices.IndexFunc(chosen, func(c setting) bool { return c.env == fleetFieldSettings[s.Field] })
+		if j < 0 {
+			continue // a setting this command does not read
+		}
+		if err := chosen[j].parse(cfg, strings.TrimSpace(s.Value)); err != nil {
+			value := s.Value
+			if s.Field == "mongo_uri" {
+				value = redactSetting(value)
+			}
+			return fmt.Errorf("%w: OUTBOX_FLEET_FILE %s: line %d: outbox %q: %s %q: %s", ErrUsage, cfg.FleetFile, e.Line, e.Name, s.Field, value, err)
+		}
+	}
+	return nil
+}

@@ -117,3 +117,55 @@ func TestFleetFieldsAreSettings(t *testing.T) {
 		t.Errorf("fleetFieldSettings maps %d fields, the file has %d", len(fleetFieldSettings), len(fleet.Fields()))
 	}
 }
+
+// TestOperatorCommandsTakeAnOutbox: with a fleet file, an operator
+// command acts on the outbox --outbox names, with that outbox's
+// database, collection and ordering; it refuses to guess among several
+// and names them; without a file the one outbox is default.
+func TestOperatorCommandsTakeAnOutbox(t *testing.T) {
+	t.Parallel()
+	path := writeFleet(t, `
+outboxes:
+  - name: orders
+    database: shop
+    collection: outbox
+    exchange: orders
+  - name: billing
+    mongo_uri: mongodb://billing-db:27017
+    database: billing
+    collection: events
+    exchange: billing
+    ordering_after_failed: continue
+`)
+	env := envOf(map[string]string{"OUTBOX_FLEET_FILE": path})
+	cfg, _, err := loadConfig("stats", []string{"--outbox", "billing"}, env, operatorCommand, nil)
+	if err != nil {
+		t.Fatalf("loadConfig --outbox billing: %v", err)
+	}
+	if cfg.MongoURI != "mongodb://billing-db:27017" || cfg.MongoDatabase != "billing" || cfg.MongoCollection != "events" || cfg.OrderingAfterFailed != "continue" {
+		t.Errorf("--outbox billing: uri %q, database %q, collection %q, after failed %q; want billing's", cfg.MongoURI, cfg.MongoDatabase, cfg.MongoCollection, cfg.OrderingAfterFailed)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  func(string) string
+		want string
+	}{
+		{"no name among several", nil, env, "lists 2 outboxes (orders, billing): name one with --outbox"},
+		{"an unknown name", []string{"--outbox", "biling"}, env, `--outbox "biling"`},
+		{"a name without a file", []string{"--outbox", "orders"}, envOf(nil), "OUTBOX_FLEET_FILE is unset"},
+	} {
+		_, _, err := loadConfig("stats", tc.args, tc.env, operatorCommand, nil)
+		if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: loadConfig = %v, want a usage error saying %q", tc.name, err, tc.want)
+		}
+	}
+	if _, _, err := loadConfig("stats", []string{"--outbox", "default"}, envOf(nil), operatorCommand, nil); err != nil {
+		t.Errorf("--outbox default without a file: %v, want the one outbox", err)
+	}
+	one := writeFleet(t, "outboxes:\n  - name: solo\n    database: d\n    collection: c\n    exchange: e\n")
+	cfg, _, err = loadConfig("setup", nil, envOf(map[string]string{"OUTBOX_FLEET_FILE": one}), operatorCommand, nil)
+	if err != nil || cfg.MongoDatabase != "d" || cfg.MongoCollection != "c" {
+		t.Errorf("a file of one outbox without --outbox: database %q, collection %q, error %v; want that outbox", cfg.MongoDatabase, cfg.MongoCollection, err)
+	}
+}
