@@ -4,6 +4,8 @@
 package metrics
 
 import (
+	"reflect"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outboxrelay/outbox/events"
@@ -68,6 +70,19 @@ type Metrics struct {
 	// SequenceAnomalies counts what claims met of the events' sequences,
 	// by kind (SequenceKinds).
 	SequenceAnomalies *prometheus.CounterVec
+}
+
+// Unregister removes from reg the collectors NewOutbox registered with
+// it, every field but the process's BuildInfo and DBCommands: an outbox
+// the worker stops relaying leaves no series behind.
+func (m *Metrics) Unregister(reg prometheus.Registerer) {
+	v := reflect.ValueOf(m).Elem()
+	for i := range v.NumField() {
+		c, ok := v.Field(i).Interface().(prometheus.Collector)
+		if ok && c != prometheus.Collector(m.BuildInfo) && c != prometheus.Collector(m.DBCommands) {
+			reg.Unregister(c)
+		}
+	}
 }
 
 // Jobs are the background jobs whose failed runs JobErrors counts: the

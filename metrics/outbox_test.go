@@ -54,3 +54,37 @@ func TestOutboxLabel(t *testing.T) {
 		}
 	}
 }
+
+// TestOutboxUnregister: an outbox's collectors leave the registry with
+// Unregister, the process's and the other outboxes' stay.
+func TestOutboxUnregister(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	process := metrics.NewProcess(reg)
+	a := metrics.NewOutbox(prometheus.WrapRegistererWith(prometheus.Labels{"outbox": "a"}, reg), process)
+	metrics.NewOutbox(prometheus.WrapRegistererWith(prometheus.Labels{"outbox": "b"}, reg), process)
+	a.Unregister(prometheus.WrapRegistererWith(prometheus.Labels{"outbox": "a"}, reg))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var builds int
+	for _, mf := range mfs {
+		if mf.GetName() == "outbox_build_info" {
+			builds++
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "outbox" && l.GetValue() == "a" {
+					t.Errorf("%s{outbox=a} still exported after Unregister", mf.GetName())
+				}
+			}
+		}
+	}
+	if builds != 1 {
+		t.Errorf("outbox_build_info exported %d times, want once", builds)
+	}
+	// The same outbox can be registered again, as a reload that changes
+	// it does.
+	metrics.NewOutbox(prometheus.WrapRegistererWith(prometheus.Labels{"outbox": "a"}, reg), process)
+}

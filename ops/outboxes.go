@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -18,16 +19,34 @@ import (
 // names, or all. It answers 404 itself, and returns nil, for a name it
 // does not know.
 func (s *Server) chosen(w http.ResponseWriter, r *http.Request) []Outbox {
+	s.mu.RLock()
+	all := s.cfg.Outboxes
+	s.mu.RUnlock()
 	name := r.URL.Query().Get("outbox")
 	if name == "" {
-		return s.cfg.Outboxes
+		return all
 	}
-	for _, o := range s.cfg.Outboxes {
+	for _, o := range all {
 		if o.Name == name {
 			return []Outbox{o}
 		}
 	}
 	writeJSON(w, http.StatusNotFound, map[string]any{"error": fmt.Sprintf("no outbox named %q", name)})
+	return nil
+}
+
+// SetOutboxes replaces the outboxes the endpoints report on, as a reload
+// of the worker's outboxes does; it refuses a list ServerConfig.Validate
+// would.
+func (s *Server) SetOutboxes(outboxes []Outbox) error {
+	cfg := s.cfg
+	cfg.Outboxes = outboxes
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.cfg.Outboxes = slices.Clone(outboxes)
+	s.mu.Unlock()
 	return nil
 }
 

@@ -188,7 +188,10 @@ func (c ServerConfig) Validate() error {
 
 // Server serves the operations endpoints.
 type Server struct {
-	cfg   ServerConfig
+	cfg ServerConfig
+	// mu guards cfg.Outboxes, which SetOutboxes replaces while the
+	// endpoints read it.
+	mu    sync.RWMutex
 	main  listener
 	pprof listener // not started without ServerConfig.PprofAddr
 	token tokenDigest

@@ -169,3 +169,25 @@ outboxes:
 		t.Errorf("a file of one outbox without --outbox: database %q, collection %q, error %v; want that outbox", cfg.MongoDatabase, cfg.MongoCollection, err)
 	}
 }
+
+// TestSameOutboxIgnoresTheSharedBatchBound: adding an outbox to the file
+// changes every outbox's share of the auto batch bound; a reload must not
+// restart them for that, but does for a setting of their own.
+func TestSameOutboxIgnoresTheSharedBatchBound(t *testing.T) {
+	t.Parallel()
+	a := outboxConfig{Name: "a", Config: Config{BatchBytesAuto: true, BatchBytes: 32 << 20, BatchSize: 500}}
+	b := a
+	b.BatchBytes = 16 << 20
+	if !sameOutbox(a, b) {
+		t.Error("an outbox whose auto batch bound's share changed is restarted, want it kept")
+	}
+	b.BatchSize = 100
+	if sameOutbox(a, b) {
+		t.Error("an outbox whose batch size changed is kept, want it restarted")
+	}
+	c := a
+	c.BatchBytesAuto, c.BatchBytes = false, 16<<20
+	if sameOutbox(a, c) {
+		t.Error("an outbox whose batch bound was set is kept, want it restarted")
+	}
+}

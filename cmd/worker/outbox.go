@@ -36,6 +36,9 @@ import (
 type relayedOutbox struct {
 	name      string
 	cfg       Config
+	oc        outboxConfig     // as loaded, for a reload to compare
+	metrics   *metrics.Metrics // its own, unregistered when it is removed
+	cancel    context.CancelFunc
 	logger    *slog.Logger // with the outbox's name
 	store     *mongo.Store
 	publisher *broker.Publisher
@@ -64,7 +67,7 @@ type relayedOutbox struct {
 // (labelled with its name) and the worker's tracer.
 func newRelayedOutbox(oc outboxConfig, client *driver.Client, logger *slog.Logger, m *metrics.Metrics, tracer *telemetry.Provider) (*relayedOutbox, error) {
 	cfg := oc.Config
-	o := &relayedOutbox{name: oc.Name, cfg: cfg, logger: logger.With("outbox", oc.Name)}
+	o := &relayedOutbox{name: oc.Name, cfg: cfg, oc: oc, metrics: m, cancel: func() {}, logger: logger.With("outbox", oc.Name)}
 	storeCfg := mongoStoreConfig(cfg, o.logger)
 	storeCfg.SequenceAnomaly = func(kind string, n int) { m.SequenceAnomalies.WithLabelValues(kind).Add(float64(n)) }
 	o.store = mongo.New(client, storeCfg)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.mongodb.org/mongo-driver/v2/event"
 	driver "go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
@@ -53,6 +55,16 @@ type worker struct {
 	outboxes []*relayedOutbox
 	http     *ops.Server
 	tracer   *telemetry.Provider
+	reg      *prometheus.Registry
+	process  *metrics.Metrics // the process's collectors
+	monitor  *event.CommandMonitor
+	// reload reads the outboxes again (SIGHUP), hup delivers the signal;
+	// both nil: no reload (tests that build a worker in process).
+	reload func() ([]outboxConfig, error)
+	hup    <-chan os.Signal
+	// starts are the goroutines that start outboxes; run waits for them
+	// before it stops the worker.
+	starts sync.WaitGroup
 }
 
 // newWorker builds the outboxes of cfg.Outboxes (which loadConfig has
@@ -75,31 +87,16 @@ func newWorker(cfg Config, logger *slog.Logger, tracer *telemetry.Provider) (*wo
 	case cfg.TraceMongo:
 		logger.Warn("OUTBOX_TRACE_MONGO has no effect while tracing is off (OTEL_TRACES_EXPORTER unset or none)")
 	}
-	w := &worker{cfg: cfg, logger: logger, clients: map[string]*driver.Client{}, tracer: tracer}
+	w := &worker{cfg: cfg, logger: logger, clients: map[string]*driver.Client{}, tracer: tracer,
+		reg: reg, process: process, monitor: monitor}
 	fail := func(err error) (*worker, error) {
 		_ = w.disconnect(context.Background()) // nothing was connected: Connect only starts the pools
 		return nil, err
 	}
 	var opsOutboxes []ops.Outbox
 	for _, oc := range cfg.Outboxes {
-		client, ok := w.clients[oc.MongoURI]
-		if !ok {
-			var err error
-			client, err = driver.Connect(mongoClientOptions(oc.Config, connectionName("outbox-worker", cfg.WorkerID)).SetMonitor(monitor))
-			if err != nil {
-				return fail(fmt.Errorf("%w: invalid OUTBOX_MONGO_URI %q: %v", ErrUsage, redact.URL(oc.MongoURI), err))
-			}
-			w.clients[oc.MongoURI] = client
-			for _, o := range overriddenURIOptions(oc.MongoURI) {
-				logger.Warn("the MongoDB URI's option is overridden by a setting", "option", o.option, "setting", o.setting)
-			}
-		}
-		m := metrics.NewOutbox(outboxRegisterer(reg, oc.Name), process)
-		o, err := newRelayedOutbox(oc, client, logger, m, tracer)
+		o, err := w.newOutbox(oc)
 		if err != nil {
-			if len(cfg.Outboxes) > 1 {
-				err = fmt.Errorf("outbox %s: %w", oc.Name, err)
-			}
 			return fail(err)
 		}
 		w.outboxes = append(w.outboxes, o)
@@ -115,6 +112,43 @@ func newWorker(cfg Config, logger *slog.Logger, tracer *telemetry.Provider) (*wo
 		return fail(err)
 	}
 	return w, nil
+}
+
+// newOutbox builds the services of the outbox oc, with the database
+// client of its URI (made now if no outbox has used that URI yet) and
+// metrics labelled with its name.
+func (w *worker) newOutbox(oc outboxConfig) (*relayedOutbox, error) {
+	client, ok := w.clients[oc.MongoURI]
+	if !ok {
+		var err error
+		client, err = driver.Connect(mongoClientOptions(oc.Config, connectionName("outbox-worker", w.cfg.WorkerID)).SetMonitor(w.monitor))
+		if err != nil {
+			return nil, w.named(oc.Name, fmt.Errorf("%w: invalid OUTBOX_MONGO_URI %q: %v", ErrUsage, redact.URL(oc.MongoURI), err))
+		}
+		w.clients[oc.MongoURI] = client
+		for _, o := range overriddenURIOptions(oc.MongoURI) {
+			w.logger.Warn("the MongoDB URI's option is overridden by a setting", "option", o.option, "setting", o.setting)
+		}
+	}
+	m := metrics.NewOutbox(outboxRegisterer(w.reg, oc.Name), w.process)
+	o, err := newRelayedOutbox(oc, client, w.logger, m, w.tracer)
+	if err != nil {
+		m.Unregister(outboxRegisterer(w.reg, oc.Name))
+		return nil, w.named(oc.Name, err)
+	}
+	return o, nil
+}
+
+// fleet reports whether the worker relays the outboxes of a fleet file,
+// whose errors and log lines name the outbox.
+func (w *worker) fleet() bool { return w.cfg.FleetFile != "" }
+
+// named prefixes err with the outbox's name in a fleet.
+func (w *worker) named(outbox string, err error) error {
+	if !w.fleet() {
+		return err
+	}
+	return fmt.Errorf("outbox %s: %w", outbox, err)
 }
 
 // disconnect closes every database client.
@@ -231,47 +265,74 @@ func (w *worker) run(ctx context.Context) error {
 	w.logger.Info("http server listening", "http_addr", w.http.Addr(), "pprof_addr", w.http.PprofAddr())
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	var wg sync.WaitGroup
 	var running sync.WaitGroup
 	running.Add(len(w.outboxes))
 	for _, o := range w.outboxes {
-		if len(w.outboxes) > 1 {
-			w.logger.Info("outbox starting", o.describe()...)
-		}
-		wg.Go(func() {
-			defer running.Done()
-			err := o.start(runCtx)
-			if err != nil {
-				if len(w.outboxes) > 1 {
-					err = fmt.Errorf("outbox %s: %w", o.name, err)
-				}
-				cancel(err)
-				return
-			}
-			if len(w.outboxes) > 1 {
-				o.logger.Info("outbox running")
-			}
-		})
+		w.launch(runCtx, cancel, o, running.Done)
 	}
 	allRunning := make(chan struct{})
 	go func() { running.Wait(); close(allRunning) }()
-	select {
-	case <-allRunning:
-		if runCtx.Err() != nil {
-			break // one of them failed, or the worker was stopped
+	for runCtx.Err() == nil {
+		select {
+		case <-allRunning:
+			allRunning = nil
+			if runCtx.Err() != nil {
+				break // one of them failed, or the worker was stopped
+			}
+			w.logger.Info("worker running", "http_addr", w.http.Addr(), "pprof_addr", w.http.PprofAddr(),
+				"trigger", triggerAccess(w.cfg.HTTPToken))
+		case <-w.hup:
+			w.reloadOutboxes(runCtx, cancel)
+		case <-runCtx.Done():
 		}
-		w.logger.Info("worker running", "http_addr", w.http.Addr(), "pprof_addr", w.http.PprofAddr(),
-			"trigger", triggerAccess(w.cfg.HTTPToken))
-	case <-runCtx.Done():
 	}
-	<-runCtx.Done()
-	wg.Wait()
+	w.starts.Wait()
+	<-allRunningOrDone(allRunning)
 	cause := context.Cause(runCtx)
 	if ctx.Err() != nil {
 		w.logger.Info("worker stopping", "timeout", w.cfg.ShutdownTimeout.String())
 		cause = nil
 	}
 	return w.stop(cause, true)
+}
+
+// allRunningOrDone is c, or a closed channel once run has stopped
+// waiting on it (nil): the goroutine that closes c has returned by then
+// or returns once every start has, which run waits for first.
+func allRunningOrDone(c chan struct{}) <-chan struct{} {
+	if c == nil {
+		done := make(chan struct{})
+		close(done)
+		return done
+	}
+	return c
+}
+
+// launch starts o in a goroutine of its own, under a context that a
+// reload which removes o cancels; done, if not nil, is called once the
+// start has returned. A start that fails stops the worker through fail,
+// as a worker of that outbox alone stops, unless a reload removed the
+// outbox meanwhile.
+func (w *worker) launch(runCtx context.Context, fail context.CancelCauseFunc, o *relayedOutbox, done func()) {
+	if w.fleet() {
+		w.logger.Info("outbox starting", o.describe()...)
+	}
+	octx, cancel := context.WithCancel(runCtx)
+	o.cancel = cancel
+	w.starts.Go(func() {
+		if done != nil {
+			defer done()
+		}
+		err := o.start(octx)
+		switch {
+		case err != nil && octx.Err() != nil && runCtx.Err() == nil:
+			// Removed by a reload before it ran.
+		case err != nil:
+			fail(w.named(o.name, err))
+		case w.fleet():
+			o.logger.Info("outbox running")
+		}
+	})
 }
 
 // tracingMode says how the worker traces, for the start's log line.
@@ -308,7 +369,7 @@ func (w *worker) stop(cause error, httpStarted bool) error {
 	if errors.Is(cause, context.Canceled) {
 		errs = nil // a signal during start-up is a clean stop
 	}
-	fleet := len(w.outboxes) > 1
+	fleet := w.fleet()
 	var mu sync.Mutex
 	var late []string
 	var wg sync.WaitGroup
