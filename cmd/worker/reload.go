@@ -19,9 +19,9 @@ import (
 	"github.com/outboxrelay/outbox/ops"
 )
 
-// reloadOutboxes reloads the outboxes; runCtx and fail are run's, under
-// which the outboxes it starts run.
-func (w *worker) reloadOutboxes(runCtx context.Context, fail context.CancelCauseFunc) {
+// reloadOutboxes reloads the outboxes; runCtx is run's, under which the
+// outboxes it starts run.
+func (w *worker) reloadOutboxes(runCtx context.Context) {
 	if w.reload == nil {
 		return
 	}
@@ -85,7 +85,7 @@ func (w *worker) reloadOutboxes(runCtx context.Context, fail context.CancelCause
 	}
 	w.dropUnusedClients(runCtx)
 	for _, o := range fresh {
-		w.launch(runCtx, fail, o, nil)
+		w.launch(runCtx, nil, o, nil)
 	}
 	w.logger.Info("outboxes reloaded", "added", added, "removed", removed, "changed", changed,
 		"outboxes", outboxNames(next))

@@ -249,14 +249,17 @@ func overriddenURIOptions(uri string) []uriOverride {
 // would a worker of that outbox alone.
 func (w *worker) run(ctx context.Context) error {
 	build := buildinfo.Read()
-	w.logger.Info("worker starting",
-		"version", build.Version, "revision", build.Revision, "build_date", build.BuildDate,
-		"go_version", build.GoVersion, "goos", build.GOOS, "goarch", build.GOARCH,
-		"mongo_uri", redact.URL(w.cfg.MongoURI), "amqp_url", redactSetting(w.cfg.AMQPURL),
-		"exchange", w.cfg.AMQPExchange, "batch_size", w.cfg.BatchSize, "claim_schedule", w.cfg.ClaimSchedule,
+	attrs := []any{"version", build.Version, "revision", build.Revision, "build_date", build.BuildDate,
+		"go_version", build.GoVersion, "goos", build.GOOS, "goarch", build.GOARCH, "amqp_url", redactSetting(w.cfg.AMQPURL)}
+	if !w.fleet() {
+		// A fleet's outboxes each say where they are ("outbox starting").
+		attrs = append(attrs, "mongo_uri", redact.URL(w.cfg.MongoURI),
+			"exchange", w.cfg.AMQPExchange, "batch_size", w.cfg.BatchSize, "claim_schedule", w.cfg.ClaimSchedule)
+	}
+	w.logger.Info("worker starting", append(attrs,
 		// Derived when not set: the log says what they came to.
 		"stale_after", w.cfg.StaleAfter.String(), "publish_timeout", w.cfg.PublishTimeout.String(),
-		"tracing", tracingMode(w.cfg, w.tracer), "outboxes", outboxNames(w.cfg.Outboxes))
+		"tracing", tracingMode(w.cfg, w.tracer), "outboxes", outboxNames(w.cfg.Outboxes))...)
 	if err := w.http.Start(ctx); err != nil {
 		return w.stop(err, false)
 	}
@@ -282,7 +285,7 @@ func (w *worker) run(ctx context.Context) error {
 			w.logger.Info("worker running", "http_addr", w.http.Addr(), "pprof_addr", w.http.PprofAddr(),
 				"trigger", triggerAccess(w.cfg.HTTPToken))
 		case <-w.hup:
-			w.reloadOutboxes(runCtx, cancel)
+			w.reloadOutboxes(runCtx)
 		case <-runCtx.Done():
 		}
 	}
@@ -312,7 +315,8 @@ func allRunningOrDone(c chan struct{}) <-chan struct{} {
 // reload which removes o cancels; done, if not nil, is called once the
 // start has returned. A start that fails stops the worker through fail,
 // as a worker of that outbox alone stops, unless a reload removed the
-// outbox meanwhile.
+// outbox meanwhile; fail nil (a reload's start) only logs it: an outbox
+// added to a running fleet must not stop the relay of the others.
 func (w *worker) launch(runCtx context.Context, fail context.CancelCauseFunc, o *relayedOutbox, done func()) {
 	if w.fleet() {
 		w.logger.Info("outbox starting", o.describe()...)
@@ -327,6 +331,8 @@ func (w *worker) launch(runCtx context.Context, fail context.CancelCauseFunc, o 
 		switch {
 		case err != nil && octx.Err() != nil && runCtx.Err() == nil:
 			// Removed by a reload before it ran.
+		case err != nil && fail == nil:
+			o.logger.Error("outbox not started: it relays nothing until the next reload or restart", "error", err)
 		case err != nil:
 			fail(w.named(o.name, err))
 		case w.fleet():
