@@ -43,6 +43,7 @@ var grafanaVariables = strings.NewReplacer(
 	"$__interval", "1m",
 	"${job}", "outbox-worker",
 	"$job", "outbox-worker",
+	"$outbox", ".*",
 )
 
 // TestDashboard parses the Grafana dashboard and checks every query: it
@@ -59,7 +60,7 @@ func TestDashboard(t *testing.T) {
 	exported["up"] = map[string]bool{}
 
 	for _, v := range d.Templating.List {
-		if m := regexp.MustCompile(`^label_values\((\w+),`).FindStringSubmatch(v.Definition); m != nil && exported[m[1]] == nil {
+		if m := regexp.MustCompile(`^label_values\((\w+)[{,]`).FindStringSubmatch(v.Definition); m != nil && exported[m[1]] == nil {
 			t.Errorf("variable %s queries %s, which the worker does not export", v.Name, m[1])
 		}
 	}
@@ -127,4 +128,26 @@ func TestDashboard(t *testing.T) {
 	if perReplica == 0 {
 		t.Error("no panel shows replicas apart (by instance or pod)")
 	}
+	// Every series but the process's carries the outbox: a panel that
+	// did not filter on the outbox variable would mix the fleet's
+	// outboxes whatever the operator chose.
+	for _, tg := range allTargets(d.Panels) {
+		for _, m := range regexp.MustCompile(`outbox_\w+\{[^}]*\}`).FindAllString(tg, -1) {
+			if !strings.Contains(m, `outbox=~"$outbox"`) {
+				t.Errorf("query %s: selector %s does not filter on $outbox", tg, m)
+			}
+		}
+	}
+}
+
+// allTargets returns the query of every panel, rows' panels included.
+func allTargets(ps []panel) []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, allTargets(p.Panels)...)
+		for _, tg := range p.Targets {
+			out = append(out, tg.Expr)
+		}
+	}
+	return out
 }

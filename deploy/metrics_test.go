@@ -23,12 +23,13 @@ var targetLabels = map[string]bool{
 }
 
 // workerMetrics lists every series name the worker exports with its label
-// names, read from metrics.New on a fresh registry. A vector exports
-// nothing until it has a child, so each one gets one first.
+// names, read from a fresh registry wired as the worker wires it: the
+// process's collectors as they are, an outbox's with its outbox label. A
+// vector exports nothing until it has a child, so each one gets one first.
 func workerMetrics(t *testing.T) map[string]map[string]bool {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	m := metrics.New(reg)
+	m := metrics.NewOutbox(prometheus.WrapRegistererWith(prometheus.Labels{"outbox": "default"}, reg), metrics.NewProcess(reg))
 	v := reflect.ValueOf(m).Elem()
 	for i := range v.NumField() {
 		if err := touch(v.Field(i).Interface()); err != nil {

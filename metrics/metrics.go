@@ -4,6 +4,8 @@
 package metrics
 
 import (
+	"reflect"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outboxrelay/outbox/events"
@@ -70,6 +72,19 @@ type Metrics struct {
 	SequenceAnomalies *prometheus.CounterVec
 }
 
+// Unregister removes from reg the collectors NewOutbox registered with
+// it, every field but the process's BuildInfo and DBCommands: an outbox
+// the worker stops relaying leaves no series behind.
+func (m *Metrics) Unregister(reg prometheus.Registerer) {
+	v := reflect.ValueOf(m).Elem()
+	for i := range v.NumField() {
+		c, ok := v.Field(i).Interface().(prometheus.Collector)
+		if ok && c != prometheus.Collector(m.BuildInfo) && c != prometheus.Collector(m.DBCommands) {
+			reg.Unregister(c)
+		}
+	}
+}
+
 // Jobs are the background jobs whose failed runs JobErrors counts: the
 // values of its label, each exported from the start at 0, so that a rate
 // over them has a series before the first failure.
@@ -113,6 +128,41 @@ var YieldingJobs = []string{"recovery", "retention", "sampler"}
 // New creates the collectors and registers them with reg. A nil reg leaves
 // them unregistered, which is what tests and tools want.
 func New(reg prometheus.Registerer) *Metrics {
+	m, s := build()
+	if err := s.Register(reg); err != nil {
+		panic(err) // one Metrics per registry: a wiring bug
+	}
+	return m
+}
+
+// NewProcess creates the collectors of a worker that relays several
+// outboxes and registers those of the process with reg: the build, and
+// the database commands, which a client shared by the outboxes of one
+// cluster counts for all of them (CommandMonitor). The rest stay
+// unregistered: each outbox has its own (NewOutbox).
+func NewProcess(reg prometheus.Registerer) *Metrics {
+	m, _ := build()
+	if reg != nil {
+		reg.MustRegister(m.BuildInfo, m.DBCommands)
+	}
+	return m
+}
+
+// NewOutbox creates the collectors of one outbox of a worker, registers
+// them with reg, which gives them the outbox's label
+// (prometheus.WrapRegistererWith), and shares process's build and
+// database commands instead of making its own.
+func NewOutbox(reg prometheus.Registerer, process *Metrics) *Metrics {
+	m, s := build()
+	if err := s.RegisterExcept(reg, m.BuildInfo, m.DBCommands); err != nil {
+		panic(err) // one outbox per label value: a wiring bug
+	}
+	m.BuildInfo, m.DBCommands = process.BuildInfo, process.DBCommands
+	return m
+}
+
+// build creates the collectors and the Set that holds them.
+func build() (*Metrics, *promset.Set) {
 	s := promset.New(namespace, "")
 	m := &Metrics{
 		Claimed:    s.Counter("events_claimed_total", "Events claimed from NEW as PROCESSING by this worker."),
@@ -186,10 +236,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	for _, kind := range SequenceKinds {
 		m.SequenceAnomalies.WithLabelValues(kind)
 	}
-	if err := s.Register(reg); err != nil {
-		panic(err) // one Metrics per registry: a wiring bug
-	}
-	return m
+	return m, s
 }
 
 // OrNew returns m, or a new unregistered set when m is nil: the default of

@@ -102,8 +102,9 @@ func TestAgesUseTheServersClockWhateverTheWorkersSays(t *testing.T) {
 
 			// /status.
 			srv, err := ops.NewServer(ops.ServerConfig{
-				Addr: "127.0.0.1:0", Store: store, Broker: readyBroker{}, Samples: sampler,
-				Claimer: idleJob{}, Recovery: idleJob{}, Gatherer: prometheus.NewRegistry(),
+				Addr: "127.0.0.1:0", Gatherer: prometheus.NewRegistry(),
+				Outboxes: []ops.Outbox{{Name: "default", Store: store, Broker: readyBroker{}, Samples: sampler,
+					Claimer: idleJob{}, Recovery: idleJob{}}},
 				Archetype: service.Archetype{Logger: slog.New(slog.DiscardHandler), Now: clock.Now},
 			})
 			if err != nil {

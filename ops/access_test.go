@@ -148,7 +148,7 @@ func TestPprofAddrLoopbackOnly(t *testing.T) {
 			t.Errorf("CheckLoopbackAddr(%q) = %v, want ok %t", tt.addr, err, tt.ok)
 		}
 		cfg := ops.ServerConfig{
-			Store: &fakeStore{}, Broker: &switchBroker{}, Samples: &fakeSamples{}, Claimer: &fakeJob{}, Recovery: &fakeJob{},
+			Outboxes: []ops.Outbox{{Name: "default", Store: &fakeStore{}, Broker: &switchBroker{}, Samples: &fakeSamples{}, Claimer: &fakeJob{}, Recovery: &fakeJob{}}},
 			Gatherer: prometheus.NewRegistry(), PprofAddr: tt.addr,
 		}
 		err = cfg.Validate()

@@ -49,7 +49,7 @@ func (o *fakeOwner) set(owned []int, unowned time.Duration, err error) {
 func TestReadyzNeedsPartitions(t *testing.T) {
 	t.Parallel()
 	owner := &fakeOwner{}
-	s := startServer(t, func(c *ops.ServerConfig) { c.Owner = owner })
+	s := startServer(t, func(c *ops.ServerConfig) { c.Outboxes[0].Owner = owner })
 	denied := errors.New("heartbeat: write heartbeat: (Unauthorized) not authorized on outbox to execute command { update: \"events_owners\" }")
 
 	for _, tc := range []struct {
@@ -93,7 +93,7 @@ func TestReadyzNeedsPartitions(t *testing.T) {
 func TestStatusOwnership(t *testing.T) {
 	t.Parallel()
 	owner := &fakeOwner{}
-	s := startServer(t, func(c *ops.ServerConfig) { c.Owner = owner })
+	s := startServer(t, func(c *ops.ServerConfig) { c.Outboxes[0].Owner = owner })
 	denied := errors.New("take 64 partitions: insert 64 terms: not authorized")
 
 	owner.set(nil, 95*time.Second, denied)

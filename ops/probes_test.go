@@ -115,7 +115,7 @@ func TestReadyzDuringBrokerOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Start(t, pub)
-	s := startServer(t, func(cfg *ops.ServerConfig) { cfg.Broker = pub })
+	s := startServer(t, func(cfg *ops.ServerConfig) { cfg.Outboxes[0].Broker = pub })
 	cutAndRestore(t, s, proxy, "rabbitmq: ")
 }
 
@@ -126,7 +126,7 @@ func TestReadyzDuringDatabaseOutage(t *testing.T) {
 	db := testenv.Database(t) // direct: created here, dropped at cleanup
 	client, proxy := testenv.ProxiedClient(t)
 	store := mongo.New(client, mongo.Config{Database: db.Name(), Logger: discard})
-	s := startServer(t, func(cfg *ops.ServerConfig) { cfg.Store = store })
+	s := startServer(t, func(cfg *ops.ServerConfig) { cfg.Outboxes[0].Store = store })
 	cutAndRestore(t, s, proxy, "mongodb: ")
 }
 

@@ -82,12 +82,12 @@ type SampleSource interface {
 	Latest() (Sample, bool)
 }
 
-// ServerConfig wires the endpoints to the worker's parts.
-type ServerConfig struct {
-	// Addr is the listen address, e.g. ":8080". Defaults to AddrDefault.
-	Addr string
-	// WorkerID names the worker in /healthz and /status.
-	WorkerID string
+// Outbox is one outbox the endpoints report on: the parts of the worker
+// that relay it.
+type Outbox struct {
+	// Name names the outbox in /readyz, /status and their ?outbox=
+	// parameter. Required, unique among the server's outboxes.
+	Name string
 	// Store answers /readyz's ping. Required.
 	Store Pinger
 	// Broker answers /readyz's broker check. Required.
@@ -106,12 +106,32 @@ type ServerConfig struct {
 	}
 	// Recovery's last run is /status's lastRecoveryAt. Required.
 	Recovery Job
-	// Owner, when set, makes a replica that has owned no partition for
-	// longer than a term not ready, although its database and broker
-	// answer: it relays nothing (its rounds cannot write the owners
-	// collection, or it is one replica too many). /status says why.
-	// Defaults to nil: ownership is not checked.
+	// Owner, when set, makes an outbox that this replica has owned no
+	// partition of for longer than a term not ready, although its
+	// database and broker answer: it relays nothing of it (its rounds
+	// cannot write the owners collection, or it is one replica too
+	// many). /status says why. Defaults to nil: ownership is not checked.
 	Owner Owner
+	// BrokerNode, if set, names the broker node in use, its password
+	// redacted (broker.Publisher.Node), for /status.
+	BrokerNode func() string
+	// WakeUp, if set, says how claims are woken between ticks, for
+	// /status: "change stream", "polling" or "starting".
+	WakeUp func() string
+	// Now, if set, is the clock the outbox's sample age is measured with:
+	// its database server's, which its sampler stamped the sample with.
+	// Defaults to the server's Archetype.Now.
+	Now func() time.Time
+}
+
+// ServerConfig wires the endpoints to the worker's parts.
+type ServerConfig struct {
+	// Addr is the listen address, e.g. ":8080". Defaults to AddrDefault.
+	Addr string
+	// WorkerID names the worker in /healthz and /status.
+	WorkerID string
+	// Outboxes are the outboxes the worker relays. Required: one at least.
+	Outboxes []Outbox
 	// Gatherer is what /metrics serves. Required.
 	Gatherer prometheus.Gatherer
 	// Archetype is the logger and the clock /status measures the sample's
@@ -127,12 +147,6 @@ type ServerConfig struct {
 	// [::1]:6060, localhost:6060) on which a listener of its own serves
 	// net/http/pprof under /debug/pprof/. Defaults to "": no profiler.
 	PprofAddr string
-	// BrokerNode, if set, names the broker node in use, its password
-	// redacted (broker.Publisher.Node), for /status.
-	BrokerNode func() string
-	// WakeUp, if set, says how claims are woken between ticks, for
-	// /status: "change stream", "polling" or "starting".
-	WakeUp func() string
 	// Build is the build /status names, so that an operator can tell the
 	// versions of a rolling upgrade apart. Defaults to this binary's
 	// (buildinfo.Read).
@@ -150,21 +164,34 @@ func (c *ServerConfig) setDefaults() {
 // Validate reports the first bad field, naming it and its value (not a
 // token's).
 func (c ServerConfig) Validate() error {
-	return rule.First("ops server",
-		rule.Required("Store", c.Store != nil),
-		rule.Required("Broker", c.Broker != nil),
-		rule.Required("Samples", c.Samples != nil),
-		rule.Required("Claimer", c.Claimer != nil),
-		rule.Required("Recovery", c.Recovery != nil),
+	rules := []*rule.Error{
+		rule.Check("Outboxes", len(c.Outboxes) > 0, len(c.Outboxes), "one outbox at least"),
 		rule.Required("Gatherer", c.Gatherer != nil),
 		rule.Check("Token", c.Token == "" || CheckToken(c.Token) == nil, "<redacted>", tokenWant),
 		rule.Check("PprofAddr", c.PprofAddr == "" || CheckLoopbackAddr(c.PprofAddr) == nil, c.PprofAddr, loopbackWant),
-	)
+	}
+	seen := map[string]bool{}
+	for i, o := range c.Outboxes {
+		field := fmt.Sprintf("Outboxes[%d].", i)
+		rules = append(rules,
+			rule.Check(field+"Name", o.Name != "" && !seen[o.Name], o.Name, "a name of its own"),
+			rule.Required(field+"Store", o.Store != nil),
+			rule.Required(field+"Broker", o.Broker != nil),
+			rule.Required(field+"Samples", o.Samples != nil),
+			rule.Required(field+"Claimer", o.Claimer != nil),
+			rule.Required(field+"Recovery", o.Recovery != nil),
+		)
+		seen[o.Name] = true
+	}
+	return rule.First("ops server", rules...)
 }
 
 // Server serves the operations endpoints.
 type Server struct {
-	cfg   ServerConfig
+	cfg ServerConfig
+	// mu guards cfg.Outboxes, which SetOutboxes replaces while the
+	// endpoints read it.
+	mu    sync.RWMutex
 	main  listener
 	pprof listener // not started without ServerConfig.PprofAddr
 	token tokenDigest
@@ -277,50 +304,6 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "workerId": s.cfg.WorkerID})
 }
 
-func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
-	if reason := s.notReady(r.Context()); reason != "" {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "reason": reason})
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"ready": true})
-}
-
-func (s *Server) notReady(ctx context.Context) string {
-	st := s.cfg.Store
-	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
-	defer cancel()
-	if err := st.Ping(ctx); err != nil {
-		return "mongodb: " + err.Error()
-	}
-	if err := s.cfg.Broker.Ready(); err != nil {
-		return "rabbitmq: " + err.Error()
-	}
-	if why := s.unowned(); why != "" {
-		return "ownership: " + why
-	}
-	return ""
-}
-
-// unowned says why this replica relays nothing although its database and
-// broker answer: it has owned no partition for longer than a term. "" when
-// it owns one, or has owned none for a term at most (it is starting, or
-// its partitions are moving).
-func (s *Server) unowned() string {
-	o := s.cfg.Owner
-	if o == nil {
-		return ""
-	}
-	d, err := o.Unowned()
-	if d <= o.TermLength() {
-		return ""
-	}
-	head := fmt.Sprintf("no partition owned for %s, longer than a term (%s): ", d.Round(time.Second), o.TermLength())
-	if err != nil {
-		return head + "the ownership rounds fail (can this worker write the owners collection?): " + err.Error()
-	}
-	return head + fmt.Sprintf("other replicas hold every partition (more replicas than the %d partitions?)", events.Partitions)
-}
-
 // statusBody is the JSON of GET /status.
 type statusBody struct {
 	statusLocal
@@ -342,6 +325,8 @@ type statusBody struct {
 // statusLocal is what /status knows without a sample: this worker's own
 // state.
 type statusLocal struct {
+	// Outbox names the outbox the body is about.
+	Outbox         string         `json:"outbox"`
 	WorkerID       string         `json:"workerId"`
 	Build          buildinfo.Info `json:"build"`
 	LastClaimAt    *time.Time     `json:"lastClaimAt"`
@@ -362,83 +347,6 @@ type ownershipStatus struct {
 	UnownedSeconds float64 `json:"unownedSeconds"`
 	LastError      string  `json:"lastError,omitempty"`
 	NotReady       string  `json:"notReady,omitempty"`
-}
-
-// status answers from the sampler's last sample, whose figures are as of
-// sampledAt: it sends no query, so that however often it is read it adds
-// nothing to the database's load. Before the first sample it answers 503
-// with an error and this worker's own state.
-func (s *Server) status(w http.ResponseWriter, _ *http.Request) {
-	local := statusLocal{
-		WorkerID:       s.cfg.WorkerID,
-		Build:          s.cfg.Build,
-		LastClaimAt:    timeOrNil(s.cfg.Claimer.LastRun()),
-		BatchLimit:     s.cfg.Claimer.BatchLimit(),
-		LastRecoveryAt: timeOrNil(s.cfg.Recovery.LastRun()),
-	}
-	if s.cfg.BrokerNode != nil {
-		node := s.cfg.BrokerNode() // "" while not connected
-		local.BrokerNode = &node
-	}
-	if s.cfg.WakeUp != nil {
-		local.WakeUp = s.cfg.WakeUp()
-	}
-	if o := s.cfg.Owner; o != nil {
-		d, err := o.Unowned()
-		own := &ownershipStatus{Partitions: len(o.Owned()), UnownedSeconds: d.Seconds(), NotReady: s.unowned()}
-		if err != nil {
-			own.LastError = err.Error()
-		}
-		local.Ownership = own
-	}
-	sample, ok := s.cfg.Samples.Latest()
-	if !ok {
-		writeJSON(w, http.StatusServiceUnavailable, struct {
-			Error string `json:"error"`
-			statusLocal
-		}{"no sample of the outbox yet; one has been asked for", local})
-		return
-	}
-	stats := sample.Stats
-	body := statusBody{
-		statusLocal:         local,
-		Counts:              make(map[string]int64, len(stats.Counts)),
-		OldestNewAgeSeconds: stats.OldestNewAge(sample.At).Seconds(),
-		StaleProcessing:     stats.Stale,
-		SampledAt:           sample.At.UTC(),
-		SampleAgeSeconds:    max(s.cfg.Now().Sub(sample.At), 0).Seconds(),
-		PausedTypes:         sample.Paused,
-	}
-	if body.PausedTypes == nil {
-		body.PausedTypes = []events.Pause{}
-	}
-	for _, status := range events.CountedStatuses {
-		body.Counts[string(status)] = stats.Counts[status]
-	}
-	if held := sample.Held; held != nil {
-		body.HeldAggregates = held.Aggregates
-		body.HeldCapped = held.Capped
-		if sample.HeldAt.Before(sample.At) {
-			body.HeldSampledAt = timeOrNil(sample.HeldAt.UTC())
-		}
-		body.OldestHeldAgeSeconds = held.OldestAge(sample.At).Seconds()
-	}
-	writeJSON(w, http.StatusOK, body)
-}
-
-// trigger asks for a claim now, if the client may (authorizeTrigger). While claims back off after failed runs it
-// asks for nothing: a request must not add a run against a database that
-// the backoff spares. The answer is 202 either way, since the events are
-// claimed at the first tick after the backoff; it says which.
-func (s *Server) trigger(w http.ResponseWriter, r *http.Request) {
-	if !s.authorizeTrigger(w, r) {
-		return
-	}
-	if left := s.cfg.Claimer.Wake(); left > 0 {
-		writeJSON(w, http.StatusAccepted, map[string]any{"triggered": false, "backoffSeconds": left.Seconds()})
-		return
-	}
-	writeJSON(w, http.StatusAccepted, map[string]any{"triggered": true})
 }
 
 func timeOrNil(t time.Time) *time.Time {

@@ -181,13 +181,16 @@ func newServer(t *testing.T, edit func(*ops.ServerConfig)) (*server, *ops.Server
 		registry: prometheus.NewRegistry(),
 	}
 	cfg := ops.ServerConfig{
-		Addr:      "127.0.0.1:0",
-		WorkerID:  "host-a-42",
-		Store:     s.store,
-		Broker:    s.broker,
-		Samples:   s.samples,
-		Claimer:   s.claimer,
-		Recovery:  s.recovery,
+		Addr:     "127.0.0.1:0",
+		WorkerID: "host-a-42",
+		Outboxes: []ops.Outbox{{
+			Name:     "default",
+			Store:    s.store,
+			Broker:   s.broker,
+			Samples:  s.samples,
+			Claimer:  s.claimer,
+			Recovery: s.recovery,
+		}},
 		Gatherer:  s.registry,
 		Archetype: service.Archetype{Logger: discard},
 	}

@@ -41,7 +41,7 @@ func TestStatus(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("GET /status = %d, want 200 (body %v)", code, body)
 	}
-	wantKeys := []string{"batchLimit", "build", "counts", "heldAggregates", "lastClaimAt", "lastRecoveryAt", "oldestHeldAgeSeconds", "oldestNewAgeSeconds", "pausedTypes",
+	wantKeys := []string{"batchLimit", "build", "counts", "heldAggregates", "lastClaimAt", "lastRecoveryAt", "oldestHeldAgeSeconds", "oldestNewAgeSeconds", "outbox", "pausedTypes",
 		"sampleAgeSeconds", "sampledAt", "staleProcessing", "workerId"}
 	if diff := cmp.Diff(wantKeys, slices.Sorted(maps.Keys(body))); diff != "" {
 		t.Errorf("GET /status fields (-want +got):\n%s", diff)
@@ -181,7 +181,7 @@ func TestStatusSendsNoQuery(t *testing.T) {
 		}
 	}
 
-	s := startServer(t, func(cfg *ops.ServerConfig) { cfg.Samples = sampler })
+	s := startServer(t, func(cfg *ops.ServerConfig) { cfg.Outboxes[0].Samples = sampler })
 	for range 10 {
 		code, body := getJSON(t, s.base+"/status")
 		if code != http.StatusOK {

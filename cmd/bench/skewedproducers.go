@@ -151,7 +151,7 @@ func sequenceAnomalies(ctx context.Context, w *workerProc) (map[string]float64, 
 	out := map[string]float64{}
 	sc := bufio.NewScanner(pr)
 	for sc.Scan() {
-		if m := anomalyLine.FindStringSubmatch(sc.Text()); m != nil {
+		if m := anomalyLine.FindStringSubmatch(withoutOutbox(sc.Text())); m != nil {
 			if v, _ := strconv.ParseFloat(m[2], 64); v > 0 {
 				out[m[1]] = v
 			}

@@ -142,18 +142,29 @@ func (w *watcher) published(ctx context.Context, base string) (float64, error) {
 	return publishedTotal(body)
 }
 
-// publishedTotal finds the sample of outbox_events_published_total in a
+// publishedTotal sums the samples of outbox_events_published_total in a
 // Prometheus text exposition.
 func publishedTotal(metrics []byte) (float64, error) {
 	sc := bufio.NewScanner(bytes.NewReader(metrics))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	var total float64
+	found := false
 	for sc.Scan() {
 		name, value, ok := strings.Cut(sc.Text(), " ")
-		if ok && name == "outbox_events_published_total" {
-			return strconv.ParseFloat(strings.TrimSpace(value), 64)
+		// One sample per outbox the worker relays (label outbox), or one
+		// without labels from a worker built before it had the label.
+		if ok && (name == "outbox_events_published_total" || strings.HasPrefix(name, "outbox_events_published_total{")) {
+			v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+			if err != nil {
+				return 0, err
+			}
+			total, found = total+v, true
 		}
 	}
-	return 0, fmt.Errorf("no outbox_events_published_total")
+	if !found {
+		return 0, fmt.Errorf("no outbox_events_published_total")
+	}
+	return total, nil
 }
 
 // backlog is the outbox's counts from the first worker whose /status

@@ -17,6 +17,11 @@ func TestPublishedTotal(t *testing.T) {
 	if err != nil || got != 412 {
 		t.Errorf("publishedTotal = %v, %v; want 412", got, err)
 	}
+	// A worker of several outboxes exports a sample per outbox.
+	fleet := "outbox_events_published_total{outbox=\"a\"} 400\noutbox_events_published_total{outbox=\"b\"} 12\n"
+	if got, err := publishedTotal([]byte(fleet)); err != nil || got != 412 {
+		t.Errorf("publishedTotal of two outboxes = %v, %v; want their sum, 412", got, err)
+	}
 	if _, err := publishedTotal([]byte("go_goroutines 7\n")); err == nil {
 		t.Error("publishedTotal without the counter: no error")
 	}

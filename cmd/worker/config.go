@@ -90,6 +90,14 @@ type Config struct {
 	MongoWriteConcern string
 	MongoJournal      bool
 
+	// FleetFile is OUTBOX_FLEET_FILE: the file that lists the outboxes
+	// to relay (package fleet); "" relays the one outbox the settings
+	// describe.
+	FleetFile string
+	// Outboxes are the outboxes the relay relays, each with its settings
+	// (loadOutboxes); the relay command's only.
+	Outboxes []outboxConfig
+
 	// Setup is OUTBOX_SETUP: what worker run does about a collection or
 	// index it needs and does not find (setupAuto, setupCheck).
 	Setup string
@@ -198,6 +206,9 @@ func settings() []setting {
 				return oneOf(&c.OrderingAfterFailed, v, claim.AfterFailedWait, claim.AfterFailedContinue)
 			}},
 	}, consoleSettings(), traceSettings(), []setting{
+		{env: "OUTBOX_FLEET_FILE", flag: "fleet-file", def: "", forOperatorCommands: true,
+			usage: "YAML file listing the outboxes to relay, each with its name, database, collection, exchange and the settings it sets apart (docs/configuration.md, Fleet file); unset: the one outbox the other settings describe, named default",
+			parse: func(c *Config, v string) error { c.FleetFile = v; return nil }},
 		{env: "OUTBOX_SETUP", flag: "setup", def: setupAuto,
 			usage: "what run does about a collection or index it needs and does not find: auto creates it (as worker setup does); check creates nothing and stops naming what is missing, for a role that may not create indexes (docs/upgrading.md)",
 			parse: func(c *Config, v string) error { return oneOf(&c.Setup, v, setupAuto, setupCheck) }},
@@ -230,6 +241,10 @@ func loadConfig(name string, args []string, getenv func(string) string, kind com
 		}
 		chosen = append(chosen, s)
 		values[s.flag] = fs.String(s.flag, "", fmt.Sprintf("%s (env %s, default %q)", s.usage, s.env, redactSetting(s.def)))
+	}
+	var outbox string
+	if kind != relayCommand {
+		fs.StringVar(&outbox, "outbox", "", "`NAME` of the outbox of OUTBOX_FLEET_FILE to act on (needed when the file lists several); without a file, the one outbox is named "+implicitOutbox)
 	}
 	if extra != nil {
 		extra(fs)
@@ -264,8 +279,14 @@ func loadConfig(name string, args []string, getenv func(string) string, kind com
 			return Config{}, nil, invalidSetting(s, src, err.Error())
 		}
 	}
+	if kind != relayCommand {
+		if err := selectOutbox(&cfg, outbox, chosen); err != nil {
+			return Config{}, nil, err
+		}
+	}
 	if kind == relayCommand {
 		cfg.MemoryLimit = readMemoryLimit(getenv)
+		raw := cfg
 		if err := cfg.validate(); err != nil {
 			var bad *settingsError
 			if errors.As(err, &bad) {
@@ -282,6 +303,14 @@ func loadConfig(name string, args []string, getenv func(string) string, kind com
 			return Config{}, nil, fmt.Errorf("%w: %v", ErrUsage, err)
 		}
 		cfg.Tracing = tracing
+		// Checked after the worker's own settings, so that a bad variable
+		// is named as such rather than as every outbox's.
+		raw.Tracing = tracing
+		outboxes, err := loadOutboxes(raw)
+		if err != nil {
+			return Config{}, nil, err
+		}
+		cfg.Outboxes = outboxes
 	}
 	return cfg, fs.Args(), nil
 }

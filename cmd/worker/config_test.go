@@ -251,6 +251,9 @@ func TestLoadConfig(t *testing.T) {
 			}
 			want := defaultConfig()
 			tt.want(&want)
+			// Without a fleet file the settings describe one outbox,
+			// exactly as they did before there were fleets.
+			want.Outboxes = []outboxConfig{{Name: implicitOutbox, Config: want}}
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("loadConfig (-want +got):\n%s", diff)
 			}

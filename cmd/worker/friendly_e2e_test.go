@@ -86,7 +86,8 @@ func readLog(t *testing.T, p *workerproc.Proc) string {
 	return string(b)
 }
 
-// httpAddr is the address the worker's "worker running" line gives.
+// httpAddr is the address the worker's "http server listening" or
+// "worker running" line gives.
 func httpAddr(t *testing.T, p *workerproc.Proc) string {
 	t.Helper()
 	sc := bufio.NewScanner(strings.NewReader(readLog(t, p)))
@@ -95,7 +96,7 @@ func httpAddr(t *testing.T, p *workerproc.Proc) string {
 			Msg      string `json:"msg"`
 			HTTPAddr string `json:"http_addr"`
 		}
-		if json.Unmarshal(sc.Bytes(), &rec) == nil && rec.Msg == "worker running" {
+		if json.Unmarshal(sc.Bytes(), &rec) == nil && (rec.Msg == "worker running" || rec.Msg == "http server listening") && rec.HTTPAddr != "" {
 			return rec.HTTPAddr
 		}
 	}

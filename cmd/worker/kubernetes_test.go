@@ -564,8 +564,9 @@ func TestKubernetesProbePaths(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		metrics.New(reg)
 		srv, err := ops.NewServer(ops.ServerConfig{
-			Addr: "127.0.0.1:0", WorkerID: "probe-test", Store: probeStore{}, Broker: probeBroker{err: brokerErr},
-			Samples: probeSamples{}, Claimer: probeJob{}, Recovery: probeJob{}, Gatherer: reg,
+			Addr: "127.0.0.1:0", WorkerID: "probe-test", Gatherer: reg,
+			Outboxes: []ops.Outbox{{Name: "default", Store: probeStore{}, Broker: probeBroker{err: brokerErr},
+				Samples: probeSamples{}, Claimer: probeJob{}, Recovery: probeJob{}}},
 		})
 		if err != nil {
 			t.Fatal(err)

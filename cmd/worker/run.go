@@ -4,6 +4,9 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/outboxrelay/outbox/internal/buildinfo"
 	"github.com/outboxrelay/outbox/internal/gcfloor"
@@ -38,6 +41,16 @@ func runCommand(ctx context.Context, args []string, getenv func(string) string, 
 	if err != nil {
 		_ = tracer.Shutdown(context.WithoutCancel(ctx)) // nothing was traced yet
 		return err
+	}
+	// SIGHUP reloads the outboxes (reload.go): the fleet file is read
+	// again, with the environment, through the same checks as at start.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	w.hup = hup
+	w.reload = func() ([]outboxConfig, error) {
+		next, _, err := loadConfig("run", args, withDeprecated(getenv, deprecatedVariables), relayCommand, nil)
+		return next.Outboxes, err
 	}
 	return w.run(ctx)
 }

@@ -61,10 +61,10 @@ func setupCommand(ctx context.Context, args []string, getenv func(string) string
 // prepareSchema readies the database for the relay (mongo.PrepareRun):
 // with OUTBOX_SETUP=auto it creates what is missing and logs each thing
 // it created; with check it stops naming what is missing.
-func (w *worker) prepareSchema(ctx context.Context) error {
-	done, err := w.store.PrepareRun(ctx, w.cfg.Setup == setupAuto)
+func (o *relayedOutbox) prepareSchema(ctx context.Context) error {
+	done, err := o.store.PrepareRun(ctx, o.cfg.Setup == setupAuto)
 	for _, line := range done {
-		w.logger.Info(line+" (OUTBOX_SETUP=auto; worker setup does this as a step of its own)", "setup", w.cfg.Setup)
+		o.logger.Info(line+" (OUTBOX_SETUP=auto; worker setup does this as a step of its own)", "setup", o.cfg.Setup)
 	}
 	return err
 }

@@ -94,8 +94,8 @@ func TestOwnersNotWritable(t *testing.T) {
 		// the next sample (every 15s).
 		testenv.Eventually(t, timeLeft(ctx), func() (bool, string) {
 			m := scrape(ctx, t, p)
-			return m[`outbox_events{status="NEW"}`] == n && m["outbox_oldest_new_event_age_seconds"] > 0,
-				fmt.Sprintf("%s: backlog gauges NEW=%v oldest=%v, want %d and an age", p.Name(), m[`outbox_events{status="NEW"}`], m["outbox_oldest_new_event_age_seconds"], n)
+			return m[`outbox_events{outbox="default",status="NEW"}`] == n && m[`outbox_oldest_new_event_age_seconds{outbox="default"}`] > 0,
+				fmt.Sprintf("%s: backlog gauges NEW=%v oldest=%v, want %d and an age", p.Name(), m[`outbox_events{outbox="default",status="NEW"}`], m[`outbox_oldest_new_event_age_seconds{outbox="default"}`], n)
 		})
 		m := scrape(ctx, t, p)
 		for _, c := range []struct {
@@ -103,11 +103,11 @@ func TestOwnersNotWritable(t *testing.T) {
 			ok     func(float64) bool
 			want   string
 		}{
-			{`outbox_job_errors_total{job="ownership"}`, func(v float64) bool { return v > 0 }, "rising"},
-			{`outbox_claim_runs_total{result="unowned"}`, func(v float64) bool { return v > 0 }, "rising"},
-			{`outbox_claim_runs_total{result="claimed"}`, func(v float64) bool { return v == 0 }, "0"},
-			{"outbox_partitions_owned", func(v float64) bool { return v == 0 }, "0"},
-			{"outbox_events_published_total", func(v float64) bool { return v == 0 }, "0"},
+			{`outbox_job_errors_total{job="ownership",outbox="default"}`, func(v float64) bool { return v > 0 }, "rising"},
+			{`outbox_claim_runs_total{outbox="default",result="unowned"}`, func(v float64) bool { return v > 0 }, "rising"},
+			{`outbox_claim_runs_total{outbox="default",result="claimed"}`, func(v float64) bool { return v == 0 }, "0"},
+			{`outbox_partitions_owned{outbox="default"}`, func(v float64) bool { return v == 0 }, "0"},
+			{`outbox_events_published_total{outbox="default"}`, func(v float64) bool { return v == 0 }, "0"},
 		} {
 			v, ok := m[c.series]
 			if !ok || !c.ok(v) {

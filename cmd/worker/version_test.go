@@ -99,7 +99,7 @@ func TestMongoHandshakeNamesTheReplica(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = w.client.Disconnect(context.WithoutCancel(t.Context())) }()
+	defer func() { _ = w.disconnect(context.WithoutCancel(t.Context())) }()
 	hello := <-got
 	if want := connectionName("outbox-worker", "replica-7"); !bytes.Contains(hello, []byte(want)) {
 		t.Errorf("the handshake does not carry the appName %q:\n%q", want, hello)

@@ -6,21 +6,20 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.mongodb.org/mongo-driver/v2/event"
 	driver "go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/outboxrelay/outbox/broker"
-	"github.com/outboxrelay/outbox/claim"
-	"github.com/outboxrelay/outbox/events"
-	"github.com/outboxrelay/outbox/internal/backoff"
 	"github.com/outboxrelay/outbox/internal/buildinfo"
 	"github.com/outboxrelay/outbox/internal/redact"
 	"github.com/outboxrelay/outbox/internal/telemetry"
@@ -28,10 +27,7 @@ import (
 	"github.com/outboxrelay/outbox/mongo"
 	"github.com/outboxrelay/outbox/ops"
 	"github.com/outboxrelay/outbox/ownership"
-	"github.com/outboxrelay/outbox/recovery"
-	"github.com/outboxrelay/outbox/retention"
 	"github.com/outboxrelay/outbox/service"
-	"github.com/outboxrelay/outbox/wake"
 )
 
 // startStopper is anything the worker starts and stops.
@@ -48,192 +44,120 @@ type part struct {
 	startStopper
 }
 
-// worker is the wired relay.
+// worker is the wired relay: the outboxes it relays, each with its own
+// services, and what the process shares among them: the logger, the
+// database clients (one per cluster), the HTTP server, the metrics
+// registry and the tracer provider.
 type worker struct {
-	cfg       Config
-	logger    *slog.Logger
-	client    *driver.Client
-	store     *mongo.Store
-	publisher *broker.Publisher
-	claimer   *claim.Claimer
-	clock     *mongo.Clock // the database server's time
-	owner     *ownership.Manager
-	sampler   *ops.Sampler // samples the backlog gauges while this replica leads, or while none does
-	waker     *wake.Watcher
-	http      *ops.Server
-	tracer    *telemetry.Provider
-	// outer are started first, before the database is ready, and stopped
-	// last, in reverse; inner are started once it is ready, and stopped
-	// first, in the same order. newWorker says why.
-	outer, inner []part
-	// started are the names of the services Start was called on: a stop
-	// during start-up stops those and no others, so that it neither waits
-	// on a database that never answered nor fails on what never ran.
-	started map[string]bool
+	cfg      Config
+	logger   *slog.Logger
+	clients  map[string]*driver.Client // by MongoDB URI
+	outboxes []*relayedOutbox
+	http     *ops.Server
+	tracer   *telemetry.Provider
+	reg      *prometheus.Registry
+	process  *metrics.Metrics // the process's collectors
+	monitor  *event.CommandMonitor
+	// reload reads the outboxes again (SIGHUP), hup delivers the signal;
+	// both nil: no reload (tests that build a worker in process).
+	reload func() ([]outboxConfig, error)
+	hup    <-chan os.Signal
+	// starts are the goroutines that start outboxes; run waits for them
+	// before it stops the worker.
+	starts sync.WaitGroup
 }
 
-// newWorker builds the services, each package's Config once and whole,
-// from cfg (which loadConfig has validated) and from what the worker
-// wires in: one logger, one set of metrics, one tracer provider (nil:
-// tracing off) and the database server's clock, shared by every service
-// (service.Archetype). The worker shuts the tracer provider down last
-// when it stops.
+// newWorker builds the outboxes of cfg.Outboxes (which loadConfig has
+// validated) and what they share: one logger, one metrics registry (each
+// outbox's series labelled with its name, the process's without), one
+// tracer provider (nil: tracing off), and one database client per
+// distinct URI, so that the outboxes of one cluster share its connection
+// pool. The worker shuts the tracer provider down last when it stops.
 func newWorker(cfg Config, logger *slog.Logger, tracer *telemetry.Provider) (*worker, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := metrics.New(reg)
+	process := metrics.NewProcess(reg)
 	if tracer == nil {
 		tracer = &telemetry.Provider{TracerProvider: noop.NewTracerProvider()}
 	}
-
-	monitor := m.CommandMonitor()
+	monitor := process.CommandMonitor()
 	switch {
 	case cfg.TraceMongo && tracer.Enabled():
 		monitor = mongo.Monitors(monitor, mongo.CommandTracer(tracer))
 	case cfg.TraceMongo:
 		logger.Warn("OUTBOX_TRACE_MONGO has no effect while tracing is off (OTEL_TRACES_EXPORTER unset or none)")
 	}
-	client, err := driver.Connect(mongoClientOptions(cfg, connectionName("outbox-worker", cfg.WorkerID)).SetMonitor(monitor))
-	if err != nil {
-		return nil, fmt.Errorf("%w: invalid OUTBOX_MONGO_URI %q: %v", ErrUsage, redact.URL(cfg.MongoURI), err)
-	}
-	w := &worker{cfg: cfg, logger: logger, client: client, tracer: tracer}
-	storeCfg := mongoStoreConfig(cfg, logger)
-	storeCfg.SequenceAnomaly = func(kind string, n int) { m.SequenceAnomalies.WithLabelValues(kind).Add(float64(n)) }
-	w.store = mongo.New(client, storeCfg)
-	// Every age the worker reports, recovery's stale test, retention's
-	// cutoff, leases and terms read the database server's clock: the
-	// times they compare with were written against it (or by producers),
-	// not against this machine's clock.
-	w.clock = mongo.NewClock(client, logger)
-	// The provider itself, not its wrapper: a claimer that is given a
-	// no-op provider starts no span at all (see claim.newTracing).
-	arch := service.Archetype{Logger: logger, Metrics: m, Tracer: tracer.TracerProvider, Now: w.clock.Now}
-	for _, o := range overriddenURIOptions(cfg.MongoURI) {
-		logger.Warn("the MongoDB URI's option is overridden by a setting", "option", o.option, "setting", o.setting)
-	}
-	w.publisher, err = broker.New(broker.Config{
-		// The confirm window holds a whole batch.
-		URL: cfg.AMQPURL, Exchange: cfg.AMQPExchange, Window: max(broker.WindowDefault, cfg.BatchSize),
-		// A broker that stops reading fails a write within the publish timeout.
-		WriteTimeout:   cfg.PublishTimeout,
-		ConnectionName: connectionName("outbox-worker", cfg.WorkerID),
-		Logger:         logger,
-		OnConnected:    func(up bool) { m.BrokerConnected.Set(map[bool]float64{true: 1}[up]) },
-	})
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
-	}
-	// Partitions are owned for terms of half the stale threshold, so that
-	// a dead replica's partitions are free before its claims go stale:
-	// its share is taken over within OUTBOX_STALE_AFTER plus a recovery
-	// period. Terms and leases are timed by the database server's clock.
-	w.owner, err = ownership.New(w.store.Owners(), ownership.Config{
-		Archetype: arch, WorkerID: cfg.WorkerID, TermLength: cfg.StaleAfter / 2, Synced: w.clock.Synced, Ready: w.publisher.Ready,
-		OnLead: func() { w.sampler.Trigger() },
-		OnTake: func() { w.claimer.Trigger() },
-	})
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
-	}
-	w.claimer, err = claim.New(w.store, w.publisher, claim.Config{
-		Archetype: arch, Owner: w.owner, RoundTrip: w.clock.RoundTrip,
-		WorkerID: cfg.WorkerID, Schedule: cfg.ClaimSchedule, BatchSize: cfg.BatchSize, BatchBytes: cfg.BatchBytes,
-		MaxAttempts: cfg.MaxAttempts, MaxBodyBytes: cfg.MaxMessageBytes, PublishTimeout: cfg.PublishTimeout,
-		RetryMin: cfg.RetryMin, RetryMax: cfg.RetryMax, StaleAfter: cfg.StaleAfter,
-		Ordering: cfg.Ordering, AfterFailed: cfg.OrderingAfterFailed,
-		Format:      events.Format{Name: cfg.MessageFormat, Source: cfg.CloudEventsSource, Prefix: cfg.CloudEventsPrefix},
-		TraceParent: cfg.TraceParent, TraceMessage: cfg.TraceMessage,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
-	}
-	w.waker, err = wake.New(wake.Config{
-		Collection: w.store.Collection(),
-		Trigger:    w.claimer.Trigger,
-		Logger:     logger,
-	})
-	if err != nil {
+	w := &worker{cfg: cfg, logger: logger, clients: map[string]*driver.Client{}, tracer: tracer,
+		reg: reg, process: process, monitor: monitor}
+	fail := func(err error) (*worker, error) {
+		_ = w.disconnect(context.Background()) // nothing was connected: Connect only starts the pools
 		return nil, err
 	}
-	// Periodic work that can wait yields to the relay while the database
-	// is slowing claims down.
-	recoverer, err := recovery.New(w.store, recovery.Config{
-		Archetype: arch, Yield: w.claimer.Slow,
-		Schedule: cfg.RecoverySchedule, StaleAfter: cfg.StaleAfter, MaxAttempts: cfg.MaxAttempts,
-		Margin: cfg.StaleAfter / 2 / ownership.MarginDivisorDefault,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
+	var opsOutboxes []ops.Outbox
+	for _, oc := range cfg.Outboxes {
+		o, err := w.newOutbox(oc)
+		if err != nil {
+			return fail(err)
+		}
+		w.outboxes = append(w.outboxes, o)
+		opsOutboxes = append(opsOutboxes, o.opsOutbox())
 	}
-	// A jump of the database clock's offset larger than the margin (a
-	// failover to a node whose clock differs) stops the claims in every
-	// partition for a term, and recovery for the stale threshold, before
-	// the new server time is used.
-	w.clock.OnJump(func(jump time.Duration) {
-		w.owner.ClockJumped(jump)
-		recoverer.ClockJumped(jump)
-	})
-	cleaner, err := retention.New(w.store, retention.Config{Archetype: arch, Yield: w.claimer.Slow, Retention: cfg.Retention})
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
-	}
-	failedHolds := cfg.Ordering == claim.OrderingAggregate && cfg.OrderingAfterFailed == claim.AfterFailedWait
-	var held ops.HeldSource
-	if cfg.Ordering == claim.OrderingAggregate {
-		held = w.store
-	}
-	// The leader samples the backlog gauges for all replicas. While no
-	// replica has led for longer than a term (none can write the owners
-	// collection, or none can publish), every replica samples: the gauges
-	// are never missing while a worker runs that can read the outbox, and
-	// the load of a sample per replica lasts only as long as the fault.
-	w.sampler, err = ops.NewSampler(ops.SamplerConfig{
-		Archetype: arch, Yield: w.claimer.Slow,
-		Store: w.store, StaleAfter: cfg.StaleAfter, Held: held, FailedHolds: failedHolds, Paused: w.store,
-		Active: func() bool { return w.owner.Leads() || w.owner.Leaderless() },
-	})
-	if err != nil {
-		return nil, err
-	}
-	wakeUp := func() string { return "off" }
-	if cfg.WakeOnInsert {
-		wakeUp = w.waker.Mode
-	}
+	var err error
 	w.http, err = ops.NewServer(ops.ServerConfig{
-		Archetype: arch,
-		Addr:      cfg.HTTPAddr, WorkerID: cfg.WorkerID, Store: w.store, Broker: w.publisher, Samples: w.sampler,
-		Claimer: w.claimer, Recovery: recoverer, Owner: w.owner, Gatherer: reg,
+		Archetype: service.Archetype{Logger: logger, Metrics: process, Tracer: tracer.TracerProvider, Now: w.outboxes[0].clock.Now},
+		Addr:      cfg.HTTPAddr, WorkerID: cfg.WorkerID, Outboxes: opsOutboxes, Gatherer: reg,
 		Token: cfg.HTTPToken, PprofAddr: cfg.PprofAddr,
-		BrokerNode: w.publisher.Node, WakeUp: wakeUp,
 	})
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
-	// The order of start and stop. The outer services start first, before
-	// the database is ready, and stop last, in reverse: the HTTP server,
-	// so that an orchestrator sees a live, not-ready worker while the
-	// database or the broker is still out of reach, and health answers
-	// until the end; then the broker connection, which nothing uses once
-	// the inner services have stopped. The inner services start once the
-	// database is ready, and stop first, in the same order: the claimer,
-	// so that claiming stops and the batch in flight finishes (its
-	// confirms awaited, its outcomes written, what is unconfirmed released
-	// to NEW); then the ownership, which gives back the partitions now
-	// that no claim runs; then the wake-up (if on), recovery, retention,
-	// the sampler and the clock. The database client is disconnected
-	// after them, and last the tracer provider exports the spans still
-	// queued (those of the stop itself among them) and shuts down, within
-	// what is left of the shutdown timeout and at most tracerFlushMax; a
-	// failed export is logged and does not fail the stop.
-	w.outer = []part{{"http server", w.http}, {"broker connection", w.publisher}}
-	w.inner = []part{{"claimer", w.claimer}, {"ownership", ownerService{w.owner}}}
-	if cfg.WakeOnInsert {
-		w.inner = append(w.inner, part{"wake-up", w.waker})
-	}
-	w.inner = append(w.inner, part{"recovery", recoverer}, part{"retention", cleaner},
-		part{"sampler", w.sampler}, part{"clock", w.clock})
 	return w, nil
+}
+
+// newOutbox builds the services of the outbox oc, with the database
+// client of its URI (made now if no outbox has used that URI yet) and
+// metrics labelled with its name.
+func (w *worker) newOutbox(oc outboxConfig) (*relayedOutbox, error) {
+	client, ok := w.clients[oc.MongoURI]
+	if !ok {
+		var err error
+		client, err = driver.Connect(mongoClientOptions(oc.Config, connectionName("outbox-worker", w.cfg.WorkerID)).SetMonitor(w.monitor))
+		if err != nil {
+			return nil, w.named(oc.Name, fmt.Errorf("%w: invalid OUTBOX_MONGO_URI %q: %v", ErrUsage, redact.URL(oc.MongoURI), err))
+		}
+		w.clients[oc.MongoURI] = client
+		for _, o := range overriddenURIOptions(oc.MongoURI) {
+			w.logger.Warn("the MongoDB URI's option is overridden by a setting", "option", o.option, "setting", o.setting)
+		}
+	}
+	m := metrics.NewOutbox(outboxRegisterer(w.reg, oc.Name), w.process)
+	o, err := newRelayedOutbox(oc, client, w.logger, m, w.tracer)
+	if err != nil {
+		m.Unregister(outboxRegisterer(w.reg, oc.Name))
+		return nil, w.named(oc.Name, err)
+	}
+	return o, nil
+}
+
+// fleet reports whether the worker relays the outboxes of a fleet file,
+// whose errors and log lines name the outbox.
+func (w *worker) fleet() bool { return w.cfg.FleetFile != "" }
+
+// named prefixes err with the outbox's name in a fleet.
+func (w *worker) named(outbox string, err error) error {
+	if !w.fleet() {
+		return err
+	}
+	return fmt.Errorf("outbox %s: %w", outbox, err)
+}
+
+// disconnect closes every database client.
+func (w *worker) disconnect(ctx context.Context) error {
+	var errs []error
+	for _, c := range w.clients {
+		errs = append(errs, c.Disconnect(ctx))
+	}
+	return errors.Join(errs...)
 }
 
 // tracerFlushMax bounds the export of the spans still queued at stop,
@@ -308,31 +232,113 @@ func overriddenURIOptions(uri string) []uriOverride {
 }
 
 // run starts the worker, waits for ctx to end (a signal), and stops it.
+//
+// The order of start and stop. The HTTP server starts first and stops
+// last, so that an orchestrator sees a live, not-ready worker while a
+// database or the broker is still out of reach, and health answers until
+// the end. Each outbox then starts on its own (relayedOutbox.start): one
+// whose database is down waits for it, with backoff, while the others
+// relay. At the stop the outboxes stop side by side, each in its own
+// order (newRelayedOutbox), within the one shutdown timeout; then the
+// database clients are disconnected, and last the tracer provider exports
+// the spans still queued (those of the stop itself among them) and shuts
+// down, within what is left of the shutdown timeout and at most
+// tracerFlushMax; a failed export is logged and does not fail the stop.
+// An outbox that cannot start for good (a collection missing with
+// OUTBOX_SETUP=check, a broker URL refused) stops the worker, as it
+// would a worker of that outbox alone.
 func (w *worker) run(ctx context.Context) error {
 	build := buildinfo.Read()
-	w.logger.Info("worker starting",
-		"version", build.Version, "revision", build.Revision, "build_date", build.BuildDate,
-		"go_version", build.GoVersion, "goos", build.GOOS, "goarch", build.GOARCH,
-		"mongo_uri", redact.URL(w.cfg.MongoURI), "amqp_url", redactSetting(w.cfg.AMQPURL),
-		"exchange", w.cfg.AMQPExchange, "batch_size", w.cfg.BatchSize, "claim_schedule", w.cfg.ClaimSchedule,
+	attrs := []any{"version", build.Version, "revision", build.Revision, "build_date", build.BuildDate,
+		"go_version", build.GoVersion, "goos", build.GOOS, "goarch", build.GOARCH, "amqp_url", redactSetting(w.cfg.AMQPURL)}
+	if !w.fleet() {
+		// A fleet's outboxes each say where they are ("outbox starting").
+		attrs = append(attrs, "mongo_uri", redact.URL(w.cfg.MongoURI),
+			"exchange", w.cfg.AMQPExchange, "batch_size", w.cfg.BatchSize, "claim_schedule", w.cfg.ClaimSchedule)
+	}
+	w.logger.Info("worker starting", append(attrs,
 		// Derived when not set: the log says what they came to.
 		"stale_after", w.cfg.StaleAfter.String(), "publish_timeout", w.cfg.PublishTimeout.String(),
-		"tracing", tracingMode(w.cfg, w.tracer))
-	w.started = map[string]bool{}
-	if err := w.start(ctx, w.outer); err != nil {
-		return w.stop(err)
+		"tracing", tracingMode(w.cfg, w.tracer), "outboxes", outboxNames(w.cfg.Outboxes))...)
+	if err := w.http.Start(ctx); err != nil {
+		return w.stop(err, false)
 	}
-	if err := w.prepareStore(ctx); err != nil {
-		return w.stop(err)
+	// Said apart from "worker running": an outbox whose database is down
+	// holds that line back, while /readyz and /status already answer.
+	w.logger.Info("http server listening", "http_addr", w.http.Addr(), "pprof_addr", w.http.PprofAddr())
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var running sync.WaitGroup
+	running.Add(len(w.outboxes))
+	for _, o := range w.outboxes {
+		w.launch(runCtx, cancel, o, running.Done)
 	}
-	if err := w.start(ctx, w.inner); err != nil {
-		return w.stop(err)
+	allRunning := make(chan struct{})
+	go func() { running.Wait(); close(allRunning) }()
+	for runCtx.Err() == nil {
+		select {
+		case <-allRunning:
+			allRunning = nil
+			if runCtx.Err() != nil {
+				break // one of them failed, or the worker was stopped
+			}
+			w.logger.Info("worker running", "http_addr", w.http.Addr(), "pprof_addr", w.http.PprofAddr(),
+				"trigger", triggerAccess(w.cfg.HTTPToken))
+		case <-w.hup:
+			w.reloadOutboxes(runCtx)
+		case <-runCtx.Done():
+		}
 	}
-	w.logger.Info("worker running", "http_addr", w.http.Addr(), "pprof_addr", w.http.PprofAddr(),
-		"trigger", triggerAccess(w.cfg.HTTPToken))
-	<-ctx.Done()
-	w.logger.Info("worker stopping", "timeout", w.cfg.ShutdownTimeout.String())
-	return w.stop(nil)
+	w.starts.Wait()
+	<-allRunningOrDone(allRunning)
+	cause := context.Cause(runCtx)
+	if ctx.Err() != nil {
+		w.logger.Info("worker stopping", "timeout", w.cfg.ShutdownTimeout.String())
+		cause = nil
+	}
+	return w.stop(cause, true)
+}
+
+// allRunningOrDone is c, or a closed channel once run has stopped
+// waiting on it (nil): the goroutine that closes c has returned by then
+// or returns once every start has, which run waits for first.
+func allRunningOrDone(c chan struct{}) <-chan struct{} {
+	if c == nil {
+		done := make(chan struct{})
+		close(done)
+		return done
+	}
+	return c
+}
+
+// launch starts o in a goroutine of its own, under a context that a
+// reload which removes o cancels; done, if not nil, is called once the
+// start has returned. A start that fails stops the worker through fail,
+// as a worker of that outbox alone stops, unless a reload removed the
+// outbox meanwhile; fail nil (a reload's start) only logs it: an outbox
+// added to a running fleet must not stop the relay of the others.
+func (w *worker) launch(runCtx context.Context, fail context.CancelCauseFunc, o *relayedOutbox, done func()) {
+	if w.fleet() {
+		w.logger.Info("outbox starting", o.describe()...)
+	}
+	octx, cancel := context.WithCancel(runCtx)
+	o.cancel = cancel
+	w.starts.Go(func() {
+		if done != nil {
+			defer done()
+		}
+		err := o.start(octx)
+		switch {
+		case err != nil && octx.Err() != nil && runCtx.Err() == nil:
+			// Removed by a reload before it ran.
+		case err != nil && fail == nil:
+			o.logger.Error("outbox not started: it relays nothing until the next reload or restart", "error", err)
+		case err != nil:
+			fail(w.named(o.name, err))
+		case w.fleet():
+			o.logger.Info("outbox running")
+		}
+	})
 }
 
 // tracingMode says how the worker traces, for the start's log line.
@@ -355,93 +361,41 @@ func triggerAccess(token string) string {
 	return "clients with OUTBOX_HTTP_TOKEN"
 }
 
-// start starts services in order, and returns the error of the first
-// that fails to start.
-func (w *worker) start(ctx context.Context, parts []part) error {
-	for _, p := range parts {
-		w.started[p.name] = true
-		if err := p.Start(ctx); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// prepareStore waits for the database with backoff: a worker started
-// before its database comes up rather than crash-looping. The server's
-// clock is measured meanwhile: the two need nothing of each other, and
-// through a slow link their round trips in a row were seconds of start-up.
-func (w *worker) prepareStore(ctx context.Context) error {
-	syncCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	var syncErr error
-	synced := make(chan struct{})
-	go func() { syncErr = w.clock.Sync(syncCtx); close(synced) }()
-	retry := backoff.Backoff{Min: 500 * time.Millisecond, Max: 30 * time.Second}
-	for {
-		attemptCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := w.prepareSchema(attemptCtx)
-		cancel()
-		if err == nil {
-			break
-		}
-		var missing *mongo.MissingError
-		if errors.As(err, &missing) {
-			<-synced
-			return err // waiting would not create them
-		}
-		if ctx.Err() != nil {
-			<-synced
-			return ctx.Err()
-		}
-		wait := retry.Next()
-		w.logger.Warn("mongodb not ready; retrying", "error", err, "retry_in", wait.String())
-		if !backoff.Sleep(ctx, wait) {
-			<-synced
-			return ctx.Err()
-		}
-	}
-	<-synced
-	err := syncErr
-	if err != nil && ctx.Err() == nil {
-		// Measured while the database was not up yet: again, now it is.
-		againCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err = w.clock.Sync(againCtx)
-		cancel()
-	}
-	if err != nil && ctx.Err() == nil {
-		// The clock tries again every few seconds once started; until it
-		// succeeds ages read this machine's clock and no partition is
-		// taken (ownership.Config.Synced), so nothing is claimed.
-		w.logger.Warn("database clock not measured; no partition is taken until it is", "error", err)
-	}
-	if w.store.SupportsTransactions() {
-		w.logger.Info("mongodb supports transactions: PUBLISHED writes run in a transaction")
-	} else {
-		w.logger.Warn("mongodb does not support transactions (standalone server or FerretDB): PUBLISHED writes use the fenced single write")
-	}
-	return nil
-}
-
 // stop shuts the worker down within the shutdown timeout, in the order
-// newWorker gives: the inner services as listed, the outer ones in
-// reverse, last the database client. A service that was not started
-// (the stop came during start-up) is left alone. Each error names its
-// service. Once the timeout has run out every later service is still
-// told to stop, which ends its goroutines at once; those whose error only
-// says that the deadline had passed are listed on one line.
-func (w *worker) stop(cause error) error {
+// run gives; httpStarted says whether the HTTP server was. A service that
+// was not started (the stop came during start-up) is left alone. Each
+// error names its service, and its outbox in a worker of several. Once
+// the timeout has run out every later service is still told to stop,
+// which ends its goroutines at once; those whose error only says that the
+// deadline had passed are listed on one line.
+func (w *worker) stop(cause error, httpStarted bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.ShutdownTimeout)
 	defer cancel()
 	errs := []error{cause}
 	if errors.Is(cause, context.Canceled) {
 		errs = nil // a signal during start-up is a clean stop
 	}
-	steps := slices.Clone(w.inner)
-	for _, p := range slices.Backward(w.outer) {
-		steps = append(steps, p)
-	}
+	fleet := w.fleet()
+	var mu sync.Mutex
 	var late []string
+	var wg sync.WaitGroup
+	for _, o := range w.outboxes {
+		wg.Go(func() {
+			oErrs, oLate := o.stop(ctx)
+			mu.Lock()
+			defer mu.Unlock()
+			for _, err := range oErrs {
+				if fleet {
+					err = fmt.Errorf("outbox %s: %w", o.name, err)
+				}
+				errs = append(errs, err)
+			}
+			for _, name := range oLate {
+				late = append(late, qualify(fleet, o.name, name))
+			}
+		})
+	}
+	wg.Wait()
 	stopPart := func(name string, stop func(context.Context) error) {
 		expired := ctx.Err() != nil
 		switch err := stop(ctx); {
@@ -452,12 +406,10 @@ func (w *worker) stop(cause error) error {
 			errs = append(errs, fmt.Errorf("stop %s: %w", name, err))
 		}
 	}
-	for _, p := range steps {
-		if w.started[p.name] {
-			stopPart(p.name, p.Stop)
-		}
+	if httpStarted {
+		stopPart("http server", w.http.Stop)
 	}
-	stopPart("database connection", w.client.Disconnect)
+	stopPart("database connection", w.disconnect)
 	if late != nil {
 		errs = append(errs, fmt.Errorf("the shutdown timeout (%s) had run out before these could stop: %s",
 			w.cfg.ShutdownTimeout, strings.Join(late, ", ")))

@@ -46,7 +46,7 @@ func TestNewWorkerTakesEveryValidConfig(t *testing.T) {
 			if err != nil {
 				t.Fatalf("newWorker refused a Config loadConfig accepted: %v", err)
 			}
-			if err := w.client.Disconnect(context.Background()); err != nil {
+			if err := w.disconnect(context.Background()); err != nil {
 				t.Error(err)
 			}
 		})
@@ -79,7 +79,7 @@ func TestTracingOffByDefault(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer func() { _ = w.client.Disconnect(context.WithoutCancel(t.Context())) }()
+			defer func() { _ = w.disconnect(context.WithoutCancel(t.Context())) }()
 			if w.tracer.Enabled() || tracingMode(cfg, w.tracer) != "off" {
 				t.Errorf("tracing %q, want off", tracingMode(cfg, w.tracer))
 			}

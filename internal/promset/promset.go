@@ -4,7 +4,11 @@
 // help.
 package promset
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Set makes collectors and keeps them for Register.
 type Set struct {
@@ -25,6 +29,23 @@ func (s *Set) Register(reg prometheus.Registerer) error {
 		return nil
 	}
 	for _, c := range s.collectors {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RegisterExcept registers every collector made so far but those of skip
+// with reg, and returns the first error; a nil reg registers nothing.
+func (s *Set) RegisterExcept(reg prometheus.Registerer, skip ...prometheus.Collector) error {
+	if reg == nil {
+		return nil
+	}
+	for _, c := range s.collectors {
+		if slices.Contains(skip, c) {
+			continue
+		}
 		if err := reg.Register(c); err != nil {
 			return err
 		}

@@ -1,0 +1,230 @@
+package main
+
+// The outboxes the relay relays: those of the fleet file
+// (OUTBOX_FLEET_FILE), or, without one, the one outbox the environment
+// describes, as before there were fleets.
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+
+	"github.com/outboxrelay/outbox/fleet"
+	"github.com/outboxrelay/outbox/mongo"
+)
+
+// implicitOutbox names the one outbox of a worker without a fleet file,
+// in its logs, its metrics' outbox label and /status.
+const implicitOutbox = "default"
+
+// outboxConfig is one outbox and every setting it relays with: the
+// worker's own, with what the fleet file sets for it in their place.
+type outboxConfig struct {
+	Name string
+	Config
+}
+
+// fleetFieldSettings maps each field of the fleet file to the variable of
+// the setting it sets for its outbox: the value is parsed by that
+// setting's parser, so that it means in the file what it means in the
+// environment.
+var fleetFieldSettings = map[string]string{
+	"mongo_uri":             "OUTBOX_MONGO_URI",
+	"database":              "OUTBOX_MONGO_DATABASE",
+	"collection":            "OUTBOX_MONGO_COLLECTION",
+	"exchange":              "OUTBOX_AMQP_EXCHANGE",
+	"batch_size":            "OUTBOX_BATCH_SIZE",
+	"claim_schedule":        "OUTBOX_CLAIM_SCHEDULE",
+	"recovery_schedule":     "OUTBOX_RECOVERY_SCHEDULE",
+	"wake_on_insert":        "OUTBOX_WAKE_ON_INSERT",
+	"max_attempts":          "OUTBOX_MAX_ATTEMPTS",
+	"ordering":              "OUTBOX_ORDERING",
+	"ordering_after_failed": "OUTBOX_ORDERING_AFTER_FAILED",
+	"message_format":        "OUTBOX_MESSAGE_FORMAT",
+	"cloudevents_source":    "OUTBOX_CLOUDEVENTS_SOURCE",
+	"cloudevents_prefix":    "OUTBOX_CLOUDEVENTS_PREFIX",
+	"retention":             "OUTBOX_RETENTION",
+}
+
+// loadOutboxes returns the outboxes of the fleet file named by
+// raw.FleetFile, each one's settings validated, or the one implicit
+// outbox of raw. raw is the worker's settings as parsed, before
+// Config.validate derived anything from them: an outbox's derived values
+// (its CloudEvents source, from its own database and collection) are its
+// own.
+func loadOutboxes(raw Config) ([]outboxConfig, error) {
+	if raw.FleetFile == "" {
+		c := raw
+		if err := c.validate(); err != nil {
+			return nil, err
+		}
+		return []outboxConfig{{Name: implicitOutbox, Config: c}}, nil
+	}
+	entries, err := fleet.Load(raw.FleetFile)
+	if err != nil {
+		return nil, fmt.Errorf("%w: OUTBOX_FLEET_FILE %s", ErrUsage, err)
+	}
+	byEnv := map[string]setting{}
+	for _, s := range settings() {
+		byEnv[s.env] = s
+	}
+	out := make([]outboxConfig, 0, len(entries))
+	for _, e := range entries {
+		c := raw
+		bad := func(field, value, why string) error {
+			if byEnv[fleetFieldSettings[field]].secret || field == "mongo_uri" {
+				value = redactSetting(value)
+			}
+			return fmt.Errorf("%w: OUTBOX_FLEET_FILE %s: line %d: outbox %q: %s %q: %s", ErrUsage, raw.FleetFile, e.Line, e.Name, field, value, why)
+		}
+		for _, s := range e.Settings() {
+			if err := byEnv[fleetFieldSettings[s.Field]].parse(&c, strings.TrimSpace(s.Value)); err != nil {
+				return nil, bad(s.Field, s.Value, err.Error())
+			}
+		}
+		if err := c.validate(); err != nil {
+			var se *settingsError
+			if errors.As(err, &se) {
+				if field := fleetField(se.env); field != "" {
+					return nil, bad(field, settingText(e, field), se.why)
+				}
+			}
+			return nil, fmt.Errorf("%w: OUTBOX_FLEET_FILE %s: line %d: outbox %q: %v", ErrUsage, raw.FleetFile, e.Line, e.Name, err)
+		}
+		out = append(out, outboxConfig{Name: e.Name, Config: c})
+	}
+	if err := checkDistinct(out); err != nil {
+		return nil, fmt.Errorf("%w: OUTBOX_FLEET_FILE %s: %v", ErrUsage, raw.FleetFile, err)
+	}
+	shareBatchBytes(out)
+	return out, nil
+}
+
+// fleetField is the field of the fleet file that sets the setting env,
+// or "" when the file cannot set it.
+func fleetField(env string) string {
+	for field, e := range fleetFieldSettings {
+		if e == env {
+			return field
+		}
+	}
+	return ""
+}
+
+// settingText is the text the file gives field of e.
+func settingText(e fleet.Outbox, field string) string {
+	for _, s := range e.Settings() {
+		if s.Field == field {
+			return s.Value
+		}
+	}
+	return ""
+}
+
+// sideSuffixes name the collections kept beside an outbox collection
+// (its owners, fences, paused types, audit): per outbox, so that two
+// outboxes of one database keep their partitions, fences and pauses apart.
+var sideSuffixes = []string{mongo.OwnersSuffix, mongo.FencesSuffix, mongo.PausedSuffix, mongo.AuditSuffix}
+
+// checkDistinct refuses two outboxes on one collection (they would share
+// its partitions and claims under two names) and an outbox whose
+// collection is another's side collection.
+func checkDistinct(outboxes []outboxConfig) error {
+	type where struct{ hosts, database string }
+	place := func(c Config) where {
+		hosts := c.MongoURI
+		if u, err := url.Parse(c.MongoURI); err == nil {
+			hosts = u.Host
+		}
+		return where{hosts, c.MongoDatabase}
+	}
+	for i, a := range outboxes {
+		for _, b := range outboxes[:i] {
+			if place(a.Config) != place(b.Config) {
+				continue
+			}
+			if a.MongoCollection == b.MongoCollection {
+				return fmt.Errorf("outbox %q: collection %q: outbox %q relays it already; want one outbox per collection", a.Name, a.MongoCollection, b.Name)
+			}
+			for _, s := range sideSuffixes {
+				side, of := a, b
+				if b.MongoCollection == a.MongoCollection+s {
+					side, of = b, a
+				}
+				if side.MongoCollection == of.MongoCollection+s {
+					return fmt.Errorf("outbox %q: collection %q is where the worker keeps outbox %q's %s in the same database; rename one",
+						side.Name, side.MongoCollection, of.Name, strings.TrimPrefix(s, "_"))
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// shareBatchBytes divides OUTBOX_BATCH_BYTES=auto's bound among the
+// outboxes: it is what one batch may hold for the worker's memory limit,
+// and every outbox may have a batch in flight at once.
+func shareBatchBytes(outboxes []outboxConfig) {
+	for i := range outboxes {
+		if outboxes[i].BatchBytesAuto {
+			outboxes[i].BatchBytes = max(outboxes[i].BatchBytes/len(outboxes), minBatchBytes)
+		}
+	}
+}
+
+// outboxNames lists the names of outboxes, for logs.
+func outboxNames(outboxes []outboxConfig) []string {
+	names := make([]string, len(outboxes))
+	for i, o := range outboxes {
+		names[i] = o.Name
+	}
+	return slices.Clip(names)
+}
+
+// selectOutbox points an operator command's cfg at the outbox named name
+// (--outbox): without a fleet file the one outbox, named implicitOutbox;
+// with one, the entry of that name, whose fields set those of the
+// command's settings (chosen) that the file may set. A file of one
+// outbox needs no name.
+func selectOutbox(cfg *Config, name string, chosen []setting) error {
+	if cfg.FleetFile == "" {
+		if name != "" && name != implicitOutbox {
+			return fmt.Errorf("%w: --outbox %q: OUTBOX_FLEET_FILE is unset, and the one outbox the settings describe is named %s", ErrUsage, name, implicitOutbox)
+		}
+		return nil
+	}
+	entries, err := fleet.Load(cfg.FleetFile)
+	if err != nil {
+		return fmt.Errorf("%w: OUTBOX_FLEET_FILE %s", ErrUsage, err)
+	}
+	names := make([]string, len(entries))
+	for i, e := range entries {
+		names[i] = e.Name
+	}
+	i := slices.Index(names, name)
+	switch {
+	case name == "" && len(entries) == 1:
+		i = 0
+	case name == "":
+		return fmt.Errorf("%w: OUTBOX_FLEET_FILE %s lists %d outboxes (%s): name one with --outbox", ErrUsage, cfg.FleetFile, len(entries), strings.Join(names, ", "))
+	case i < 0:
+		return fmt.Errorf("%w: --outbox %q: OUTBOX_FLEET_FILE %s lists no such outbox (it lists %s)%s", ErrUsage, name, cfg.FleetFile, strings.Join(names, ", "), didYouMean(name, names, "%s"))
+	}
+	e := entries[i]
+	for _, s := range e.Settings() {
+		j := slices.IndexFunc(chosen, func(c setting) bool { return c.env == fleetFieldSettings[s.Field] })
+		if j < 0 {
+			continue // a setting this command does not read
+		}
+		if err := chosen[j].parse(cfg, strings.TrimSpace(s.Value)); err != nil {
+			value := s.Value
+			if s.Field == "mongo_uri" {
+				value = redactSetting(value)
+			}
+			return fmt.Errorf("%w: OUTBOX_FLEET_FILE %s: line %d: outbox %q: %s %q: %s", ErrUsage, cfg.FleetFile, e.Line, e.Name, s.Field, value, err)
+		}
+	}
+	return nil
+}
