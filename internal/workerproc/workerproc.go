@@ -57,6 +57,7 @@ func Start(cfg Config) (*Proc, error) {
 	cmd := exec.Command(cfg.Bin, args...) //nolint:noctx // the process outlives this call: Stop and Kill end it
 	cmd.Env = cfg.Env
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		_ = logFile.Close()
 		return nil, fmt.Errorf("start %s: %w", cfg.Name, err)
