@@ -334,9 +334,15 @@ func (rep starveReplica) partitions(ctx context.Context) int {
 	return st.Ownership.Partitions
 }
 
-// claimRunLine is a sample of outbox_claim_runs_total of a run that read
-// the outbox (a claim cycle).
-var claimRunLine = regexp.MustCompile(`^outbox_claim_runs_total\{result="(?:claimed|idle)"\} ([0-9.e+]+)$`)
+// claimRunLine is a sample of outbox_claim_runs_total, its labels and
+// its value; readRun is a label set of a run that read the outbox (a
+// claim cycle). The labels are matched apart from the sample, for the
+// worker labels every series with its outbox too (outbox="default" in a
+// worker of one outbox), in an order the test should not depend on.
+var (
+	claimRunLine = regexp.MustCompile(`^outbox_claim_runs_total\{([^}]*)\} ([0-9.e+]+)$`)
+	readRun      = regexp.MustCompile(`(?:^|,)result="(?:claimed|idle)"(?:,|$)`)
+)
 
 // claimCycles is how many claim cycles the replica has finished, from its
 // /metrics.
@@ -348,11 +354,19 @@ func (rep starveReplica) claimCycles(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", rep.Name(), err)
 	}
+	return claimCyclesIn(body)
+}
+
+// claimCyclesIn sums the claim cycles in a /metrics body.
+func claimCyclesIn(body []byte) (int, error) {
 	var runs float64
 	sc := bufio.NewScanner(bytes.NewReader(body))
 	for sc.Scan() {
-		if m := claimRunLine.FindStringSubmatch(sc.Text()); m != nil {
-			v, _ := strconv.ParseFloat(m[1], 64)
+		if m := claimRunLine.FindStringSubmatch(sc.Text()); m != nil && readRun.MatchString(m[1]) {
+			v, err := strconv.ParseFloat(m[2], 64)
+			if err != nil {
+				return 0, fmt.Errorf("outbox_claim_runs_total sample %q: %w", sc.Text(), err)
+			}
 			runs += v
 		}
 	}
