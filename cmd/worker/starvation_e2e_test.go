@@ -73,8 +73,8 @@ const (
 
 	// The scenarios' bounds: the whole of each, and the wait for the
 	// replicas' claim cycles after the healthy events were written. Both
-	// scenarios run side by side within the package's 20 minutes
-	// (make test), beside the other end-to-end tests.
+	// scenarios run side by side in make test,
+	// beside the other end-to-end tests.
 	pausedHeadMax = 12 * time.Minute
 	heldHeadMax   = 7 * time.Minute
 	cyclesWaitMax = 5 * time.Minute
