@@ -139,6 +139,32 @@ ensure_postgres() {
 		|| die "psql -h $HOST -U postgres -c 'select 1' still fails; check $hba"
 }
 
+# PG_MIN_CONNECTIONS: the test suite runs two packages at once, each of
+# whose tests may start an embedded FerretDB with a pool of its own; on a
+# busy host their connections stay open longer, and PostgreSQL's default
+# of 100 ran out ("too many clients already"). Raising the limit needs a
+# restart, done once, when it is lower.
+PG_MIN_CONNECTIONS=${PG_MIN_CONNECTIONS:-300}
+
+ensure_pg_connections() {
+	local have
+	have=$(psql -w -h "$HOST" -p "$PG_PORT" -U postgres -d postgres -Atqc 'show max_connections') \
+		|| die "cannot read PostgreSQL's max_connections"
+	if [ "$have" -ge "$PG_MIN_CONNECTIONS" ]; then
+		log "PostgreSQL: max_connections $have"
+		return
+	fi
+	local version
+	version=$(ls /etc/postgresql 2>/dev/null | sort -V | tail -n 1 || true)
+	[ -n "$version" ] || die "PostgreSQL's max_connections is $have, below $PG_MIN_CONNECTIONS, and no cluster under /etc/postgresql to restart"
+	log "PostgreSQL: raising max_connections from $have to $PG_MIN_CONNECTIONS (a restart)"
+	psql -w -h "$HOST" -p "$PG_PORT" -U postgres -d postgres -Atqc "alter system set max_connections = $PG_MIN_CONNECTIONS" >/dev/null \
+		|| die "could not set PostgreSQL's max_connections"
+	as_admin "restarting PostgreSQL" pg_ctlcluster --skip-systemctl-redirect "$version" main restart
+	wait_for "PostgreSQL on $HOST:$PG_PORT" pg_query_ok \
+		|| die "PostgreSQL did not come back within ${WAIT_SECONDS}s after its restart (see /var/log/postgresql/)"
+}
+
 ensure_rabbitmq() {
 	# The AMQP 1.0 plugin: the CloudEvents interop tests read through it
 	# as sdk-go's AMQP binding does (enable is idempotent).
@@ -222,6 +248,7 @@ ensure_apidiff() {
 # ensure_test: everything make test needs, the servers and the tools.
 ensure_test() {
 	ensure_postgres
+	ensure_pg_connections
 	ensure_rabbitmq
 	ensure_promtool
 	ensure_chromium
