@@ -24,6 +24,7 @@ import (
 	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/testenv"
 	"github.com/outboxrelay/outbox/mongo"
+	"github.com/outboxrelay/outbox/mongo/mongotest"
 )
 
 // fleetIDs are the events of each outbox of the fleet tests: the same
@@ -32,7 +33,7 @@ import (
 var fleetIDs = []string{"e-1", "e-2", "e-3", "e-4"}
 
 // fleetStore is an outbox of collection coll in a database of its own,
-// prepared, holding fleetIDs as FAILED events of type t.
+// prepared, holding fleetIDs as FAILED events.
 func fleetStore(ctx context.Context, t *testing.T, coll string) *mongo.Store {
 	t.Helper()
 	db := testenv.Database(t)
@@ -42,14 +43,11 @@ func fleetStore(ctx context.Context, t *testing.T, coll string) *mongo.Store {
 	}
 	at := time.Now().UTC().Add(-time.Hour).Truncate(time.Millisecond)
 	var docs []any
-	for i, id := range fleetIDs {
-		doc, err := events.Draft{ID: id, Type: "t", AggregateType: "order", AggregateID: id, Payload: bson.D{{Key: "n", Value: i}}}.Document(at)
-		if err != nil {
-			t.Fatal(err)
-		}
-		docs = append(docs, append(doc[:len(doc):len(doc)],
-			bson.E{Key: events.FieldStatus, Value: events.StatusFailed}, bson.E{Key: events.FieldAttempts, Value: 10},
-			bson.E{Key: events.FieldLastError, Value: "max_attempts: broker refused"}, bson.E{Key: events.FieldFailedAt, Value: at}))
+	for _, id := range fleetIDs {
+		docs = append(docs, mongotest.Event(id, events.StatusFailed, at,
+			bson.E{Key: events.FieldAggregateType, Value: "order"}, bson.E{Key: events.FieldAggregateID, Value: id},
+			bson.E{Key: events.FieldAttempts, Value: 10}, bson.E{Key: events.FieldFailedAt, Value: at},
+			bson.E{Key: events.FieldLastError, Value: "max_attempts: broker refused"}))
 	}
 	if _, err := db.Collection(coll).InsertMany(ctx, docs); err != nil {
 		t.Fatal(err)
@@ -108,7 +106,7 @@ func TestFleetActionsTouchTheirOutboxAlone(t *testing.T) {
 	post(t, srv, "/o/a/events/e-1/requeue", reason(), http.StatusSeeOther)
 	post(t, srv, "/o/a/events/e-2/skip", reason(), http.StatusSeeOther)
 	post(t, srv, "/o/a/events/e-3/discard", reason("confirm", "discard"), http.StatusSeeOther)
-	post(t, srv, "/o/a/pause", reason("type", "t"), http.StatusSeeOther)
+	post(t, srv, "/o/a/pause", reason("type", "order.created"), http.StatusSeeOther)
 	preview := fleetPreview(t, srv, "/o/a/api/requeue?id=e-4")
 	post(t, srv, "/o/b/requeue", reason("preview", preview), http.StatusBadRequest)
 	post(t, srv, "/o/a/requeue", reason("preview", preview), http.StatusSeeOther)
