@@ -64,4 +64,3 @@ func TestConsoleCommandFleet(t *testing.T) {
 	}
 	stopWorkers(t, p)
 }
-
