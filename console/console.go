@@ -119,7 +119,8 @@ type Config struct {
 	// without Outboxes; unset with them.
 	Store Store
 	// Samples gives the counts, ages and held totals: the console sends
-	// no count query of its own (ops.Sampler). Required.
+	// no count query of its own (ops.Sampler). Required without
+	// Outboxes.
 	Samples ops.SampleSource
 	// Lists, when set, gives the failures page the failure groups, the
 	// FAILED list its first page and the held page the held aggregates'
@@ -130,7 +131,9 @@ type Config struct {
 	// it.
 	Lists ListSource
 	// Owners, when set, gives the overview the replicas and the
-	// partitions each owns.
+	// partitions each owns. Samples, Lists, Owners, TermLength,
+	// FailedHolds and Writer are of the one outbox Store is: with
+	// Outboxes, each outbox sets its own.
 	Owners OwnersReader
 	// TermLength is the replicas' ownership term (OUTBOX_STALE_AFTER / 2):
 	// a replica not heard from within a term is shown as gone. Required

@@ -271,7 +271,12 @@ func TestFleetConfigIsChecked(t *testing.T) {
 			t.Errorf("New with outboxes %+v = %v, want an error naming %s", tt.outboxes, err, tt.want)
 		}
 	}
-	if _, err := console.New(console.Config{Outboxes: []console.Outbox{one("a", nil)}, Store: &fakeStore{}, Samples: samples{}}); err == nil || !strings.Contains(err.Error(), "Store") {
-		t.Errorf("New with Outboxes and Store = %v, want an error naming Store", err)
+	for _, cfg := range []console.Config{
+		{Outboxes: []console.Outbox{one("a", nil)}, Store: &fakeStore{}, Samples: samples{}},
+		{Outboxes: []console.Outbox{one("a", nil)}, Writer: &fakeStore{}, Token: token},
+	} {
+		if _, err := console.New(cfg); err == nil || !strings.Contains(err.Error(), "Store") || !strings.Contains(err.Error(), "Outboxes") {
+			t.Errorf("New with Outboxes and a field of one outbox = %v, want an error saying each outbox has its own", err)
+		}
 	}
 }

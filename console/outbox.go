@@ -74,7 +74,8 @@ func outboxRules(c Config) []*rule.Error {
 	list := c.outboxes()
 	rules := []*rule.Error{
 		rule.Check("Outboxes", len(list) > 0, "none", "at least one, or Store"),
-		rule.Check("Store", c.Store == nil || len(c.Outboxes) == 0, "set", "unset with Outboxes: each outbox has its own"),
+		rule.Check("Store", len(c.Outboxes) == 0 || c.Store == nil && c.Samples == nil && c.Lists == nil && c.Owners == nil && c.Writer == nil, "set",
+			"unset with Outboxes, as Samples, Lists, Owners and Writer: each outbox has its own"),
 	}
 	names := map[string]bool{}
 	for i, o := range list {
