@@ -71,7 +71,7 @@ func (c *Console) requeueEvent(w http.ResponseWriter, r *http.Request) {
 	// A skipped event's aggregate has flowed past it: requeued, it is
 	// published after later events of its aggregate. The page says so,
 	// and the requeue must say it was read.
-	doc, err := c.cfg.Store.Find(r.Context(), id)
+	doc, err := outboxOf(r).Store.Find(r.Context(), id)
 	if err != nil && !errors.Is(err, mongo.ErrNoEvent) {
 		c.refuse(w, r, err)
 		return
@@ -87,7 +87,7 @@ func (c *Console) requeueEvent(w http.ResponseWriter, r *http.Request) {
 		a.Target += " (skipped; requeued with its operator's confirmation)"
 	}
 	c.act(w, r, a, func(ctx context.Context, audit bson.ObjectID, progress func(int)) (int, error) {
-		return c.cfg.Writer.Requeue(ctx, mongo.RequeueFilter{IDs: []string{id}, Progress: progress, Action: audit}, false)
+		return outboxOf(r).Writer.Requeue(ctx, mongo.RequeueFilter{IDs: []string{id}, Progress: progress, Action: audit}, false)
 	}, "/events/"+url.PathEscape(id))
 }
 
@@ -96,7 +96,7 @@ func (c *Console) skipEvent(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	a := mongo.Action{Name: "skip", Target: "ids: " + id, IDs: mongo.IDCandidates(id), Planned: 1}
 	c.act(w, r, a, func(ctx context.Context, audit bson.ObjectID, _ func(int)) (int, error) {
-		return c.cfg.Writer.SkipSelected(ctx, mongo.IDCandidates(id), actor(r), reasonValue(r), c.cfg.Now(), audit)
+		return outboxOf(r).Writer.SkipSelected(ctx, mongo.IDCandidates(id), actor(r), reasonValue(r), c.cfg.Now(), audit)
 	}, "/events/"+url.PathEscape(id))
 }
 
@@ -110,7 +110,7 @@ func (c *Console) discardEvent(w http.ResponseWriter, r *http.Request) {
 	}
 	a := mongo.Action{Name: "discard", Target: "ids: " + id, IDs: mongo.IDCandidates(id), Planned: 1}
 	c.act(w, r, a, func(ctx context.Context, audit bson.ObjectID, _ func(int)) (int, error) {
-		return c.cfg.Writer.DiscardSelected(ctx, mongo.IDCandidates(id), actor(r), reasonValue(r), c.cfg.Now(), audit)
+		return outboxOf(r).Writer.DiscardSelected(ctx, mongo.IDCandidates(id), actor(r), reasonValue(r), c.cfg.Now(), audit)
 	}, "/events/"+url.PathEscape(id))
 }
 
@@ -133,7 +133,7 @@ func (c *Console) pauseType(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.act(w, r, mongo.Action{Name: "pause", Target: "type: " + typ}, func(ctx context.Context, _ bson.ObjectID, _ func(int)) (int, error) {
-		changed, err := c.cfg.Writer.Pause(ctx, events.Pause{Type: typ, By: actor(r), Reason: reasonValue(r), At: c.cfg.Now()})
+		changed, err := outboxOf(r).Writer.Pause(ctx, events.Pause{Type: typ, By: actor(r), Reason: reasonValue(r), At: c.cfg.Now()})
 		return one(changed), err
 	}, "/")
 }
@@ -146,7 +146,7 @@ func (c *Console) resumeType(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.act(w, r, mongo.Action{Name: "resume", Target: "type: " + typ}, func(ctx context.Context, _ bson.ObjectID, _ func(int)) (int, error) {
-		changed, err := c.cfg.Writer.Resume(ctx, typ)
+		changed, err := outboxOf(r).Writer.Resume(ctx, typ)
 		return one(changed), err
 	}, "/")
 }
@@ -174,7 +174,8 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, a mongo.Action, do
 		c.refuse(w, r, err)
 		return
 	}
-	a.Reason, a.At, a.By, a.Source, a.From = reason, c.cfg.Now(), actor(r), "console", requesterOf(r).from
+	o := outboxOf(r)
+	a.Reason, a.At, a.By, a.Source, a.From, a.Outbox = reason, c.cfg.Now(), actor(r), "console", requesterOf(r).from, o.Name
 	if a.Planned == 0 {
 		a.Planned = len(a.IDs)
 	}
@@ -189,7 +190,7 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, a mongo.Action, do
 	ctx, cancel := context.WithTimeout(r.Context(), c.cfg.ActionTimeout)
 	defer cancel()
 	r = r.WithContext(ctx)
-	id, err := c.cfg.Writer.StartAction(r.Context(), a)
+	id, err := o.Writer.StartAction(r.Context(), a)
 	if err != nil {
 		c.refuse(w, r, fmt.Errorf("nothing was done: the audit record of the %s could not be written: %w", a.Name, err))
 		return
@@ -200,7 +201,7 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, a mongo.Action, do
 		// end, written after, has the count in any case.
 		ctx, cancel := context.WithTimeout(r.Context(), progressTimeout)
 		defer cancel()
-		if err := c.cfg.Writer.ProgressAction(ctx, id, done); err != nil {
+		if err := o.Writer.ProgressAction(ctx, id, done); err != nil {
 			c.cfg.Logger.Warn("console action's progress not recorded", "action", a.Name, "count", done, "error", err)
 		}
 	}
@@ -218,15 +219,15 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, a mongo.Action, do
 	endCtx, cancel := context.WithTimeout(keep, auditTimeout)
 	defer cancel()
 	if err != nil && len(a.IDs) > 0 {
-		n, err = c.recount(endCtx, id, a, n, err)
+		n, err = c.recount(endCtx, o.Writer, id, a, n, err)
 	}
-	if n > 0 && c.cfg.Lists != nil && (a.Name == "requeue" || a.Name == "skip" || a.Name == "discard") {
+	if n > 0 && o.Lists != nil && (a.Name == "requeue" || a.Name == "skip" || a.Name == "discard") {
 		// The kept lists are out of date: read at each view until the
 		// source has read them again, which it does soon.
-		c.acted.Store(c.cfg.Now().UnixNano())
-		c.cfg.Lists.Trigger()
+		o.acted.Store(c.cfg.Now().UnixNano())
+		o.Lists.Trigger()
 	}
-	if ferr := c.cfg.Writer.FinishAction(endCtx, id, state, n, errText(err), c.cfg.Now()); ferr != nil {
+	if ferr := o.Writer.FinishAction(endCtx, id, state, n, errText(err), c.cfg.Now()); ferr != nil {
 		ferr = fmt.Errorf("the %s changed %d events, but its audit record was not completed (it says started): %w", a.Name, n, ferr)
 		err = errors.Join(err, ferr)
 	}
@@ -234,15 +235,19 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, a mongo.Action, do
 		c.refuse(w, r, err)
 		return
 	}
-	c.cfg.Logger.Info("console action", "action", a.Name, "target", a.Target, "count", n, "by", a.By, "from", a.From, "reason", a.Reason)
-	http.Redirect(w, r, c.cfg.BasePath+next, http.StatusSeeOther)
+	logger := c.cfg.Logger
+	if o.Name != "" {
+		logger = logger.With("outbox", o.Name)
+	}
+	logger.Info("console action", "action", a.Name, "target", a.Target, "count", n, "by", a.By, "from", a.From, "reason", a.Reason)
+	http.Redirect(w, r, c.baseOf(o)+next, http.StatusSeeOther)
 }
 
 // recount counts the events an action that did not end well changed by
 // its stamp: its write may have changed events and still answered an
 // error. The audit then records that count, and says it was recounted.
-func (c *Console) recount(ctx context.Context, id bson.ObjectID, a mongo.Action, n int, err error) (int, error) {
-	touched, rerr := c.cfg.Writer.Touched(ctx, id, a.IDs)
+func (c *Console) recount(ctx context.Context, w Writer, id bson.ObjectID, a mongo.Action, n int, err error) (int, error) {
+	touched, rerr := w.Touched(ctx, id, a.IDs)
 	if rerr != nil {
 		return n, errors.Join(err, fmt.Errorf("not recounted: %w", rerr))
 	}
@@ -252,13 +257,14 @@ func (c *Console) recount(ctx context.Context, id bson.ObjectID, a mongo.Action,
 // refuse answers an action that was not done, or not wholly, with why.
 func (c *Console) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	c.cfg.Logger.Warn("console action failed", "path", r.URL.Path, "by", actor(r), "error", err)
-	c.render(w, status(err), "event", layout{Title: "Not done", Page: "error", Base: c.cfg.BasePath, Error: err.Error(), Writes: c.writes(),
-		CSRF: requesterOf(r).csrf, User: requesterOf(r).who, Role: requesterOf(r).role})
+	l := c.layoutOf(r)
+	l.Title, l.Page, l.Error = "Not done", "error", err.Error()
+	c.render(w, status(err), "event", l)
 }
 
 // audit lists the last actions, newest first.
 func (c *Console) audit(r *http.Request) (any, error) {
-	actions, err := c.cfg.Store.Actions(r.Context(), auditShown)
+	actions, err := outboxOf(r).Store.Actions(r.Context(), auditShown)
 	if err != nil {
 		return nil, err
 	}
@@ -286,14 +292,14 @@ func (c *Console) auditRecord(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, errNotFound{"no action " + strconv.Quote(r.PathValue("id")) + ": an action's id is 24 hex digits"}
 	}
-	a, err := c.cfg.Store.ActionByID(r.Context(), id)
+	a, err := outboxOf(r).Store.ActionByID(r.Context(), id)
 	if errors.Is(err, mongo.ErrNoAction) {
 		return nil, errNotFound{err.Error()}
 	}
 	if err != nil {
 		return nil, err
 	}
-	touched, err := c.cfg.Store.Touched(r.Context(), id, a.IDs)
+	touched, err := outboxOf(r).Store.Touched(r.Context(), id, a.IDs)
 	if err != nil {
 		return nil, err
 	}

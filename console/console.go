@@ -2,7 +2,9 @@
 // and the JSON API they are built from, of the events by status, one
 // event with the history of its attempts, the failures grouped by cause,
 // the held aggregates, the paused event types and the replicas that own
-// the partitions.
+// the partitions. It serves one outbox, or every outbox of a fleet
+// (Config.Outboxes), each page and action of the outbox its path names
+// (outbox.go).
 //
 // A Console is an http.Handler. `worker console` serves it on its own
 // address; an application mounts it under a path prefix of its own admin
@@ -35,7 +37,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -108,10 +109,18 @@ const (
 
 // Config configures a Console.
 type Config struct {
-	// Store is read by every page. Required.
+	// Outboxes are the outboxes the console serves, each with its own
+	// store, samples and writer: a fleet's. With several, a selector
+	// in every page's header chooses one, and every page and action is
+	// of the outbox it chose alone (see Outbox). Unset, the console
+	// serves the one outbox Store and the fields beside it describe.
+	Outboxes []Outbox
+	// Store is read by every page of a console of one outbox. Required
+	// without Outboxes; unset with them.
 	Store Store
 	// Samples gives the counts, ages and held totals: the console sends
-	// no count query of its own (ops.Sampler). Required.
+	// no count query of its own (ops.Sampler). Required without
+	// Outboxes.
 	Samples ops.SampleSource
 	// Lists, when set, gives the failures page the failure groups, the
 	// FAILED list its first page and the held page the held aggregates'
@@ -122,7 +131,9 @@ type Config struct {
 	// it.
 	Lists ListSource
 	// Owners, when set, gives the overview the replicas and the
-	// partitions each owns.
+	// partitions each owns. Samples, Lists, Owners, TermLength,
+	// FailedHolds and Writer are of the one outbox Store is: with
+	// Outboxes, each outbox sets its own.
 	Owners OwnersReader
 	// TermLength is the replicas' ownership term (OUTBOX_STALE_AFTER / 2):
 	// a replica not heard from within a term is shown as gone. Required
@@ -260,15 +271,15 @@ func (c *Config) setDefaults() {
 
 // Validate reports the first bad field, naming it and its value.
 func (c Config) Validate() error {
+	if err := rule.First("console", outboxRules(c)...); err != nil {
+		return err
+	}
 	return rule.First("console",
-		rule.Required("Store", c.Store != nil),
-		rule.Required("Samples", c.Samples != nil),
-		rule.Check("TermLength", c.Owners == nil || c.TermLength > 0, c.TermLength, "more than 0 with Owners"),
 		rule.Check("PageSize", c.PageSize >= 1 && c.PageSize <= 500, c.PageSize, "1 to 500"),
 		rule.Check("Refresh", c.Refresh >= time.Second, c.Refresh, "at least 1s"),
 		rule.Check("BasePath", c.BasePath == "" || strings.HasPrefix(c.BasePath, "/"), c.BasePath, `"" or a path starting with "/"`),
 		rule.Check("Token", c.Token == "" || len(c.Token) >= TokenMinLength, "<redacted>", fmt.Sprintf("at least %d characters", TokenMinLength)),
-		rule.Check("Writer", c.Writer == nil || c.OIDC != nil || c.Token != "" || len(c.Users) > 0 || c.Identity != nil || c.IdentityHeader != "", "set",
+		rule.Check("Writer", !c.writes() || c.OIDC != nil || c.Token != "" || len(c.Users) > 0 || c.Identity != nil || c.IdentityHeader != "", "set",
 			"with OIDC, Token, Users, Identity or IdentityHeader: the actions need authentication"),
 		rule.Check("BulkAdminAbove", c.BulkAdminAbove >= 1, c.BulkAdminAbove, "at least 1"),
 		rule.Check("IdentityHeader", c.IdentityHeader == "" || len(c.TrustedProxies) > 0, c.IdentityHeader, "set only with TrustedProxies: the header is believed from them alone"),
@@ -284,6 +295,13 @@ func (c Config) Validate() error {
 		rule.Check("ReadsPerUser", c.ReadsPerUser >= 1, c.ReadsPerUser, "at least 1"),
 		rule.Check("PreviewTTL", c.PreviewTTL >= time.Minute, c.PreviewTTL, "at least 1m"),
 	)
+}
+
+// writes reports whether the actions are on: whether the outboxes have
+// a Writer (all of them or none, as Validate checks).
+func (c Config) writes() bool {
+	list := c.outboxes()
+	return len(list) > 0 && list[0].Writer != nil
 }
 
 //go:embed templates/*.html static/*
@@ -310,10 +328,10 @@ type Console struct {
 	reading inFlight
 	// sessions are the signed-in browsers, with OIDC.
 	sessions *sessionBook
-	// acted is when this console last requeued or skipped events
-	// (UnixNano, by Config.Now): a list its source read before that is
-	// not shown (kept).
-	acted atomic.Int64
+	// outboxes are the outboxes served, each with when this console
+	// last acted on it: a list its source read before that is not shown
+	// (kept).
+	outboxes []*served
 }
 
 // New returns a console, or the first bad field of cfg.
@@ -324,6 +342,9 @@ func New(cfg Config) (*Console, error) {
 	}
 	c := &Console{cfg: cfg, mux: http.NewServeMux(), token: sha256.Sum256([]byte(cfg.Token)), proxy: sha256.Sum256([]byte(cfg.ProxySecret))}
 	warnBroadProxies(cfg)
+	for _, o := range cfg.outboxes() {
+		c.outboxes = append(c.outboxes, &served{Outbox: o})
+	}
 	var err error
 	if c.users, c.hashed, err = userDigests(cfg.Users); err != nil {
 		return nil, err
@@ -368,6 +389,7 @@ func New(cfg Config) (*Console, error) {
 		c.mux.HandleFunc("POST /pause", c.pauseType)
 		c.mux.HandleFunc("POST /resume", c.resumeType)
 	}
+	c.mux.HandleFunc("GET /outbox", c.switchOutbox)
 	return c, nil
 }
 
@@ -450,6 +472,20 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	r = withRequester(r, rq)
+	// The static files and the sign-out are the console's, not an
+	// outbox's: every other request is of the outbox its path names.
+	if !strings.HasPrefix(r.URL.Path, "/static/") && r.URL.Path != oidcSignOutPath {
+		routed, ok, err := c.routeOutbox(r)
+		switch {
+		case err != nil:
+			c.answerRefused(w, r, err)
+			return
+		case !ok:
+			c.serveUnrouted(w, r)
+			return
+		}
+		r = routed
+	}
 	if !strings.HasPrefix(r.URL.Path, "/static/") {
 		reader := cmp.Or(rq.credential, clientKey(rq.from))
 		if !c.reading.enter(reader, c.cfg.ReadsPerUser) {
@@ -491,7 +527,7 @@ func (f *inFlight) leave(key string) {
 }
 
 // writes reports whether the console's actions are on.
-func (c *Console) writes() bool { return c.cfg.Writer != nil }
+func (c *Console) writes() bool { return c.cfg.writes() }
 
 // errNotFound makes a page answer 404.
 type errNotFound struct{ msg string }
@@ -520,7 +556,10 @@ func status(err error) int {
 	var bad errBadRequest
 	var tooMany errTooMany
 	var forbidden errForbidden
+	var noOutbox errNoOutbox
 	switch {
+	case errors.As(err, &noOutbox):
+		return http.StatusNotFound
 	case errors.As(err, &forbidden):
 		return http.StatusForbidden
 	case errors.As(err, &tooMany):
@@ -557,11 +596,9 @@ func (c *Console) servePage(w http.ResponseWriter, r *http.Request, page string,
 		// is a search the database runs at each read: shown once.
 		refresh = 0
 	}
-	c.render(w, code, page, layout{
-		Title: titles[page], Page: page, Base: c.cfg.BasePath, RefreshSeconds: refresh,
-		Data: v, Error: errText(err), Query: r.URL.Query(), Writes: c.writes(),
-		CSRF: requesterOf(r).csrf, User: requesterOf(r).who, Role: requesterOf(r).role,
-	})
+	l := c.layoutOf(r)
+	l.Title, l.Page, l.RefreshSeconds, l.Data, l.Error, l.Query = titles[page], page, refresh, v, errText(err), r.URL.Query()
+	c.render(w, code, page, l)
 }
 
 // read runs a page's queries within requestTimeout.

@@ -94,7 +94,7 @@ func (c *Console) preview(r *http.Request, action string) (Preview, error) {
 	if err != nil {
 		return Preview{}, err
 	}
-	ids, total, err := c.cfg.Writer.Select(r.Context(), sel, c.cfg.ActionMax)
+	ids, total, err := outboxOf(r).Writer.Select(r.Context(), sel, c.cfg.ActionMax)
 	if err != nil {
 		return Preview{}, err
 	}
@@ -110,7 +110,7 @@ func (c *Console) preview(r *http.Request, action string) (Preview, error) {
 		p.IDs = append(p.IDs, anyIDText(id))
 	}
 	if len(ids) > 0 {
-		held := heldPreview{user: actor(r), action: action, ids: ids, target: target}
+		held := heldPreview{user: actor(r), action: action, outbox: outboxOf(r).Name, ids: ids, target: target}
 		p.ID, p.Expires = c.previews.hold(held)
 	}
 	return p, nil
@@ -132,7 +132,7 @@ func (c *Console) requeueSelection(w http.ResponseWriter, r *http.Request) {
 	}
 	a := mongo.Action{Name: "requeue", Target: heldTarget(p), IDs: p.ids}
 	c.act(w, r, a, func(ctx context.Context, audit bson.ObjectID, progress func(int)) (int, error) {
-		return c.cfg.Writer.Requeue(ctx, mongo.RequeueFilter{
+		return outboxOf(r).Writer.Requeue(ctx, mongo.RequeueFilter{
 			Selected: p.ids, PerSecond: c.cfg.RequeuePerSecond, Now: c.cfg.Now(), Progress: progress, Action: audit,
 		}, false)
 	}, "/audit")
@@ -153,7 +153,7 @@ func (c *Console) skipSelection(w http.ResponseWriter, r *http.Request) {
 	}
 	a := mongo.Action{Name: "skip", Target: heldTarget(p), IDs: p.ids}
 	c.act(w, r, a, func(ctx context.Context, audit bson.ObjectID, _ func(int)) (int, error) {
-		return c.cfg.Writer.SkipSelected(ctx, p.ids, actor(r), reasonValue(r), c.cfg.Now(), audit)
+		return outboxOf(r).Writer.SkipSelected(ctx, p.ids, actor(r), reasonValue(r), c.cfg.Now(), audit)
 	}, "/audit")
 }
 
@@ -177,7 +177,7 @@ func (c *Console) discardSelection(w http.ResponseWriter, r *http.Request) {
 	}
 	a := mongo.Action{Name: "discard", Target: heldTarget(p), IDs: p.ids}
 	c.act(w, r, a, func(ctx context.Context, audit bson.ObjectID, _ func(int)) (int, error) {
-		return c.cfg.Writer.DiscardSelected(ctx, p.ids, actor(r), reasonValue(r), c.cfg.Now(), audit)
+		return outboxOf(r).Writer.DiscardSelected(ctx, p.ids, actor(r), reasonValue(r), c.cfg.Now(), audit)
 	}, "/audit")
 }
 
@@ -190,9 +190,9 @@ func (c *Console) previewPosted(r *http.Request, action string) (heldPreview, er
 		// without a reason does not use up its preview.
 		return heldPreview{}, errBadRequest{"a reason is required: say why, for the audit"}
 	}
-	p, ok := c.previews.take(r.PostFormValue("preview"), actor(r), action)
+	p, ok := c.previews.take(r.PostFormValue("preview"), actor(r), action, outboxOf(r).Name)
 	if !ok {
-		return heldPreview{}, errBadRequest{"no preview of this " + action + " is held for you (unknown, expired, used, or another user's): preview the action again"}
+		return heldPreview{}, errBadRequest{"no preview of this " + action + " of this outbox is held for you (unknown, expired, used, another user's or another outbox's): preview the action again"}
 	}
 	return p, nil
 }

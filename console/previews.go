@@ -32,7 +32,9 @@ const (
 
 // heldPreview is what a preview showed, as the console keeps it.
 type heldPreview struct {
-	user, action string
+	// outbox is the outbox previewed: the preview is confirmed on its
+	// page alone, and acts on it alone.
+	user, action, outbox string
 	// ids are the events' _ids as stored, exactly those the preview
 	// selected.
 	ids []any
@@ -81,14 +83,14 @@ func (b *previewBook) hold(p heldPreview) (string, time.Time) {
 }
 
 // take returns the preview id names and forgets it, when user holds it
-// for action and it has not expired; otherwise false, and a preview of
-// another user or action stays for its owner.
-func (b *previewBook) take(id, user, action string) (heldPreview, bool) {
+// for action on outbox and it has not expired; otherwise false, and a
+// preview of another user, action or outbox stays for its owner.
+func (b *previewBook) take(id, user, action, outbox string) (heldPreview, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.dropExpired(b.now())
 	p, ok := b.held[id]
-	if !ok || p.user != user || p.action != action {
+	if !ok || p.user != user || p.action != action || p.outbox != outbox {
 		return heldPreview{}, false
 	}
 	b.forget(id)

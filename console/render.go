@@ -13,9 +13,15 @@ import (
 
 // layout is what every page's template gets.
 type layout struct {
-	Title, Page, Base string
-	RefreshSeconds    int
-	Data              any
+	// Base starts the links of the page's outbox (Console.baseOf), Root
+	// those of the console's own files and sign-out (BasePath).
+	Title, Page, Base, Root string
+	// Outbox is the page's outbox, "" for the unnamed one; Outboxes
+	// the selector's choices, set when there are several.
+	Outbox         string
+	Outboxes       []string
+	RefreshSeconds int
+	Data           any
 	// Error is why the page's data could not be read; the page says so
 	// in place of its content.
 	Error string
@@ -84,6 +90,23 @@ func parsePages() (map[string]*template.Template, error) {
 		pages[page] = t
 	}
 	return pages, nil
+}
+
+// layoutOf is the part of the layout of every page of r: its outbox,
+// the selector's outboxes, and who is signed in.
+func (c *Console) layoutOf(r *http.Request) layout {
+	o := outboxOf(r)
+	l := layout{
+		Base: c.baseOf(o), Root: c.cfg.BasePath, Writes: c.writes(),
+		CSRF: requesterOf(r).csrf, User: requesterOf(r).who, Role: requesterOf(r).role,
+	}
+	if o != nil {
+		l.Outbox = o.Name
+	}
+	if len(c.outboxes) > 1 {
+		l.Outboxes = c.outboxNames()
+	}
+	return l
 }
 
 // render writes a page, or a plain error if its template fails (a bug).

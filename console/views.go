@@ -124,7 +124,7 @@ type Held struct {
 
 func (c *Console) overview(r *http.Request) (any, error) {
 	ov := Overview{Counts: map[string]int64{}}
-	if s, ok := c.cfg.Samples.Latest(); ok {
+	if s, ok := outboxOf(r).Samples.Latest(); ok {
 		ov.SampledAt = s.At
 		for st, n := range s.Stats.Counts {
 			ov.Counts[string(st)] = n
@@ -138,15 +138,15 @@ func (c *Console) overview(r *http.Request) (any, error) {
 	now := c.cfg.Now()
 	var err error
 	// Read at each view, not sampled: a pause shows at once.
-	if ov.PausedTypes, err = c.cfg.Store.PausedTypes(r.Context()); err != nil {
+	if ov.PausedTypes, err = outboxOf(r).Store.PausedTypes(r.Context()); err != nil {
 		return nil, err
 	}
-	if c.cfg.Owners != nil {
-		terms, members, err := c.cfg.Owners.Read(r.Context())
+	if outboxOf(r).Owners != nil {
+		terms, members, err := outboxOf(r).Owners.Read(r.Context())
 		if err != nil {
 			return nil, fmt.Errorf("read the partitions' owners: %w", err)
 		}
-		ov.Replicas, ov.Leader, ov.Unowned = replicas(terms, members, now, c.cfg.TermLength)
+		ov.Replicas, ov.Leader, ov.Unowned = replicas(terms, members, now, outboxOf(r).TermLength)
 	}
 	return ov, nil
 }
@@ -165,7 +165,7 @@ type Published struct {
 
 func (c *Console) published(r *http.Request) (any, error) {
 	now := c.cfg.Now()
-	counts, err := c.cfg.Store.PublishedPerMinute(r.Context(), now.Add(-59*time.Minute), now)
+	counts, err := outboxOf(r).Store.PublishedPerMinute(r.Context(), now.Add(-59*time.Minute), now)
 	if errors.Is(err, mongo.ErrNoPublishChart) {
 		return Published{PerMinute: []int64{}, Unavailable: err.Error()}, nil
 	}
@@ -266,10 +266,10 @@ func (c *Console) events(r *http.Request) (any, error) {
 	}
 	// The FAILED list's first page comes from the failure groups' read
 	// where it is kept; every other page is read now.
-	docs, next, at, kept := c.keptFailedPage(eq)
+	docs, next, at, kept := keptFailedPage(outboxOf(r), eq)
 	if !kept {
 		var err error
-		if docs, next, err = c.cfg.Store.ListEvents(r.Context(), eq); err != nil {
+		if docs, next, err = outboxOf(r).Store.ListEvents(r.Context(), eq); err != nil {
 			return nil, err
 		}
 	}
@@ -288,7 +288,7 @@ func (c *Console) events(r *http.Request) (any, error) {
 
 func (c *Console) event(r *http.Request) (any, error) {
 	id := r.PathValue("id")
-	doc, err := c.cfg.Store.Find(r.Context(), id)
+	doc, err := outboxOf(r).Store.Find(r.Context(), id)
 	if errors.Is(err, mongo.ErrNoEvent) {
 		return nil, errNotFound{err.Error()}
 	}
@@ -301,7 +301,7 @@ func (c *Console) event(r *http.Request) (any, error) {
 	}
 	d := EventDetail{EventRow: rowOf(doc), Document: string(text), History: attemptsOf(doc)}
 	if d.Skipped && d.Status == string(events.StatusFailed) && d.AggregateID != "" {
-		if d.LaterPublished, err = c.cfg.Store.LaterPublished(r.Context(), d.AggregateType, d.AggregateID, d.CreatedAt, laterPublishedMax); err != nil {
+		if d.LaterPublished, err = outboxOf(r).Store.LaterPublished(r.Context(), d.AggregateType, d.AggregateID, d.CreatedAt, laterPublishedMax); err != nil {
 			return nil, err
 		}
 	}
@@ -312,40 +312,40 @@ func (c *Console) event(r *http.Request) (any, error) {
 // on a schedule; without one, or before its first read, they are read
 // and grouped for this view.
 func (c *Console) failures(r *http.Request) (any, error) {
-	if g, ok := c.keptGroups(); ok {
+	if g, ok := keptGroups(outboxOf(r)); ok {
 		return g, nil
 	}
-	g, err := c.cfg.Store.FailureGroups(r.Context(), c.cfg.Now(), ops.FailureGroupsLimit)
+	g, err := outboxOf(r).Store.FailureGroups(r.Context(), c.cfg.Now(), ops.FailureGroupsLimit)
 	g.At = time.Time{} // read for this view: the page says nothing of a schedule
 	return g, err
 }
 
-// keptGroups is the failure groups Config.Lists last read, unless it
-// read them before this console last acted.
-func (c *Console) keptGroups() (events.FailureGroups, bool) {
-	if c.cfg.Lists == nil {
+// keptGroups is the failure groups o's Lists last read, unless it read
+// them before this console last acted on o.
+func keptGroups(o *served) (events.FailureGroups, bool) {
+	if o.Lists == nil {
 		return events.FailureGroups{}, false
 	}
-	g, ok := c.cfg.Lists.LatestGroups()
-	return g, ok && c.fresh(g.At)
+	g, ok := o.Lists.LatestGroups()
+	return g, ok && o.fresh(g.At)
 }
 
-// fresh reports whether a list read at at is newer than this console's
-// last action.
-func (c *Console) fresh(at time.Time) bool {
-	acted := c.acted.Load()
+// fresh reports whether a list of o read at at is newer than this
+// console's last action on o.
+func (o *served) fresh(at time.Time) bool {
+	acted := o.acted.Load()
 	return acted == 0 || at.After(time.Unix(0, acted))
 }
 
 // keptFailedPage is the first page of the FAILED list, newest first,
 // from the failure groups' read (keptGroups), and the mark of the next
 // page; false where that read cannot give it.
-func (c *Console) keptFailedPage(eq mongo.EventQuery) ([]bson.Raw, *mongo.PageMark, time.Time, bool) {
+func keptFailedPage(o *served, eq mongo.EventQuery) ([]bson.Raw, *mongo.PageMark, time.Time, bool) {
 	if eq.Status != events.StatusFailed || eq.Type != "" || eq.AggregateID != "" || eq.ErrorText != "" ||
 		eq.Group != nil || !eq.CreatedBefore.IsZero() || eq.After != nil {
 		return nil, nil, time.Time{}, false
 	}
-	g, ok := c.keptGroups()
+	g, ok := keptGroups(o)
 	switch {
 	case !ok:
 		return nil, nil, time.Time{}, false
@@ -370,19 +370,19 @@ func (c *Console) keptFailedPage(eq mongo.EventQuery) ([]bson.Raw, *mongo.PageMa
 func (c *Console) held(r *http.Request) (any, error) {
 	now := c.cfg.Now()
 	h, ok := events.Holders{}, false
-	if c.cfg.Lists != nil {
-		h, ok = c.cfg.Lists.LatestHolders()
-		ok = ok && c.fresh(h.At)
+	if outboxOf(r).Lists != nil {
+		h, ok = outboxOf(r).Lists.LatestHolders()
+		ok = ok && outboxOf(r).fresh(h.At)
 	}
 	if !ok {
-		list, capped, err := c.cfg.Store.Holders(r.Context(), now, c.cfg.FailedHolds, ops.HoldersLimit)
+		list, capped, err := outboxOf(r).Store.Holders(r.Context(), now, outboxOf(r).FailedHolds, ops.HoldersLimit)
 		if err != nil {
 			return nil, err
 		}
 		h = events.Holders{List: list, Capped: capped}
 	}
 	holders, capped := h.List, h.Capped
-	paused, err := c.cfg.Store.PausedTypes(r.Context())
+	paused, err := outboxOf(r).Store.PausedTypes(r.Context())
 	if err != nil {
 		return nil, err
 	}

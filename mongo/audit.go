@@ -34,6 +34,11 @@ type Action struct {
 	Count int `bson:"count" json:"count"`
 	// Source is "cli" or "console".
 	Source string `bson:"source" json:"source"`
+	// Outbox names the outbox acted on, as the fleet file names it: the
+	// record sits in that outbox's own audit collection, and says so
+	// when it is read, exported or shown apart from it. "" for the one
+	// outbox of a worker without a fleet file.
+	Outbox string `bson:"outbox,omitempty" json:"outbox,omitempty"`
 	// Schema is the record's schema version, which RecordAction sets
 	// (SchemaVersion); 0 in records written before it existed.
 	Schema int `bson:"schema,omitempty" json:"-"`

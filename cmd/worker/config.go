@@ -94,8 +94,13 @@ type Config struct {
 	// to relay (package fleet); "" relays the one outbox the settings
 	// describe.
 	FleetFile string
+	// Outbox names the outbox of FleetFile an operator command acts on
+	// (--outbox, or the file's only one), for its audit records; ""
+	// without a file.
+	Outbox string
 	// Outboxes are the outboxes the relay relays, each with its settings
-	// (loadOutboxes); the relay command's only.
+	// (loadOutboxes), or those `worker console` serves (everyOutbox);
+	// the other commands act on one, which Config itself describes.
 	Outboxes []outboxConfig
 
 	// Setup is OUTBOX_SETUP: what worker run does about a collection or
@@ -279,9 +284,22 @@ func loadConfig(name string, args []string, getenv func(string) string, kind com
 			return Config{}, nil, invalidSetting(s, src, err.Error())
 		}
 	}
-	if kind != relayCommand {
+	switch {
+	case kind == consoleKind && outbox == "" && cfg.FleetFile != "":
+		// The console serves every outbox of the file.
+		outboxes, err := everyOutbox(cfg, chosen)
+		if err != nil {
+			return Config{}, nil, err
+		}
+		cfg.Outboxes = outboxes
+	case kind != relayCommand:
 		if err := selectOutbox(&cfg, outbox, chosen); err != nil {
 			return Config{}, nil, err
+		}
+		if kind == consoleKind {
+			// One outbox: named as the file names it, unnamed without
+			// a file, so that its console looks as it always did.
+			cfg.Outboxes = []outboxConfig{{Name: cfg.Outbox, Config: cfg}}
 		}
 	}
 	if kind == relayCommand {

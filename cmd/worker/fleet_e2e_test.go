@@ -8,9 +8,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
-	"os"
-	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -38,9 +38,47 @@ type fleetOutbox struct {
 	db                         *driver.Database
 	coll                       *driver.Collection
 	ids                        []string
+	// fields are more fields of its entry in the fleet file.
+	fields map[string]string
 	// byAggregate lists each aggregate's ids in createdAt order.
 	byAggregate map[string][]string
 	r           *orderReceiver
+}
+
+// fleetOf gives each outbox its collection, an exchange of its own and
+// a consumer of it, and writes the fleet file that lists them; it
+// returns the file's path.
+func fleetOf(t *testing.T, s stack, outboxes []*fleetOutbox) string {
+	t.Helper()
+	var file strings.Builder
+	file.WriteString("outboxes:\n")
+	for _, o := range outboxes {
+		o.coll = o.db.Collection(o.collection)
+		o.exchange = testenv.UniqueName(t, "ex_"+o.name+"_")
+		o.r = consumeOrdered(t, s, o.exchange, "#")
+		fmt.Fprintf(&file, "  - name: %s\n    database: %s\n    collection: %s\n    exchange: %s\n", o.name, o.db.Name(), o.collection, o.exchange)
+		for _, k := range slices.Sorted(maps.Keys(o.fields)) {
+			fmt.Fprintf(&file, "    %s: %s\n", k, o.fields[k])
+		}
+	}
+	return writeFleet(t, file.String())
+}
+
+// startFleet starts replicas worker processes that relay the fleet file
+// at path, with more set over workerEnv's settings, and returns them
+// with their worker ids (named after the database db).
+func startFleet(t *testing.T, s stack, path, db string, replicas int, more map[string]string) ([]*workerproc.Proc, []string) {
+	t.Helper()
+	procs := make([]*workerproc.Proc, replicas)
+	ids := make([]string, replicas)
+	for i := range procs {
+		ids[i] = fmt.Sprintf("%s-w%d", db, i)
+		env := s.workerEnv(db, "unused", ids[i])
+		env["OUTBOX_FLEET_FILE"] = path
+		maps.Copy(env, more)
+		procs[i] = startWorker(t, ids[i], env)
+	}
+	return procs, ids
 }
 
 // TestE2EFleet: three replicas relay three outboxes (two in one database,
@@ -60,41 +98,19 @@ func TestE2EFleet(t *testing.T) {
 	outboxes := []*fleetOutbox{
 		{name: "orders", db: shared, collection: "orders_outbox"},
 		{name: "billing", db: shared, collection: "billing_outbox"},
-		{name: "shipping", db: other, collection: "events"},
+		// Named, as a cluster of its own would be: the same URI shares
+		// the client of the others.
+		{name: "shipping", db: other, collection: "events", fields: map[string]string{"mongo_uri": s.mongoURI}},
 	}
-	var file strings.Builder
-	file.WriteString("outboxes:\n")
-	for i, o := range outboxes {
-		o.coll = o.db.Collection(o.collection)
-		o.exchange = testenv.UniqueName(t, "ex_"+o.name+"_")
-		o.r = consumeOrdered(t, s, o.exchange, "#")
-		fmt.Fprintf(&file, "  - name: %s\n    database: %s\n    collection: %s\n    exchange: %s\n", o.name, o.db.Name(), o.collection, o.exchange)
-		if i == 2 {
-			// Named, as a cluster of its own would be: the same URI shares
-			// the client of the others.
-			fmt.Fprintf(&file, "    mongo_uri: %s\n", s.mongoURI)
-		}
-	}
-	path := filepath.Join(t.TempDir(), "fleet.yaml")
-	if err := os.WriteFile(path, []byte(file.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := fleetOf(t, s, outboxes)
 	base := time.Now().UTC().Add(-time.Hour).Truncate(time.Millisecond)
 	for _, o := range outboxes {
 		o.insert(ctx, t, base, n)
 	}
 
-	procs := make([]*workerproc.Proc, 3)
-	workerIDs := make([]string, len(procs))
-	for i := range procs {
-		workerIDs[i] = fmt.Sprintf("%s-w%d", shared.Name(), i)
-		env := s.workerEnv(shared.Name(), "unused", workerIDs[i])
-		env["OUTBOX_FLEET_FILE"] = path
-		// Small batches, so that each replica claims in every outbox
-		// before the backlog is gone.
-		env["OUTBOX_BATCH_SIZE"] = "100"
-		procs[i] = startWorker(t, workerIDs[i], env)
-	}
+	// Small batches, so that each replica claims in every outbox before
+	// the backlog is gone.
+	procs, workerIDs := startFleet(t, s, path, shared.Name(), 3, map[string]string{"OUTBOX_BATCH_SIZE": "100"})
 	victim, victimID := procs[0], workerIDs[0]
 	first := outboxes[0]
 	first.r.waitDistinct(ctx, t, n/5)
@@ -200,30 +216,16 @@ func TestE2EFleetDatabaseDown(t *testing.T) {
 	client := s.connect(t, testenv.ClientMaxPoolSize)
 	downURI, proxy := testenv.Proxied(t, s.mongoURI)
 	up := &fleetOutbox{name: "up", db: uniqueDatabase(t, client), collection: "events"}
-	down := &fleetOutbox{name: "down", db: uniqueDatabase(t, client), collection: "events"}
-	var file strings.Builder
-	file.WriteString("outboxes:\n")
-	for _, o := range []*fleetOutbox{up, down} {
-		o.coll = o.db.Collection(o.collection)
-		o.exchange = testenv.UniqueName(t, "ex_"+o.name+"_")
-		o.r = consumeOrdered(t, s, o.exchange, "#")
-		fmt.Fprintf(&file, "  - name: %s\n    database: %s\n    collection: %s\n    exchange: %s\n", o.name, o.db.Name(), o.collection, o.exchange)
-	}
-	fmt.Fprintf(&file, "    mongo_uri: %s\n", downURI)
-	path := filepath.Join(t.TempDir(), "fleet.yaml")
-	if err := os.WriteFile(path, []byte(file.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	down := &fleetOutbox{name: "down", db: uniqueDatabase(t, client), collection: "events", fields: map[string]string{"mongo_uri": downURI}}
+	path := fleetOf(t, s, []*fleetOutbox{up, down})
 	base := time.Now().UTC().Add(-time.Hour).Truncate(time.Millisecond)
 	up.insert(ctx, t, base, n)
 	down.insert(ctx, t, base, n)
 
 	proxy.Cut()
-	id := up.db.Name() + "-w0"
-	env := s.workerEnv(up.db.Name(), "unused", id)
-	env["OUTBOX_FLEET_FILE"] = path
-	env["OUTBOX_LOG_LEVEL"] = "info" // the HTTP address is logged at info
-	p := startWorker(t, id, env)
+	// The HTTP address is logged at info.
+	procs, _ := startFleet(t, s, path, up.db.Name(), 1, map[string]string{"OUTBOX_LOG_LEVEL": "info"})
+	p := procs[0]
 
 	up.r.waitDistinct(ctx, t, n)
 	testenv.Eventually(t, timeLeft(ctx), func() (bool, string) {

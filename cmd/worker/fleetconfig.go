@@ -213,6 +213,7 @@ func selectOutbox(cfg *Config, name string, chosen []setting) error {
 		return fmt.Errorf("%w: --outbox %q: OUTBOX_FLEET_FILE %s lists no such outbox (it lists %s)%s", ErrUsage, name, cfg.FleetFile, strings.Join(names, ", "), didYouMean(name, names, "%s"))
 	}
 	e := entries[i]
+	cfg.Outbox = e.Name
 	for _, s := range e.Settings() {
 		j := slices.IndexFunc(chosen, func(c setting) bool { return c.env == fleetFieldSettings[s.Field] })
 		if j < 0 {
@@ -227,4 +228,23 @@ func selectOutbox(cfg *Config, name string, chosen []setting) error {
 		}
 	}
 	return nil
+}
+
+// everyOutbox is each outbox of the fleet file, cfg pointed at it as
+// selectOutbox points an operator command's: `worker console` without
+// --outbox serves them all.
+func everyOutbox(cfg Config, chosen []setting) ([]outboxConfig, error) {
+	entries, err := fleet.Load(cfg.FleetFile)
+	if err != nil {
+		return nil, fmt.Errorf("%w: OUTBOX_FLEET_FILE %s", ErrUsage, err)
+	}
+	out := make([]outboxConfig, 0, len(entries))
+	for _, e := range entries {
+		c := cfg
+		if err := selectOutbox(&c, e.Name, chosen); err != nil {
+			return nil, err
+		}
+		out = append(out, outboxConfig{Name: e.Name, Config: c})
+	}
+	return out, nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -168,6 +169,64 @@ outboxes:
 	if err != nil || cfg.MongoDatabase != "d" || cfg.MongoCollection != "c" {
 		t.Errorf("a file of one outbox without --outbox: database %q, collection %q, error %v; want that outbox", cfg.MongoDatabase, cfg.MongoCollection, err)
 	}
+}
+
+// TestConsoleServesEveryOutbox: worker console without --outbox serves
+// every outbox of the file, each with its own database settings and
+// named for its audit; with --outbox, that one; without a file, the one
+// outbox unnamed, as before fleets.
+func TestConsoleServesEveryOutbox(t *testing.T) {
+	t.Parallel()
+	path := writeFleet(t, `
+outboxes:
+  - name: orders
+    database: shop
+    collection: outbox
+    exchange: orders
+  - name: billing
+    mongo_uri: mongodb://billing-db:27017
+    database: billing
+    collection: events
+    exchange: billing
+`)
+	env := envOf(map[string]string{"OUTBOX_FLEET_FILE": path})
+	where := func(cfg Config) []string {
+		var got []string
+		for _, o := range cfg.Outboxes {
+			got = append(got, fmt.Sprintf("%s=%s/%s/%s (%s)", o.Name, o.MongoURI, o.MongoDatabase, o.MongoCollection, o.Outbox))
+		}
+		return got
+	}
+	def := settingDefault(t, "OUTBOX_MONGO_URI")
+	for _, tc := range []struct {
+		args []string
+		env  func(string) string
+		want []string
+	}{
+		{nil, env, []string{"orders=" + def + "/shop/outbox (orders)", "billing=mongodb://billing-db:27017/billing/events (billing)"}},
+		{[]string{"--outbox", "billing"}, env, []string{"billing=mongodb://billing-db:27017/billing/events (billing)"}},
+		{nil, envOf(nil), []string{"=" + def + "/outbox/events ()"}},
+	} {
+		cfg, _, err := loadConfig("console", tc.args, tc.env, consoleKind, nil)
+		if err != nil {
+			t.Fatalf("console %q: %v", tc.args, err)
+		}
+		if diff := cmp.Diff(tc.want, where(cfg)); diff != "" {
+			t.Errorf("console %q serves (-want +got):\n%s", tc.args, diff)
+		}
+	}
+}
+
+// settingDefault is the default of the setting env.
+func settingDefault(t *testing.T, env string) string {
+	t.Helper()
+	for _, s := range settings() {
+		if s.env == env {
+			return s.def
+		}
+	}
+	t.Fatalf("no setting %s", env)
+	return ""
 }
 
 // TestSameOutboxIgnoresTheSharedBatchBound: adding an outbox to the file

@@ -67,7 +67,7 @@ func pauseCommand(ctx context.Context, name string, args []string, getenv func(s
 		newLogger(cfg, stderr).Info("event type paused; its events stay NEW and hold their aggregates", "type", typ, "by", by, "reason", reason)
 		fmt.Fprintf(stdout, "paused type %s: each replica stops claiming its events within %s (a batch already claimed is still published)\n", typ, mongo.PausedTypesMaxAge)
 	}
-	return recordCLIAction(ctx, store, stderr, mongo.Action{Name: name, By: by, Reason: reason, Target: "type: " + typ, Count: 1})
+	return recordCLIAction(ctx, store, stderr, mongo.Action{Name: name, By: by, Reason: reason, Target: "type: " + typ, Count: 1, Outbox: cfg.Outbox})
 }
 
 // whoRuns is the user running a command, who an audit record names when

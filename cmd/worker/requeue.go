@@ -137,7 +137,7 @@ func requeueCommand(ctx context.Context, args []string, getenv func(string) stri
 		}
 		return nil
 	}
-	if err := auditedCLIAction(ctx, store, stderr, mongo.Action{Name: "requeue", By: by, Reason: reason, Target: targetOf(f)}, change); err != nil {
+	if err := auditedCLIAction(ctx, store, stderr, mongo.Action{Name: "requeue", By: by, Reason: reason, Target: targetOf(f), Outbox: cfg.Outbox}, change); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "requeued %d FAILED events to NEW\n", n)

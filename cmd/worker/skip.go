@@ -67,7 +67,7 @@ func markCommand(ctx context.Context, args []string, getenv func(string) string,
 		return nil
 	}
 	var n int
-	err = auditedCLIAction(ctx, store, stderr, mongo.Action{Name: m.verb, By: by, Reason: reason, Target: targetOf(mongo.RequeueFilter{IDs: ids})},
+	err = auditedCLIAction(ctx, store, stderr, mongo.Action{Name: m.verb, By: by, Reason: reason, Target: targetOf(mongo.RequeueFilter{IDs: ids}), Outbox: cfg.Outbox},
 		func(ctx context.Context) (int, error) {
 			n, err = m.mark(store, ctx, ids, by, reason, time.Now(), false)
 			return n, err

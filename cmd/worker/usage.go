@@ -22,7 +22,7 @@ var commands = []commandInfo{
 	{"show", "print one event document with its history fields"},
 	{"pause", "stop relaying the events of a type: they stay NEW and, with ordering, hold their aggregates (worker pause TYPE --reason TEXT)"},
 	{"resume", "relay the events of a paused type again (worker resume TYPE --reason TEXT)"},
-	{"console", "serve the read-only operator console on OUTBOX_CONSOLE_ADDR (needs MongoDB only)"},
+	{"console", "serve the operator console on OUTBOX_CONSOLE_ADDR, of every outbox of OUTBOX_FLEET_FILE or the one --outbox names (needs MongoDB only)"},
 	{"version", "print the version, the VCS revision and the Go version of this build (also --version)"},
 	{"help", "list the commands, or with a command's name, its flags"},
 }

@@ -83,6 +83,12 @@
       .catch(function () { svg.setAttribute("aria-label", "The publish chart could not be read"); });
   }
   pause.addEventListener("click", toggle);
+  // The outbox selector opens the outbox chosen at once; without
+  // script, its button does.
+  var outbox = document.getElementById("outbox-select");
+  if (outbox) {
+    outbox.addEventListener("change", function () { outbox.form.submit(); });
+  }
   document.addEventListener("keydown", function (e) {
     if (typing() || e.ctrlKey || e.metaKey || e.altKey) { return; }
     var pages = { "1": 1, "2": 2, "3": 3, "4": 4, "5": 5 };
