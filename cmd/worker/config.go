@@ -94,6 +94,10 @@ type Config struct {
 	// to relay (package fleet); "" relays the one outbox the settings
 	// describe.
 	FleetFile string
+	// DiscoveryInterval is OUTBOX_FLEET_DISCOVERY_INTERVAL: how often the
+	// worker lists the databases of the fleet file's patterns
+	// (discover.go). Defaults to DiscoveryIntervalDefault.
+	DiscoveryInterval time.Duration
 	// Outboxes are the outboxes the relay relays, each with its settings
 	// (loadOutboxes); the relay command's only.
 	Outboxes []outboxConfig
@@ -209,6 +213,9 @@ func settings() []setting {
 		{env: "OUTBOX_FLEET_FILE", flag: "fleet-file", def: "", forOperatorCommands: true,
 			usage: "YAML file listing the outboxes to relay, each with its name, database, collection, exchange and the settings it sets apart (docs/configuration.md, Fleet file); unset: the one outbox the other settings describe, named default",
 			parse: func(c *Config, v string) error { c.FleetFile = v; return nil }},
+		{env: "OUTBOX_FLEET_DISCOVERY_INTERVAL", flag: "fleet-discovery-interval", def: DiscoveryIntervalDefault.String(),
+			usage: "how often the databases of the fleet file's patterns (databases:) are listed, so that a database that appears is relayed and one that disappears is let go (at least 1s)",
+			parse: func(c *Config, v string) error { return parseDurationAtLeast(&c.DiscoveryInterval, v, time.Second) }},
 		{env: "OUTBOX_SETUP", flag: "setup", def: setupAuto,
 			usage: "what run does about a collection or index it needs and does not find: auto creates it (as worker setup does); check creates nothing and stops naming what is missing, for a role that may not create indexes (docs/upgrading.md)",
 			parse: func(c *Config, v string) error { return oneOf(&c.Setup, v, setupAuto, setupCheck) }},

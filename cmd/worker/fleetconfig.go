@@ -23,8 +23,18 @@ const implicitOutbox = "default"
 // worker's own, with what the fleet file sets for it in their place.
 type outboxConfig struct {
 	Name string
+	// Databases, when set, makes this an entry of the fleet file that
+	// names a pattern of databases rather than one (fleet.Outbox's
+	// Databases): a template of the outboxes discovery finds
+	// (discover.go), never relayed itself. Its Config is then as parsed,
+	// its MongoDatabase unset: each discovered outbox derives what it
+	// derives (its CloudEvents source) from its own database.
+	Databases string
 	Config
 }
+
+// template reports whether oc is a pattern of outboxes rather than one.
+func (oc outboxConfig) template() bool { return oc.Databases != "" }
 
 // fleetFieldSettings maps each field of the fleet file to the variable of
 // the setting it sets for its outbox: the value is parsed by that
@@ -84,7 +94,7 @@ func loadOutboxes(raw Config) ([]outboxConfig, error) {
 				return nil, bad(s.Field, s.Value, err.Error())
 			}
 		}
-		if err := c.validate(); err != nil {
+		if err := validateEntry(&c, e); err != nil {
 			var se *settingsError
 			if errors.As(err, &se) {
 				if field := fleetField(se.env); field != "" {
@@ -93,13 +103,26 @@ func loadOutboxes(raw Config) ([]outboxConfig, error) {
 			}
 			return nil, fmt.Errorf("%w: OUTBOX_FLEET_FILE %s: line %d: outbox %q: %v", ErrUsage, raw.FleetFile, e.Line, e.Name, err)
 		}
-		out = append(out, outboxConfig{Name: e.Name, Config: c})
+		out = append(out, outboxConfig{Name: e.Name, Databases: e.Databases, Config: c})
 	}
-	if err := checkDistinct(out); err != nil {
+	if err := checkDistinct(slices.DeleteFunc(slices.Clone(out), outboxConfig.template)); err != nil {
 		return nil, fmt.Errorf("%w: OUTBOX_FLEET_FILE %s: %v", ErrUsage, raw.FleetFile, err)
 	}
-	shareBatchBytes(out)
 	return out, nil
+}
+
+// validateEntry validates c, the settings of the file's entry e. An
+// entry of one database is validated as it will relay; an entry of a
+// pattern is validated as each of its databases will be, and left as
+// parsed, its database unset (outboxConfig.Databases).
+func validateEntry(c *Config, e fleet.Outbox) error {
+	if e.Databases == "" {
+		return c.validate()
+	}
+	c.MongoDatabase = ""
+	probe := *c
+	probe.MongoDatabase = "discovered"
+	return probe.validate()
 }
 
 // fleetField is the field of the fleet file that sets the setting env,

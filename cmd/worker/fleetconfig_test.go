@@ -60,8 +60,9 @@ outboxes:
 	billing.MessageFormat, billing.CloudEventsSource = "cloudevents-binary", "/outbox/billing/outbox"
 	// Both may have a batch in flight: the auto bound is shared.
 	orders.BatchBytes, billing.BatchBytes = base.BatchBytes/2, base.BatchBytes/2
-	want := []outboxConfig{{"orders", orders}, {"billing", billing}}
-	if diff := cmp.Diff(want, cfg.Outboxes); diff != "" {
+	want := []outboxConfig{{Name: "orders", Config: orders}, {Name: "billing", Config: billing}}
+	got, _ := expandOutboxes(cfg.Outboxes, nil)
+	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Outboxes (-want +got):\n%s", diff)
 	}
 }
