@@ -306,6 +306,7 @@ func (w *worker) run(ctx context.Context) error {
 	}
 	allRunning := make(chan struct{})
 	go func() { running.Wait(); close(allRunning) }()
+	defer w.startFleetWatch(runCtx)()
 	ticks, stopTicks := w.discoveryTicks()
 	defer stopTicks()
 	w.rediscover(runCtx) // the databases of the patterns, now rather than in an interval
