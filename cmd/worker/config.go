@@ -137,6 +137,10 @@ const (
 	// consoleKind reads the operator commands' settings and those
 	// forConsole.
 	consoleKind
+	// setupKind reads the operator commands' settings; without --outbox
+	// it selects no outbox of the fleet file: `worker setup` sets up
+	// every one.
+	setupKind
 )
 
 // ErrUsage marks a configuration error: the worker exits with code 2.
@@ -243,7 +247,7 @@ func loadConfig(name string, args []string, getenv func(string) string, kind com
 	var chosen []setting
 	values := map[string]*string{}
 	for _, s := range settings() {
-		if (kind == operatorCommand && !s.forOperatorCommands) || (kind == consoleKind && !s.forOperatorCommands && !s.forConsole) {
+		if ((kind == operatorCommand || kind == setupKind) && !s.forOperatorCommands) || (kind == consoleKind && !s.forOperatorCommands && !s.forConsole) {
 			continue
 		}
 		chosen = append(chosen, s)
@@ -286,7 +290,7 @@ func loadConfig(name string, args []string, getenv func(string) string, kind com
 			return Config{}, nil, invalidSetting(s, src, err.Error())
 		}
 	}
-	if kind != relayCommand {
+	if kind != relayCommand && (kind != setupKind || outbox != "") {
 		if err := selectOutbox(&cfg, outbox, chosen); err != nil {
 			return Config{}, nil, err
 		}

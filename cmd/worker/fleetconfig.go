@@ -222,6 +222,9 @@ func selectOutbox(cfg *Config, name string, chosen []setting) error {
 	if err != nil {
 		return fmt.Errorf("%w: OUTBOX_FLEET_FILE %s", ErrUsage, err)
 	}
+	if entry, db, ok := fleet.SplitDiscoveredName(name); ok {
+		return selectDiscovered(cfg, entries, entry, db, chosen)
+	}
 	names := make([]string, len(entries))
 	for i, e := range entries {
 		names[i] = e.Name
@@ -235,7 +238,30 @@ func selectOutbox(cfg *Config, name string, chosen []setting) error {
 	case i < 0:
 		return fmt.Errorf("%w: --outbox %q: OUTBOX_FLEET_FILE %s lists no such outbox (it lists %s)%s", ErrUsage, name, cfg.FleetFile, strings.Join(names, ", "), didYouMean(name, names, "%s"))
 	}
-	e := entries[i]
+	return applyEntry(cfg, entries[i], chosen)
+}
+
+// selectDiscovered points cfg at the outbox that the entry named entry,
+// one of a pattern of databases, relays in database db.
+func selectDiscovered(cfg *Config, entries []fleet.Outbox, entry, db string, chosen []setting) error {
+	i := slices.IndexFunc(entries, func(e fleet.Outbox) bool { return e.Name == entry })
+	switch {
+	case i < 0:
+		return fmt.Errorf("%w: --outbox %q: OUTBOX_FLEET_FILE %s lists no outbox %q", ErrUsage, entry+"/"+db, cfg.FleetFile, entry)
+	case entries[i].Databases == "":
+		return fmt.Errorf("%w: --outbox %q: outbox %q of OUTBOX_FLEET_FILE %s names one database, not a pattern; name it --outbox %s", ErrUsage, entry+"/"+db, entry, cfg.FleetFile, entry)
+	case !fleet.Matches(entries[i].Databases, db):
+		return fmt.Errorf("%w: --outbox %q: database %q does not match outbox %q's pattern %q", ErrUsage, entry+"/"+db, db, entry, entries[i].Databases)
+	}
+	if err := applyEntry(cfg, entries[i], chosen); err != nil {
+		return err
+	}
+	cfg.MongoDatabase = db
+	return nil
+}
+
+// applyEntry sets those of cfg's settings (chosen) that the entry e sets.
+func applyEntry(cfg *Config, e fleet.Outbox, chosen []setting) error {
 	for _, s := range e.Settings() {
 		j := slices.IndexFunc(chosen, func(c setting) bool { return c.env == fleetFieldSettings[s.Field] })
 		if j < 0 {
