@@ -4,7 +4,8 @@ package main
 // name a pattern of databases (databases: "tenant_*") rather than one.
 // Every OUTBOX_FLEET_DISCOVERY_INTERVAL the worker lists the databases of
 // each such entry's cluster and relays the entry's collection in each
-// one that matches, as an outbox of its own named "<entry>/<database>".
+// one that matches and holds it, as an outbox of its own named
+// "<entry>/<database>".
 // The outboxes wanted are the file's entries of one database and those
 // discovered; a reload (reload.go) brings the running ones to them, so
 // that a database that appears is relayed without a restart, and one
@@ -102,7 +103,7 @@ func discoveredOutbox(tmpl outboxConfig, db string, others []outboxConfig) (*out
 		return nil, err.Error() // loadOutboxes validated the entry as any database
 	}
 	oc := outboxConfig{Name: name, Config: c}
-	if err := checkDistinct(append(slices.Clone(others), oc)); err != nil {
+	if err := checkApart(oc, others); err != nil {
 		return nil, err.Error()
 	}
 	return &oc, ""
@@ -144,17 +145,45 @@ func listFilter(pattern string) bson.D {
 	return bson.D{{Key: "name", Value: bson.D{{Key: "$regex", Value: "^" + regexp.QuoteMeta(prefix)}}}}
 }
 
-// listDatabases lists the names of the databases of the cluster at uri
-// that may match pattern. authorizedDatabases lets a user without the
-// listDatabases privilege see the databases it may use.
-func (w *worker) listDatabases(ctx context.Context, uri, pattern string) ([]string, error) {
-	client, err := w.client(uri)
+// listDatabases lists the databases of tmpl's cluster that match its
+// pattern and hold its collection. A database counts only once its
+// outbox collection exists, and no longer once that is gone: a relay
+// writes into a tenant's database (its partitions' owners), and a write
+// just after the database was dropped would create it again, so the
+// database alone would keep a dropped tenant relayed for ever. A
+// database whose collection could not be listed counts if it did before.
+// authorizedDatabases lets a user without the listDatabases privilege see
+// the databases it may use.
+func (w *worker) listDatabases(ctx context.Context, tmpl outboxConfig) ([]string, error) {
+	client, err := w.client(tmpl.MongoURI)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, listTimeout)
 	defer cancel()
-	return client.ListDatabaseNames(ctx, listFilter(pattern), options.ListDatabases().SetAuthorizedDatabases(true))
+	names, err := client.ListDatabaseNames(ctx, listFilter(tmpl.Databases), options.ListDatabases().SetAuthorizedDatabases(true))
+	if err != nil {
+		return nil, err
+	}
+	before := w.found[tmpl.Name]
+	var out []string
+	for _, db := range names {
+		if !fleet.Matches(tmpl.Databases, db) {
+			continue
+		}
+		colls, err := client.Database(db).ListCollectionNames(ctx, bson.D{{Key: "name", Value: tmpl.MongoCollection}})
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return nil, err
+		case err != nil:
+			if slices.Contains(before.databases, db) && before.uri == tmpl.MongoURI {
+				out = append(out, db)
+			}
+		case len(colls) > 0:
+			out = append(out, db)
+		}
+	}
+	return out, nil
 }
 
 // discover lists the databases of each entry of a pattern and returns the
@@ -165,7 +194,7 @@ func (w *worker) discover(ctx context.Context) []outboxConfig {
 		if !tmpl.template() {
 			continue
 		}
-		dbs, err := w.listDatabases(ctx, tmpl.MongoURI, tmpl.Databases)
+		dbs, err := w.listDatabases(ctx, tmpl)
 		w.noteListing(tmpl, err)
 		if err == nil {
 			w.found[tmpl.Name] = found{uri: tmpl.MongoURI, databases: dbs}

@@ -155,6 +155,16 @@ var sideSuffixes = []string{mongo.OwnersSuffix, mongo.FencesSuffix, mongo.Paused
 // its partitions and claims under two names) and an outbox whose
 // collection is another's side collection.
 func checkDistinct(outboxes []outboxConfig) error {
+	for i, a := range outboxes {
+		if err := checkApart(a, outboxes[:i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkApart checks a against each of others as checkDistinct does.
+func checkApart(a outboxConfig, others []outboxConfig) error {
 	type where struct{ hosts, database string }
 	place := func(c Config) where {
 		hosts := c.MongoURI
@@ -163,23 +173,21 @@ func checkDistinct(outboxes []outboxConfig) error {
 		}
 		return where{hosts, c.MongoDatabase}
 	}
-	for i, a := range outboxes {
-		for _, b := range outboxes[:i] {
-			if place(a.Config) != place(b.Config) {
-				continue
+	for _, b := range others {
+		if place(a.Config) != place(b.Config) {
+			continue
+		}
+		if a.MongoCollection == b.MongoCollection {
+			return fmt.Errorf("outbox %q: collection %q: outbox %q relays it already; want one outbox per collection", a.Name, a.MongoCollection, b.Name)
+		}
+		for _, s := range sideSuffixes {
+			side, of := a, b
+			if b.MongoCollection == a.MongoCollection+s {
+				side, of = b, a
 			}
-			if a.MongoCollection == b.MongoCollection {
-				return fmt.Errorf("outbox %q: collection %q: outbox %q relays it already; want one outbox per collection", a.Name, a.MongoCollection, b.Name)
-			}
-			for _, s := range sideSuffixes {
-				side, of := a, b
-				if b.MongoCollection == a.MongoCollection+s {
-					side, of = b, a
-				}
-				if side.MongoCollection == of.MongoCollection+s {
-					return fmt.Errorf("outbox %q: collection %q is where the worker keeps outbox %q's %s in the same database; rename one",
-						side.Name, side.MongoCollection, of.Name, strings.TrimPrefix(s, "_"))
-				}
+			if side.MongoCollection == of.MongoCollection+s {
+				return fmt.Errorf("outbox %q: collection %q is where the worker keeps outbox %q's %s in the same database; rename one",
+					side.Name, side.MongoCollection, of.Name, strings.TrimPrefix(s, "_"))
 			}
 		}
 	}
