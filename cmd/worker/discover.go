@@ -194,7 +194,11 @@ func (w *worker) discover(ctx context.Context) []outboxConfig {
 		if !tmpl.template() {
 			continue
 		}
-		dbs, err := w.listDatabases(ctx, tmpl)
+		list := w.listDatabases
+		if w.list != nil {
+			list = w.list
+		}
+		dbs, err := list(ctx, tmpl)
 		w.noteListing(tmpl, err)
 		if err == nil {
 			w.found[tmpl.Name] = found{uri: tmpl.MongoURI, databases: dbs}

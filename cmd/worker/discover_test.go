@@ -1,6 +1,9 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -125,5 +128,37 @@ func TestDiscoveryIntervalIsChecked(t *testing.T) {
 	cfg, _, err := loadConfig("run", nil, envOf(map[string]string{"OUTBOX_FLEET_DISCOVERY_INTERVAL": "5s"}), relayCommand, nil)
 	if err != nil || cfg.DiscoveryInterval != 5*time.Second {
 		t.Errorf("loadConfig = %v, %v; want an interval of 5s", cfg.DiscoveryInterval, err)
+	}
+}
+
+// A listing that fails keeps the outboxes found before; the next one that
+// succeeds is what counts, and a database gone from it is let go.
+func TestDiscoverKeepsWhatItFoundWhileListingFails(t *testing.T) {
+	t.Parallel()
+	spec := loadSpec(t, tenantsFile)
+	var listed []string
+	var listErr error
+	w := &worker{cfg: Config{FleetFile: "fleet.yaml"}, logger: slog.New(slog.DiscardHandler), spec: spec,
+		found: map[string]found{}, listFailing: map[string]bool{}, skipWarned: map[string]bool{},
+		list: func(context.Context, outboxConfig) ([]string, error) { return listed, listErr }}
+	names := func() string { return strings.Join(outboxNames(w.discover(t.Context())), ",") }
+
+	listed = []string{"tenant_a", "tenant_b"}
+	if got := names(); got != "main,tenants/tenant_a,tenants/tenant_b" {
+		t.Errorf("first listing: %s", got)
+	}
+	listed, listErr = nil, errors.New("server selection timeout")
+	if got := names(); got != "main,tenants/tenant_a,tenants/tenant_b" {
+		t.Errorf("while the listing fails: %s, want what was found before", got)
+	}
+	if !w.listFailing["tenants"] {
+		t.Error("a failing listing is not noted")
+	}
+	listed, listErr = []string{"tenant_b", "tenant_c"}, nil
+	if got := names(); got != "main,tenants/tenant_b,tenants/tenant_c" {
+		t.Errorf("once the listing works again: %s, want a let go and c found", got)
+	}
+	if w.listFailing["tenants"] {
+		t.Error("a listing that works again is still noted as failing")
 	}
 }

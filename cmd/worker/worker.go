@@ -73,6 +73,8 @@ type worker struct {
 	found       map[string]found
 	listFailing map[string]bool
 	skipWarned  map[string]bool
+	// list, if set, lists in place of listDatabases (tests).
+	list func(ctx context.Context, tmpl outboxConfig) ([]string, error)
 	// starts are the goroutines that start outboxes; run waits for them
 	// before it stops the worker.
 	starts sync.WaitGroup
