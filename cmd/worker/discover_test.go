@@ -162,3 +162,23 @@ func TestDiscoverKeepsWhatItFoundWhileListingFails(t *testing.T) {
 		t.Error("a listing that works again is still noted as failing")
 	}
 }
+
+// --outbox <entry>/<database> names a discovered outbox to the operator
+// commands: the entry's settings in that database, if its pattern matches.
+func TestOutboxFlagNamesADiscoveredOutbox(t *testing.T) {
+	t.Parallel()
+	env := envOf(map[string]string{"OUTBOX_FLEET_FILE": writeFleet(t, tenantsFile)})
+	cfg, _, err := loadConfig("stats", []string{"--outbox", "tenants/tenant_x"}, env, operatorCommand, nil)
+	if err != nil || cfg.MongoDatabase != "tenant_x" || cfg.MongoCollection != "outbox" {
+		t.Errorf("--outbox tenants/tenant_x: database %q, collection %q, %v; want tenant_x.outbox", cfg.MongoDatabase, cfg.MongoCollection, err)
+	}
+	for name, want := range map[string]string{
+		"tenants/shop":     `database "shop" does not match outbox "tenants"'s pattern "tenant_*"`,
+		"main/tenant_x":    `outbox "main" of OUTBOX_FLEET_FILE`,
+		"billing/tenant_x": `lists no outbox "billing"`,
+	} {
+		if _, _, err := loadConfig("stats", []string{"--outbox", name}, env, operatorCommand, nil); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("--outbox %s: %v, want an error saying %s", name, err, want)
+		}
+	}
+}
