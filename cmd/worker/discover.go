@@ -46,6 +46,22 @@ type found struct {
 	databases []string
 }
 
+// discovery is what discovery keeps from one interval to the next, all
+// of it touched by run's goroutine alone.
+type discovery struct {
+	// found is what the last listing that worked found, by entry name.
+	found map[string]found
+	// failing are the entries whose last listing failed, and warned the
+	// skipped databases said so: each is logged once, not every interval.
+	failing, warned map[string]bool
+	// list, if set, lists in place of worker.listDatabases (tests).
+	list func(ctx context.Context, tmpl outboxConfig) ([]string, error)
+}
+
+func newDiscovery() *discovery {
+	return &discovery{found: map[string]found{}, failing: map[string]bool{}, warned: map[string]bool{}}
+}
+
 // skippedDatabase is a database a pattern matched that is not relayed,
 // and why.
 type skippedDatabase struct {
@@ -165,7 +181,7 @@ func (w *worker) listDatabases(ctx context.Context, tmpl outboxConfig) ([]string
 	if err != nil {
 		return nil, err
 	}
-	before := w.found[tmpl.Name]
+	before := w.discovery.found[tmpl.Name]
 	var out []string
 	for _, db := range names {
 		if !fleet.Matches(tmpl.Databases, db) {
@@ -195,25 +211,25 @@ func (w *worker) discover(ctx context.Context) []outboxConfig {
 			continue
 		}
 		list := w.listDatabases
-		if w.list != nil {
-			list = w.list
+		if w.discovery.list != nil {
+			list = w.discovery.list
 		}
 		dbs, err := list(ctx, tmpl)
 		w.noteListing(tmpl, err)
 		if err == nil {
-			w.found[tmpl.Name] = found{uri: tmpl.MongoURI, databases: dbs}
+			w.discovery.found[tmpl.Name] = found{uri: tmpl.MongoURI, databases: dbs}
 		}
 	}
-	for name := range w.found {
+	for name := range w.discovery.found {
 		if !slices.ContainsFunc(w.spec, func(oc outboxConfig) bool { return oc.Name == name && oc.template() }) {
-			delete(w.found, name) // an entry the file no longer has
+			delete(w.discovery.found, name) // an entry the file no longer has
 		}
 	}
-	next, skipped := expandOutboxes(w.spec, w.found)
+	next, skipped := expandOutboxes(w.spec, w.discovery.found)
 	for _, s := range skipped {
 		key := s.entry + "/" + s.database + ": " + s.why
-		if !w.skipWarned[key] {
-			w.skipWarned[key] = true
+		if !w.discovery.warned[key] {
+			w.discovery.warned[key] = true
 			w.logger.Warn("discovery: database matched but not relayed", "entry", s.entry, "database", s.database, "why", s.why)
 		}
 	}
@@ -222,17 +238,17 @@ func (w *worker) discover(ctx context.Context) []outboxConfig {
 
 // noteListing logs a listing's failure once while it lasts, and its end.
 func (w *worker) noteListing(tmpl outboxConfig, err error) {
-	was := w.listFailing[tmpl.Name]
+	was := w.discovery.failing[tmpl.Name]
 	switch {
 	case err != nil && errors.Is(err, context.Canceled):
 	case err != nil && !was:
-		w.listFailing[tmpl.Name] = true
+		w.discovery.failing[tmpl.Name] = true
 		w.logger.Warn("discovery: databases not listed; the outboxes found before keep relaying, and the next interval tries again",
 			"entry", tmpl.Name, "mongo_uri", redact.URL(tmpl.MongoURI), "error", err)
 	case err != nil:
 		w.logger.Debug("discovery: databases still not listed", "entry", tmpl.Name, "error", err)
 	case was:
-		delete(w.listFailing, tmpl.Name)
+		delete(w.discovery.failing, tmpl.Name)
 		w.logger.Info("discovery: databases listed again", "entry", tmpl.Name)
 	}
 }

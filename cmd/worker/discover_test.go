@@ -138,9 +138,8 @@ func TestDiscoverKeepsWhatItFoundWhileListingFails(t *testing.T) {
 	spec := loadSpec(t, tenantsFile)
 	var listed []string
 	var listErr error
-	w := &worker{cfg: Config{FleetFile: "fleet.yaml"}, logger: slog.New(slog.DiscardHandler), spec: spec,
-		found: map[string]found{}, listFailing: map[string]bool{}, skipWarned: map[string]bool{},
-		list: func(context.Context, outboxConfig) ([]string, error) { return listed, listErr }}
+	w := &worker{cfg: Config{FleetFile: "fleet.yaml"}, logger: slog.New(slog.DiscardHandler), spec: spec, discovery: newDiscovery()}
+	w.discovery.list = func(context.Context, outboxConfig) ([]string, error) { return listed, listErr }
 	names := func() string { return strings.Join(outboxNames(w.discover(t.Context())), ",") }
 
 	listed = []string{"tenant_a", "tenant_b"}
@@ -151,14 +150,14 @@ func TestDiscoverKeepsWhatItFoundWhileListingFails(t *testing.T) {
 	if got := names(); got != "main,tenants/tenant_a,tenants/tenant_b" {
 		t.Errorf("while the listing fails: %s, want what was found before", got)
 	}
-	if !w.listFailing["tenants"] {
+	if !w.discovery.failing["tenants"] {
 		t.Error("a failing listing is not noted")
 	}
 	listed, listErr = []string{"tenant_b", "tenant_c"}, nil
 	if got := names(); got != "main,tenants/tenant_b,tenants/tenant_c" {
 		t.Errorf("once the listing works again: %s, want a let go and c found", got)
 	}
-	if w.listFailing["tenants"] {
+	if w.discovery.failing["tenants"] {
 		t.Error("a listing that works again is still noted as failing")
 	}
 }

@@ -65,16 +65,9 @@ type worker struct {
 	hup         <-chan os.Signal
 	fileChanged <-chan struct{}
 	// spec is the fleet file's entries as last loaded, patterns among
-	// them; found, what discovery last found for each pattern's entry;
-	// listFailing, the entries whose last listing failed, and
-	// skipWarned, the databases said to be skipped, so that each is
-	// logged once rather than every interval (discover.go).
-	spec        []outboxConfig
-	found       map[string]found
-	listFailing map[string]bool
-	skipWarned  map[string]bool
-	// list, if set, lists in place of listDatabases (tests).
-	list func(ctx context.Context, tmpl outboxConfig) ([]string, error)
+	// them; discovery, what was found for the patterns (discover.go).
+	spec      []outboxConfig
+	discovery *discovery
 	// starts are the goroutines that start outboxes; run waits for them
 	// before it stops the worker.
 	starts sync.WaitGroup
@@ -102,7 +95,7 @@ func newWorker(cfg Config, logger *slog.Logger, tracer *telemetry.Provider) (*wo
 	}
 	w := &worker{cfg: cfg, logger: logger, clients: map[string]*driver.Client{}, tracer: tracer,
 		reg: reg, process: process, monitor: monitor,
-		spec: cfg.Outboxes, found: map[string]found{}, listFailing: map[string]bool{}, skipWarned: map[string]bool{}}
+		spec: cfg.Outboxes, discovery: newDiscovery()}
 	fail := func(err error) (*worker, error) {
 		_ = w.disconnect(context.Background()) // nothing was connected: Connect only starts the pools
 		return nil, err
