@@ -34,8 +34,14 @@ type Outbox struct {
 	// required; MongoURI defaults to the worker's OUTBOX_MONGO_URI, so
 	// that a cluster's credentials can stay in a secret rather than in
 	// the file.
-	MongoURI   string `yaml:"mongo_uri"`
-	Database   string `yaml:"database"`
+	MongoURI string `yaml:"mongo_uri"`
+	Database string `yaml:"database"`
+	// Databases, in place of Database, is a pattern of database names
+	// (path.Match syntax: *, ?, [a-z]): the worker relays the collection
+	// in every database of the cluster whose name matches, each as an
+	// outbox of its own named DiscoveredName(Name, database), and looks
+	// again every OUTBOX_FLEET_DISCOVERY_INTERVAL.
+	Databases  string `yaml:"databases"`
 	Collection string `yaml:"collection"`
 	Exchange   string `yaml:"exchange"`
 
@@ -170,13 +176,32 @@ func Parse(data []byte) ([]Outbox, error) {
 			return nil, &Error{Line: o.Line, Outbox: o.Name, Field: "name", Why: fmt.Sprintf("already the name of the outbox at line %d; want a name of its own", first)}
 		}
 		seen[o.Name] = o.Line
-		for _, req := range []Setting{{"database", o.Database}, {"collection", o.Collection}, {"exchange", o.Exchange}} {
-			if req.Value == "" {
-				return nil, &Error{Line: o.Line, Outbox: o.Name, Field: req.Field, Why: "required"}
-			}
+		if err := checkWhere(*o); err != nil {
+			return nil, err
 		}
 	}
 	return f.Outboxes, nil
+}
+
+// checkWhere checks that o names its database or a pattern of them (one
+// of the two), its collection and its exchange.
+func checkWhere(o Outbox) error {
+	switch {
+	case o.Database != "" && o.Databases != "":
+		return &Error{Line: o.Line, Outbox: o.Name, Field: "databases", Why: "set beside database; want one of the two"}
+	case o.Databases != "":
+		if err := CheckPattern(o.Databases); err != nil {
+			return &Error{Line: o.Line, Outbox: o.Name, Field: "databases", Why: err.Error()}
+		}
+	case o.Database == "":
+		return &Error{Line: o.Line, Outbox: o.Name, Field: "database", Why: "required (or databases, a pattern of them)"}
+	}
+	for _, req := range []Setting{{"collection", o.Collection}, {"exchange", o.Exchange}} {
+		if req.Value == "" {
+			return &Error{Line: o.Line, Outbox: o.Name, Field: req.Field, Why: "required"}
+		}
+	}
+	return nil
 }
 
 // CheckName says what is wrong with an outbox's name, or nil.

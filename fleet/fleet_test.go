@@ -78,6 +78,9 @@ func TestParseRefuses(t *testing.T) {
 		{"name twice", "outboxes:\n  - name: a\n" + ok + "  - name: a\n" + ok, "already the name of the outbox at line 2", "a", "name"},
 		{"no database", "outboxes:\n  - name: a\n    collection: c\n    exchange: e\n", "required", "a", "database"},
 		{"no exchange", "outboxes:\n  - name: a\n    database: d\n    collection: c\n", "required", "a", "exchange"},
+		{"database and databases", "outboxes:\n  - name: a\n" + ok + "    databases: t_*\n", "want one of the two", "a", "databases"},
+		{"bad pattern", "outboxes:\n  - name: a\n    databases: t_[\n    collection: c\n    exchange: e\n", "not a pattern", "a", "databases"},
+		{"pattern with a slash", "outboxes:\n  - name: a\n    databases: t/*\n    collection: c\n    exchange: e\n", "no /", "a", "databases"},
 		{"two documents", "outboxes:\n  - name: a\n" + ok + "---\noutboxes: []\n", "more than one YAML document", "", ""},
 		{"a list where a value goes", "outboxes:\n  - name: a\n" + ok + "    batch_size: [1]\n", "cannot unmarshal", "", ""},
 	} {

@@ -16,23 +16,23 @@ import (
 )
 
 // chosen returns the outboxes a request is about: the one its ?outbox=
-// names, or all. It answers 404 itself, and returns nil, for a name it
-// does not know.
-func (s *Server) chosen(w http.ResponseWriter, r *http.Request) []Outbox {
+// names, or all (none, in a fleet that has found none to relay yet). It
+// answers 404 itself, and returns false, for a name it does not know.
+func (s *Server) chosen(w http.ResponseWriter, r *http.Request) ([]Outbox, bool) {
 	s.mu.RLock()
 	all := s.cfg.Outboxes
 	s.mu.RUnlock()
 	name := r.URL.Query().Get("outbox")
 	if name == "" {
-		return all
+		return all, true
 	}
 	for _, o := range all {
 		if o.Name == name {
-			return []Outbox{o}
+			return []Outbox{o}, true
 		}
 	}
 	writeJSON(w, http.StatusNotFound, map[string]any{"error": fmt.Sprintf("no outbox named %q", name)})
-	return nil
+	return nil, false
 }
 
 // SetOutboxes replaces the outboxes the endpoints report on, as a reload
@@ -57,8 +57,12 @@ func (s *Server) SetOutboxes(outboxes []Outbox) error {
 // outboxes not ready are in the body, in /status, and in their own
 // metrics and alerts. With ?outbox=NAME it answers for that outbox alone.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
-	outboxes := s.chosen(w, r)
-	if outboxes == nil {
+	outboxes, ok := s.chosen(w, r)
+	if !ok {
+		return
+	}
+	if len(outboxes) == 0 {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "reason": noOutboxYet})
 		return
 	}
 	reasons := s.notReady(r.Context(), outboxes)
@@ -76,6 +80,12 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "reason": reason, "notReady": reasons})
 }
+
+// noOutboxYet is why a worker that relays no outbox is not ready: a
+// fleet whose patterns of databases have matched none yet, or whose
+// clusters could not be listed. It has nothing to do, and says so,
+// rather than pass for a worker that relays.
+const noOutboxYet = "no outbox to relay yet: the fleet file's patterns of databases match none, or their clusters could not be listed"
 
 // notReady checks the outboxes at once (each ping waits up to
 // readyTimeout, and a probe waits for all of them) and returns why each
@@ -138,8 +148,8 @@ func (o Outbox) unowned() string {
 // an error before its first sample; for several, 200 with each outbox's
 // body under outboxes.
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {
-	outboxes := s.chosen(w, r)
-	if outboxes == nil {
+	outboxes, ok := s.chosen(w, r)
+	if !ok {
 		return
 	}
 	if len(outboxes) == 1 {
@@ -227,8 +237,8 @@ func (s *Server) trigger(w http.ResponseWriter, r *http.Request) {
 	if !s.authorizeTrigger(w, r) {
 		return
 	}
-	outboxes := s.chosen(w, r)
-	if outboxes == nil {
+	outboxes, ok := s.chosen(w, r)
+	if !ok {
 		return
 	}
 	each := map[string]any{}

@@ -101,3 +101,29 @@ func TestOutboxesStatusAndTrigger(t *testing.T) {
 	s.claimer.wantTriggered(t, 1, "after POST /trigger?outbox=billing")
 	billingClaimer.wantTriggered(t, 2, "after POST /trigger?outbox=billing")
 }
+
+// TestNoOutboxYet: a worker that relays no outbox (a fleet whose
+// patterns of databases match none yet) serves, is not ready and says
+// why, lists no outbox in /status, and takes outboxes once some are found.
+func TestNoOutboxYet(t *testing.T) {
+	t.Parallel()
+	var first ops.Outbox
+	_, srv := newServer(t, func(c *ops.ServerConfig) { first, c.Outboxes = c.Outboxes[0], nil })
+	if err := srv.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Stop(t.Context()) })
+	base := "http://" + srv.Addr()
+	if code, body := getJSON(t, base+"/readyz"); code != http.StatusServiceUnavailable || !strings.HasPrefix(body["reason"].(string), "no outbox to relay yet") {
+		t.Errorf("GET /readyz with no outbox = %d %v, want 503 saying there is none yet", code, body)
+	}
+	if code, body := getJSON(t, base+"/status"); code != http.StatusOK || len(body["outboxes"].([]any)) != 0 {
+		t.Errorf("GET /status with no outbox = %d %v, want 200 and no outbox", code, body)
+	}
+	if err := srv.SetOutboxes([]ops.Outbox{first}); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := getJSON(t, base+"/readyz"); code != http.StatusOK {
+		t.Errorf("GET /readyz once an outbox is found = %d %v, want 200", code, body)
+	}
+}

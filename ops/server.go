@@ -130,7 +130,9 @@ type ServerConfig struct {
 	Addr string
 	// WorkerID names the worker in /healthz and /status.
 	WorkerID string
-	// Outboxes are the outboxes the worker relays. Required: one at least.
+	// Outboxes are the outboxes the worker relays. None is allowed (a
+	// fleet whose patterns match no database yet): /readyz then answers
+	// 503 and /status lists none.
 	Outboxes []Outbox
 	// Gatherer is what /metrics serves. Required.
 	Gatherer prometheus.Gatherer
@@ -165,7 +167,6 @@ func (c *ServerConfig) setDefaults() {
 // token's).
 func (c ServerConfig) Validate() error {
 	rules := []*rule.Error{
-		rule.Check("Outboxes", len(c.Outboxes) > 0, len(c.Outboxes), "one outbox at least"),
 		rule.Required("Gatherer", c.Gatherer != nil),
 		rule.Check("Token", c.Token == "" || CheckToken(c.Token) == nil, "<redacted>", tokenWant),
 		rule.Check("PprofAddr", c.PprofAddr == "" || CheckLoopbackAddr(c.PprofAddr) == nil, c.PprofAddr, loopbackWant),

@@ -98,6 +98,10 @@ type Config struct {
 	// (--outbox, or the file's only one), for its audit records; ""
 	// without a file.
 	Outbox string
+	// DiscoveryInterval is OUTBOX_FLEET_DISCOVERY_INTERVAL: how often the
+	// worker lists the databases of the fleet file's patterns
+	// (discover.go). Defaults to DiscoveryIntervalDefault.
+	DiscoveryInterval time.Duration
 	// Outboxes are the outboxes the relay relays, each with its settings
 	// (loadOutboxes), or those `worker console` serves (everyOutbox);
 	// the other commands act on one, which Config itself describes.
@@ -138,6 +142,10 @@ const (
 	// consoleKind reads the operator commands' settings and those
 	// forConsole.
 	consoleKind
+	// setupKind reads the operator commands' settings; without --outbox
+	// it selects no outbox of the fleet file: `worker setup` sets up
+	// every one.
+	setupKind
 )
 
 // ErrUsage marks a configuration error: the worker exits with code 2.
@@ -214,6 +222,9 @@ func settings() []setting {
 		{env: "OUTBOX_FLEET_FILE", flag: "fleet-file", def: "", forOperatorCommands: true,
 			usage: "YAML file listing the outboxes to relay, each with its name, database, collection, exchange and the settings it sets apart (docs/configuration.md, Fleet file); unset: the one outbox the other settings describe, named default",
 			parse: func(c *Config, v string) error { c.FleetFile = v; return nil }},
+		{env: "OUTBOX_FLEET_DISCOVERY_INTERVAL", flag: "fleet-discovery-interval", def: DiscoveryIntervalDefault.String(),
+			usage: "how often the databases of the fleet file's patterns (databases:) are listed, so that a database that appears is relayed and one that disappears is let go (at least 1s)",
+			parse: func(c *Config, v string) error { return parseDurationAtLeast(&c.DiscoveryInterval, v, time.Second) }},
 		{env: "OUTBOX_SETUP", flag: "setup", def: setupAuto,
 			usage: "what run does about a collection or index it needs and does not find: auto creates it (as worker setup does); check creates nothing and stops naming what is missing, for a role that may not create indexes (docs/upgrading.md)",
 			parse: func(c *Config, v string) error { return oneOf(&c.Setup, v, setupAuto, setupCheck) }},
@@ -241,7 +252,7 @@ func loadConfig(name string, args []string, getenv func(string) string, kind com
 	var chosen []setting
 	values := map[string]*string{}
 	for _, s := range settings() {
-		if (kind == operatorCommand && !s.forOperatorCommands) || (kind == consoleKind && !s.forOperatorCommands && !s.forConsole) {
+		if ((kind == operatorCommand || kind == setupKind) && !s.forOperatorCommands) || (kind == consoleKind && !s.forOperatorCommands && !s.forConsole) {
 			continue
 		}
 		chosen = append(chosen, s)
@@ -292,6 +303,9 @@ func loadConfig(name string, args []string, getenv func(string) string, kind com
 			return Config{}, nil, err
 		}
 		cfg.Outboxes = outboxes
+	case kind == setupKind && outbox == "":
+		// Setup sets up every outbox of the file, or the one outbox the
+		// settings describe (setup.go).
 	case kind != relayCommand:
 		if err := selectOutbox(&cfg, outbox, chosen); err != nil {
 			return Config{}, nil, err

@@ -69,7 +69,8 @@ func defaultConfig() Config {
 		MongoWriteConcern: "majority",
 		MongoJournal:      true,
 
-		Setup: "auto",
+		DiscoveryInterval: 30 * time.Second,
+		Setup:             "auto",
 	}
 }
 

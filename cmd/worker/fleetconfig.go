@@ -23,8 +23,18 @@ const implicitOutbox = "default"
 // worker's own, with what the fleet file sets for it in their place.
 type outboxConfig struct {
 	Name string
+	// Databases, when set, makes this an entry of the fleet file that
+	// names a pattern of databases rather than one (fleet.Outbox's
+	// Databases): a template of the outboxes discovery finds
+	// (discover.go), never relayed itself. Its Config is then as parsed,
+	// its MongoDatabase unset: each discovered outbox derives what it
+	// derives (its CloudEvents source) from its own database.
+	Databases string
 	Config
 }
+
+// template reports whether oc is a pattern of outboxes rather than one.
+func (oc outboxConfig) template() bool { return oc.Databases != "" }
 
 // fleetFieldSettings maps each field of the fleet file to the variable of
 // the setting it sets for its outbox: the value is parsed by that
@@ -84,7 +94,7 @@ func loadOutboxes(raw Config) ([]outboxConfig, error) {
 				return nil, bad(s.Field, s.Value, err.Error())
 			}
 		}
-		if err := c.validate(); err != nil {
+		if err := validateEntry(&c, e); err != nil {
 			var se *settingsError
 			if errors.As(err, &se) {
 				if field := fleetField(se.env); field != "" {
@@ -93,13 +103,26 @@ func loadOutboxes(raw Config) ([]outboxConfig, error) {
 			}
 			return nil, fmt.Errorf("%w: OUTBOX_FLEET_FILE %s: line %d: outbox %q: %v", ErrUsage, raw.FleetFile, e.Line, e.Name, err)
 		}
-		out = append(out, outboxConfig{Name: e.Name, Config: c})
+		out = append(out, outboxConfig{Name: e.Name, Databases: e.Databases, Config: c})
 	}
-	if err := checkDistinct(out); err != nil {
+	if err := checkDistinct(slices.DeleteFunc(slices.Clone(out), outboxConfig.template)); err != nil {
 		return nil, fmt.Errorf("%w: OUTBOX_FLEET_FILE %s: %v", ErrUsage, raw.FleetFile, err)
 	}
-	shareBatchBytes(out)
 	return out, nil
+}
+
+// validateEntry validates c, the settings of the file's entry e. An
+// entry of one database is validated as it will relay; an entry of a
+// pattern is validated as each of its databases will be, and left as
+// parsed, its database unset (outboxConfig.Databases).
+func validateEntry(c *Config, e fleet.Outbox) error {
+	if e.Databases == "" {
+		return c.validate()
+	}
+	c.MongoDatabase = ""
+	probe := *c
+	probe.MongoDatabase = "discovered"
+	return probe.validate()
 }
 
 // fleetField is the field of the fleet file that sets the setting env,
@@ -132,6 +155,16 @@ var sideSuffixes = []string{mongo.OwnersSuffix, mongo.FencesSuffix, mongo.Paused
 // its partitions and claims under two names) and an outbox whose
 // collection is another's side collection.
 func checkDistinct(outboxes []outboxConfig) error {
+	for i, a := range outboxes {
+		if err := checkApart(a, outboxes[:i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkApart checks a against each of others as checkDistinct does.
+func checkApart(a outboxConfig, others []outboxConfig) error {
 	type where struct{ hosts, database string }
 	place := func(c Config) where {
 		hosts := c.MongoURI
@@ -140,23 +173,21 @@ func checkDistinct(outboxes []outboxConfig) error {
 		}
 		return where{hosts, c.MongoDatabase}
 	}
-	for i, a := range outboxes {
-		for _, b := range outboxes[:i] {
-			if place(a.Config) != place(b.Config) {
-				continue
+	for _, b := range others {
+		if place(a.Config) != place(b.Config) {
+			continue
+		}
+		if a.MongoCollection == b.MongoCollection {
+			return fmt.Errorf("outbox %q: collection %q: outbox %q relays it already; want one outbox per collection", a.Name, a.MongoCollection, b.Name)
+		}
+		for _, s := range sideSuffixes {
+			side, of := a, b
+			if b.MongoCollection == a.MongoCollection+s {
+				side, of = b, a
 			}
-			if a.MongoCollection == b.MongoCollection {
-				return fmt.Errorf("outbox %q: collection %q: outbox %q relays it already; want one outbox per collection", a.Name, a.MongoCollection, b.Name)
-			}
-			for _, s := range sideSuffixes {
-				side, of := a, b
-				if b.MongoCollection == a.MongoCollection+s {
-					side, of = b, a
-				}
-				if side.MongoCollection == of.MongoCollection+s {
-					return fmt.Errorf("outbox %q: collection %q is where the worker keeps outbox %q's %s in the same database; rename one",
-						side.Name, side.MongoCollection, of.Name, strings.TrimPrefix(s, "_"))
-				}
+			if side.MongoCollection == of.MongoCollection+s {
+				return fmt.Errorf("outbox %q: collection %q is where the worker keeps outbox %q's %s in the same database; rename one",
+					side.Name, side.MongoCollection, of.Name, strings.TrimPrefix(s, "_"))
 			}
 		}
 	}
@@ -199,6 +230,9 @@ func selectOutbox(cfg *Config, name string, chosen []setting) error {
 	if err != nil {
 		return fmt.Errorf("%w: OUTBOX_FLEET_FILE %s", ErrUsage, err)
 	}
+	if entry, db, ok := fleet.SplitDiscoveredName(name); ok {
+		return selectDiscovered(cfg, entries, entry, db, chosen)
+	}
 	names := make([]string, len(entries))
 	for i, e := range entries {
 		names[i] = e.Name
@@ -212,8 +246,31 @@ func selectOutbox(cfg *Config, name string, chosen []setting) error {
 	case i < 0:
 		return fmt.Errorf("%w: --outbox %q: OUTBOX_FLEET_FILE %s lists no such outbox (it lists %s)%s", ErrUsage, name, cfg.FleetFile, strings.Join(names, ", "), didYouMean(name, names, "%s"))
 	}
-	e := entries[i]
-	cfg.Outbox = e.Name
+	cfg.Outbox = entries[i].Name
+	return applyEntry(cfg, entries[i], chosen)
+}
+
+// selectDiscovered points cfg at the outbox that the entry named entry,
+// one of a pattern of databases, relays in database db.
+func selectDiscovered(cfg *Config, entries []fleet.Outbox, entry, db string, chosen []setting) error {
+	i := slices.IndexFunc(entries, func(e fleet.Outbox) bool { return e.Name == entry })
+	switch {
+	case i < 0:
+		return fmt.Errorf("%w: --outbox %q: OUTBOX_FLEET_FILE %s lists no outbox %q", ErrUsage, entry+"/"+db, cfg.FleetFile, entry)
+	case entries[i].Databases == "":
+		return fmt.Errorf("%w: --outbox %q: outbox %q of OUTBOX_FLEET_FILE %s names one database, not a pattern; name it --outbox %s", ErrUsage, entry+"/"+db, entry, cfg.FleetFile, entry)
+	case !fleet.Matches(entries[i].Databases, db):
+		return fmt.Errorf("%w: --outbox %q: database %q does not match outbox %q's pattern %q", ErrUsage, entry+"/"+db, db, entry, entries[i].Databases)
+	}
+	if err := applyEntry(cfg, entries[i], chosen); err != nil {
+		return err
+	}
+	cfg.MongoDatabase, cfg.Outbox = db, entry+"/"+db
+	return nil
+}
+
+// applyEntry sets those of cfg's settings (chosen) that the entry e sets.
+func applyEntry(cfg *Config, e fleet.Outbox, chosen []setting) error {
 	for _, s := range e.Settings() {
 		j := slices.IndexFunc(chosen, func(c setting) bool { return c.env == fleetFieldSettings[s.Field] })
 		if j < 0 {
@@ -230,21 +287,33 @@ func selectOutbox(cfg *Config, name string, chosen []setting) error {
 	return nil
 }
 
-// everyOutbox is each outbox of the fleet file, cfg pointed at it as
-// selectOutbox points an operator command's: `worker console` without
-// --outbox serves them all.
+// everyOutbox is each outbox of the fleet file that names its database,
+// cfg pointed at it as selectOutbox points an operator command's:
+// `worker console` without --outbox serves them all. An entry of a
+// pattern of databases is left out (its tenants are not known before the
+// console lists the cluster's databases; `worker console --outbox
+// <entry>/<database>` opens one); a file of patterns alone is refused,
+// saying so.
 func everyOutbox(cfg Config, chosen []setting) ([]outboxConfig, error) {
 	entries, err := fleet.Load(cfg.FleetFile)
 	if err != nil {
 		return nil, fmt.Errorf("%w: OUTBOX_FLEET_FILE %s", ErrUsage, err)
 	}
 	out := make([]outboxConfig, 0, len(entries))
+	var patterns []string
 	for _, e := range entries {
+		if e.Databases != "" {
+			patterns = append(patterns, e.Name)
+			continue
+		}
 		c := cfg
 		if err := selectOutbox(&c, e.Name, chosen); err != nil {
 			return nil, err
 		}
 		out = append(out, outboxConfig{Name: e.Name, Config: c})
+	}
+	if len(out) == 0 && len(patterns) > 0 {
+		return nil, fmt.Errorf("%w: OUTBOX_FLEET_FILE %s: outboxes %s name patterns of databases, which worker console does not list: open one with --outbox <outbox>/<database>", ErrUsage, cfg.FleetFile, strings.Join(patterns, ", "))
 	}
 	return out, nil
 }

@@ -61,8 +61,9 @@ outboxes:
 	billing.MessageFormat, billing.CloudEventsSource = "cloudevents-binary", "/outbox/billing/outbox"
 	// Both may have a batch in flight: the auto bound is shared.
 	orders.BatchBytes, billing.BatchBytes = base.BatchBytes/2, base.BatchBytes/2
-	want := []outboxConfig{{"orders", orders}, {"billing", billing}}
-	if diff := cmp.Diff(want, cfg.Outboxes); diff != "" {
+	want := []outboxConfig{{Name: "orders", Config: orders}, {Name: "billing", Config: billing}}
+	got, _ := expandOutboxes(cfg.Outboxes, nil)
+	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Outboxes (-want +got):\n%s", diff)
 	}
 }
@@ -214,6 +215,44 @@ outboxes:
 		if diff := cmp.Diff(tc.want, where(cfg)); diff != "" {
 			t.Errorf("console %q serves (-want +got):\n%s", tc.args, diff)
 		}
+	}
+}
+
+// TestConsoleLeavesOutPatterns: an entry of a pattern of databases has
+// no database before the cluster is listed; the console serves the other
+// outboxes, opens a tenant by --outbox <entry>/<database>, and refuses a
+// file of patterns alone, saying how to open one.
+func TestConsoleLeavesOutPatterns(t *testing.T) {
+	t.Parallel()
+	mixed := writeFleet(t, `
+outboxes:
+  - name: orders
+    database: shop
+    collection: outbox
+    exchange: orders
+  - name: tenants
+    databases: "tenant_*"
+    collection: outbox
+    exchange: tenants
+`)
+	cfg, _, err := loadConfig("console", nil, envOf(map[string]string{"OUTBOX_FLEET_FILE": mixed}), consoleKind, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := outboxNames(cfg.Outboxes); !slices.Equal(got, []string{"orders"}) {
+		t.Errorf("console serves %v, want [orders]", got)
+	}
+	cfg, _, err = loadConfig("console", []string{"--outbox", "tenants/tenant_a"}, envOf(map[string]string{"OUTBOX_FLEET_FILE": mixed}), consoleKind, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Outboxes) != 1 || cfg.Outboxes[0].Name != "tenants/tenant_a" || cfg.Outboxes[0].MongoDatabase != "tenant_a" {
+		t.Errorf("console --outbox tenants/tenant_a serves %+v, want tenants/tenant_a on database tenant_a", cfg.Outboxes)
+	}
+	only := writeFleet(t, "outboxes:\n  - name: tenants\n    databases: \"tenant_*\"\n    collection: outbox\n    exchange: t\n")
+	_, _, err = loadConfig("console", nil, envOf(map[string]string{"OUTBOX_FLEET_FILE": only}), consoleKind, nil)
+	if err == nil || !strings.Contains(err.Error(), "--outbox <outbox>/<database>") {
+		t.Errorf("console of patterns alone: %v, want a refusal saying to open one with --outbox <outbox>/<database>", err)
 	}
 }
 

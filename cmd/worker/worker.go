@@ -58,10 +58,16 @@ type worker struct {
 	reg      *prometheus.Registry
 	process  *metrics.Metrics // the process's collectors
 	monitor  *event.CommandMonitor
-	// reload reads the outboxes again (SIGHUP), hup delivers the signal;
-	// both nil: no reload (tests that build a worker in process).
-	reload func() ([]outboxConfig, error)
-	hup    <-chan os.Signal
+	// reload reads the fleet file again, hup delivers SIGHUP and
+	// fileChanged a change of the file (watch.go); all nil: no reload
+	// (tests that build a worker in process).
+	reload      func() ([]outboxConfig, error)
+	hup         <-chan os.Signal
+	fileChanged <-chan struct{}
+	// spec is the fleet file's entries as last loaded, patterns among
+	// them; discovery, what was found for the patterns (discover.go).
+	spec      []outboxConfig
+	discovery *discovery
 	// starts are the goroutines that start outboxes; run waits for them
 	// before it stops the worker.
 	starts sync.WaitGroup
@@ -88,13 +94,16 @@ func newWorker(cfg Config, logger *slog.Logger, tracer *telemetry.Provider) (*wo
 		logger.Warn("OUTBOX_TRACE_MONGO has no effect while tracing is off (OTEL_TRACES_EXPORTER unset or none)")
 	}
 	w := &worker{cfg: cfg, logger: logger, clients: map[string]*driver.Client{}, tracer: tracer,
-		reg: reg, process: process, monitor: monitor}
+		reg: reg, process: process, monitor: monitor,
+		spec: cfg.Outboxes, discovery: newDiscovery()}
 	fail := func(err error) (*worker, error) {
 		_ = w.disconnect(context.Background()) // nothing was connected: Connect only starts the pools
 		return nil, err
 	}
+	// The outboxes of patterns are found once run has started (discover.go).
+	initial, _ := expandOutboxes(w.spec, nil)
 	var opsOutboxes []ops.Outbox
-	for _, oc := range cfg.Outboxes {
+	for _, oc := range initial {
 		o, err := w.newOutbox(oc)
 		if err != nil {
 			return fail(err)
@@ -102,9 +111,13 @@ func newWorker(cfg Config, logger *slog.Logger, tracer *telemetry.Provider) (*wo
 		w.outboxes = append(w.outboxes, o)
 		opsOutboxes = append(opsOutboxes, o.opsOutbox())
 	}
+	var now func() time.Time // the local clock while no outbox is relayed yet
+	if len(w.outboxes) > 0 {
+		now = w.outboxes[0].clock.Now
+	}
 	var err error
 	w.http, err = ops.NewServer(ops.ServerConfig{
-		Archetype: service.Archetype{Logger: logger, Metrics: process, Tracer: tracer.TracerProvider, Now: w.outboxes[0].clock.Now},
+		Archetype: service.Archetype{Logger: logger, Metrics: process, Tracer: tracer.TracerProvider, Now: now},
 		Addr:      cfg.HTTPAddr, WorkerID: cfg.WorkerID, Outboxes: opsOutboxes, Gatherer: reg,
 		Token: cfg.HTTPToken, PprofAddr: cfg.PprofAddr,
 	})
@@ -118,17 +131,9 @@ func newWorker(cfg Config, logger *slog.Logger, tracer *telemetry.Provider) (*wo
 // client of its URI (made now if no outbox has used that URI yet) and
 // metrics labelled with its name.
 func (w *worker) newOutbox(oc outboxConfig) (*relayedOutbox, error) {
-	client, ok := w.clients[oc.MongoURI]
-	if !ok {
-		var err error
-		client, err = driver.Connect(mongoClientOptions(oc.Config, connectionName("outbox-worker", w.cfg.WorkerID)).SetMonitor(w.monitor))
-		if err != nil {
-			return nil, w.named(oc.Name, fmt.Errorf("%w: invalid OUTBOX_MONGO_URI %q: %v", ErrUsage, redact.URL(oc.MongoURI), err))
-		}
-		w.clients[oc.MongoURI] = client
-		for _, o := range overriddenURIOptions(oc.MongoURI) {
-			w.logger.Warn("the MongoDB URI's option is overridden by a setting", "option", o.option, "setting", o.setting)
-		}
+	client, err := w.client(oc.MongoURI)
+	if err != nil {
+		return nil, w.named(oc.Name, err)
 	}
 	m := metrics.NewOutbox(outboxRegisterer(w.reg, oc.Name), w.process)
 	o, err := newRelayedOutbox(oc, client, w.logger, m, w.tracer)
@@ -137,6 +142,27 @@ func (w *worker) newOutbox(oc outboxConfig) (*relayedOutbox, error) {
 		return nil, w.named(oc.Name, err)
 	}
 	return o, nil
+}
+
+// client is the database client of uri, made now if nothing has used
+// that URI yet: one per cluster, whose pool its outboxes (and discovery)
+// share. Read and write concerns are the worker's: a fleet file does not
+// set them.
+func (w *worker) client(uri string) (*driver.Client, error) {
+	if client, ok := w.clients[uri]; ok {
+		return client, nil
+	}
+	cfg := w.cfg
+	cfg.MongoURI = uri
+	client, err := driver.Connect(mongoClientOptions(cfg, connectionName("outbox-worker", w.cfg.WorkerID)).SetMonitor(w.monitor))
+	if err != nil {
+		return nil, fmt.Errorf("%w: invalid OUTBOX_MONGO_URI %q: %v", ErrUsage, redact.URL(uri), err)
+	}
+	w.clients[uri] = client
+	for _, o := range overriddenURIOptions(uri) {
+		w.logger.Warn("the MongoDB URI's option is overridden by a setting", "option", o.option, "setting", o.setting)
+	}
+	return client, nil
 }
 
 // fleet reports whether the worker relays the outboxes of a fleet file,
@@ -275,6 +301,10 @@ func (w *worker) run(ctx context.Context) error {
 	}
 	allRunning := make(chan struct{})
 	go func() { running.Wait(); close(allRunning) }()
+	defer w.startFleetWatch(runCtx)()
+	ticks, stopTicks := w.discoveryTicks()
+	defer stopTicks()
+	w.rediscover(runCtx) // the databases of the patterns, now rather than in an interval
 	for runCtx.Err() == nil {
 		select {
 		case <-allRunning:
@@ -285,7 +315,11 @@ func (w *worker) run(ctx context.Context) error {
 			w.logger.Info("worker running", "http_addr", w.http.Addr(), "pprof_addr", w.http.PprofAddr(),
 				"trigger", triggerAccess(w.cfg.HTTPToken))
 		case <-w.hup:
-			w.reloadOutboxes(runCtx)
+			w.reloadOutboxes(runCtx, "SIGHUP")
+		case <-w.fileChanged:
+			w.reloadOutboxes(runCtx, "file changed")
+		case <-ticks:
+			w.rediscover(runCtx)
 		case <-runCtx.Done():
 		}
 	}
