@@ -48,8 +48,9 @@ func TestFleetUnavailableOutbox(t *testing.T) {
 		t.Errorf("GET b's API while b is down = %d %s, want 503 naming b and no event", code, body)
 	}
 	code, page, _ := request(t, srv, http.MethodGet, "/o/b/events?status=FAILED", "ana", token, nil, html)
-	if code != http.StatusServiceUnavailable || !strings.Contains(page, "outbox &#34;b&#34; is unavailable") || strings.Contains(page, "/o/b/events/e-1") {
-		t.Errorf("GET b's page while b is down = %d, want 503 naming b and no event:\n%s", code, page)
+	if code != http.StatusServiceUnavailable || !strings.Contains(page, "outbox &#34;b&#34; is unavailable") || strings.Contains(page, "/o/b/events/e-1") ||
+		!strings.Contains(page, `data-refresh="5"`) {
+		t.Errorf("GET b's page while b is down = %d, want 503 naming b and no event, refreshed to show b once it is back:\n%s", code, page)
 	}
 	code, page, _ = request(t, srv, http.MethodGet, "/o/a/events?status=FAILED", "ana", token, nil, html)
 	if code != http.StatusOK || !strings.Contains(page, `href="/o/a/events/e-1"`) || !strings.Contains(page, `<option value="b">b (unavailable)</option>`) {

@@ -142,7 +142,9 @@ func (c *Console) serveUnavailable(w http.ResponseWriter, r *http.Request, err e
 	}
 	l := c.layoutOf(r)
 	l.Title, l.Page, l.Error = "Outbox unavailable", "unavailable", err.Error()
-	if r.Method == http.MethodGet {
+	// A filtered list is a search, shown once (servePage): refreshed,
+	// it would run at every refresh once the outbox is back.
+	if r.Method == http.MethodGet && !filtered(r.URL.Query()) {
 		l.RefreshSeconds = int(c.cfg.Refresh / time.Second)
 	}
 	c.render(w, http.StatusServiceUnavailable, "event", l)
