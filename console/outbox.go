@@ -20,8 +20,9 @@ import (
 // /o/<name>/events?status=FAILED, so that links, forms, redirects and
 // bookmarks keep it, and an action reaches the outbox its page showed
 // and no other. A request without the prefix names no outbox: a page is
-// sent to the first outbox's, and anything else is refused. With one
-// outbox, the paths are as they always were.
+// sent to the first available outbox's, and anything else is refused.
+// With one outbox, the paths are as they always were. An outbox whose
+// Ready says it cannot be served now answers 503 alone.
 
 // outboxPathPrefix starts the path of an outbox's pages.
 const outboxPathPrefix = "/o/"
@@ -231,9 +232,10 @@ func (c *Console) baseOf(o *served) string {
 }
 
 // serveUnrouted answers a request that names no outbox of several: a
-// page is sent to the same page of the first outbox, so that a bookmark
-// of a console that served one outbox still opens; an API read or an
-// action is refused, for it cannot be known which outbox it meant.
+// page is sent to the same page of the first available outbox, so that
+// a bookmark of a console that served one outbox still opens; an API
+// read or an action is refused, for it cannot be known which outbox it
+// meant.
 func (c *Console) serveUnrouted(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodGet && !strings.HasPrefix(r.URL.Path, "/api/") {
 		http.Redirect(w, r, c.baseOf(c.firstServable())+r.URL.RequestURI(), http.StatusSeeOther)
