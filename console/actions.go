@@ -96,7 +96,7 @@ func (c *Console) skipEvent(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	a := mongo.Action{Name: "skip", Target: "ids: " + id, IDs: mongo.IDCandidates(id), Planned: 1}
 	c.act(w, r, a, func(ctx context.Context, audit bson.ObjectID, _ func(int)) (int, error) {
-		return outboxOf(r).Writer.SkipSelected(ctx, mongo.IDCandidates(id), actor(r), reasonValue(r), c.cfg.Now(), audit)
+		return outboxOf(r).Writer.SkipSelected(ctx, mongo.IDCandidates(id), actor(r), reasonValue(r), c.now(r), audit)
 	}, "/events/"+url.PathEscape(id))
 }
 
@@ -110,7 +110,7 @@ func (c *Console) discardEvent(w http.ResponseWriter, r *http.Request) {
 	}
 	a := mongo.Action{Name: "discard", Target: "ids: " + id, IDs: mongo.IDCandidates(id), Planned: 1}
 	c.act(w, r, a, func(ctx context.Context, audit bson.ObjectID, _ func(int)) (int, error) {
-		return outboxOf(r).Writer.DiscardSelected(ctx, mongo.IDCandidates(id), actor(r), reasonValue(r), c.cfg.Now(), audit)
+		return outboxOf(r).Writer.DiscardSelected(ctx, mongo.IDCandidates(id), actor(r), reasonValue(r), c.now(r), audit)
 	}, "/events/"+url.PathEscape(id))
 }
 
@@ -133,7 +133,7 @@ func (c *Console) pauseType(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.act(w, r, mongo.Action{Name: "pause", Target: "type: " + typ}, func(ctx context.Context, _ bson.ObjectID, _ func(int)) (int, error) {
-		changed, err := outboxOf(r).Writer.Pause(ctx, events.Pause{Type: typ, By: actor(r), Reason: reasonValue(r), At: c.cfg.Now()})
+		changed, err := outboxOf(r).Writer.Pause(ctx, events.Pause{Type: typ, By: actor(r), Reason: reasonValue(r), At: c.now(r)})
 		return one(changed), err
 	}, "/")
 }
@@ -175,7 +175,7 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, a mongo.Action, do
 		return
 	}
 	o := outboxOf(r)
-	a.Reason, a.At, a.By, a.Source, a.From, a.Outbox = reason, c.cfg.Now(), actor(r), "console", requesterOf(r).from, o.Name
+	a.Reason, a.At, a.By, a.Source, a.From, a.Outbox = reason, c.now(r), actor(r), "console", requesterOf(r).from, o.Name
 	if a.Planned == 0 {
 		a.Planned = len(a.IDs)
 	}
@@ -224,10 +224,10 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, a mongo.Action, do
 	if n > 0 && o.Lists != nil && (a.Name == "requeue" || a.Name == "skip" || a.Name == "discard") {
 		// The kept lists are out of date: read at each view until the
 		// source has read them again, which it does soon.
-		o.acted.Store(c.cfg.Now().UnixNano())
+		o.acted.Store(c.now(r).UnixNano())
 		o.Lists.Trigger()
 	}
-	if ferr := o.Writer.FinishAction(endCtx, id, state, n, errText(err), c.cfg.Now()); ferr != nil {
+	if ferr := o.Writer.FinishAction(endCtx, id, state, n, errText(err), c.now(r)); ferr != nil {
 		ferr = fmt.Errorf("the %s changed %d events, but its audit record was not completed (it says started): %w", a.Name, n, ferr)
 		err = errors.Join(err, ferr)
 	}

@@ -343,6 +343,9 @@ func New(cfg Config) (*Console, error) {
 	c := &Console{cfg: cfg, mux: http.NewServeMux(), token: sha256.Sum256([]byte(cfg.Token)), proxy: sha256.Sum256([]byte(cfg.ProxySecret))}
 	warnBroadProxies(cfg)
 	for _, o := range cfg.outboxes() {
+		if o.Now == nil {
+			o.Now = cfg.Now
+		}
 		c.outboxes = append(c.outboxes, &served{Outbox: o})
 	}
 	var err error
@@ -482,6 +485,10 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		case !ok:
 			c.serveUnrouted(w, r)
+			return
+		}
+		if err := unavailable(outboxOf(routed)); err != nil {
+			c.serveUnavailable(w, routed, err)
 			return
 		}
 		r = routed

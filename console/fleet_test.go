@@ -214,8 +214,9 @@ func TestFleetPagesShowTheirOutbox(t *testing.T) {
 }
 
 // TestBrowserFleetSelector drives a real browser through a console of
-// two outboxes: the selector opens the other outbox's FAILED list, and a
-// requeue from its event's page changes that outbox's event alone.
+// two outboxes: the selector opens the other outbox's FAILED list, with
+// the filter of the list it was on, and a requeue from its event's page
+// changes that outbox's event alone.
 func TestBrowserFleetSelector(t *testing.T) {
 	t.Parallel()
 	ctx := browser(t)
@@ -226,7 +227,7 @@ func TestBrowserFleetSelector(t *testing.T) {
 	err := chromedp.Run(ctx,
 		network.Enable(),
 		network.SetExtraHTTPHeaders(network.Headers{"Authorization": auth}),
-		chromedp.Navigate(srv.URL+"/o/a/events?status=FAILED"),
+		chromedp.Navigate(srv.URL+"/o/a/events?status=FAILED&aggregate=e-3"),
 		chromedp.WaitVisible(`a[href="/o/a/events/e-3"]`),
 		chromedp.SetValue(`#outbox-select`, "b"),
 		chromedp.Click(`#outbox-go`),
@@ -242,8 +243,8 @@ func TestBrowserFleetSelector(t *testing.T) {
 	if err != nil {
 		t.Fatalf("browser: %v", err)
 	}
-	if location != srv.URL+"/o/b/events?status=FAILED" {
-		t.Errorf("the selector opened %s, want outbox b's FAILED list", location)
+	if location != srv.URL+"/o/b/events?aggregate=e-3&status=FAILED" {
+		t.Errorf("the selector opened %s, want outbox b's FAILED list of aggregate e-3", location)
 	}
 	checkStatuses(t.Context(), t, "b", b, map[string]string{"e-3": "NEW"})
 	checkStatuses(t.Context(), t, "a", a, map[string]string{"e-1": "FAILED", "e-2": "FAILED", "e-3": "FAILED", "e-4": "FAILED"})

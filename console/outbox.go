@@ -20,8 +20,9 @@ import (
 // /o/<name>/events?status=FAILED, so that links, forms, redirects and
 // bookmarks keep it, and an action reaches the outbox its page showed
 // and no other. A request without the prefix names no outbox: a page is
-// sent to the first outbox's, and anything else is refused. With one
-// outbox, the paths are as they always were.
+// sent to the first available outbox's, and anything else is refused.
+// With one outbox, the paths are as they always were. An outbox whose
+// Ready says it cannot be served now answers 503 alone.
 
 // outboxPathPrefix starts the path of an outbox's pages.
 const outboxPathPrefix = "/o/"
@@ -47,6 +48,18 @@ type Outbox struct {
 	// Writer changes the outbox as its actions ask; nil leaves it
 	// read-only. Set on every outbox or on none.
 	Writer Writer
+	// Now is the clock of the outbox's cluster: its ages, its held test
+	// and the times its actions record go by it. Outboxes on several
+	// clusters each give their own, for the servers' clocks may differ.
+	// Defaults to Config.Now.
+	Now func() time.Time
+	// Ready, when set, says whether the outbox can be served now: an
+	// error (its database has not answered yet) makes each of its pages,
+	// API reads and actions answer 503 naming the outbox and the error,
+	// and the selector mark it unavailable, while the other outboxes are
+	// served. It is asked at every request, so it must be cheap.
+	// Defaults to nil: always served.
+	Ready func() error
 }
 
 // served is an outbox as the console serves it: with the time of this
@@ -95,6 +108,55 @@ func outboxRules(c Config) []*rule.Error {
 		names[o.Name] = true
 	}
 	return rules
+}
+
+// errUnavailable is a request for an outbox whose Ready says it cannot
+// be served now: 503, like a database's error.
+type errUnavailable struct{ msg string }
+
+func (e errUnavailable) Error() string { return e.msg }
+
+// unavailable is why o cannot be served now, nil when it can.
+func unavailable(o *served) error {
+	if o == nil || o.Ready == nil {
+		return nil
+	}
+	err := o.Ready()
+	if err == nil {
+		return nil
+	}
+	name := "this outbox"
+	if o.Name != "" {
+		name = "outbox " + strconv.Quote(o.Name)
+	}
+	return errUnavailable{fmt.Sprintf("%s is unavailable: %v. The console keeps trying and serves it as soon as its database answers; nothing was read or changed", name, err)}
+}
+
+// serveUnavailable answers a request for an outbox that cannot be
+// served now: 503, as JSON to the API, as a page to a browser that
+// refreshes itself, so that it shows the outbox once it is back.
+func (c *Console) serveUnavailable(w http.ResponseWriter, r *http.Request, err error) {
+	w.Header().Set("Retry-After", strconv.Itoa(int(c.cfg.Refresh/time.Second)))
+	if strings.HasPrefix(r.URL.Path, "/api/") || !wantsPage(r) && r.Method == http.MethodGet {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
+		return
+	}
+	l := c.layoutOf(r)
+	l.Title, l.Page, l.Error = "Outbox unavailable", "unavailable", err.Error()
+	// A filtered list is a search, shown once (servePage): refreshed,
+	// it would run at every refresh once the outbox is back.
+	if r.Method == http.MethodGet && !filtered(r.URL.Query()) {
+		l.RefreshSeconds = int(c.cfg.Refresh / time.Second)
+	}
+	c.render(w, http.StatusServiceUnavailable, "event", l)
+}
+
+// now is the time by the clock of r's outbox's cluster.
+func (c *Console) now(r *http.Request) time.Time {
+	if o := outboxOf(r); o != nil {
+		return o.Now()
+	}
+	return c.cfg.Now()
 }
 
 // outboxKey carries the request's outbox in its context.
@@ -170,17 +232,29 @@ func (c *Console) baseOf(o *served) string {
 }
 
 // serveUnrouted answers a request that names no outbox of several: a
-// page is sent to the same page of the first outbox, so that a bookmark
-// of a console that served one outbox still opens; an API read or an
-// action is refused, for it cannot be known which outbox it meant.
+// page is sent to the same page of the first available outbox, so that
+// a bookmark of a console that served one outbox still opens; an API
+// read or an action is refused, for it cannot be known which outbox it
+// meant.
 func (c *Console) serveUnrouted(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodGet && !strings.HasPrefix(r.URL.Path, "/api/") {
-		http.Redirect(w, r, c.baseOf(c.outboxes[0])+r.URL.RequestURI(), http.StatusSeeOther)
+		http.Redirect(w, r, c.baseOf(c.firstServable())+r.URL.RequestURI(), http.StatusSeeOther)
 		return
 	}
 	err := errBadRequest{fmt.Sprintf("refused: name the outbox in the path, %s<name>%s (this console serves %s): nothing was read or changed",
 		c.cfg.BasePath+outboxPathPrefix, r.URL.Path, strings.Join(c.outboxNames(), ", "))}
 	c.answerRefused(w, r, err)
+}
+
+// firstServable is the first outbox that can be served now, or the
+// first outbox when none can: a bookmark opens an outbox it can show.
+func (c *Console) firstServable() *served {
+	for _, o := range c.outboxes {
+		if unavailable(o) == nil {
+			return o
+		}
+	}
+	return c.outboxes[0]
 }
 
 // answerRefused answers a request refused before it reached a page: as
@@ -213,5 +287,42 @@ func (c *Console) switchOutbox(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		page = "/"
 	}
+	if r.URL.Query().Get("page") == "events" {
+		page = "/events?" + keptFilters(r.URL.Query()).Encode()
+	}
 	http.Redirect(w, r, c.baseOf(c.outboxes[i])+page, http.StatusSeeOther)
+}
+
+// listFilters are the events list's query that the selector keeps when
+// it opens another outbox: the list of the same status and filters
+// there. The cursor (after) is not kept: it points into this outbox's
+// list.
+var listFilters = []string{"status", "type", "aggregate", "error", "olderThan", "cause", "reason"}
+
+// keptFilters is q's listFilters that have a value, with a status
+// (FAILED, the list's default) in any case.
+func keptFilters(q url.Values) url.Values {
+	kept := url.Values{"status": {"FAILED"}}
+	for _, k := range listFilters {
+		if v := q.Get(k); v != "" {
+			kept.Set(k, v)
+		}
+	}
+	return kept
+}
+
+// outboxChoice is an outbox in the selector.
+type outboxChoice struct {
+	Name        string
+	Unavailable bool
+}
+
+// outboxChoices are the selector's choices, each marked when it cannot
+// be served now.
+func (c *Console) outboxChoices() []outboxChoice {
+	choices := make([]outboxChoice, len(c.outboxes))
+	for i, o := range c.outboxes {
+		choices[i] = outboxChoice{Name: o.Name, Unavailable: unavailable(o) != nil}
+	}
+	return choices
 }

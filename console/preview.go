@@ -133,7 +133,7 @@ func (c *Console) requeueSelection(w http.ResponseWriter, r *http.Request) {
 	a := mongo.Action{Name: "requeue", Target: heldTarget(p), IDs: p.ids}
 	c.act(w, r, a, func(ctx context.Context, audit bson.ObjectID, progress func(int)) (int, error) {
 		return outboxOf(r).Writer.Requeue(ctx, mongo.RequeueFilter{
-			Selected: p.ids, PerSecond: c.cfg.RequeuePerSecond, Now: c.cfg.Now(), Progress: progress, Action: audit,
+			Selected: p.ids, PerSecond: c.cfg.RequeuePerSecond, Now: c.now(r), Progress: progress, Action: audit,
 		}, false)
 	}, "/audit")
 }
@@ -153,7 +153,7 @@ func (c *Console) skipSelection(w http.ResponseWriter, r *http.Request) {
 	}
 	a := mongo.Action{Name: "skip", Target: heldTarget(p), IDs: p.ids}
 	c.act(w, r, a, func(ctx context.Context, audit bson.ObjectID, _ func(int)) (int, error) {
-		return outboxOf(r).Writer.SkipSelected(ctx, p.ids, actor(r), reasonValue(r), c.cfg.Now(), audit)
+		return outboxOf(r).Writer.SkipSelected(ctx, p.ids, actor(r), reasonValue(r), c.now(r), audit)
 	}, "/audit")
 }
 
@@ -177,7 +177,7 @@ func (c *Console) discardSelection(w http.ResponseWriter, r *http.Request) {
 	}
 	a := mongo.Action{Name: "discard", Target: heldTarget(p), IDs: p.ids}
 	c.act(w, r, a, func(ctx context.Context, audit bson.ObjectID, _ func(int)) (int, error) {
-		return outboxOf(r).Writer.DiscardSelected(ctx, p.ids, actor(r), reasonValue(r), c.cfg.Now(), audit)
+		return outboxOf(r).Writer.DiscardSelected(ctx, p.ids, actor(r), reasonValue(r), c.now(r), audit)
 	}, "/audit")
 }
 

@@ -19,7 +19,7 @@ type layout struct {
 	// Outbox is the page's outbox, "" for the unnamed one; Outboxes
 	// the selector's choices, set when there are several.
 	Outbox         string
-	Outboxes       []string
+	Outboxes       []outboxChoice
 	RefreshSeconds int
 	Data           any
 	// Error is why the page's data could not be read; the page says so
@@ -77,6 +77,8 @@ var funcs = template.FuncMap{
 	"short":      cut,
 	"ints":       ranges,
 	"canRequeue": canRequeue,
+	// listFilters are the events list's query the selector keeps.
+	"listFilters": func() []string { return listFilters },
 }
 
 // parsePages parses each page with the layout.
@@ -104,7 +106,7 @@ func (c *Console) layoutOf(r *http.Request) layout {
 		l.Outbox = o.Name
 	}
 	if len(c.outboxes) > 1 {
-		l.Outboxes = c.outboxNames()
+		l.Outboxes = c.outboxChoices()
 	}
 	return l
 }

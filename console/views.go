@@ -135,7 +135,7 @@ func (c *Console) overview(r *http.Request) (any, error) {
 			ov.HeldAggregates = &s.Held.Aggregates
 		}
 	}
-	now := c.cfg.Now()
+	now := c.now(r)
 	var err error
 	// Read at each view, not sampled: a pause shows at once.
 	if ov.PausedTypes, err = outboxOf(r).Store.PausedTypes(r.Context()); err != nil {
@@ -164,7 +164,7 @@ type Published struct {
 }
 
 func (c *Console) published(r *http.Request) (any, error) {
-	now := c.cfg.Now()
+	now := c.now(r)
 	counts, err := outboxOf(r).Store.PublishedPerMinute(r.Context(), now.Add(-59*time.Minute), now)
 	if errors.Is(err, mongo.ErrNoPublishChart) {
 		return Published{PerMinute: []int64{}, Unavailable: err.Error()}, nil
@@ -255,7 +255,7 @@ func (c *Console) events(r *http.Request) (any, error) {
 		if err != nil || d < 0 {
 			return nil, errBadRequest{fmt.Sprintf("olderThan %q: want a duration such as 10m or 2h", age)}
 		}
-		eq.CreatedBefore = c.cfg.Now().Add(-d)
+		eq.CreatedBefore = c.now(r).Add(-d)
 	}
 	if after := q.Get("after"); after != "" {
 		mark, err := decodeMark(after)
@@ -315,7 +315,7 @@ func (c *Console) failures(r *http.Request) (any, error) {
 	if g, ok := keptGroups(outboxOf(r)); ok {
 		return g, nil
 	}
-	g, err := outboxOf(r).Store.FailureGroups(r.Context(), c.cfg.Now(), ops.FailureGroupsLimit)
+	g, err := outboxOf(r).Store.FailureGroups(r.Context(), c.now(r), ops.FailureGroupsLimit)
 	g.At = time.Time{} // read for this view: the page says nothing of a schedule
 	return g, err
 }
@@ -368,7 +368,7 @@ func keptFailedPage(o *served, eq mongo.EventQuery) ([]bson.Raw, *mongo.PageMark
 // read on a schedule, or without one read for this view, and the paused
 // types, read at each view: a pause shows at once.
 func (c *Console) held(r *http.Request) (any, error) {
-	now := c.cfg.Now()
+	now := c.now(r)
 	h, ok := events.Holders{}, false
 	if outboxOf(r).Lists != nil {
 		h, ok = outboxOf(r).Lists.LatestHolders()

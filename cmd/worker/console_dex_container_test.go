@@ -65,6 +65,7 @@ func TestContainerConsoleBehindDex(t *testing.T) {
 		code, body := consoleGet(ctx, base+"/api/overview")
 		return code == http.StatusUnauthorized, "the console asking for a session: " + body
 	})
+	waitConsoleOutboxes(t, p, 1)
 
 	otto := dexBrowser(ctx, t, base, "otto@example.com", "(operator)")
 	if code, body := otto.act(ctx, t, "/events/to-requeue/requeue", nil); code != http.StatusSeeOther {

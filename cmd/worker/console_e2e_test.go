@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -103,6 +104,17 @@ func startConsole(t *testing.T, env map[string]string) *workerproc.Proc {
 	return p
 }
 
+// waitConsoleOutboxes waits until n outboxes of the console p serves are
+// available: it serves at once, and each outbox once its database has
+// answered.
+func waitConsoleOutboxes(t *testing.T, p *workerproc.Proc, n int) {
+	t.Helper()
+	testenv.Eventually(t, time.Minute, func() (bool, string) {
+		log := p.LogSince(0)
+		return strings.Count(log, `"console outbox available"`) >= n, fmt.Sprintf("%d outboxes of the console available", n)
+	})
+}
+
 func consoleGet(ctx context.Context, url string) (int, string) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -147,6 +159,7 @@ func TestConsoleActions(t *testing.T) {
 		code, body := consoleGet(ctx, base+"/api/overview")
 		return code == http.StatusUnauthorized, "the console asking for credentials: " + body
 	})
+	waitConsoleOutboxes(t, p, 1)
 	form := url.Values{"reason": {"the route exists now"}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/events/bad-2/requeue", strings.NewReader(form.Encode()))
 	if err != nil {
