@@ -80,6 +80,8 @@ type Claimer struct {
 	// draining is whether the last claim stopped at a bound
 	// (events.ClaimLimit.Draining).
 	draining atomic.Bool
+	// idle is since when claims find nothing: the schedule backs off.
+	idle idleSince
 	// batch sizes claims after the database's timeouts, and writes times
 	// the claims' writes so that the fence gives them what they need.
 	batch  *batchLimit
@@ -129,7 +131,8 @@ func New(store Store, pub Publisher, cfg Config) (*Claimer, error) {
 	c.trace = newTracing(cfg, pub)
 	c.metrics.ClaimBatchLimit.Set(float64(cfg.BatchSize))
 	var err error
-	c.job, err = schedule.New(schedule.Config{Name: "claim", Schedule: cfg.Schedule, Run: c.runOnce, Logger: cfg.Logger})
+	c.job, err = schedule.New(schedule.Config{Name: "claim", Schedule: cfg.Schedule, Run: c.runOnce, Logger: cfg.Logger,
+		IdleSince: c.idle.get, IdleMax: cfg.IdleMax})
 	if err != nil {
 		return nil, err
 	}
@@ -146,6 +149,10 @@ func (c *Claimer) Trigger() { c.job.Trigger() }
 // it runs nothing early and returns how long the backoff has left (see
 // schedule.Job.Wake). For requests from outside the worker.
 func (c *Claimer) Wake() (backoffLeft time.Duration) { return c.job.Wake() }
+
+// IdleSince is since when this worker's claims have found nothing to
+// claim (the schedule backs off meanwhile), zero while they find events.
+func (c *Claimer) IdleSince() time.Time { return c.idle.get() }
 
 // LastRun is when the last successful claim run finished; zero before the
 // first.
@@ -238,6 +245,7 @@ func (c *Claimer) runOnce(ctx context.Context) (more bool, err error) {
 	c.noteRejected(res.Rejected)
 	claimed, full := res.Claimed, res.More
 	c.metrics.ClaimBatchLimit.Set(float64(c.batch.succeeded(len(claimed)+len(res.Rejected), !full)))
+	c.idle.note(len(claimed)+len(res.Rejected) == 0 && !full, c.cfg.Local())
 	if len(claimed) == 0 {
 		c.metrics.ClaimRuns.WithLabelValues(metrics.ClaimIdle).Inc()
 		return full, nil

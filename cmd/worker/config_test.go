@@ -37,6 +37,7 @@ func defaultConfig() Config {
 		AMQPURL:          "amqp://guest:guest@localhost:5672/",
 		AMQPExchange:     "events",
 		ClaimSchedule:    "@every 1s",
+		ClaimIdleMax:     claim.IdleMaxDefault,
 		WakeOnInsert:     true,
 		BatchSize:        500,
 		BatchBytes:       64 << 20,

@@ -37,6 +37,7 @@ var fleetFieldSettings = map[string]string{
 	"exchange":              "OUTBOX_AMQP_EXCHANGE",
 	"batch_size":            "OUTBOX_BATCH_SIZE",
 	"claim_schedule":        "OUTBOX_CLAIM_SCHEDULE",
+	"claim_idle_max":        "OUTBOX_CLAIM_IDLE_MAX",
 	"recovery_schedule":     "OUTBOX_RECOVERY_SCHEDULE",
 	"wake_on_insert":        "OUTBOX_WAKE_ON_INSERT",
 	"max_attempts":          "OUTBOX_MAX_ATTEMPTS",

@@ -106,7 +106,7 @@ func newRelayedOutbox(oc outboxConfig, client *driver.Client, logger *slog.Logge
 	}
 	o.claimer, err = claim.New(o.store, o.publisher, claim.Config{
 		Archetype: arch, Owner: o.owner, RoundTrip: o.clock.RoundTrip,
-		WorkerID: cfg.WorkerID, Schedule: cfg.ClaimSchedule, BatchSize: cfg.BatchSize, BatchBytes: cfg.BatchBytes,
+		WorkerID: cfg.WorkerID, Schedule: cfg.ClaimSchedule, IdleMax: cfg.ClaimIdleMax, BatchSize: cfg.BatchSize, BatchBytes: cfg.BatchBytes,
 		MaxAttempts: cfg.MaxAttempts, MaxBodyBytes: cfg.MaxMessageBytes, PublishTimeout: cfg.PublishTimeout,
 		RetryMin: cfg.RetryMin, RetryMax: cfg.RetryMax, StaleAfter: cfg.StaleAfter,
 		Ordering: cfg.Ordering, AfterFailed: cfg.OrderingAfterFailed,
