@@ -64,8 +64,9 @@ type relayedOutbox struct {
 // newRelayedOutbox builds the services of one outbox, each package's
 // Config once and whole, from oc (which loadConfig has validated), its
 // database client (shared by the outboxes of its cluster), its metrics
-// (labelled with its name) and the worker's tracer.
-func newRelayedOutbox(oc outboxConfig, client *driver.Client, logger *slog.Logger, m *metrics.Metrics, tracer *telemetry.Provider) (*relayedOutbox, error) {
+// (labelled with its name), the worker's tracer and its change streams
+// (one per database, which the outboxes of a database share).
+func newRelayedOutbox(oc outboxConfig, client *driver.Client, logger *slog.Logger, m *metrics.Metrics, tracer *telemetry.Provider, streams *wake.Streams) (*relayedOutbox, error) {
 	cfg := oc.Config
 	o := &relayedOutbox{name: oc.Name, cfg: cfg, oc: oc, metrics: m, cancel: func() {}, logger: logger.With("outbox", oc.Name)}
 	storeCfg := mongoStoreConfig(cfg, o.logger)
@@ -116,7 +117,7 @@ func newRelayedOutbox(oc outboxConfig, client *driver.Client, logger *slog.Logge
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
-	o.waker, err = wake.New(wake.Config{Collection: o.store.Collection(), Trigger: o.claimer.Trigger, Logger: o.logger})
+	o.waker, err = wake.New(wake.Config{Collection: o.store.Collection(), Trigger: o.claimer.Trigger, Logger: o.logger, Streams: streams})
 	if err != nil {
 		return nil, err
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/outboxrelay/outbox/ops"
 	"github.com/outboxrelay/outbox/ownership"
 	"github.com/outboxrelay/outbox/service"
+	"github.com/outboxrelay/outbox/wake"
 )
 
 // startStopper is anything the worker starts and stops.
@@ -58,6 +59,9 @@ type worker struct {
 	reg      *prometheus.Registry
 	process  *metrics.Metrics // the process's collectors
 	monitor  *event.CommandMonitor
+	// streams are the change streams that wake the outboxes: one per
+	// database, shared by its outboxes (wake.Streams).
+	streams *wake.Streams
 	// reload reads the outboxes again (SIGHUP), hup delivers the signal;
 	// both nil: no reload (tests that build a worker in process).
 	reload func() ([]outboxConfig, error)
@@ -88,7 +92,7 @@ func newWorker(cfg Config, logger *slog.Logger, tracer *telemetry.Provider) (*wo
 		logger.Warn("OUTBOX_TRACE_MONGO has no effect while tracing is off (OTEL_TRACES_EXPORTER unset or none)")
 	}
 	w := &worker{cfg: cfg, logger: logger, clients: map[string]*driver.Client{}, tracer: tracer,
-		reg: reg, process: process, monitor: monitor}
+		reg: reg, process: process, monitor: monitor, streams: wake.NewStreams(wake.StreamsConfig{Logger: logger})}
 	fail := func(err error) (*worker, error) {
 		_ = w.disconnect(context.Background()) // nothing was connected: Connect only starts the pools
 		return nil, err
@@ -131,7 +135,7 @@ func (w *worker) newOutbox(oc outboxConfig) (*relayedOutbox, error) {
 		}
 	}
 	m := metrics.NewOutbox(outboxRegisterer(w.reg, oc.Name), w.process)
-	o, err := newRelayedOutbox(oc, client, w.logger, m, w.tracer)
+	o, err := newRelayedOutbox(oc, client, w.logger, m, w.tracer, w.streams)
 	if err != nil {
 		m.Unregister(outboxRegisterer(w.reg, oc.Name))
 		return nil, w.named(oc.Name, err)
