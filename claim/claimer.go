@@ -193,6 +193,10 @@ func (c *Claimer) runOnce(ctx context.Context) (more bool, err error) {
 		return false, nil
 	default:
 	}
+	// Only a claim that read the outbox and found nothing keeps the
+	// schedule backing off (see idleSince); any other outcome ends it.
+	empty := false
+	defer func() { c.idle.note(empty, c.cfg.Local()) }()
 	// The events of a claim that failed go back to NEW whether or not
 	// the broker is ready: releasing them needs only the database, and
 	// left PROCESSING they would wait for recovery and lose an attempt.
@@ -245,7 +249,7 @@ func (c *Claimer) runOnce(ctx context.Context) (more bool, err error) {
 	c.noteRejected(res.Rejected)
 	claimed, full := res.Claimed, res.More
 	c.metrics.ClaimBatchLimit.Set(float64(c.batch.succeeded(len(claimed)+len(res.Rejected), !full)))
-	c.idle.note(len(claimed)+len(res.Rejected) == 0 && !full, c.cfg.Local())
+	empty = len(claimed)+len(res.Rejected) == 0 && !full
 	if len(claimed) == 0 {
 		c.metrics.ClaimRuns.WithLabelValues(metrics.ClaimIdle).Inc()
 		return full, nil

@@ -6,10 +6,12 @@ import (
 )
 
 // idleSince is since when claims have found nothing, for the schedule's
-// back-off (schedule.Config.IdleSince). Only a claim that read the outbox
-// moves it: one that owned nothing, or waited for the broker, read
-// nothing and cost nothing, and one that failed is the schedule's
-// failure back-off's to space out.
+// back-off (schedule.Config.IdleSince), and the sampler's. Only a claim
+// that read the outbox and found nothing starts or keeps it: one that
+// waited for the broker, owned nothing or failed ends it, so that a relay
+// that is blocked rather than idle keeps its gauges sampled (its failed
+// runs are spaced by the schedule's failure back-off; the others read
+// nothing).
 type idleSince struct{ at atomic.Int64 } // unix nanoseconds; 0 while claims find events
 
 // note records a claim that read the outbox at now: empty when it found

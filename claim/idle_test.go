@@ -54,3 +54,37 @@ func TestIdleClaimsBackOff(t *testing.T) {
 	testenv.Receive(t, r.deliveries, ids, waitFor)
 	testenv.Eventually(t, waitFor, func() (bool, string) { return !c.IdleSince().IsZero(), "claims idle again after the event" })
 }
+
+// emptyStore is a Store with nothing to claim.
+type emptyStore struct{ Store }
+
+func (emptyStore) ReadClaimable(context.Context, time.Time, events.ClaimLimit) ([]bson.Raw, bool, error) {
+	return nil, false, nil
+}
+
+// Only a claim that read the outbox and found nothing makes it idle, and
+// keeps it idle from its first such claim; a claim that waited for the
+// broker ends the idle: a relay that is blocked is not idle, and its
+// gauges keep being sampled.
+func TestIdleSinceOnlyForEmptyReads(t *testing.T) {
+	t.Parallel()
+	pub := &switchPublisher{} // nothing is claimed: nothing is published
+	c, _ := newClaimer(t, emptyStore{}, pub, Config{})
+	if !c.IdleSince().IsZero() {
+		t.Fatal("IdleSince before any claim is set, want zero")
+	}
+	runOnce(t, c)
+	first := c.IdleSince()
+	if first.IsZero() {
+		t.Fatal("IdleSince after a claim that found nothing is zero")
+	}
+	runOnce(t, c)
+	if got := c.IdleSince(); !got.Equal(first) {
+		t.Errorf("IdleSince after a second empty claim = %s, want the first's %s", got, first)
+	}
+	pub.down.Store(true)
+	runOnce(t, c)
+	if got := c.IdleSince(); !got.IsZero() {
+		t.Errorf("IdleSince after a claim paused for the broker = %s, want zero", got)
+	}
+}

@@ -154,7 +154,7 @@ func newRelayedOutbox(oc outboxConfig, client *driver.Client, logger *slog.Logge
 	// are never missing while a worker runs that can read the outbox, and
 	// the load of a sample per replica lasts only as long as the fault.
 	o.sampler, err = ops.NewSampler(ops.SamplerConfig{
-		Archetype: arch, Yield: o.claimer.Slow,
+		Archetype: arch, Yield: o.claimer.Slow, IdleSince: o.claimer.IdleSince,
 		Store: o.store, StaleAfter: cfg.StaleAfter, Held: held, FailedHolds: failedHolds, Paused: o.store,
 		Active: func() bool { return o.owner.Leads() || o.owner.Leaderless() },
 	})
