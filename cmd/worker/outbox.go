@@ -139,7 +139,7 @@ func newRelayedOutbox(oc outboxConfig, client *driver.Client, logger *slog.Logge
 		o.owner.ClockJumped(jump)
 		o.recoverer.ClockJumped(jump)
 	})
-	cleaner, err := retention.New(o.store, retention.Config{Archetype: arch, Yield: o.claimer.Slow, Retention: cfg.Retention})
+	cleaner, err := retention.New(o.store, retention.Config{Archetype: arch, Yield: o.claimer.Slow, IdleSince: o.claimer.IdleSince, Retention: cfg.Retention})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
