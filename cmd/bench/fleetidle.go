@@ -58,7 +58,8 @@ type FleetIdleRun struct {
 
 // fleetIdleVariants are the worker runs the stage compares: the
 // defaults on the whole fleet, then the idle back-off off (a cap of one
-// tick) on a tenth of it. 200 outboxes polling every second are more
+// tick) on a tenth of it, then the whole fleet with a stale threshold
+// of ten minutes, the lever on the ownership's cost. 200 outboxes polling every second are more
 // than embedded FerretDB on two cores answers (measured: its pool of 100
 // connections stayed exhausted, ownership rounds timed out); a tenth
 // gives the cost per outbox without the back-off.
@@ -68,6 +69,8 @@ var fleetIdleVariants = []struct {
 }{
 	{"defaults", "", 1},
 	{"no idle back-off", "OUTBOX_CLAIM_IDLE_MAX=1s", 10},
+	// Terms of 5 minutes: the ownership's rounds and renewals every 100 s.
+	{"stale threshold 10m", "OUTBOX_STALE_AFTER=10m", 1},
 }
 
 // fleetIdle starts one worker on a fleet file of idle outboxes spread
