@@ -13,13 +13,13 @@ import (
 	"github.com/outboxrelay/outbox/events"
 )
 
-// Fleet-fair's shape: 20 outboxes, each written 5 events/s, one of them
-// then given a backlog at once (-fair-flood); the steady outboxes'
-// latency before the flood is measured over fairBefore after fairWarm.
+// Fleet-fair's shape: 20 outboxes, each written -fair-rate events/s (the
+// issue's 5), one of them then given a backlog at once (-fair-flood); the
+// steady outboxes' latency before the flood is measured over fairBefore
+// after fairWarm.
 const (
 	fairOutboxes  = 20
 	fairDatabases = 2
-	fairRate      = 5.0 // events/s per outbox
 	fairWarm      = 10 * time.Second
 	fairBefore    = 30 * time.Second
 	// fairDrainMax bounds the wait for the flood to drain.
@@ -55,7 +55,7 @@ type FleetFairRun struct {
 // fleetFair measures the flood alone, then beside the steady outboxes on
 // one replica and on three.
 func (b *bench) fleetFair(ctx context.Context) error {
-	f := FleetFair{Outboxes: fairOutboxes, Rate: fairRate, Flood: b.cfg.FairFlood}
+	f := FleetFair{Outboxes: fairOutboxes, Rate: b.cfg.FairRate, Flood: b.cfg.FairFlood}
 	alone, err := b.fairAlone(ctx)
 	if err != nil {
 		return fmt.Errorf("flood alone: %w", err)
@@ -133,7 +133,7 @@ func (b *bench) fairRun(ctx context.Context, replicas int) (FleetFairRun, error)
 	defer func() { _ = stopAll(ws) }()
 	prodCtx, stopProducers := context.WithCancel(ctx)
 	p := &steadyProducers{created: map[string]time.Time{}}
-	p.start(prodCtx, boxes.colls[1:], fairRate)
+	p.start(prodCtx, boxes.colls[1:], b.cfg.FairRate)
 	defer func() { stopProducers(); p.wg.Wait() }()
 	if !sleepCtx(ctx, fairWarm+fairBefore) {
 		return run, ctx.Err()

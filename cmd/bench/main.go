@@ -84,6 +84,8 @@ type config struct {
 	FleetDatabases int
 	// FairFlood is the backlog the fleet-fair stage floods one outbox with.
 	FairFlood int
+	// FairRate is the events/s each steady outbox of fleet-fair is written.
+	FairRate float64
 	// Baseline is a second worker binary (an earlier build) that the slow
 	// stages run too, for before/after figures from the same run.
 	Baseline string
@@ -168,6 +170,7 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	fs.IntVar(&c.FleetOutboxes, "fleet-outboxes", envInt(getenv, "OUTBOX_BENCH_FLEET_OUTBOXES", 200), "outboxes of the fleet-idle stage (env OUTBOX_BENCH_FLEET_OUTBOXES)")
 	fs.IntVar(&c.FleetDatabases, "fleet-databases", envInt(getenv, "OUTBOX_BENCH_FLEET_DATABASES", 20), "databases the fleet-idle stage's outboxes are spread over (env OUTBOX_BENCH_FLEET_DATABASES)")
 	fs.IntVar(&c.FairFlood, "fair-flood", envInt(getenv, "OUTBOX_BENCH_FAIR_FLOOD", 5000), "events the fleet-fair stage floods one outbox with at once (env OUTBOX_BENCH_FAIR_FLOOD; the issue's 100,000 takes over 15 minutes to drain on FerretDB)")
+	fs.Float64Var(&c.FairRate, "fair-rate", envFloat(getenv, "OUTBOX_BENCH_FAIR_RATE", 5), "events/s written to each steady outbox of the fleet-fair stage (env OUTBOX_BENCH_FAIR_RATE)")
 	workerEnv := fs.String("worker-env", "", "extra environment of the worker processes, comma-separated KEY=VALUE (e.g. GOMAXPROCS=1)")
 	only := fs.String("only", "", "comma-separated stages to run ("+strings.Join(stageKeys(stages()), ", ")+"); empty runs all but the opt-in "+strings.Join(optInKeys(stages()), " and "))
 	if err := fs.Parse(args); err != nil {
@@ -213,8 +216,8 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 			c.PausedHead, c.HeldHead, c.StarveHealthy, c.StarveTimeout, starveReplicas)
 	case c.FleetOutboxes < 1 || c.FleetDatabases < 1 || c.FleetDatabases > c.FleetOutboxes || c.FleetOutboxes > 999:
 		return config{}, fmt.Errorf("-fleet-outboxes %d, -fleet-databases %d: want 1 to 999 outboxes over 1 to as many databases", c.FleetOutboxes, c.FleetDatabases)
-	case c.FairFlood < 1:
-		return config{}, fmt.Errorf("-fair-flood %d: want at least 1", c.FairFlood)
+	case c.FairFlood < 1 || c.FairRate <= 0:
+		return config{}, fmt.Errorf("-fair-flood %d, -fair-rate %g: want at least 1 event and a rate above 0", c.FairFlood, c.FairRate)
 	case c.RetentionEvents < 1:
 		return config{}, fmt.Errorf("-retention-events %d: want at least 1", c.RetentionEvents)
 	case c.ClaimNew < c.BatchSize || c.ClaimRuns < 1:
@@ -227,6 +230,14 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 // (the flag's own check then reports a bad one).
 func envInt(getenv func(string) string, key string, def int) int {
 	if n, err := strconv.Atoi(getenv(key)); err == nil {
+		return n
+	}
+	return def
+}
+
+// envFloat is key's number, or def when it is unset or not a number.
+func envFloat(getenv func(string) string, key string, def float64) float64 {
+	if n, err := strconv.ParseFloat(getenv(key), 64); err == nil {
 		return n
 	}
 	return def
