@@ -86,6 +86,8 @@ type config struct {
 	FairFlood int
 	// FairRate is the events/s each steady outbox of fleet-fair is written.
 	FairRate float64
+	// FairDrainMax bounds the wait for fleet-fair's flood to drain.
+	FairDrainMax time.Duration
 	// Baseline is a second worker binary (an earlier build) that the slow
 	// stages run too, for before/after figures from the same run.
 	Baseline string
@@ -171,6 +173,7 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	fs.IntVar(&c.FleetDatabases, "fleet-databases", envInt(getenv, "OUTBOX_BENCH_FLEET_DATABASES", 20), "databases the fleet-idle stage's outboxes are spread over (env OUTBOX_BENCH_FLEET_DATABASES)")
 	fs.IntVar(&c.FairFlood, "fair-flood", envInt(getenv, "OUTBOX_BENCH_FAIR_FLOOD", 5000), "events the fleet-fair stage floods one outbox with at once (env OUTBOX_BENCH_FAIR_FLOOD; the issue's 100,000 takes over 15 minutes to drain on FerretDB)")
 	fs.Float64Var(&c.FairRate, "fair-rate", envFloat(getenv, "OUTBOX_BENCH_FAIR_RATE", 5), "events/s written to each steady outbox of the fleet-fair stage (env OUTBOX_BENCH_FAIR_RATE)")
+	fs.DurationVar(&c.FairDrainMax, "fair-drain-max", 10*time.Minute, "longest wait for the fleet-fair flood to drain; a flood that has not is reported with how far it got")
 	workerEnv := fs.String("worker-env", "", "extra environment of the worker processes, comma-separated KEY=VALUE (e.g. GOMAXPROCS=1)")
 	only := fs.String("only", "", "comma-separated stages to run ("+strings.Join(stageKeys(stages()), ", ")+"); empty runs all but the opt-in "+strings.Join(optInKeys(stages()), " and "))
 	if err := fs.Parse(args); err != nil {
@@ -216,7 +219,7 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 			c.PausedHead, c.HeldHead, c.StarveHealthy, c.StarveTimeout, starveReplicas)
 	case c.FleetOutboxes < 1 || c.FleetDatabases < 1 || c.FleetDatabases > c.FleetOutboxes || c.FleetOutboxes > 999:
 		return config{}, fmt.Errorf("-fleet-outboxes %d, -fleet-databases %d: want 1 to 999 outboxes over 1 to as many databases", c.FleetOutboxes, c.FleetDatabases)
-	case c.FairFlood < 1 || c.FairRate <= 0:
+	case c.FairFlood < 1 || c.FairRate <= 0 || c.FairDrainMax <= 0:
 		return config{}, fmt.Errorf("-fair-flood %d, -fair-rate %g: want at least 1 event and a rate above 0", c.FairFlood, c.FairRate)
 	case c.RetentionEvents < 1:
 		return config{}, fmt.Errorf("-retention-events %d: want at least 1", c.RetentionEvents)
