@@ -57,13 +57,15 @@ func NewStreams(cfg StreamsConfig) *Streams {
 
 // join adds notify for inserts into coll to its database's stream,
 // starting the stream for the database's first watcher, and returns it.
-func (s *Streams) join(coll *mongo.Collection, notify func()) *dbStream {
+// The stream runs on ctx's values, not its cancellation: the last
+// watcher's leave ends it.
+func (s *Streams) join(ctx context.Context, coll *mongo.Collection, notify func()) *dbStream {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	key := dbKey{coll.Database().Client(), coll.Database().Name()}
 	st := s.dbs[key]
 	if st == nil {
-		st = newDBStream(coll.Database(), s.cfg)
+		st = newDBStream(ctx, coll.Database(), s.cfg)
 		s.dbs[key] = st
 	}
 	st.add(coll.Name(), notify)
@@ -102,14 +104,13 @@ type dbStream struct {
 	done   chan struct{}
 }
 
-func newDBStream(db *mongo.Database, cfg StreamsConfig) *dbStream {
+func newDBStream(ctx context.Context, db *mongo.Database, cfg StreamsConfig) *dbStream {
 	st := &dbStream{db: db, cfg: cfg, logger: cfg.Logger.With("database", db.Name()),
 		subs: map[string]func(){}, changed: make(chan struct{}, 1), done: make(chan struct{})}
 	st.mode.Store(ModeStarting)
 	// The stream outlives the start of the watcher that opened it: it is
 	// the last watcher's Stop that ends it.
-	var ctx context.Context
-	ctx, st.cancel = context.WithCancel(context.Background())
+	ctx, st.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	go func() {
 		defer close(st.done)
 		st.run(ctx)

@@ -118,7 +118,7 @@ func (w *Watcher) Start(ctx context.Context) error {
 		defer w.wg.Done()
 		w.debounce(ctx)
 	}()
-	w.stream.Store(w.cfg.Streams.join(w.cfg.Collection, w.notify))
+	w.stream.Store(w.cfg.Streams.join(ctx, w.cfg.Collection, w.notify))
 	return nil
 }
 
