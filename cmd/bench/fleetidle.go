@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -80,6 +81,9 @@ var fleetIdleVariants = []struct {
 func (b *bench) fleetIdle(ctx context.Context) error {
 	f := FleetIdle{Outboxes: b.cfg.FleetOutboxes, Databases: b.cfg.FleetDatabases}
 	for _, v := range fleetIdleVariants {
+		if len(b.cfg.FleetVariants) > 0 && !slices.Contains(b.cfg.FleetVariants, v.name) {
+			continue
+		}
 		n, dbs := max(b.cfg.FleetOutboxes/v.share, 1), max(b.cfg.FleetDatabases/v.share, 1)
 		run, err := b.fleetIdleRun(ctx, v.name, v.env, n, dbs)
 		if err != nil {

@@ -82,6 +82,8 @@ type config struct {
 	// FleetOutboxes and FleetDatabases size the fleet stages' fleet file.
 	FleetOutboxes  int
 	FleetDatabases int
+	// FleetVariants, when set, are the only fleet-idle runs made, by name.
+	FleetVariants []string
 	// FairFlood is the backlog the fleet-fair stage floods one outbox with.
 	FairFlood int
 	// FairRate is the events/s each steady outbox of fleet-fair is written.
@@ -174,6 +176,7 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	fs.IntVar(&c.FairFlood, "fair-flood", envInt(getenv, "OUTBOX_BENCH_FAIR_FLOOD", 5000), "events the fleet-fair stage floods one outbox with at once (env OUTBOX_BENCH_FAIR_FLOOD; the issue's 100,000 takes over 15 minutes to drain on FerretDB)")
 	fs.Float64Var(&c.FairRate, "fair-rate", envFloat(getenv, "OUTBOX_BENCH_FAIR_RATE", 5), "events/s written to each steady outbox of the fleet-fair stage (env OUTBOX_BENCH_FAIR_RATE)")
 	fs.DurationVar(&c.FairDrainMax, "fair-drain-max", 10*time.Minute, "longest wait for the fleet-fair flood to drain; a flood that has not is reported with how far it got")
+	fleetVariants := fs.String("fleet-idle-runs", getenv("OUTBOX_BENCH_FLEET_IDLE_RUNS"), "comma-separated names of the fleet-idle runs to make (defaults, no idle back-off, stale threshold 10m); empty makes all (env OUTBOX_BENCH_FLEET_IDLE_RUNS)")
 	workerEnv := fs.String("worker-env", "", "extra environment of the worker processes, comma-separated KEY=VALUE (e.g. GOMAXPROCS=1)")
 	only := fs.String("only", "", "comma-separated stages to run ("+strings.Join(stageKeys(stages()), ", ")+"); empty runs all but the opt-in "+strings.Join(optInKeys(stages()), " and "))
 	if err := fs.Parse(args); err != nil {
@@ -188,6 +191,11 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 			return config{}, fmt.Errorf("-replicas %q: want a list of counts from 1 to 16", *replicas)
 		}
 		c.Replicas = append(c.Replicas, n)
+	}
+	if *fleetVariants != "" {
+		for _, v := range strings.Split(*fleetVariants, ",") {
+			c.FleetVariants = append(c.FleetVariants, strings.TrimSpace(v))
+		}
 	}
 	if *workerEnv != "" {
 		for _, kv := range strings.Split(*workerEnv, ",") {
