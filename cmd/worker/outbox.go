@@ -124,7 +124,7 @@ func newRelayedOutbox(oc outboxConfig, client *driver.Client, logger *slog.Logge
 	// Periodic work that can wait yields to the relay while the database
 	// is slowing claims down.
 	o.recoverer, err = recovery.New(o.store, recovery.Config{
-		Archetype: arch, Yield: o.claimer.Slow,
+		Archetype: arch, Yield: o.claimer.Slow, OnReset: o.claimer.Trigger,
 		Schedule: cfg.RecoverySchedule, StaleAfter: cfg.StaleAfter, MaxAttempts: cfg.MaxAttempts,
 		Margin: cfg.StaleAfter / 2 / ownership.MarginDivisorDefault,
 	})
