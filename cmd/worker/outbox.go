@@ -59,6 +59,9 @@ type relayedOutbox struct {
 	// startMu is held while the outbox starts, so that a stop waits for
 	// the start to have returned before it reads started.
 	startMu sync.Mutex
+	// gate bounds the outboxes that prepare their collections at once
+	// (the worker's; nil: unbounded).
+	gate startGate
 }
 
 // newRelayedOutbox builds the services of one outbox, each package's
@@ -275,9 +278,12 @@ func (o *relayedOutbox) prepareStore(ctx context.Context) error {
 	go func() { syncErr = o.clock.Sync(syncCtx); close(synced) }()
 	retry := backoff.Backoff{Min: 500 * time.Millisecond, Max: 30 * time.Second}
 	for {
-		attemptCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := o.prepareSchema(attemptCtx)
-		cancel()
+		// The attempt's time starts in its slot (see startGate).
+		err := o.gate.attempt(ctx, func(ctx context.Context) error {
+			attemptCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			return o.prepareSchema(attemptCtx)
+		})
 		if err == nil {
 			break
 		}

@@ -62,6 +62,8 @@ type worker struct {
 	// streams are the change streams that wake the outboxes: one per
 	// database, shared by its outboxes (wake.Streams).
 	streams *wake.Streams
+	// gate bounds the outboxes that prepare their collections at once.
+	gate startGate
 	// reload reads the outboxes again (SIGHUP), hup delivers the signal;
 	// both nil: no reload (tests that build a worker in process).
 	reload func() ([]outboxConfig, error)
@@ -92,7 +94,7 @@ func newWorker(cfg Config, logger *slog.Logger, tracer *telemetry.Provider) (*wo
 		logger.Warn("OUTBOX_TRACE_MONGO has no effect while tracing is off (OTEL_TRACES_EXPORTER unset or none)")
 	}
 	w := &worker{cfg: cfg, logger: logger, clients: map[string]*driver.Client{}, tracer: tracer,
-		reg: reg, process: process, monitor: monitor, streams: wake.NewStreams(wake.StreamsConfig{Logger: logger})}
+		reg: reg, process: process, monitor: monitor, streams: wake.NewStreams(wake.StreamsConfig{Logger: logger}), gate: newStartGate(startsAtOnce)}
 	fail := func(err error) (*worker, error) {
 		_ = w.disconnect(context.Background()) // nothing was connected: Connect only starts the pools
 		return nil, err
@@ -140,6 +142,7 @@ func (w *worker) newOutbox(oc outboxConfig) (*relayedOutbox, error) {
 		m.Unregister(outboxRegisterer(w.reg, oc.Name))
 		return nil, w.named(oc.Name, err)
 	}
+	o.gate = w.gate
 	return o, nil
 }
 
