@@ -3,6 +3,7 @@ package wake
 import (
 	"cmp"
 	"context"
+	"errors"
 	"log/slog"
 	"maps"
 	"slices"
@@ -260,6 +261,14 @@ func (st *dbStream) serve(ctx context.Context, colls []string, subs map[string]f
 		*token = nil
 		notifyAll(subs)
 		return streamRetry, nil
+	case err != nil && unauthorized(err):
+		// A role that grants changeStream on each outbox collection, as
+		// deploy/mongodb/roles.js did, does not cover the database's
+		// stream: say so loudly, it is a setting to fix, not a server's
+		// limit.
+		st.mode.Store(ModePolling)
+		st.logger.Warn("the change stream of the database is not authorized (it needs changeStream and find on the database): claims run on the schedule only", "error", err)
+		return streamEnded, nil
 	case err != nil && unsupported(err):
 		st.mode.Store(ModePolling)
 		st.logger.Info("change streams are not supported here (standalone server or FerretDB): claims run on the schedule only", "error", err)
@@ -293,4 +302,11 @@ func (st *dbStream) serve(ctx context.Context, colls []string, subs map[string]f
 		return streamRetry, nil
 	}
 	return streamRetry, err
+}
+
+// unauthorized reports whether the server refused the stream for want of
+// a privilege (Unauthorized, code 13).
+func unauthorized(err error) bool {
+	var se mongo.ServerError
+	return errors.As(err, &se) && se.HasErrorCode(13)
 }
