@@ -252,7 +252,7 @@ func (st *dbStream) serve(ctx context.Context, colls []string, subs map[string]f
 	if *token != nil {
 		opts.SetResumeAfter(*token)
 	}
-	cs, err := st.db.Watch(ctx, dbPipeline(colls), opts)
+	cs, err := st.open(ctx, colls, opts)
 	switch {
 	case ctx.Err() != nil:
 		return streamRetry, nil
@@ -263,9 +263,9 @@ func (st *dbStream) serve(ctx context.Context, colls []string, subs map[string]f
 		return streamRetry, nil
 	case err != nil && unauthorized(err):
 		// A role that grants changeStream on each outbox collection, as
-		// deploy/mongodb/roles.js did, does not cover the database's
-		// stream: say so loudly, it is a setting to fix, not a server's
-		// limit.
+		// deploy/mongodb/roles.js does, does not cover the stream of a
+		// database of several outboxes: say so loudly, it is a setting
+		// to fix, not a server's limit.
 		st.mode.Store(ModePolling)
 		st.logger.Warn("the change stream of the database is not authorized (it needs changeStream and find on the database): claims run on the schedule only", "error", err)
 		return streamEnded, nil
@@ -302,6 +302,20 @@ func (st *dbStream) serve(ctx context.Context, colls []string, subs map[string]f
 		return streamRetry, nil
 	}
 	return streamRetry, err
+}
+
+// open opens the stream: on the collection while it is the database's
+// only watched one, otherwise on the database. A database of one outbox
+// (every deployment of one outbox) so needs no more privilege than the
+// collection's changeStream and find, which the least-privilege role of
+// deploy/mongodb/roles.js grants; only a database of several outboxes
+// needs them on the database. A resume token of one kind of stream that
+// the other cannot resume from is met as any token that cannot resume.
+func (st *dbStream) open(ctx context.Context, colls []string, opts *options.ChangeStreamOptionsBuilder) (*mongo.ChangeStream, error) {
+	if len(colls) == 1 {
+		return st.db.Collection(colls[0]).Watch(ctx, dbPipeline(colls), opts)
+	}
+	return st.db.Watch(ctx, dbPipeline(colls), opts)
 }
 
 // unauthorized reports whether the server refused the stream for want of
