@@ -87,7 +87,7 @@ func (o Outbox) Settings() []Setting {
 func Fields() []string {
 	full := Outbox{
 		MongoURI: "x", Database: "x", Collection: "x", Exchange: "x", BatchSize: "x", ClaimSchedule: "x",
-		RecoverySchedule: "x", WakeOnInsert: "x", MaxAttempts: "x", Ordering: "x", OrderingAfterFailed: "x",
+		ClaimIdleMax: "x", RecoverySchedule: "x", WakeOnInsert: "x", MaxAttempts: "x", Ordering: "x", OrderingAfterFailed: "x",
 		MessageFormat: "x", CloudEventsSource: "x", CloudEventsPrefix: "x", Retention: "x",
 	}
 	var names []string
