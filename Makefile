@@ -220,3 +220,8 @@ CHECK_ORDER_DURATION := $(or $(OUTBOX_TEST_CHECK_DURATION),$(if $(OUTBOX_TEST_CH
 check-order: ## Hunt interleavings of the ordered claim as long as asked (OUTBOX_TEST_CHECK_DURATION=10m or OUTBOX_TEST_CHECK_SEEDS=n), then the real store on FerretDB (OUTBOX_TEST_STORE_CHECK_SEEDS=20): prints seeds per minute, operations explored, the states the known holes need, and any failing seed
 	OUTBOX_TEST_CHECK_DURATION=$(CHECK_ORDER_DURATION) $(GO) test -run TestInterleavingsChecker -count=1 -v -timeout 0 ./claim/plan/check/
 	OUTBOX_TEST_STORE_CHECK_SEEDS=$(or $(OUTBOX_TEST_STORE_CHECK_SEEDS),20) $(GO) test -run TestInterleavingsChecker -count=1 -v -timeout 0 ./mongo/
+
+.PHONY: bench-fleet
+bench-fleet: ## Only the opt-in fleet stages (fleet-idle: 200 idle outboxes in 20 databases, commands/s, RSS per outbox, first-event wait; fleet-fair: 20 outboxes, one flooded; many minutes on FerretDB); writes results/fleet/
+	$(GO) build -o $(BIN)/worker ./cmd/worker
+	$(GO) run ./cmd/bench -worker $(BIN)/worker -out results/fleet -only fleet-idle,fleet-fair $(BENCH_FLAGS)

@@ -80,6 +80,8 @@ type Claimer struct {
 	// draining is whether the last claim stopped at a bound
 	// (events.ClaimLimit.Draining).
 	draining atomic.Bool
+	// idle is since when claims find nothing: the schedule backs off.
+	idle idleSince
 	// batch sizes claims after the database's timeouts, and writes times
 	// the claims' writes so that the fence gives them what they need.
 	batch  *batchLimit
@@ -129,7 +131,8 @@ func New(store Store, pub Publisher, cfg Config) (*Claimer, error) {
 	c.trace = newTracing(cfg, pub)
 	c.metrics.ClaimBatchLimit.Set(float64(cfg.BatchSize))
 	var err error
-	c.job, err = schedule.New(schedule.Config{Name: "claim", Schedule: cfg.Schedule, Run: c.runOnce, Logger: cfg.Logger})
+	c.job, err = schedule.New(schedule.Config{Name: "claim", Schedule: cfg.Schedule, Run: c.runOnce, Logger: cfg.Logger,
+		IdleSince: c.idle.get, IdleMax: cfg.IdleMax})
 	if err != nil {
 		return nil, err
 	}
@@ -146,6 +149,10 @@ func (c *Claimer) Trigger() { c.job.Trigger() }
 // it runs nothing early and returns how long the backoff has left (see
 // schedule.Job.Wake). For requests from outside the worker.
 func (c *Claimer) Wake() (backoffLeft time.Duration) { return c.job.Wake() }
+
+// IdleSince is since when this worker's claims have found nothing to
+// claim (the schedule backs off meanwhile), zero while they find events.
+func (c *Claimer) IdleSince() time.Time { return c.idle.get() }
 
 // LastRun is when the last successful claim run finished; zero before the
 // first.
@@ -186,6 +193,10 @@ func (c *Claimer) runOnce(ctx context.Context) (more bool, err error) {
 		return false, nil
 	default:
 	}
+	// Only a claim that read the outbox and found nothing keeps the
+	// schedule backing off (see idleSince); any other outcome ends it.
+	empty := false
+	defer func() { c.idle.note(empty, c.cfg.Local()) }()
 	// The events of a claim that failed go back to NEW whether or not
 	// the broker is ready: releasing them needs only the database, and
 	// left PROCESSING they would wait for recovery and lose an attempt.
@@ -238,6 +249,7 @@ func (c *Claimer) runOnce(ctx context.Context) (more bool, err error) {
 	c.noteRejected(res.Rejected)
 	claimed, full := res.Claimed, res.More
 	c.metrics.ClaimBatchLimit.Set(float64(c.batch.succeeded(len(claimed)+len(res.Rejected), !full)))
+	empty = len(claimed)+len(res.Rejected) == 0 && !full
 	if len(claimed) == 0 {
 		c.metrics.ClaimRuns.WithLabelValues(metrics.ClaimIdle).Inc()
 		return full, nil

@@ -25,6 +25,11 @@ const (
 	MaxBodyBytesDefault = 16 << 20
 	// PublishTimeoutDefault bounds the wait for one batch's confirms.
 	PublishTimeoutDefault = 30 * time.Second
+	// IdleMaxDefault is the longest gap between two scheduled claims of
+	// an outbox whose claims keep finding nothing: what the first event
+	// after a long idle waits at most (plus a tick) without a wake-up,
+	// for a claim per outbox every 30 s instead of every tick.
+	IdleMaxDefault = 30 * time.Second
 	// StaleAfterDefault is how long a claim stands before recovery may take
 	// it back: recovery.StaleAfterDefault.
 	StaleAfterDefault = 60 * time.Second
@@ -63,6 +68,13 @@ type Config struct {
 	WorkerID string
 	// Schedule is the cron schedule of claims. Defaults to ScheduleDefault.
 	Schedule string
+	// IdleMax is the longest gap between scheduled claims while claims
+	// find nothing: they back off, 1, 2, 4, ... ticks apart up to it,
+	// and a claim that finds events, or a Trigger (a wake-up), brings the
+	// schedule back (see schedule.Config.IdleSince). A value at or below
+	// the schedule's period turns the back-off off. At least 1ms.
+	// Defaults to IdleMaxDefault.
+	IdleMax time.Duration
 	// BatchSize is the most events one claim takes, 1 to 10000. Defaults
 	// to BatchSizeDefault.
 	BatchSize int
@@ -155,6 +167,7 @@ func (c *Config) setDefaults() {
 	c.RetryMin = cmp.Or(c.RetryMin, RetryMinDefault)
 	c.RetryMax = cmp.Or(c.RetryMax, RetryMaxDefault)
 	c.StaleAfter = cmp.Or(c.StaleAfter, StaleAfterDefault)
+	c.IdleMax = cmp.Or(c.IdleMax, IdleMaxDefault)
 	c.Ordering = cmp.Or(c.Ordering, OrderingAggregate)
 	c.AfterFailed = cmp.Or(c.AfterFailed, AfterFailedWait)
 	c.Format.Name = cmp.Or(c.Format.Name, events.FormatPlain)
@@ -171,6 +184,7 @@ func (c Config) Validate() error {
 		rule.Between("MaxBodyBytes", c.MaxBodyBytes, 1, MaxBodyBytesMax),
 		rule.AtLeast("PublishTimeout", c.PublishTimeout, DelayMin),
 		rule.AtLeast("RetryMin", c.RetryMin, DelayMin),
+		rule.AtLeast("IdleMax", c.IdleMax, DelayMin),
 		rule.AtLeastField("RetryMax", c.RetryMax, "RetryMin", c.RetryMin),
 		rule.AboveField("StaleAfter", c.StaleAfter, "PublishTimeout", c.PublishTimeout),
 		rule.OneOf("Ordering", c.Ordering, OrderingAggregate, OrderingNone),

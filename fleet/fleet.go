@@ -49,6 +49,7 @@ type Outbox struct {
 	// defaults to the worker's own (its environment variable or flag).
 	BatchSize           string `yaml:"batch_size"`
 	ClaimSchedule       string `yaml:"claim_schedule"`
+	ClaimIdleMax        string `yaml:"claim_idle_max"`
 	RecoverySchedule    string `yaml:"recovery_schedule"`
 	WakeOnInsert        string `yaml:"wake_on_insert"`
 	MaxAttempts         string `yaml:"max_attempts"`
@@ -71,7 +72,8 @@ type Setting struct {
 func (o Outbox) Settings() []Setting {
 	all := []Setting{
 		{"mongo_uri", o.MongoURI}, {"database", o.Database}, {"collection", o.Collection}, {"exchange", o.Exchange},
-		{"batch_size", o.BatchSize}, {"claim_schedule", o.ClaimSchedule}, {"recovery_schedule", o.RecoverySchedule},
+		{"batch_size", o.BatchSize}, {"claim_schedule", o.ClaimSchedule},
+		{"claim_idle_max", o.ClaimIdleMax}, {"recovery_schedule", o.RecoverySchedule},
 		{"wake_on_insert", o.WakeOnInsert}, {"max_attempts", o.MaxAttempts},
 		{"ordering", o.Ordering}, {"ordering_after_failed", o.OrderingAfterFailed},
 		{"message_format", o.MessageFormat}, {"cloudevents_source", o.CloudEventsSource},
@@ -91,7 +93,7 @@ func (o Outbox) Settings() []Setting {
 func Fields() []string {
 	full := Outbox{
 		MongoURI: "x", Database: "x", Collection: "x", Exchange: "x", BatchSize: "x", ClaimSchedule: "x",
-		RecoverySchedule: "x", WakeOnInsert: "x", MaxAttempts: "x", Ordering: "x", OrderingAfterFailed: "x",
+		ClaimIdleMax: "x", RecoverySchedule: "x", WakeOnInsert: "x", MaxAttempts: "x", Ordering: "x", OrderingAfterFailed: "x",
 		MessageFormat: "x", CloudEventsSource: "x", CloudEventsPrefix: "x", Retention: "x",
 	}
 	var names []string

@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/outboxrelay/outbox/internal/backoff"
 	"github.com/outboxrelay/outbox/schedule"
 )
 
@@ -55,6 +56,12 @@ type Clock struct {
 	synced                          bool
 	lastSync                        time.Time // mono, of the last success
 	failures                        int       // in a row, while never synced
+	// retryAt (mono) is when a clock that was measured before tries
+	// again after failed measurements, again how many failed in a row:
+	// the wait doubles from clockRetry up to ClockSyncDefault (see
+	// resync).
+	retryAt time.Time
+	again   int
 
 	job *schedule.Job // measures again every ClockSyncDefault (clockRetry until synced)
 
@@ -199,7 +206,7 @@ func (c *Clock) keep(s clockSample) {
 	offset := server.Sub(wall)
 	changed := !c.synced || absDuration(offset-c.syncServer.Sub(c.syncWall)) > time.Second
 	c.syncServer, c.syncLocal, c.syncWall = server, local, wall
-	c.uncertainty, c.roundTrip, c.synced, c.lastSync, c.failures = best/2+time.Millisecond, best, true, c.mono(), 0
+	c.uncertainty, c.roundTrip, c.synced, c.lastSync, c.failures, c.again = best/2+time.Millisecond, best, true, c.mono(), 0, 0
 	c.mu.Unlock()
 	if changed {
 		c.logger.Info("database clock offset measured",
@@ -222,7 +229,8 @@ func (c *Clock) Stop(ctx context.Context) error { return c.job.Stop(ctx) }
 // 1st, 2nd, 4th, 8th... failure.
 func (c *Clock) resync(ctx context.Context) (bool, error) {
 	c.mu.Lock()
-	due := !c.synced || c.mono().Sub(c.lastSync) >= ClockSyncDefault-clockRetry/2
+	now := c.mono()
+	due := !c.synced || (now.Sub(c.lastSync) >= ClockSyncDefault-clockRetry/2 && !now.Before(c.retryAt))
 	c.mu.Unlock()
 	if !due {
 		return false, nil
@@ -237,6 +245,13 @@ func (c *Clock) resync(ctx context.Context) (bool, error) {
 	synced := c.synced
 	if !synced {
 		c.failures++
+	} else {
+		// The last measurement stands; measuring again every clockRetry
+		// was a hello per outbox every 2 s against a database too slow to
+		// answer one: 19 a second from 200 outboxes on FerretDB, which
+		// kept it too slow.
+		c.again++
+		c.retryAt = c.mono().Add(backoff.Delay(c.again-1, clockRetry, ClockSyncDefault))
 	}
 	n := c.failures
 	c.mu.Unlock()

@@ -2,9 +2,14 @@ package mongo_test
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	driver "go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/outboxrelay/outbox/internal/fakeclock"
 	"github.com/outboxrelay/outbox/internal/testenv"
@@ -135,5 +140,42 @@ func TestClockReportsAJumpOfTheOffset(t *testing.T) {
 	}
 	if len(jumps) != 2 || jumps[1] < 9*time.Second || jumps[1] > 11*time.Second {
 		t.Errorf("jumps after the local clock lost 10 s = %v, want a second one of about +10s", jumps)
+	}
+}
+
+// A clock measured before whose next measurements fail keeps its last one
+// and tries again less and less often (clockRetry doubling up to
+// ClockSyncDefault), rather than every clockRetry: a database too slow to
+// answer was sent a hello per outbox every 2 s, which kept it slow.
+func TestClockBacksOffMeasuringAgain(t *testing.T) {
+	t.Parallel()
+	client, err := driver.Connect(options.Client().ApplyURI(testenv.MongoURI(t)).SetMaxPoolSize(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs testenv.LogBuffer
+	fake := fakeclock.New(time.Now())
+	clock := mongo.NewClock(client, slog.New(slog.NewTextHandler(&logs, nil)))
+	mongo.SetFakeClock(clock, fake)
+	if err := clock.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Disconnect(t.Context()); err != nil { // every measurement fails from now
+		t.Fatal(err)
+	}
+	// Ten minutes of the schedule's 2 s ticks, from when a measurement
+	// falls due.
+	fake.Advance(mongo.ClockSyncDefault)
+	for range 300 {
+		mongo.ResyncClock(t.Context(), clock)
+		fake.Advance(2 * time.Second)
+	}
+	tries := strings.Count(logs.String(), "not measured again")
+	// 2, 4, 8, 16, 32 s, then a minute apart: 14 in ten minutes.
+	if tries < 2 || tries > 16 {
+		t.Errorf("%d measurements tried in 10 minutes of failures, want about 14 (300 at every tick); log:\n%s", tries, logs.String())
+	}
+	if !clock.Synced() {
+		t.Error("not Synced after failed measurements: the last one stands")
 	}
 }

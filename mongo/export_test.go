@@ -153,3 +153,7 @@ func SplitClaim(s *Store) bool {
 // SetMaxHeadRead bounds the events one claim's read goes through, so that
 // a test reaches the bound with a small lane.
 func SetMaxHeadRead(s *Store, n int) { s.headReadMax = n }
+
+// ResyncClock runs one run of a Clock's schedule: a measurement if one is
+// due.
+func ResyncClock(ctx context.Context, c *Clock) { _, _ = c.resync(ctx) }

@@ -48,6 +48,10 @@ type PausedSource interface {
 const (
 	// SampleScheduleDefault is how often the backlog gauges are refreshed.
 	SampleScheduleDefault = "@every 15s"
+	// SampleIdleMaxDefault is the longest gap between samples of an idle
+	// outbox (SamplerConfig.IdleSince): its seven commands once per two
+	// minutes instead of four times a minute.
+	SampleIdleMaxDefault = 2 * time.Minute
 	// sampleTimeout bounds one sample, so that a hung database leaves the
 	// gauges at their last value rather than stalling the schedule. Each of
 	// the sample's commands carries what is left of it as its server-side
@@ -133,11 +137,23 @@ type SamplerConfig struct {
 	// replica that does not lead takes none for /status. Defaults to nil:
 	// never yields.
 	Yield func() bool
+	// IdleSince, when set, says since when the outbox's claims have found
+	// nothing to claim (claim.Claimer.IdleSince): scheduled samples then
+	// back off, 1, 2, 4 ... ticks apart up to IdleMax
+	// (schedule.Config.IdleSince). An outbox whose claims find nothing
+	// has no backlog to watch; its gauges stay as last sampled, and the
+	// first claim that finds events brings the schedule back. Defaults to
+	// nil: samples on every tick.
+	IdleSince func() time.Time
+	// IdleMax is the longest gap between samples while IdleSince is set.
+	// Defaults to SampleIdleMaxDefault.
+	IdleMax time.Duration
 }
 
 func (c *SamplerConfig) setDefaults() {
 	c.Schedule = cmp.Or(c.Schedule, SampleScheduleDefault)
 	c.Timeout = cmp.Or(c.Timeout, sampleTimeout)
+	c.IdleMax = cmp.Or(c.IdleMax, SampleIdleMaxDefault)
 	c.Archetype = c.Archetype.WithDefaults()
 }
 
@@ -183,6 +199,7 @@ func NewSampler(cfg SamplerConfig) (*Sampler, error) {
 		// A sample only reads: a stop need not wait for it.
 		CancelOnStop: true,
 		Yield:        cfg.Yield, LeftOut: cfg.Metrics.RunsLeftOut.WithLabelValues("sampler").Inc,
+		IdleSince: cfg.IdleSince, IdleMax: cfg.IdleMax,
 	}); err != nil {
 		return nil, err
 	}

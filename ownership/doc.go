@@ -37,7 +37,8 @@
 // alone writes; each aims for ceil(Partitions / live replicas) partitions,
 // gives back its excess by inserting a term that expires at once, and
 // takes free partitions up to its share. Rounds run every roundMax while
-// the shares move and rest up to quietMax between reads once they hold
+// the shares move and rest up to quietMax (or a third of a term, when
+// longer: restMax) between reads once they hold
 // still. A join or a death settles within about one term.
 //
 // Renewal runs on a schedule of its own, checked four times a round: a

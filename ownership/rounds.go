@@ -31,6 +31,17 @@ const roundMax = 2 * time.Second
 // for its share up to this much longer.
 const quietMax = 8 * time.Second
 
+// restMax is how far apart settled rounds may rest: quietMax, or a third
+// of a term where that is longer, the renewals' own period. With a longer
+// stale threshold (OUTBOX_STALE_AFTER, terms of half of it) an idle
+// outbox's rounds then come with its renewals rather than every 8 s: at
+// ten minutes, one read of the owners every 100 s instead of 12, the
+// largest part of what a fleet of idle outboxes costs. A replica that
+// joins waits that much longer for its share, at most a third of a term.
+func (m *Manager) restMax() time.Duration {
+	return max(quietMax, m.cfg.TermLength/3)
+}
+
 // quietShiftMax caps the doubling, whatever the tick.
 const quietShiftMax = 8
 
@@ -216,14 +227,14 @@ func (m *Manager) excess(share int) []int {
 
 // rest reports whether the scheduled round may be left out: the last
 // rounds changed nothing (quiet in a row leave out 2^quiet - 1 ticks, for
-// at most quietMax), and neither a heartbeat nor a renewal is due. A
+// at most restMax), and neither a heartbeat nor a renewal is due. A
 // replica that cannot publish never rests: its round gives its
 // partitions back.
 func (m *Manager) rest() bool {
 	if m.quiet == 0 || (m.cfg.Ready != nil && m.cfg.Ready() != nil) {
 		return false
 	}
-	apart := min(1<<m.quiet, int(quietMax/m.every))
+	apart := min(1<<m.quiet, int(m.restMax()/m.every))
 	if m.rested+1 >= apart || m.renewalDue() || m.heartbeatDue(m.cfg.Now(), false) {
 		return false
 	}

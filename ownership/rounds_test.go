@@ -2,6 +2,7 @@ package ownership
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -258,5 +259,39 @@ func TestPruneHasADeadlineOfItsOwn(t *testing.T) {
 		if left > term/3 || left < term/3-5*time.Second {
 			t.Errorf("a prune had %s left of its deadline, want about a third of a term (%s) of its own", left, term/3)
 		}
+	}
+}
+
+// With long terms (a long stale threshold) a settled replica's rounds
+// rest until a third of a term, the renewals' period, rather than
+// quietMax: an idle outbox's owners are read with its renewals.
+func TestLongTermsRestLonger(t *testing.T) {
+	t.Parallel()
+	const long = 10 * time.Minute
+	shared, clock := newMemTable(), fakeclock.New(epoch)
+	table := &countingTable{memTable: shared}
+	cfg := Config{WorkerID: "a", TermLength: long}
+	cfg.Now, cfg.Local, cfg.Logger = clock.Now, clock.Now, slog.New(slog.DiscardHandler)
+	m, err := New(table, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 8 { // take every partition and settle
+		scheduled(t, m)
+		clock.Advance(m.every)
+	}
+	reads, inserts := table.reads, table.inserts
+	const span = 3 * long
+	for clock.Advance(m.every); clock.Now().Sub(epoch) < span; clock.Advance(m.every) {
+		scheduled(t, m)
+		if n := len(holding(m)); n != events.Partitions {
+			t.Fatalf("a holds %d partitions at %s, want all %d", n, clock.Now().Sub(epoch), events.Partitions)
+		}
+	}
+	// A round is one read, and a renewal one more (see insert).
+	rounds := (table.reads - reads) - (table.inserts - inserts)
+	if most := int(span / (long / 3) * 2); rounds > most {
+		t.Errorf("%d rounds in %s of settled shares with %s terms, want at most %d (%d at quietMax apart)",
+			rounds, span, long, most, int(span/quietMax))
 	}
 }

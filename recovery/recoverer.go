@@ -71,6 +71,11 @@ type Config struct {
 	// so it yields for no longer than a claim may stand. Defaults to nil:
 	// never yields.
 	Yield func() bool
+	// OnReset, when set, is called after a run that put stale events back
+	// to NEW, so that they are claimed at once: the claims of an outbox
+	// that only a dead replica's claims kept busy may be backing off for
+	// idleness (claim.Config.IdleMax). Defaults to nil.
+	OnReset func()
 	// Margin is the largest jump of the database clock's offset recovery
 	// goes on through (see ClockJumped): a claim stops publishing a
 	// twentieth of StaleAfter before recovery may take it back, so a jump
@@ -172,6 +177,9 @@ func (r *Recoverer) runOnce(ctx context.Context) (bool, error) {
 	if err != nil {
 		r.cfg.Metrics.JobErrors.WithLabelValues("recovery").Inc()
 		return false, fmt.Errorf("recover stale events: %w", err)
+	}
+	if reset > 0 && r.cfg.OnReset != nil {
+		r.cfg.OnReset()
 	}
 	level := slog.LevelDebug
 	if reset > 0 || failed > 0 {

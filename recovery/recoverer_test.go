@@ -53,7 +53,8 @@ func processing(id string, claimedAt time.Time, attempts int) bson.D {
 
 func TestRunOnceResetsStaleClaims(t *testing.T) {
 	t.Parallel()
-	r, coll, m := setup(t, Config{StaleAfter: time.Minute, MaxAttempts: 5})
+	var resets int
+	r, coll, m := setup(t, Config{StaleAfter: time.Minute, MaxAttempts: 5, OnReset: func() { resets++ }})
 	mongotest.Insert(t, coll,
 		processing("stale-1", clock.Add(-61*time.Second), 1),
 		processing("stale-2", clock.Add(-time.Hour), 4),
@@ -81,6 +82,11 @@ func TestRunOnceResetsStaleClaims(t *testing.T) {
 	}
 	metricstest.Want(t, "recovered after a second run", m.Recovered, 2)
 	metricstest.Want(t, "job errors", m.JobErrors.WithLabelValues("recovery"), 0)
+	// The run that put events back to NEW asked for a claim; the one that
+	// found nothing did not.
+	if resets != 1 {
+		t.Errorf("OnReset called %d times over a run that reset events and one that did not, want once", resets)
+	}
 }
 
 // A PROCESSING event whose processingAt could never go stale is reset on

@@ -37,6 +37,9 @@ const (
 	// minute, so that each run ends, and logs what it deleted, before the
 	// next tick.
 	MaxRunTimeDefault = 50 * time.Second
+	// IdleMaxDefault is the longest gap between runs for an idle outbox
+	// (Config.IdleSince): a find every 10 minutes instead of every minute.
+	IdleMaxDefault = 10 * time.Minute
 	// maxPause bounds the pause between two batches, so that one slow
 	// delete does not stall the run.
 	maxPause = 10 * time.Second
@@ -74,12 +77,22 @@ type Config struct {
 	// schedule.YieldMaxDefault (see schedule.Config.Yield), and a run in
 	// progress ends after its current batch. Defaults to nil: never yields.
 	Yield func() bool
+	// IdleSince, when set, says since when the outbox's claims have found
+	// nothing (claim.Claimer.IdleSince): scheduled runs then back off,
+	// 1, 2, 4 ... ticks apart up to IdleMax (schedule.Config.IdleSince).
+	// An idle outbox publishes nothing new, and what ages past the cutoff
+	// meanwhile is deleted at most IdleMax later. Defaults to nil.
+	IdleSince func() time.Time
+	// IdleMax is the longest gap between runs while IdleSince is set.
+	// Defaults to IdleMaxDefault.
+	IdleMax time.Duration
 }
 
 func (c *Config) setDefaults() {
 	c.Schedule = cmp.Or(c.Schedule, ScheduleDefault)
 	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
 	c.MaxRunTime = cmp.Or(c.MaxRunTime, MaxRunTimeDefault)
+	c.IdleMax = cmp.Or(c.IdleMax, IdleMaxDefault)
 	c.Archetype = c.Archetype.WithDefaults()
 }
 
@@ -126,6 +139,7 @@ func New(store Store, cfg Config) (*Cleaner, error) {
 	if c.job, err = schedule.New(schedule.Config{
 		Name: "retention", Schedule: cfg.Schedule, Run: c.runOnce, Logger: cfg.Logger,
 		Yield: cfg.Yield, LeftOut: cfg.Metrics.RunsLeftOut.WithLabelValues("retention").Inc,
+		IdleSince: cfg.IdleSince, IdleMax: cfg.IdleMax,
 	}); err != nil {
 		return nil, err
 	}

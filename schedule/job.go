@@ -2,7 +2,8 @@
 // never overlap, a run that reports more work runs again at once (drain),
 // Trigger runs it early (Wake too, unless runs are failing), ticks back
 // off while runs keep failing or while the relay asks periodic work to
-// yield (Config.Yield), and Stop finishes
+// yield (Config.Yield), ticks grow sparse while runs find nothing to do
+// (Config.IdleSince), and Stop finishes
 // the run in flight before it cancels it. The same goroutine times the
 // ticks, so that a tick costs nothing while a run is in flight.
 package schedule
@@ -55,6 +56,10 @@ const (
 	// stale claims are still recovered within minutes.
 	YieldMaxDefault = 10 * time.Minute
 )
+
+// IdleMaxDefault is Config.IdleMax's default: an idle job runs at least
+// once a minute.
+const IdleMaxDefault = time.Minute
 
 // Parse checks a schedule: five cron fields or a descriptor such as
 // "@every 1s", "@every 100ms" or "@hourly".
@@ -128,6 +133,21 @@ type Config struct {
 	// LeftOut, when set, is called for each tick left out because of
 	// Yield (for a metric). Defaults to nil.
 	LeftOut func()
+	// IdleSince, when set, is asked at each tick since when the job's
+	// runs have found nothing to do, zero while they find work. While it
+	// is set, ticks are left out so that the gaps between runs grow with
+	// the time idle: a tick runs once the time since the last run is at
+	// least half the time idle (see idleGap), and never later than
+	// IdleMax after the last run. Runs then come 1, 2, 4, 8, ... ticks
+	// apart, and a job that idles for an hour costs a run per IdleMax
+	// instead of one per tick. A Trigger is not a tick: it runs at once,
+	// and a run that finds work clears IdleSince, which brings the
+	// schedule back. Defaults to nil: never backs off for idleness.
+	IdleSince func() time.Time
+	// IdleMax is the longest gap between runs while idle; the wait of the
+	// first event after a long idle is bounded by it plus a tick. Zero
+	// means IdleMaxDefault.
+	IdleMax time.Duration
 	// CancelOnStop cancels a run in flight as soon as Stop is called,
 	// for a job whose runs only read (a gauge's sample): it has nothing
 	// to finish, and on a slow database its read would otherwise hold
@@ -143,6 +163,7 @@ func (c Config) Validate() error {
 		Rule("Schedule", c.Schedule),
 		rule.Required("Run", c.Run != nil),
 		rule.Check("YieldMax", c.YieldMax >= 0, c.YieldMax, "0 (the default) or more"),
+		rule.Check("IdleMax", c.IdleMax >= 0, c.IdleMax, "0 (the default) or more"),
 	)
 }
 
@@ -163,6 +184,7 @@ type Job struct {
 	failures            int          // failed runs in a row; the loop's own
 	retryAt             atomic.Int64 // unix nanoseconds before which ticks are skipped
 	yield               yieldState
+	lastStart           atomic.Int64 // unix nanoseconds of the last run's start, of any kind
 	now                 func() time.Time
 }
 
@@ -186,6 +208,9 @@ func New(cfg Config) (*Job, error) {
 	}
 	if cfg.YieldMax == 0 {
 		cfg.YieldMax = YieldMaxDefault
+	}
+	if cfg.IdleMax == 0 {
+		cfg.IdleMax = IdleMaxDefault
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -246,6 +271,9 @@ func (j *Job) tick() {
 	if now.UnixNano() < j.retryAt.Load() {
 		return
 	}
+	if j.idles(now) {
+		return
+	}
 	if j.yields(now) {
 		if j.cfg.LeftOut != nil {
 			j.cfg.LeftOut()
@@ -284,6 +312,28 @@ func (j *Job) yields(now time.Time) bool {
 	}
 	y.left++
 	return true
+}
+
+// idles reports whether the tick at now is left out because the job is
+// idle (Config.IdleSince).
+func (j *Job) idles(now time.Time) bool {
+	if j.cfg.IdleSince == nil {
+		return false
+	}
+	since := j.cfg.IdleSince()
+	if since.IsZero() {
+		return false
+	}
+	return now.Sub(time.Unix(0, j.lastStart.Load())) < idleGap(now.Sub(since), j.cfg.IdleMax)
+}
+
+// idleGap is the least time between two runs of a job idle for idle: half
+// of it, so that runs come at twice the time idle each (1, 2, 4, 8 ...
+// ticks), at most idleMax. A twentieth less: a run starts a little after its
+// tick, and the next tick, a whole number of periods later, must not miss
+// the gap by that little and wait one more period.
+func idleGap(idle, idleMax time.Duration) time.Duration {
+	return min(idle/2, idleMax) * 19 / 20
 }
 
 // LastRun is when the last successful run finished: one that returned no
@@ -404,6 +454,7 @@ func (t *ticks) stop() {
 // run must not take the worker down; what it had claimed is recovered.
 func (j *Job) runOnce(ctx context.Context) (more bool) {
 	failed := true
+	j.lastStart.Store(j.now().UnixNano())
 	defer func() {
 		if p := recover(); p != nil {
 			j.logger.Error("job panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))

@@ -355,3 +355,49 @@ func tickWakes(j *Job) bool {
 	j.tick()
 	return woke(j)
 }
+
+// TestIdleTicksGrowSparse drives an idle job's ticks by hand: while its
+// runs find nothing, runs come 1, 2, 4, 8 ... ticks apart up to IdleMax;
+// a Trigger runs at once, and a run that finds work brings the schedule
+// back at the next tick.
+func TestIdleTicksGrowSparse(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var idleSince time.Time
+	j, err := New(Config{Name: "test", Schedule: "@every 1s", IdleMax: 10 * time.Second,
+		IdleSince: func() time.Time { return idleSince },
+		Run: func(context.Context) (bool, error) {
+			if idleSince.IsZero() {
+				idleSince = now
+			}
+			return false, nil
+		}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.now = func() time.Time { return now }
+	j.runOnce(t.Context()) // the first run finds nothing: idle from now
+	// ran lists the seconds of 40 ticks at which the job ran.
+	ran := func(ticks int) []int {
+		var at []int
+		for s := 1; s <= ticks; s++ {
+			now = now.Add(time.Second)
+			if tickWakes(j) {
+				j.runOnce(t.Context())
+				at = append(at, s)
+			}
+		}
+		return at
+	}
+	if diff := cmp.Diff([]int{1, 2, 4, 8, 16, 26, 36}, ran(40)); diff != "" {
+		t.Errorf("idle runs at seconds (-want +got):\n%s", diff)
+	}
+	j.Trigger()
+	if !woke(j) {
+		t.Error("Trigger on an idle job did not wake it")
+	}
+	idleSince = time.Time{} // a run found work
+	if diff := cmp.Diff([]int{1, 2, 3}, ran(3)); diff != "" {
+		t.Errorf("runs once work was found (-want +got):\n%s", diff)
+	}
+}

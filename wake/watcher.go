@@ -9,11 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/outboxrelay/outbox/events"
 	"github.com/outboxrelay/outbox/internal/backoff"
 	"github.com/outboxrelay/outbox/internal/rule"
 )
@@ -51,6 +48,10 @@ type Config struct {
 	BackoffMin, BackoffMax time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Streams, when set, is the change streams the watcher shares with
+	// the others of the worker: one per database (see Streams). Defaults
+	// to nil: the watcher opens a stream of its own.
+	Streams *Streams
 }
 
 func (c *Config) setDefaults() {
@@ -72,11 +73,12 @@ func (c Config) Validate() error {
 	)
 }
 
-// Watcher wakes the claimer on inserts of NEW events.
+// Watcher wakes the claimer on inserts of NEW events, through its
+// database's change stream (Streams).
 type Watcher struct {
-	cfg  Config
-	mode atomic.Value // string
-	kick chan struct{}
+	cfg    Config
+	stream atomic.Pointer[dbStream] // while started
+	kick   chan struct{}
 
 	stopOnce sync.Once
 	cancel   context.CancelFunc
@@ -89,41 +91,52 @@ func New(cfg Config) (*Watcher, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	w := &Watcher{cfg: cfg, kick: make(chan struct{}, 1)}
-	w.mode.Store(ModeStarting)
-	return w, nil
+	if cfg.Streams == nil {
+		cfg.Streams = NewStreams(StreamsConfig{BackoffMin: cfg.BackoffMin, BackoffMax: cfg.BackoffMax, Logger: cfg.Logger})
+	}
+	return &Watcher{cfg: cfg, kick: make(chan struct{}, 1)}, nil
 }
 
 // Mode says how the claimer is woken: ModeStarting until the first stream
 // is open or refused, then ModeChangeStream, or ModePolling where change
 // streams are not supported. A stream that failed and is being reopened
 // reports ModeStarting again.
-func (w *Watcher) Mode() string { return w.mode.Load().(string) }
+func (w *Watcher) Mode() string {
+	st := w.stream.Load()
+	if st == nil {
+		return ModeStarting
+	}
+	return st.mode.Load().(string)
+}
 
 // Start runs the watcher in the background and returns at once: the
 // schedule covers the time until the stream is open.
 func (w *Watcher) Start(ctx context.Context) error {
 	ctx, w.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	w.wg.Add(2)
+	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
 		w.debounce(ctx)
 	}()
-	go func() {
-		defer w.wg.Done()
-		w.run(ctx)
-	}()
+	w.stream.Store(w.cfg.Streams.join(ctx, w.cfg.Collection, w.notify))
 	return nil
 }
 
-// Stop closes the stream and waits for the watcher to end. Idempotent;
-// safe before Start.
+// Stop leaves the database's stream (the last watcher to leave closes
+// it) and waits for the watcher to end. Idempotent; safe before Start.
 func (w *Watcher) Stop(ctx context.Context) error {
+	var err error
 	w.stopOnce.Do(func() {
 		if w.cancel != nil {
 			w.cancel()
 		}
+		if st := w.stream.Load(); st != nil {
+			err = w.cfg.Streams.leave(ctx, st, w.cfg.Collection.Name())
+		}
 	})
+	if err != nil {
+		return err
+	}
 	done := make(chan struct{})
 	go func() {
 		w.wg.Wait()
@@ -157,90 +170,6 @@ func (w *Watcher) debounce(ctx context.Context) {
 		}
 		w.cfg.Trigger()
 		if !backoff.Sleep(ctx, w.cfg.Debounce) {
-			return
-		}
-	}
-}
-
-// pipeline matches inserts of NEW events and keeps only the resume token:
-// the claim reads the events, the stream needs not carry them.
-func pipeline() mongo.Pipeline {
-	return mongo.Pipeline{
-		{{Key: "$match", Value: bson.D{
-			{Key: "operationType", Value: "insert"},
-			{Key: "fullDocument." + events.FieldStatus, Value: events.StatusNew},
-		}}},
-		{{Key: "$project", Value: bson.D{{Key: "operationType", Value: 1}}}},
-	}
-}
-
-// run opens the stream, notifies on every matching insert, and reopens the
-// stream after an error with backoff, until ctx ends or the deployment
-// turns out not to support change streams.
-func (w *Watcher) run(ctx context.Context) {
-	var token bson.Raw
-	wait := backoff.Backoff{Min: w.cfg.BackoffMin, Max: w.cfg.BackoffMax, Jitter: true}
-	opened := false // a stream has been open before
-	for {
-		opts := options.ChangeStream()
-		if token != nil {
-			opts.SetResumeAfter(token)
-		}
-		cs, err := w.cfg.Collection.Watch(ctx, pipeline(), opts)
-		switch {
-		case ctx.Err() != nil:
-			return
-		case err != nil && token != nil && !transient(err):
-			// The server refuses to resume there (the oplog no longer holds
-			// the token's event, or the token is not valid any more): start
-			// afresh, and claim at once for whatever was inserted meanwhile.
-			w.cfg.Logger.Warn("change stream cannot resume; reopening from now", "error", err)
-			token = nil
-			w.notify()
-			continue
-		case err != nil && unsupported(err):
-			w.mode.Store(ModePolling)
-			w.cfg.Logger.Info("change streams are not supported here (standalone server or FerretDB): claims run on the schedule only", "error", err)
-			return
-		case err != nil:
-			w.mode.Store(ModeStarting)
-			d := wait.Next()
-			w.cfg.Logger.Warn("change stream not opened; retrying", "error", err, "retry_in", d.String())
-			if !backoff.Sleep(ctx, d) {
-				return
-			}
-			continue
-		}
-		w.mode.Store(ModeChangeStream)
-		if !opened {
-			w.cfg.Logger.Info("change stream open: claims wake on inserts of NEW events")
-		} else {
-			w.cfg.Logger.Info("change stream reopened")
-		}
-		if opened && token == nil {
-			// Reopened from now: inserts while it was closed were not seen.
-			w.notify()
-		}
-		opened = true
-		for cs.Next(ctx) {
-			wait.Reset() // a stream that delivers is healthy
-			token = cs.ResumeToken()
-			w.notify()
-		}
-		err = cs.Err()
-		if t := cs.ResumeToken(); t != nil {
-			token = t
-		}
-		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		_ = cs.Close(closeCtx)
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		w.mode.Store(ModeStarting)
-		d := wait.Next()
-		w.cfg.Logger.Warn("change stream closed; reopening", "error", err, "retry_in", d.String())
-		if !backoff.Sleep(ctx, d) {
 			return
 		}
 	}

@@ -26,6 +26,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -78,6 +79,17 @@ type config struct {
 	HeldHead      int
 	StarveHealthy int
 	StarveTimeout time.Duration
+	// FleetOutboxes and FleetDatabases size the fleet stages' fleet file.
+	FleetOutboxes  int
+	FleetDatabases int
+	// FleetVariants, when set, are the only fleet-idle runs made, by name.
+	FleetVariants []string
+	// FairFlood is the backlog the fleet-fair stage floods one outbox with.
+	FairFlood int
+	// FairRate is the events/s each steady outbox of fleet-fair is written.
+	FairRate float64
+	// FairDrainMax bounds the wait for fleet-fair's flood to drain.
+	FairDrainMax time.Duration
 	// Baseline is a second worker binary (an earlier build) that the slow
 	// stages run too, for before/after figures from the same run.
 	Baseline string
@@ -159,6 +171,12 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	fs.IntVar(&c.StarveHealthy, "starve-healthy", 400, "healthy events behind the head in the starvation stages, one to an aggregate")
 	fs.DurationVar(&c.StarveTimeout, "starve-timeout", 3*time.Minute, "time the starvation stages' replicas have to publish the healthy events")
 	fs.StringVar(&c.Baseline, "baseline", "", "a second worker binary, e.g. the starting commit's build, that the slow-database stages (db-latency-*, backlog-*), held-aggregates, large-docs and the starvation stages (paused-head, held-head) also run, reported beside -worker's (make bench BASELINE=<git rev>)")
+	fs.IntVar(&c.FleetOutboxes, "fleet-outboxes", envInt(getenv, "OUTBOX_BENCH_FLEET_OUTBOXES", 200), "outboxes of the fleet-idle stage (env OUTBOX_BENCH_FLEET_OUTBOXES)")
+	fs.IntVar(&c.FleetDatabases, "fleet-databases", envInt(getenv, "OUTBOX_BENCH_FLEET_DATABASES", 20), "databases the fleet-idle stage's outboxes are spread over (env OUTBOX_BENCH_FLEET_DATABASES)")
+	fs.IntVar(&c.FairFlood, "fair-flood", envInt(getenv, "OUTBOX_BENCH_FAIR_FLOOD", 5000), "events the fleet-fair stage floods one outbox with at once (env OUTBOX_BENCH_FAIR_FLOOD; the issue's 100,000 takes over 15 minutes to drain on FerretDB)")
+	fs.Float64Var(&c.FairRate, "fair-rate", envFloat(getenv, "OUTBOX_BENCH_FAIR_RATE", 5), "events/s written to each steady outbox of the fleet-fair stage (env OUTBOX_BENCH_FAIR_RATE)")
+	fs.DurationVar(&c.FairDrainMax, "fair-drain-max", 10*time.Minute, "longest wait for the fleet-fair flood to drain; a flood that has not is reported with how far it got")
+	fleetVariants := fs.String("fleet-idle-runs", getenv("OUTBOX_BENCH_FLEET_IDLE_RUNS"), "comma-separated names of the fleet-idle runs to make (defaults, no idle back-off, stale threshold 10m); empty makes all (env OUTBOX_BENCH_FLEET_IDLE_RUNS)")
 	workerEnv := fs.String("worker-env", "", "extra environment of the worker processes, comma-separated KEY=VALUE (e.g. GOMAXPROCS=1)")
 	only := fs.String("only", "", "comma-separated stages to run ("+strings.Join(stageKeys(stages()), ", ")+"); empty runs all but the opt-in "+strings.Join(optInKeys(stages()), " and "))
 	if err := fs.Parse(args); err != nil {
@@ -173,6 +191,11 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 			return config{}, fmt.Errorf("-replicas %q: want a list of counts from 1 to 16", *replicas)
 		}
 		c.Replicas = append(c.Replicas, n)
+	}
+	if *fleetVariants != "" {
+		for _, v := range strings.Split(*fleetVariants, ",") {
+			c.FleetVariants = append(c.FleetVariants, strings.TrimSpace(v))
+		}
 	}
 	if *workerEnv != "" {
 		for _, kv := range strings.Split(*workerEnv, ",") {
@@ -202,12 +225,33 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	case c.PausedHead < 1 || c.HeldHead < 1 || c.StarveHealthy < starveReplicas || c.StarveHealthy > 99999 || c.StarveTimeout <= 0:
 		return config{}, fmt.Errorf("-paused-head %d, -held-head %d, -starve-healthy %d, -starve-timeout %s: want heads of at least 1, %d to 99,999 healthy events and a positive timeout",
 			c.PausedHead, c.HeldHead, c.StarveHealthy, c.StarveTimeout, starveReplicas)
+	case c.FleetOutboxes < 1 || c.FleetDatabases < 1 || c.FleetDatabases > c.FleetOutboxes || c.FleetOutboxes > 999:
+		return config{}, fmt.Errorf("-fleet-outboxes %d, -fleet-databases %d: want 1 to 999 outboxes over 1 to as many databases", c.FleetOutboxes, c.FleetDatabases)
+	case c.FairFlood < 1 || c.FairRate <= 0 || c.FairDrainMax <= 0:
+		return config{}, fmt.Errorf("-fair-flood %d, -fair-rate %g: want at least 1 event and a rate above 0", c.FairFlood, c.FairRate)
 	case c.RetentionEvents < 1:
 		return config{}, fmt.Errorf("-retention-events %d: want at least 1", c.RetentionEvents)
 	case c.ClaimNew < c.BatchSize || c.ClaimRuns < 1:
 		return config{}, fmt.Errorf("-claim-new %d must be at least -batch-size and -claim-runs at least 1", c.ClaimNew)
 	}
 	return c, nil
+}
+
+// envInt is key's integer, or def when it is unset or not a number
+// (the flag's own check then reports a bad one).
+func envInt(getenv func(string) string, key string, def int) int {
+	if n, err := strconv.Atoi(getenv(key)); err == nil {
+		return n
+	}
+	return def
+}
+
+// envFloat is key's number, or def when it is unset or not a number.
+func envFloat(getenv func(string) string, key string, def float64) float64 {
+	if n, err := strconv.ParseFloat(getenv(key), 64); err == nil {
+		return n
+	}
+	return def
 }
 
 func envOr(getenv func(string) string, key, def string) string {

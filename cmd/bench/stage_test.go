@@ -135,11 +135,11 @@ func TestStagesSelection(t *testing.T) {
 	keys := stageKeys(all)
 	want := []string{"raw-broker", "publish", "raw-db", "drain", "drain-unordered", "hot-aggregate", "skewed-producers", "latency", "claim",
 		"retention", "claim-backoff", "held-aggregates", "large-docs", "inbox", "console", "tracing",
-		"db-latency-100ms", "db-latency-600ms", "backlog-20k", "backlog-20k-busy", "backlog-20k-skipped", "backlog-50k", "paused-head", "held-head"}
+		"db-latency-100ms", "db-latency-600ms", "backlog-20k", "backlog-20k-busy", "backlog-20k-skipped", "backlog-50k", "paused-head", "held-head", "fleet-idle", "fleet-fair"}
 	if diff := cmp.Diff(want, keys); diff != "" {
 		t.Errorf("stage keys (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{"backlog-20k", "backlog-20k-busy", "backlog-20k-skipped", "backlog-50k", "paused-head", "held-head"}, optInKeys(all)); diff != "" {
+	if diff := cmp.Diff([]string{"backlog-20k", "backlog-20k-busy", "backlog-20k-skipped", "backlog-50k", "paused-head", "held-head", "fleet-idle", "fleet-fair"}, optInKeys(all)); diff != "" {
 		t.Errorf("opt-in stages (-want +got):\n%s", diff)
 	}
 	only, err := parseOnly("backlog-50k", all)

@@ -40,6 +40,10 @@ func stages() []stage {
 		// bench-starvation).
 		starvationStage("paused-head"),
 		starvationStage("held-head"),
+		// A fleet of 200 idle outboxes in 20 databases: several minutes
+		// (make bench-fleet).
+		fleetIdleStage,
+		fleetFairStage,
 		// What PostgreSQL read under FerretDB for the runs above.
 		tableReadsStage,
 	}

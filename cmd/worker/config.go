@@ -34,9 +34,12 @@ type Config struct {
 	AMQPURL         string
 	AMQPExchange    string
 	ClaimSchedule   string
-	WakeOnInsert    bool
-	BatchSize       int
-	BatchBytes      int
+	// ClaimIdleMax is claim.Config's IdleMax (OUTBOX_CLAIM_IDLE_MAX); 0
+	// is auto, which loadOutboxes resolves (resolveClaimIdleMax).
+	ClaimIdleMax time.Duration
+	WakeOnInsert bool
+	BatchSize    int
+	BatchBytes   int
 	// BatchBytesAuto is OUTBOX_BATCH_BYTES=auto: validate derives
 	// BatchBytes from MemoryLimit.
 	BatchBytesAuto bool
@@ -171,6 +174,8 @@ func settings() []setting {
 			usage: "topic exchange events are published to", parse: func(c *Config, v string) error { return nonEmpty(&c.AMQPExchange, v) }},
 		{env: "OUTBOX_CLAIM_SCHEDULE", flag: "claim-schedule", def: claim.ScheduleDefault,
 			usage: "cron schedule of claims", parse: func(c *Config, v string) error { return parseSchedule(&c.ClaimSchedule, v) }},
+		{env: "OUTBOX_CLAIM_IDLE_MAX", flag: "claim-idle-max", def: "auto",
+			usage: "longest gap between claims of an outbox whose claims find nothing: idle claims back off 1, 2, 4 ... ticks apart up to it; auto: " + claim.IdleMaxDefault.String() + " with OUTBOX_FLEET_FILE, no back-off without", parse: parseClaimIdleMax},
 		{env: "OUTBOX_WAKE_ON_INSERT", flag: "wake-on-insert", def: "true",
 			usage: "claim at once when a NEW event is inserted (a change stream, where the database supports one)", parse: func(c *Config, v string) error { return parseBool(&c.WakeOnInsert, v) }},
 		{env: "OUTBOX_BATCH_SIZE", flag: "batch-size", def: strconv.Itoa(claim.BatchSizeDefault),

@@ -37,6 +37,7 @@ func defaultConfig() Config {
 		AMQPURL:          "amqp://guest:guest@localhost:5672/",
 		AMQPExchange:     "events",
 		ClaimSchedule:    "@every 1s",
+		ClaimIdleMax:     0, // auto
 		WakeOnInsert:     true,
 		BatchSize:        500,
 		BatchBytes:       64 << 20,
@@ -253,8 +254,13 @@ func TestLoadConfig(t *testing.T) {
 			want := defaultConfig()
 			tt.want(&want)
 			// Without a fleet file the settings describe one outbox,
-			// exactly as they did before there were fleets.
-			want.Outboxes = []outboxConfig{{Name: implicitOutbox, Config: want}}
+			// exactly as they did before there were fleets; at auto its
+			// claims do not back off when idle.
+			one := want
+			if one.ClaimIdleMax == 0 {
+				one.ClaimIdleMax = claim.DelayMin
+			}
+			want.Outboxes = []outboxConfig{{Name: implicitOutbox, Config: one}}
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("loadConfig (-want +got):\n%s", diff)
 			}

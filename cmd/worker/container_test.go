@@ -43,6 +43,8 @@ func TestContainers(t *testing.T) {
 		// event on a replica set (ordering_e2e_test.go).
 		{"ordering", func(t *testing.T) { runOrderingScenarios(t, s) }},
 		{"wakeup", func(t *testing.T) { wakeupScenario(t, s) }},
+		// One change stream per database wakes each outbox of a fleet.
+		{"fleet-wakeup", func(t *testing.T) { fleetWakeupScenario(t, s) }},
 		// From the last release and back, with a SIGKILL each way, while
 		// the two versions share the fence (upgrade_e2e_test.go).
 		{"rolling-upgrade", func(t *testing.T) { rollingUpgradeScenario(t, s) }},

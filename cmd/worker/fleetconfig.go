@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/outboxrelay/outbox/claim"
 	"github.com/outboxrelay/outbox/fleet"
 	"github.com/outboxrelay/outbox/mongo"
 )
@@ -47,6 +48,7 @@ var fleetFieldSettings = map[string]string{
 	"exchange":              "OUTBOX_AMQP_EXCHANGE",
 	"batch_size":            "OUTBOX_BATCH_SIZE",
 	"claim_schedule":        "OUTBOX_CLAIM_SCHEDULE",
+	"claim_idle_max":        "OUTBOX_CLAIM_IDLE_MAX",
 	"recovery_schedule":     "OUTBOX_RECOVERY_SCHEDULE",
 	"wake_on_insert":        "OUTBOX_WAKE_ON_INSERT",
 	"max_attempts":          "OUTBOX_MAX_ATTEMPTS",
@@ -70,6 +72,7 @@ func loadOutboxes(raw Config) ([]outboxConfig, error) {
 		if err := c.validate(); err != nil {
 			return nil, err
 		}
+		resolveClaimIdleMax(&c, false)
 		return []outboxConfig{{Name: implicitOutbox, Config: c}}, nil
 	}
 	entries, err := fleet.Load(raw.FleetFile)
@@ -103,6 +106,7 @@ func loadOutboxes(raw Config) ([]outboxConfig, error) {
 			}
 			return nil, fmt.Errorf("%w: OUTBOX_FLEET_FILE %s: line %d: outbox %q: %v", ErrUsage, raw.FleetFile, e.Line, e.Name, err)
 		}
+		resolveClaimIdleMax(&c, true)
 		out = append(out, outboxConfig{Name: e.Name, Databases: e.Databases, Config: c})
 	}
 	if err := checkDistinct(slices.DeleteFunc(slices.Clone(out), outboxConfig.template)); err != nil {
@@ -316,4 +320,31 @@ func everyOutbox(cfg Config, chosen []setting) ([]outboxConfig, error) {
 		return nil, fmt.Errorf("%w: OUTBOX_FLEET_FILE %s: outboxes %s name patterns of databases, which worker console does not list: open one with --outbox <outbox>/<database>", ErrUsage, cfg.FleetFile, strings.Join(patterns, ", "))
 	}
 	return out, nil
+}
+
+// parseClaimIdleMax parses OUTBOX_CLAIM_IDLE_MAX: auto (0), or a
+// duration of at least claim.DelayMin.
+func parseClaimIdleMax(c *Config, v string) error {
+	if v == "auto" {
+		c.ClaimIdleMax = 0
+		return nil
+	}
+	return parseDurationAtLeast(&c.ClaimIdleMax, v, claim.DelayMin)
+}
+
+// resolveClaimIdleMax gives OUTBOX_CLAIM_IDLE_MAX=auto its value. In a
+// fleet idle claims back off to claim.IdleMaxDefault: what 200 idle
+// outboxes cost the database is the fleet's concern. One outbox keeps
+// claiming on its schedule, as it always did: without a change stream
+// (a standalone server), and for the events an operator puts back to NEW
+// (a requeue, a resume), which no stream reports, its first event would
+// otherwise wait up to the back-off, for a saving of one find a tick.
+func resolveClaimIdleMax(c *Config, fleet bool) {
+	switch {
+	case c.ClaimIdleMax != 0:
+	case fleet:
+		c.ClaimIdleMax = claim.IdleMaxDefault
+	default:
+		c.ClaimIdleMax = claim.DelayMin // at or below the schedule's period: no back-off
+	}
 }

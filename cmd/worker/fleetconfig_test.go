@@ -52,6 +52,7 @@ outboxes:
 	base := defaultConfig()
 	base.MongoURI, base.BatchSize, base.FleetFile = "mongodb://main-db:27017", 300, path
 	base.CloudEventsSource = ""
+	base.ClaimIdleMax = claim.IdleMaxDefault // auto, in a fleet
 	orders := base
 	orders.MongoDatabase, orders.MongoCollection, orders.AMQPExchange = "shop", "outbox", "orders"
 	orders.BatchSize, orders.Ordering, orders.Retention = 50, claim.OrderingNone, time.Hour

@@ -59,13 +59,17 @@ type relayedOutbox struct {
 	// startMu is held while the outbox starts, so that a stop waits for
 	// the start to have returned before it reads started.
 	startMu sync.Mutex
+	// gate bounds the outboxes that prepare their collections at once
+	// (the worker's; nil: unbounded).
+	gate startGate
 }
 
 // newRelayedOutbox builds the services of one outbox, each package's
 // Config once and whole, from oc (which loadConfig has validated), its
 // database client (shared by the outboxes of its cluster), its metrics
-// (labelled with its name) and the worker's tracer.
-func newRelayedOutbox(oc outboxConfig, client *driver.Client, logger *slog.Logger, m *metrics.Metrics, tracer *telemetry.Provider) (*relayedOutbox, error) {
+// (labelled with its name), the worker's tracer and its change streams
+// (one per database, which the outboxes of a database share).
+func newRelayedOutbox(oc outboxConfig, client *driver.Client, logger *slog.Logger, m *metrics.Metrics, tracer *telemetry.Provider, streams *wake.Streams) (*relayedOutbox, error) {
 	cfg := oc.Config
 	o := &relayedOutbox{name: oc.Name, cfg: cfg, oc: oc, metrics: m, cancel: func() {}, logger: logger.With("outbox", oc.Name)}
 	storeCfg := mongoStoreConfig(cfg, o.logger)
@@ -106,7 +110,7 @@ func newRelayedOutbox(oc outboxConfig, client *driver.Client, logger *slog.Logge
 	}
 	o.claimer, err = claim.New(o.store, o.publisher, claim.Config{
 		Archetype: arch, Owner: o.owner, RoundTrip: o.clock.RoundTrip,
-		WorkerID: cfg.WorkerID, Schedule: cfg.ClaimSchedule, BatchSize: cfg.BatchSize, BatchBytes: cfg.BatchBytes,
+		WorkerID: cfg.WorkerID, Schedule: cfg.ClaimSchedule, IdleMax: cfg.ClaimIdleMax, BatchSize: cfg.BatchSize, BatchBytes: cfg.BatchBytes,
 		MaxAttempts: cfg.MaxAttempts, MaxBodyBytes: cfg.MaxMessageBytes, PublishTimeout: cfg.PublishTimeout,
 		RetryMin: cfg.RetryMin, RetryMax: cfg.RetryMax, StaleAfter: cfg.StaleAfter,
 		Ordering: cfg.Ordering, AfterFailed: cfg.OrderingAfterFailed,
@@ -116,14 +120,14 @@ func newRelayedOutbox(oc outboxConfig, client *driver.Client, logger *slog.Logge
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
-	o.waker, err = wake.New(wake.Config{Collection: o.store.Collection(), Trigger: o.claimer.Trigger, Logger: o.logger})
+	o.waker, err = wake.New(wake.Config{Collection: o.store.Collection(), Trigger: o.claimer.Trigger, Logger: o.logger, Streams: streams})
 	if err != nil {
 		return nil, err
 	}
 	// Periodic work that can wait yields to the relay while the database
 	// is slowing claims down.
 	o.recoverer, err = recovery.New(o.store, recovery.Config{
-		Archetype: arch, Yield: o.claimer.Slow,
+		Archetype: arch, Yield: o.claimer.Slow, OnReset: o.claimer.Trigger,
 		Schedule: cfg.RecoverySchedule, StaleAfter: cfg.StaleAfter, MaxAttempts: cfg.MaxAttempts,
 		Margin: cfg.StaleAfter / 2 / ownership.MarginDivisorDefault,
 	})
@@ -138,7 +142,7 @@ func newRelayedOutbox(oc outboxConfig, client *driver.Client, logger *slog.Logge
 		o.owner.ClockJumped(jump)
 		o.recoverer.ClockJumped(jump)
 	})
-	cleaner, err := retention.New(o.store, retention.Config{Archetype: arch, Yield: o.claimer.Slow, Retention: cfg.Retention})
+	cleaner, err := retention.New(o.store, retention.Config{Archetype: arch, Yield: o.claimer.Slow, IdleSince: o.claimer.IdleSince, Retention: cfg.Retention})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
@@ -153,7 +157,7 @@ func newRelayedOutbox(oc outboxConfig, client *driver.Client, logger *slog.Logge
 	// are never missing while a worker runs that can read the outbox, and
 	// the load of a sample per replica lasts only as long as the fault.
 	o.sampler, err = ops.NewSampler(ops.SamplerConfig{
-		Archetype: arch, Yield: o.claimer.Slow,
+		Archetype: arch, Yield: o.claimer.Slow, IdleSince: o.claimer.IdleSince,
 		Store: o.store, StaleAfter: cfg.StaleAfter, Held: held, FailedHolds: failedHolds, Paused: o.store,
 		Active: func() bool { return o.owner.Leads() || o.owner.Leaderless() },
 	})
@@ -274,9 +278,12 @@ func (o *relayedOutbox) prepareStore(ctx context.Context) error {
 	go func() { syncErr = o.clock.Sync(syncCtx); close(synced) }()
 	retry := backoff.Backoff{Min: 500 * time.Millisecond, Max: 30 * time.Second}
 	for {
-		attemptCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := o.prepareSchema(attemptCtx)
-		cancel()
+		// The attempt's time starts in its slot (see startGate).
+		err := o.gate.attempt(ctx, func(ctx context.Context) error {
+			attemptCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			return o.prepareSchema(attemptCtx)
+		})
 		if err == nil {
 			break
 		}

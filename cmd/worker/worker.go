@@ -28,6 +28,7 @@ import (
 	"github.com/outboxrelay/outbox/ops"
 	"github.com/outboxrelay/outbox/ownership"
 	"github.com/outboxrelay/outbox/service"
+	"github.com/outboxrelay/outbox/wake"
 )
 
 // startStopper is anything the worker starts and stops.
@@ -58,6 +59,11 @@ type worker struct {
 	reg      *prometheus.Registry
 	process  *metrics.Metrics // the process's collectors
 	monitor  *event.CommandMonitor
+	// streams are the change streams that wake the outboxes: one per
+	// database, shared by its outboxes (wake.Streams).
+	streams *wake.Streams
+	// gate bounds the outboxes that prepare their collections at once.
+	gate startGate
 	// reload reads the fleet file again, hup delivers SIGHUP and
 	// fileChanged a change of the file (watch.go); all nil: no reload
 	// (tests that build a worker in process).
@@ -95,6 +101,7 @@ func newWorker(cfg Config, logger *slog.Logger, tracer *telemetry.Provider) (*wo
 	}
 	w := &worker{cfg: cfg, logger: logger, clients: map[string]*driver.Client{}, tracer: tracer,
 		reg: reg, process: process, monitor: monitor,
+		streams: wake.NewStreams(wake.StreamsConfig{Logger: logger}), gate: newStartGate(startsAtOnce),
 		spec: cfg.Outboxes, discovery: newDiscovery()}
 	fail := func(err error) (*worker, error) {
 		_ = w.disconnect(context.Background()) // nothing was connected: Connect only starts the pools
@@ -136,11 +143,12 @@ func (w *worker) newOutbox(oc outboxConfig) (*relayedOutbox, error) {
 		return nil, w.named(oc.Name, err)
 	}
 	m := metrics.NewOutbox(outboxRegisterer(w.reg, oc.Name), w.process)
-	o, err := newRelayedOutbox(oc, client, w.logger, m, w.tracer)
+	o, err := newRelayedOutbox(oc, client, w.logger, m, w.tracer, w.streams)
 	if err != nil {
 		m.Unregister(outboxRegisterer(w.reg, oc.Name))
 		return nil, w.named(oc.Name, err)
 	}
+	o.gate = w.gate
 	return o, nil
 }
 
