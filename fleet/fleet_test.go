@@ -23,6 +23,7 @@ outboxes:
     exchange: orders
     batch_size: 200
     claim_schedule: "@every 2s"
+    claim_idle_max: 1m
     recovery_schedule: "*/5 * * * *"
     wake_on_insert: false
     max_attempts: 7
@@ -42,10 +43,10 @@ outboxes:
 	}
 	want := []fleet.Outbox{{
 		Name: "orders", Line: 3, MongoURI: "mongodb://db1:27017", Database: "shop", Collection: "outbox", Exchange: "orders",
-		BatchSize: "200", ClaimSchedule: "@every 2s", RecoverySchedule: "*/5 * * * *", WakeOnInsert: "false", MaxAttempts: "7",
+		BatchSize: "200", ClaimSchedule: "@every 2s", ClaimIdleMax: "1m", RecoverySchedule: "*/5 * * * *", WakeOnInsert: "false", MaxAttempts: "7",
 		Ordering: "none", OrderingAfterFailed: "continue", MessageFormat: "cloudevents-binary", CloudEventsSource: "/shop",
 		CloudEventsPrefix: "ce-", Retention: "24h",
-	}, {Name: "billing_2", Line: 19, Database: "bill", Collection: "outbox", Exchange: "billing"}}
+	}, {Name: "billing_2", Line: 20, Database: "bill", Collection: "outbox", Exchange: "billing"}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Parse (-want +got):\n%s", diff)
 	}
