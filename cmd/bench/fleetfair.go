@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/outboxrelay/outbox/internal/backoff"
 	"slices"
 	"sync"
 	"time"
@@ -133,7 +134,7 @@ func (b *bench) fairRun(ctx context.Context, replicas int) (FleetFairRun, error)
 	p := &steadyProducers{created: map[string]time.Time{}}
 	p.start(prodCtx, boxes.colls[1:], b.cfg.FairRate)
 	defer func() { stopProducers(); p.wg.Wait() }()
-	if !sleepCtx(ctx, fairWarm+fairBefore) {
+	if !backoff.Sleep(ctx, fairWarm+fairBefore) {
 		return run, ctx.Err()
 	}
 	floodStart := time.Now()
@@ -198,7 +199,7 @@ func (p *steadyProducers) start(ctx context.Context, colls []*driver.Collection,
 			// Spread the outboxes' timetables over the interval.
 			start := time.Now().Add(interval * time.Duration(i) / time.Duration(len(colls)))
 			for n := 0; ; n++ {
-				if !sleepCtx(ctx, time.Until(start.Add(time.Duration(n)*interval))) {
+				if !backoff.Sleep(ctx, time.Until(start.Add(time.Duration(n)*interval))) {
 					return
 				}
 				p.insert(ctx, coll, n)
@@ -247,7 +248,7 @@ func (p *steadyProducers) waitFlood(ctx context.Context, cons *consumer, flood i
 		if n >= flood {
 			return last, n, nil
 		}
-		if !sleepCtx(ctx, time.Second) {
+		if !backoff.Sleep(ctx, time.Second) {
 			return time.Now(), n, ctx.Err()
 		}
 	}

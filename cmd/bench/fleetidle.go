@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/outboxrelay/outbox/internal/backoff"
 	"io"
 	"os"
 	"path/filepath"
@@ -127,7 +128,7 @@ func (b *bench) fleetIdleRun(ctx context.Context, name, env string, n, dbs int) 
 	if err := w.waitReady(ctx, 10*time.Minute); err != nil {
 		return run, err
 	}
-	if !sleepCtx(ctx, fleetIdleSettle) {
+	if !backoff.Sleep(ctx, fleetIdleSettle) {
 		return run, ctx.Err()
 	}
 	before, err := w.sums(ctx)
@@ -135,7 +136,7 @@ func (b *bench) fleetIdleRun(ctx context.Context, name, env string, n, dbs int) 
 		return run, err
 	}
 	t0 := time.Now()
-	if !sleepCtx(ctx, fleetIdleWindow) {
+	if !backoff.Sleep(ctx, fleetIdleWindow) {
 		return run, ctx.Err()
 	}
 	after, err := w.sums(ctx)
@@ -277,18 +278,6 @@ func vmRSS(pid int) float64 {
 		return 0
 	}
 	return float64(kb) / 1024
-}
-
-// sleepCtx waits d or until ctx ends, and reports whether d passed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // fleetIdleFig is the idle fleet's cost.
