@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/outboxrelay/outbox/internal/backoff"
 	"slices"
 	"sync"
 	"time"
@@ -12,6 +11,7 @@ import (
 	driver "go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/outboxrelay/outbox/events"
+	"github.com/outboxrelay/outbox/internal/backoff"
 )
 
 // Fleet-fair's shape: 20 outboxes, each written -fair-rate events/s (the

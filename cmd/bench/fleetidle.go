@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"github.com/outboxrelay/outbox/internal/backoff"
 	"io"
 	"os"
 	"path/filepath"
@@ -16,6 +15,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	driver "go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/outboxrelay/outbox/internal/backoff"
 )
 
 // fleetIdleSettle is how long the fleet-idle worker runs before its
